@@ -1,0 +1,466 @@
+// capi.cpp -- the only extern "C" code: handle wrap/unwrap and liveness, status codes, the
+// thread-local last error, and the catch-all that keeps C++ exceptions inside the library.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_set>
+
+#include "dynamo.h"
+#include "runtime/entry.h"
+
+using namespace dynamo;
+
+/* -- Handles -- */
+
+struct dynamo_engine {
+  dynamo_engine_options opts;
+  std::unique_ptr<jit::Engine> engine;
+  std::atomic<int> frames{0};
+};
+
+struct dynamo_entry {
+  std::unique_ptr<runtime::Entry> e;
+};
+
+struct dynamo_frame {
+  dynamo_engine *engine;
+  std::string name;
+  uint64_t id;
+  mutable std::shared_mutex mu;  // compile takes it exclusively, lookups shared
+  std::vector<std::unique_ptr<dynamo_entry>> entries;
+};
+
+struct dynamo_trace {
+  jit::Trace t;
+};
+
+namespace {
+
+const char *kVersion = "0.1.0";
+thread_local std::string t_last_error;
+std::atomic<uint64_t> g_next_id{1};
+
+// Live handles: a destroyed or foreign pointer is reported, never dereferenced.
+std::mutex g_live_mu;
+std::unordered_set<const void *> g_live;
+
+void live_add(const void *h) {
+  std::lock_guard<std::mutex> l(g_live_mu);
+  g_live.insert(h);
+}
+void live_remove(const void *h) {
+  std::lock_guard<std::mutex> l(g_live_mu);
+  g_live.erase(h);
+}
+bool live(const void *h) {
+  std::lock_guard<std::mutex> l(g_live_mu);
+  return g_live.count(h) != 0;
+}
+
+dynamo_status set_error(dynamo_status s, const std::string &msg) {
+  t_last_error = msg;
+  return s;
+}
+
+dynamo_status status_of(jit::ErrorCode c) {
+  switch (c) {
+    case jit::ErrorCode::Parse: return DYNAMO_ERR_PARSE;
+    case jit::ErrorCode::Verify: return DYNAMO_ERR_VERIFY;
+    case jit::ErrorCode::Compile: return DYNAMO_ERR_COMPILE;
+    case jit::ErrorCode::Unsupported: return DYNAMO_ERR_UNSUPPORTED;
+    case jit::ErrorCode::Runtime: return DYNAMO_ERR_RUNTIME;
+    case jit::ErrorCode::Internal: return DYNAMO_ERR_INTERNAL;
+  }
+  return DYNAMO_ERR_INTERNAL;
+}
+
+// Checks a handle argument: NULL and dead handles get distinct, named errors.
+#define CHECK_HANDLE(h, what)                                                                   \
+  do {                                                                                          \
+    if (!(h)) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " what " is NULL"); \
+    if (!live(h))                                                                               \
+      return set_error(DYNAMO_ERR_INVALID_HANDLE,                                               \
+                       std::string(__func__) + ": " what " is not a live handle (destroyed?)"); \
+  } while (0)
+#define CHECK_PTR(p, what)                                                                      \
+  do {                                                                                          \
+    if (!(p)) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " what " is NULL"); \
+  } while (0)
+
+#define API_BEGIN try {
+#define API_END                                                                                 \
+  }                                                                                             \
+  catch (const jit::Error &e) { return set_error(status_of(e.code), e.what()); }                \
+  catch (const std::bad_alloc &) { return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "out of memory"); } \
+  catch (const std::exception &e) {                                                             \
+    return set_error(DYNAMO_ERR_INTERNAL, std::string(__func__) + ": " + e.what());             \
+  }                                                                                             \
+  catch (...) { return set_error(DYNAMO_ERR_INTERNAL, std::string(__func__) + ": unknown exception"); }
+
+char *dup_string(const std::string &s) {
+  char *r = static_cast<char *>(malloc(s.size() + 1));
+  if (r) memcpy(r, s.c_str(), s.size() + 1);
+  return r;
+}
+
+void write_why(char *why, size_t why_len, const std::string &s) {
+  if (!why || !why_len) return;
+  size_t n = std::min(s.size(), why_len - 1);
+  memcpy(why, s.data(), n);
+  why[n] = 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+/* -- Versions and errors -- */
+
+const char *dynamo_last_error(void) { return t_last_error.c_str(); }
+uint32_t dynamo_abi_version(void) { return DYNAMO_ABI_VERSION; }
+const char *dynamo_version_string(void) { return kVersion; }
+void dynamo_string_free(char *s) { free(s); }
+
+const char *dynamo_status_name(dynamo_status s) {
+  switch (s) {
+    case DYNAMO_OK: return "DYNAMO_OK";
+    case DYNAMO_ERR_INVALID_ARGUMENT: return "DYNAMO_ERR_INVALID_ARGUMENT";
+    case DYNAMO_ERR_INVALID_HANDLE: return "DYNAMO_ERR_INVALID_HANDLE";
+    case DYNAMO_ERR_PARSE: return "DYNAMO_ERR_PARSE";
+    case DYNAMO_ERR_VERIFY: return "DYNAMO_ERR_VERIFY";
+    case DYNAMO_ERR_COMPILE: return "DYNAMO_ERR_COMPILE";
+    case DYNAMO_ERR_GUARD_MISS: return "DYNAMO_ERR_GUARD_MISS";
+    case DYNAMO_ERR_ARGUMENT_MISMATCH: return "DYNAMO_ERR_ARGUMENT_MISMATCH";
+    case DYNAMO_ERR_RUNTIME: return "DYNAMO_ERR_RUNTIME";
+    case DYNAMO_ERR_UNSUPPORTED: return "DYNAMO_ERR_UNSUPPORTED";
+    case DYNAMO_ERR_NO_DEVICE: return "DYNAMO_ERR_NO_DEVICE";
+    case DYNAMO_ERR_OUT_OF_MEMORY: return "DYNAMO_ERR_OUT_OF_MEMORY";
+    case DYNAMO_ERR_INTERNAL: return "DYNAMO_ERR_INTERNAL";
+  }
+  return "DYNAMO_ERR_UNKNOWN";
+}
+
+/* -- Engine -- */
+
+void dynamo_engine_options_init(dynamo_engine_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->opt_level = 2;
+}
+
+dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_engine **out) {
+  CHECK_PTR(out, "out");
+  *out = nullptr;
+  API_BEGIN
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  if (opts) {
+    if (opts->struct_size < sizeof(uint32_t) * 4 || opts->struct_size > sizeof o)
+      return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: opts->struct_size is " +
+                                                        std::to_string(opts->struct_size) + ", expected " +
+                                                        std::to_string(sizeof o));
+    memcpy(&o, opts, opts->struct_size);
+    if (o.opt_level > 3) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: opt_level must be 0..3");
+    if (o.vector_bits && o.vector_bits != 128 && o.vector_bits != 256 && o.vector_bits != 512)
+      return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: vector_bits must be 0, 128, 256 or 512");
+  }
+  auto e = std::make_unique<dynamo_engine>();
+  e->opts = o;
+  jit::EngineOptions eo;
+  eo.opt_level = (int)o.opt_level;
+  eo.vector_bits = (int)o.vector_bits;
+  e->engine = std::make_unique<jit::Engine>(eo, runtime::runtime_symbols());
+  *out = e.release();
+  live_add(*out);
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_engine_destroy(dynamo_engine *engine) {
+  if (!engine) return DYNAMO_OK;
+  CHECK_HANDLE(engine, "engine");
+  if (engine->frames.load() != 0)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_destroy: " + std::to_string(engine->frames.load()) +
+                                                      " frame(s) still use this engine; destroy them first");
+  live_remove(engine);
+  delete engine;
+  return DYNAMO_OK;
+}
+
+/* -- Traces -- */
+
+dynamo_status dynamo_trace_parse(const char *text, size_t len, dynamo_trace **out) {
+  CHECK_PTR(out, "out");
+  *out = nullptr;
+  CHECK_PTR(text, "text");
+  API_BEGIN
+  std::string s = len == (size_t)-1 ? std::string(text) : std::string(text, len);
+  auto t = std::make_unique<dynamo_trace>();
+  t->t = jit::parse_trace(s);
+  *out = t.release();
+  live_add(*out);
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_trace_print(const dynamo_trace *trace, char **out_text) {
+  CHECK_PTR(out_text, "out_text");
+  *out_text = nullptr;
+  CHECK_HANDLE(trace, "trace");
+  API_BEGIN
+  *out_text = dup_string(jit::print_trace(trace->t));
+  if (!*out_text) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "out of memory");
+  return DYNAMO_OK;
+  API_END
+}
+
+void dynamo_trace_destroy(dynamo_trace *trace) {
+  if (!trace || !live(trace)) return;
+  live_remove(trace);
+  delete trace;
+}
+
+dynamo_status dynamo_trace_create(const char *name, dynamo_trace **out) {
+  CHECK_PTR(out, "out");
+  *out = nullptr;
+  API_BEGIN
+  auto t = std::make_unique<dynamo_trace>();
+  if (name && *name) {
+    for (const char *c = name; *c; ++c)
+      if (!isalnum((unsigned char)*c) && *c != '_' && *c != '.')
+        return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_create: name may only hold letters, digits, '_' and '.'");
+    t->t.name = name;
+  }
+  *out = t.release();
+  live_add(*out);
+  return DYNAMO_OK;
+  API_END
+}
+
+static dynamo_status add_input(dynamo_trace *trace, const jit::Type &ty, int32_t *out_value) {
+  jit::Inst in;
+  in.op = jit::Op::input;
+  int32_t v = trace->t.new_value(ty, (int32_t)trace->t.insts.size());
+  in.results.push_back(v);
+  trace->t.insts.push_back(in);
+  trace->t.inputs.push_back(v);
+  if (out_value) *out_value = v;
+  return DYNAMO_OK;
+}
+
+static bool valid_dtype(int d) { return d >= DYNAMO_BOOL && d <= DYNAMO_FLOAT64; }
+
+dynamo_status dynamo_trace_add_tensor_input(dynamo_trace *trace, dynamo_dtype dtype, int32_t ndim,
+                                            const int64_t *sizes, const int64_t *strides, int32_t *out_value) {
+  CHECK_HANDLE(trace, "trace");
+  if (!valid_dtype(dtype)) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: unknown dtype " + std::to_string((int)dtype));
+  if (ndim < 0 || ndim > 16) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: ndim must be 0..16");
+  if (ndim > 0) CHECK_PTR(sizes, "sizes");
+  API_BEGIN
+  jit::Type ty;
+  ty.dtype = (jit::DType)dtype;
+  ty.sizes.assign(sizes, sizes + ndim);
+  for (int64_t s : ty.sizes)
+    if (s < 0) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: negative size");
+  if (strides) {
+    ty.strides.assign(strides, strides + ndim);
+    if (ty.strides == jit::contiguous_strides(ty.sizes)) ty.strides.clear();
+  }
+  return add_input(trace, ty, out_value);
+  API_END
+}
+
+dynamo_status dynamo_trace_add_scalar_input(dynamo_trace *trace, dynamo_dtype dtype, int32_t *out_value) {
+  CHECK_HANDLE(trace, "trace");
+  if (dtype != DYNAMO_BOOL && dtype != DYNAMO_INT64 && dtype != DYNAMO_FLOAT64)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_scalar_input: scalars are BOOL, INT64 or FLOAT64");
+  API_BEGIN
+  jit::Type ty;
+  ty.tensor = false;
+  ty.dtype = (jit::DType)dtype;
+  return add_input(trace, ty, out_value);
+  API_END
+}
+
+dynamo_status dynamo_trace_add_instruction(dynamo_trace *trace, const char *line, int32_t *out_value) {
+  CHECK_HANDLE(trace, "trace");
+  CHECK_PTR(line, "line");
+  API_BEGIN
+  int32_t v = jit::parse_instruction_into(trace->t, line);
+  if (out_value) *out_value = v;
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_trace_add_output(dynamo_trace *trace, int32_t value) {
+  CHECK_HANDLE(trace, "trace");
+  if (value < 0 || value >= (int32_t)trace->t.types.size())
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_output: %" + std::to_string(value) + " is not defined");
+  if (!trace->t.types[value].tensor)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_output: %" + std::to_string(value) + " is a scalar");
+  API_BEGIN
+  trace->t.outputs.push_back(value);
+  return DYNAMO_OK;
+  API_END
+}
+
+/* -- Frames -- */
+
+dynamo_status dynamo_frame_create(dynamo_engine *engine, const char *name, dynamo_frame **out) {
+  CHECK_PTR(out, "out");
+  *out = nullptr;
+  CHECK_HANDLE(engine, "engine");
+  API_BEGIN
+  auto f = std::make_unique<dynamo_frame>();
+  f->engine = engine;
+  f->name = name ? name : "frame";
+  f->id = g_next_id++;
+  engine->frames++;
+  *out = f.release();
+  live_add(*out);
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_frame_destroy(dynamo_frame *frame) {
+  if (!frame) return DYNAMO_OK;
+  CHECK_HANDLE(frame, "frame");
+  live_remove(frame);
+  {
+    std::unique_lock<std::shared_mutex> l(frame->mu);
+    for (auto &e : frame->entries) live_remove(e.get());
+  }
+  frame->engine->frames--;
+  delete frame;  // entries drop their machine code through their resource trackers
+  return DYNAMO_OK;
+}
+
+size_t dynamo_frame_num_entries(const dynamo_frame *frame) {
+  if (!frame || !live(frame)) return 0;
+  std::shared_lock<std::shared_mutex> l(frame->mu);
+  return frame->entries.size();
+}
+
+dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trace, dynamo_entry **out_entry) {
+  if (out_entry) *out_entry = nullptr;
+  CHECK_HANDLE(frame, "frame");
+  CHECK_HANDLE(trace, "trace");
+  API_BEGIN
+  std::string fn = "dynamo_trace_" + std::to_string(frame->id) + "_" + std::to_string(g_next_id++);
+  int threads = (int)frame->engine->opts.num_threads;
+  auto e = std::make_unique<dynamo_entry>();
+  e->e = runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
+  dynamo_entry *h = e.get();
+  {
+    std::unique_lock<std::shared_mutex> l(frame->mu);
+    frame->entries.push_back(std::move(e));
+  }
+  live_add(h);
+  if (out_entry) *out_entry = h;
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_check_guards(dynamo_frame *frame, const dynamo_arg *args, size_t nargs, dynamo_entry **out_entry,
+                                  char *why, size_t why_len) {
+  if (out_entry) *out_entry = nullptr;
+  CHECK_HANDLE(frame, "frame");
+  CHECK_PTR(out_entry, "out_entry");
+  if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_check_guards: args is NULL");
+  API_BEGIN
+  std::shared_lock<std::shared_mutex> l(frame->mu);
+  for (auto &e : frame->entries)
+    if (guards::guards_pass(e->e->guards, args, nargs)) {
+      *out_entry = e.get();
+      return DYNAMO_OK;
+    }
+  // Cold path: explain every entry's first failing guard.
+  std::string msg;
+  if (frame->entries.empty()) msg = "frame '" + frame->name + "' has no compiled entries";
+  for (size_t k = 0; k < frame->entries.size(); ++k)
+    msg += (k ? "; " : "") + ("entry " + std::to_string(k) + ": ") +
+           guards::explain_guards(frame->entries[k]->e->guards, args, nargs);
+  write_why(why, why_len, msg);
+  return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + msg);
+  API_END
+}
+
+dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry, const dynamo_arg *args, size_t nargs, char *why,
+                                        size_t why_len) {
+  CHECK_HANDLE(entry, "entry");
+  if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_check_guards: args is NULL");
+  API_BEGIN
+  if (guards::guards_pass(entry->e->guards, args, nargs)) return DYNAMO_OK;
+  std::string msg = guards::explain_guards(entry->e->guards, args, nargs);
+  write_why(why, why_len, msg);
+  return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + msg);
+  API_END
+}
+
+static dynamo_status run_entry(const dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
+                               size_t nouts) {
+  std::string msg;
+  dynamo_status s = entry->e->run(args, nargs, outs, nouts, &msg);
+  if (s != DYNAMO_OK) return set_error(s, msg);
+  return DYNAMO_OK;
+}
+
+dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
+                               size_t nouts) {
+  CHECK_HANDLE(entry, "entry");
+  if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run: args is NULL");
+  API_BEGIN
+  if (!guards::guards_pass(entry->e->guards, args, nargs))
+    return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(entry->e->guards, args, nargs));
+  return run_entry(entry, args, nargs, outs, nouts);
+  API_END
+}
+
+dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
+                               size_t nouts) {
+  dynamo_entry *e = nullptr;
+  dynamo_status s = dynamo_check_guards(frame, args, nargs, &e, nullptr, 0);
+  if (s != DYNAMO_OK) return s;
+  API_BEGIN
+  return run_entry(e, args, nargs, outs, nouts);
+  API_END
+}
+
+size_t dynamo_entry_num_inputs(const dynamo_entry *entry) {
+  return entry && live(entry) ? entry->e->trace.inputs.size() : 0;
+}
+size_t dynamo_entry_num_outputs(const dynamo_entry *entry) {
+  return entry && live(entry) ? entry->e->trace.outputs.size() : 0;
+}
+
+dynamo_status dynamo_entry_output_info(const dynamo_entry *entry, size_t k, dynamo_tensor_info *info) {
+  CHECK_HANDLE(entry, "entry");
+  CHECK_PTR(info, "info");
+  const jit::Trace &t = entry->e->trace;
+  if (k >= t.outputs.size())
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_output_info: output " + std::to_string(k) +
+                                                      " out of range (entry has " + std::to_string(t.outputs.size()) + ")");
+  const jit::Type &ty = t.types[t.outputs[k]];
+  memset(info, 0, sizeof *info);
+  info->dtype = (int32_t)ty.dtype;
+  info->ndim = ty.rank();
+  for (int d = 0; d < ty.rank(); ++d) info->sizes[d] = ty.sizes[d];
+  return DYNAMO_OK;
+}
+
+dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry, dynamo_entry_stats *stats) {
+  CHECK_HANDLE(entry, "entry");
+  CHECK_PTR(stats, "stats");
+  if (stats->struct_size < sizeof(uint32_t) * 4)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_get_stats: set stats->struct_size = sizeof(dynamo_entry_stats)");
+  size_t n = std::min<size_t>(stats->struct_size, sizeof(dynamo_entry_stats));
+  dynamo_entry_stats s = entry->e->stats;
+  s.struct_size = (uint32_t)n;
+  memcpy(stats, &s, n);
+  return DYNAMO_OK;
+}
+
+}  // extern "C"

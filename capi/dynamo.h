@@ -1,0 +1,214 @@
+/* dynamo.h -- the stable C API of the dynamo trace JIT (C99 / C++; installed as <dynamo/dynamo.h>).
+ * Opaque handles, a status code from every fallible call, a thread-local last-error message,
+ * tensors as DLPack DLTensor. No C++ exception ever crosses this boundary. */
+#ifndef DYNAMO_DYNAMO_H
+#define DYNAMO_DYNAMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DYNAMO_API __declspec(dllexport)
+#else
+#define DYNAMO_API __attribute__((visibility("default")))
+#endif
+
+/* -- Versions ------------------------------------------------------------------------- */
+
+#define DYNAMO_ABI_VERSION 1u   /* bumped on any incompatible change of this header */
+
+/* DLPack 0.6 (Debian bookworm) has no boolean type code; later DLPack uses 6 (kDLBool).
+ * dynamo reads booleans as {code 6, bits 8, lanes 1}, one byte per element (0 or 1). */
+#define DYNAMO_DL_BOOL 6u
+
+/* -- Status and errors ---------------------------------------------------------------- */
+
+typedef enum dynamo_status {
+  DYNAMO_OK = 0,
+  DYNAMO_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, bad count, bad option */
+  DYNAMO_ERR_INVALID_HANDLE = 2,   /* a handle that was destroyed or never created */
+  DYNAMO_ERR_PARSE = 3,            /* malformed trace text (message has line:column) */
+  DYNAMO_ERR_VERIFY = 4,           /* ill-typed trace (message names the instruction) */
+  DYNAMO_ERR_COMPILE = 5,          /* code generation or LLVM failure */
+  DYNAMO_ERR_GUARD_MISS = 6,       /* no entry's guards accept these inputs */
+  DYNAMO_ERR_ARGUMENT_MISMATCH = 7,/* run-time inputs/outputs do not match the entry */
+  DYNAMO_ERR_RUNTIME = 8,          /* failure while running (extern op raised, int div by 0) */
+  DYNAMO_ERR_UNSUPPORTED = 9,      /* valid request this build cannot do (e.g. GPU tensors) */
+  DYNAMO_ERR_NO_DEVICE = 10,       /* a GPU was requested and no driver/device is present */
+  DYNAMO_ERR_OUT_OF_MEMORY = 11,
+  DYNAMO_ERR_INTERNAL = 12         /* a bug in dynamo; the message says where */
+} dynamo_status;
+
+/* Message for the last failing call on this thread; "" when none. Borrowed: valid until the
+ * next dynamo call on this thread. */
+DYNAMO_API const char *dynamo_last_error(void);
+/* Stable name of a status ("DYNAMO_ERR_PARSE"). Borrowed, static storage. */
+DYNAMO_API const char *dynamo_status_name(dynamo_status status);
+/* DYNAMO_ABI_VERSION of the loaded library; callers compare it with the header's. */
+DYNAMO_API uint32_t dynamo_abi_version(void);
+/* Library version text ("0.1.0"). Borrowed, static storage. */
+DYNAMO_API const char *dynamo_version_string(void);
+/* Frees a string the library returned as "owned by the caller". Accepts NULL. */
+DYNAMO_API void dynamo_string_free(char *s);
+
+/* -- Handles (opaque) ----------------------------------------------------------------- */
+
+typedef struct dynamo_engine dynamo_engine; /* LLVM ORC JIT + options; shared by frames */
+typedef struct dynamo_frame dynamo_frame;   /* one cache of compiled entries (a code site) */
+typedef struct dynamo_trace dynamo_trace;   /* a trace in IR form, before compilation */
+typedef struct dynamo_entry dynamo_entry;   /* one compiled trace + its guards, owned by a frame */
+
+/* -- Engine --------------------------------------------------------------------------- */
+
+typedef struct dynamo_engine_options {
+  uint32_t struct_size; /* sizeof(dynamo_engine_options); lets the struct grow */
+  uint32_t opt_level;   /* LLVM optimisation level 0..3; default 2 */
+  uint32_t vector_bits; /* 0 = host's widest (512 with AVX-512); else 128/256/512 */
+  uint32_t num_threads; /* 0 = LibTorch's at::get_num_threads(); 1 = single-threaded */
+} dynamo_engine_options;
+
+/* Fills *opts with the defaults. */
+DYNAMO_API void dynamo_engine_options_init(dynamo_engine_options *opts);
+/* Creates an engine. opts: borrowed, may be NULL (defaults). *out: owned by the caller,
+ * release with dynamo_engine_destroy; left NULL on failure. */
+DYNAMO_API dynamo_status dynamo_engine_create(const dynamo_engine_options *opts,
+                                              dynamo_engine **out);
+/* Destroys an engine; its frames must be destroyed first (else INVALID_ARGUMENT and nothing
+ * is freed). Accepts NULL. */
+DYNAMO_API dynamo_status dynamo_engine_destroy(dynamo_engine *engine);
+
+/* -- Traces: text form and builder ---------------------------------------------------- */
+
+/* Parses trace text (see docs/IR.md). text: borrowed, need not be NUL-terminated when len
+ * is given; len == (size_t)-1 means NUL-terminated. *out: owned by the caller (release with
+ * dynamo_trace_destroy); NULL on failure, with "line L, column C: expected ..." in the last
+ * error. The trace is verified (types, shapes, promotion) before it is returned. */
+DYNAMO_API dynamo_status dynamo_trace_parse(const char *text, size_t len, dynamo_trace **out);
+/* Prints a trace in canonical text form; print(parse(print(t))) == print(t).
+ * *out_text: owned by the caller, release with dynamo_string_free. */
+DYNAMO_API dynamo_status dynamo_trace_print(const dynamo_trace *trace, char **out_text);
+/* Destroys a trace (compiled entries do not depend on it). Accepts NULL. */
+DYNAMO_API void dynamo_trace_destroy(dynamo_trace *trace);
+
+/* Element types of trace values. Values chosen to be stable. */
+typedef enum dynamo_dtype {
+  DYNAMO_BOOL = 0,
+  DYNAMO_INT32 = 1,
+  DYNAMO_INT64 = 2,
+  DYNAMO_FLOAT32 = 3,
+  DYNAMO_FLOAT64 = 4
+} dynamo_dtype;
+
+/* Builder: starts an empty trace. name: borrowed. *out owned by the caller. */
+DYNAMO_API dynamo_status dynamo_trace_create(const char *name, dynamo_trace **out);
+/* Appends a tensor input. sizes/strides: borrowed arrays of ndim elements; strides NULL =
+ * contiguous; strides in elements. *out_value: the new value's id. */
+DYNAMO_API dynamo_status dynamo_trace_add_tensor_input(dynamo_trace *trace, dynamo_dtype dtype,
+                                                       int32_t ndim, const int64_t *sizes,
+                                                       const int64_t *strides,
+                                                       int32_t *out_value);
+/* Appends a scalar input of dtype BOOL, INT64 or FLOAT64 (a Python bool/int/float). */
+DYNAMO_API dynamo_status dynamo_trace_add_scalar_input(dynamo_trace *trace, dynamo_dtype dtype,
+                                                       int32_t *out_value);
+/* Appends one instruction given in text form without its result name, e.g.
+ * "add(%0, 2.5)" or "extern aten::mm(%3, %4) : f32[4,4]"; the result's id goes to *out_value
+ * (the first result for multi-result externs). Verified at once; on failure the trace is
+ * unchanged. line: borrowed. */
+DYNAMO_API dynamo_status dynamo_trace_add_instruction(dynamo_trace *trace, const char *line,
+                                                      int32_t *out_value);
+/* Marks value as the next trace output. */
+DYNAMO_API dynamo_status dynamo_trace_add_output(dynamo_trace *trace, int32_t value);
+
+/* -- Frames, compiling and guards ----------------------------------------------------- */
+
+/* Creates a frame (a cache of compiled entries, e.g. one per Python code object).
+ * engine, name: borrowed (engine must outlive the frame). *out owned by the caller. */
+DYNAMO_API dynamo_status dynamo_frame_create(dynamo_engine *engine, const char *name,
+                                             dynamo_frame **out);
+/* Destroys a frame, its entries and their machine code. Accepts NULL. */
+DYNAMO_API dynamo_status dynamo_frame_destroy(dynamo_frame *frame);
+/* Number of entries currently in the frame. */
+DYNAMO_API size_t dynamo_frame_num_entries(const dynamo_frame *frame);
+
+/* Compiles trace into native code and adds it to frame's cache as a new entry whose guards
+ * are the trace's input declarations. trace: borrowed. *out_entry (may be NULL): borrowed,
+ * owned by the frame, valid until the frame is destroyed. */
+DYNAMO_API dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trace,
+                                              dynamo_entry **out_entry);
+
+/* Kinds of run-time arguments. */
+typedef enum dynamo_arg_kind {
+  DYNAMO_ARG_TENSOR = 0, /* u.tensor */
+  DYNAMO_ARG_INT = 1,    /* u.i: a Python int, or a 64-bit guard token */
+  DYNAMO_ARG_FLOAT = 2,  /* u.f: a Python float */
+  DYNAMO_ARG_BOOL = 3    /* u.b: 0 or 1 */
+} dynamo_arg_kind;
+
+#define DYNAMO_ARG_FLAG_REQUIRES_GRAD 1u /* the tensor requires grad (guarded) */
+
+/* One flattened run-time input. */
+typedef struct dynamo_arg {
+  int32_t kind;   /* a dynamo_arg_kind */
+  uint32_t flags; /* DYNAMO_ARG_FLAG_* */
+  union {
+    const DLTensor *tensor; /* borrowed for the duration of the call */
+    int64_t i;
+    double f;
+    int32_t b;
+  } u;
+} dynamo_arg;
+
+/* Finds the first entry of frame whose entry guards accept args (one native pass, no
+ * allocation). On success *out_entry is that entry (borrowed, owned by the frame). On a miss
+ * returns DYNAMO_ERR_GUARD_MISS; if why != NULL, writes into why (why_len bytes,
+ * NUL-terminated, truncated) the first failing guard of each entry, e.g.
+ * "entry 0: input 0: size mismatch at dim 1: expected 128, got 64". args: borrowed. */
+DYNAMO_API dynamo_status dynamo_check_guards(dynamo_frame *frame, const dynamo_arg *args,
+                                             size_t nargs, dynamo_entry **out_entry,
+                                             char *why, size_t why_len);
+/* Checks one entry's guards; DYNAMO_OK or DYNAMO_ERR_GUARD_MISS (reason in why). */
+DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
+                                                   const dynamo_arg *args, size_t nargs,
+                                                   char *why, size_t why_len);
+
+/* Runs entry on args, writing its outputs into outs (caller-owned buffers, contiguous, of
+ * the dtype and shape given by dynamo_entry_output_info). The guards are checked first
+ * (a miss returns DYNAMO_ERR_GUARD_MISS). Inputs are not modified. args, outs: borrowed. */
+DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args,
+                                          size_t nargs, const DLTensor *outs, size_t nouts);
+/* dynamo_check_guards followed by dynamo_entry_run on the entry found. */
+DYNAMO_API dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg *args,
+                                          size_t nargs, const DLTensor *outs, size_t nouts);
+
+/* Shape of one output of an entry. */
+typedef struct dynamo_tensor_info {
+  int32_t dtype;      /* a dynamo_dtype */
+  int32_t ndim;
+  int64_t sizes[16];  /* first ndim entries valid */
+} dynamo_tensor_info;
+
+DYNAMO_API size_t dynamo_entry_num_inputs(const dynamo_entry *entry);
+DYNAMO_API size_t dynamo_entry_num_outputs(const dynamo_entry *entry);
+/* Fills *info for output k. */
+DYNAMO_API dynamo_status dynamo_entry_output_info(const dynamo_entry *entry, size_t k,
+                                                  dynamo_tensor_info *info);
+/* Statistics of an entry's compilation. */
+typedef struct dynamo_entry_stats {
+  uint32_t struct_size;     /* sizeof(dynamo_entry_stats) */
+  uint32_t num_kernels;     /* fused loop nests generated */
+  uint32_t num_externs;     /* LibTorch calls */
+  uint32_t num_instructions;/* trace instructions after simplification */
+  double compile_ms;        /* verify -> native, wall clock */
+} dynamo_entry_stats;
+DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
+                                                dynamo_entry_stats *stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+#endif /* DYNAMO_DYNAMO_H */

@@ -1,0 +1,311 @@
+// fuse.cpp -- fusion partitioning. Key idea: a pointwise value is recomputed inline in every
+// loop that reads it at the same number of elements; it is materialized into a buffer only
+// when something needs memory (an extern, a view, a broadcast to a larger shape, an output).
+// Views never copy unless a reshape cannot be expressed with strides (then its source is
+// copied once, as ATen's reshape would).
+#include "fuse.h"
+
+#include <algorithm>
+
+namespace dynamo::jit {
+
+namespace {
+
+// ATen's stride computation for a view of (sizes, strides) as new sizes; false if impossible.
+bool reshape_strides(const std::vector<int64_t> &old_sizes, const std::vector<int64_t> &old_strides,
+                     const std::vector<int64_t> &new_sizes, std::vector<int64_t> *out) {
+  int64_t numel = 1;
+  for (int64_t s : old_sizes) numel *= s;
+  std::vector<int64_t> ns(new_sizes.size());
+  if (numel == 0) {
+    *out = contiguous_strides(new_sizes);
+    return true;
+  }
+  int64_t view_d = (int64_t)new_sizes.size() - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t td = (int64_t)old_sizes.size() - 1; td >= 0; td--) {
+    tensor_numel *= old_sizes[td];
+    if (td == 0 || (old_sizes[td - 1] != 1 && old_strides[td - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+        ns[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_sizes[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (td > 0) {
+        chunk_base_stride = old_strides[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return false;
+  *out = ns;
+  return true;
+}
+
+struct Planner {
+  const Trace &t;
+  Plan p;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> users;  // value -> (inst, operand)
+  std::vector<int32_t> copy_slot;    // value -> contiguous copy slot made for a reshape
+  std::vector<std::vector<Root>> roots_at;  // inst index -> roots to compute after it
+
+  explicit Planner(const Trace &tr) : t(tr) {}
+
+  int32_t new_slot(int64_t bytes) {
+    p.scratch_bytes.push_back(bytes);
+    return p.num_slots++;
+  }
+  bool is_pointwise(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::POINTWISE; }
+
+  void run() {
+    size_t nv = t.types.size();
+    p.num_inputs = (int32_t)t.inputs.size();
+    p.num_outputs = (int32_t)t.outputs.size();
+    p.num_slots = p.num_inputs + p.num_outputs;
+    p.scratch_bytes.assign(p.num_slots, 0);
+    p.buffer_backed.assign(nv, 0);
+    p.views.assign(nv, {});
+    p.group_of.assign(nv, -1);
+    p.materialized.assign(nv, 0);
+    p.scalar_slot.assign(nv, -1);
+    users.assign(nv, {});
+    copy_slot.assign(nv, -1);
+    roots_at.assign(t.insts.size(), {});
+
+    for (size_t i = 0; i < t.insts.size(); ++i)
+      for (size_t k = 0; k < t.insts[i].args.size(); ++k)
+        if (t.insts[i].args[k].kind == Operand::Value)
+          users[t.insts[i].args[k].value].push_back({(int32_t)i, (int32_t)k});
+
+    decide_materialization();
+    assign_buffers();
+    schedule();
+  }
+
+  void decide_materialization() {
+    for (size_t v = 0; v < t.types.size(); ++v) {
+      if (!t.types[v].tensor || !is_pointwise((int32_t)v)) continue;
+      bool m = false;
+      for (auto [i, k] : users[v]) {
+        const Inst &u = t.insts[i];
+        OpKind kind = op_info(u.op).kind;
+        if (kind == OpKind::EXTERN || kind == OpKind::VIEW) m = true;
+        if (kind == OpKind::POINTWISE && t.types[u.results[0]].numel() != t.types[v].numel()) m = true;
+      }
+      p.materialized[v] = m;
+    }
+  }
+
+  void assign_buffers() {
+    // Outputs: the first occurrence of a pointwise value writes straight into its output slot.
+    std::vector<int32_t> out_slot(t.types.size(), -1);
+    for (int32_t k = 0; k < p.num_outputs; ++k) {
+      int32_t v = t.outputs[k], slot = p.num_inputs + k;
+      if (is_pointwise(v) && out_slot[v] < 0) {
+        out_slot[v] = slot;
+        p.materialized[v] = 1;
+      } else {
+        roots_at[t.def[v]].push_back({v, slot});  // a copy into the output
+      }
+    }
+    int32_t in_slot = 0;
+    for (size_t i = 0; i < t.insts.size(); ++i) {
+      const Inst &in = t.insts[i];
+      const OpInfo &info = op_info(in.op);
+      if (info.kind == OpKind::INPUT) {
+        int32_t v = in.results[0];
+        if (t.types[v].tensor) {
+          const Type &ty = t.types[v];
+          p.buffer_backed[v] = 1;
+          p.views[v] = {in_slot, 0, ty.strides.empty() ? contiguous_strides(ty.sizes) : ty.strides};
+        } else {
+          p.scalar_slot[v] = in_slot;
+        }
+        ++in_slot;
+      } else if (info.kind == OpKind::EXTERN) {
+        for (int32_t r : in.results) {
+          const Type &ty = t.types[r];
+          int32_t s = new_slot(0);  // filled by the runtime with the result's data pointer
+          p.buffer_backed[r] = 1;
+          p.views[r] = {s, 0, contiguous_strides(ty.sizes)};
+        }
+      } else if (info.kind == OpKind::POINTWISE) {
+        int32_t v = in.results[0];
+        if (!p.materialized[v]) continue;
+        const Type &ty = t.types[v];
+        int32_t s = out_slot[v] >= 0 ? out_slot[v] : new_slot(ty.numel() * dtype_bytes(ty.dtype));
+        p.buffer_backed[v] = 1;
+        p.views[v] = {s, 0, contiguous_strides(ty.sizes)};
+        roots_at[i].insert(roots_at[i].begin(), Root{v, s});
+      } else if (info.kind == OpKind::VIEW) {
+        fold_view((int32_t)i);
+      }
+    }
+  }
+
+  // Computes the BufferView of a view instruction's result from its source's.
+  void fold_view(int32_t i) {
+    const Inst &in = t.insts[i];
+    int32_t v = in.results[0], src = in.args[0].value;
+    const Type &st = t.types[src];
+    BufferView bv = p.views[src];
+    std::vector<int64_t> &s = bv.strides;
+    int64_t rank = st.rank();
+    auto wrap = [&](int64_t d) { return d < 0 ? d + rank : d; };
+    switch (in.op) {
+      case Op::reshape:
+      case Op::view: {
+        std::vector<int64_t> ns;
+        if (!reshape_strides(st.sizes, s, t.types[v].sizes, &ns)) {
+          // Not expressible as strides: copy the source once, contiguously, then view that.
+          if (copy_slot[src] < 0) {
+            copy_slot[src] = new_slot(st.numel() * dtype_bytes(st.dtype));
+            roots_at[i].push_back({src, copy_slot[src]});
+          }
+          bv = {copy_slot[src], 0, contiguous_strides(st.sizes)};
+          reshape_strides(st.sizes, bv.strides, t.types[v].sizes, &ns);
+        }
+        bv.strides = ns;
+        break;
+      }
+      case Op::permute: {
+        std::vector<int64_t> ns;
+        for (int64_t d : in.args[1].list) ns.push_back(s[wrap(d)]);
+        s = ns;
+        break;
+      }
+      case Op::transpose:
+        if (rank > 0) std::swap(s[wrap(in.args[1].i)], s[wrap(in.args[2].i)]);
+        break;
+      case Op::expand: {
+        const auto &e = in.args[1].list;
+        std::vector<int64_t> ns(e.size(), 0);
+        size_t lead = e.size() - rank;
+        for (size_t k = lead; k < e.size(); ++k)
+          ns[k] = st.sizes[k - lead] == 1 && t.types[v].sizes[k] != 1 ? 0 : s[k - lead];
+        s = ns;
+        break;
+      }
+      case Op::squeeze: {
+        std::vector<int64_t> ns;
+        int64_t only = in.args.size() == 2 && rank > 0 ? wrap(in.args[1].i) : -1;
+        for (int64_t k = 0; k < rank; ++k) {
+          bool drop = st.sizes[k] == 1 && (only < 0 ? in.args.size() == 1 : k == only);
+          if (!drop) ns.push_back(s[k]);
+        }
+        s = ns;
+        break;
+      }
+      case Op::unsqueeze: {
+        int64_t d = in.args[1].i;
+        if (d < 0) d += rank + 1;
+        s.insert(s.begin() + d, 0);
+        break;
+      }
+      case Op::slice: {
+        int64_t d = wrap(in.args[1].i), n = st.sizes[d], start = in.args[2].i;
+        if (start < 0) start += n;
+        start = std::clamp<int64_t>(start, 0, n);
+        if (t.types[v].sizes[d] > 0) bv.offset += start * s[d];
+        s[d] *= in.args[4].i;
+        break;
+      }
+      case Op::select: {
+        int64_t d = wrap(in.args[1].i), idx = in.args[2].i;
+        if (idx < 0) idx += st.sizes[d];
+        bv.offset += idx * s[d];
+        s.erase(s.begin() + d);
+        break;
+      }
+      default:
+        fail(ErrorCode::Internal, "fold_view: not a view op");
+    }
+    p.buffer_backed[v] = 1;
+    p.views[v] = bv;
+  }
+
+  // True if computing `v` in group g reads (through a buffer) a slot written by group g.
+  bool reads_own_output(int32_t v, int32_t g, std::vector<char> &visited) {
+    if (visited[v]) return false;
+    visited[v] = 1;
+    if (is_pointwise(v) && (!p.materialized[v] || p.group_of[v] == g)) {
+      for (const Operand &o : t.insts[t.def[v]].args)
+        if (o.kind == Operand::Value && t.types[o.value].tensor && reads_own_output(o.value, g, visited))
+          return true;
+      return false;
+    }
+    if (!p.buffer_backed[v]) return false;
+    for (const Root &r : p.groups[g].roots)
+      if (r.slot == p.views[v].slot) return true;
+    return false;
+  }
+
+  void schedule() {
+    int32_t cur = -1;
+    for (size_t i = 0; i < t.insts.size(); ++i) {
+      const Inst &in = t.insts[i];
+      if (in.op == Op::extern_) {
+        cur = -1;
+        add_extern((int32_t)i);
+      }
+      for (const Root &r : roots_at[i]) {
+        const Type &ty = t.types[r.value];
+        bool join = cur >= 0 && p.groups[cur].domain == ty.sizes;
+        if (join) {
+          std::vector<char> visited(t.types.size(), 0);
+          if (reads_own_output(r.value, cur, visited)) join = false;
+        }
+        if (!join) {
+          p.groups.push_back({ty.sizes, {}});
+          cur = (int32_t)p.groups.size() - 1;
+          p.steps.push_back({Step::Kernel, cur});
+        }
+        p.groups[cur].roots.push_back(r);
+        if (is_pointwise(r.value) && p.materialized[r.value] && p.group_of[r.value] < 0)
+          p.group_of[r.value] = cur;
+      }
+    }
+  }
+
+  void add_extern(int32_t i) {
+    const Inst &in = t.insts[i];
+    ExternStep e;
+    e.inst = i;
+    e.callee = in.callee;
+    for (const Operand &o : in.args) {
+      ExternArg a;
+      if (o.kind == Operand::Value && t.types[o.value].tensor) {
+        a.is_tensor = true;
+        a.value = o.value;
+        a.view = p.views[o.value];
+        if (!p.buffer_backed[o.value]) fail(ErrorCode::Internal, "extern operand is not in memory");
+      } else if (o.kind == Operand::Value) {
+        a.is_scalar_slot = true;
+        a.value = o.value;
+        a.slot = p.scalar_slot[o.value];
+      } else {
+        a.lit = o;
+      }
+      e.args.push_back(a);
+    }
+    for (int32_t r : in.results) {
+      e.result_values.push_back(r);
+      e.result_slots.push_back(p.views[r].slot);
+    }
+    p.externs.push_back(std::move(e));
+    p.steps.push_back({Step::Extern, (int32_t)p.externs.size() - 1});
+  }
+};
+
+}  // namespace
+
+Plan plan_trace(const Trace &t) {
+  Planner pl(t);
+  pl.run();
+  return std::move(pl.p);
+}
+
+}  // namespace dynamo::jit

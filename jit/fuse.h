@@ -1,0 +1,66 @@
+// fuse.h -- the fusion plan: which values are computed inline, which are materialized into
+// buffers, how views fold into strided indexing, and the ordered steps (kernels, externs).
+#pragma once
+
+#include "ir.h"
+
+namespace dynamo::jit {
+
+// Where a buffer-backed value lives: element (offset + sum_k idx_k * strides[k]) of slot.
+struct BufferView {
+  int32_t slot = -1;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;  // per dimension of the value, in elements
+};
+
+struct Root {            // one value a kernel stores, contiguous, into a slot
+  int32_t value;
+  int32_t slot;
+};
+
+struct Group {           // one fused loop nest over `domain`
+  std::vector<int64_t> domain;
+  std::vector<Root> roots;
+};
+
+struct ExternArg {       // how to build one argument of an extern call
+  Operand lit;           // literal operands (kind != Value)
+  bool is_tensor = false;
+  bool is_scalar_slot = false;
+  int32_t value = -1;
+  BufferView view;       // tensors
+  int32_t slot = -1;     // scalar inputs
+};
+
+struct ExternStep {
+  int32_t inst;                      // index into the trace
+  std::string callee;
+  std::vector<ExternArg> args;
+  std::vector<int32_t> result_values;
+  std::vector<int32_t> result_slots;
+};
+
+struct Step {
+  enum Kind : uint8_t { Kernel, Extern } kind;
+  int32_t index;  // into groups or externs
+};
+
+struct Plan {
+  int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
+  std::vector<int64_t> scratch_bytes;      // by slot (0 = not scratch)
+  std::vector<Group> groups;
+  std::vector<ExternStep> externs;
+  std::vector<Step> steps;
+  // Per value:
+  std::vector<char> buffer_backed;          // has a BufferView (input, extern, view, materialized)
+  std::vector<BufferView> views;
+  std::vector<int32_t> group_of;            // group that materializes a pointwise value, or -1
+  std::vector<char> materialized;
+  std::vector<int32_t> scalar_slot;         // scalar inputs: their slot
+};
+
+// Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),
+// then scratch buffers and extern results.
+Plan plan_trace(const Trace &t);
+
+}  // namespace dynamo::jit

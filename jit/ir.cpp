@@ -1,0 +1,59 @@
+// ir.cpp -- tables generated from ops.def, dtype names, small helpers of the trace IR.
+#include "ir.h"
+
+#include <cstring>
+
+namespace dynamo::jit {
+
+static const OpInfo kOps[] = {
+#define X(name, kind, arity, rule) {#name[sizeof(#name) - 2] == '_' ? "extern" : #name, OpKind::kind, arity, DRule::rule},
+#include "ops.def"
+#undef X
+};
+
+const OpInfo &op_info(Op op) { return kOps[(int)op]; }
+
+bool op_from_name(const std::string &s, Op *out) {
+  for (int i = 0; i < (int)Op::NUM_OPS; ++i)
+    if (s == kOps[i].name) { *out = (Op)i; return true; }
+  return false;
+}
+
+static const char *kDTypeNames[] = {"bool", "i32", "i64", "f32", "f64"};
+
+const char *dtype_name(DType t) { return kDTypeNames[(int)t]; }
+
+bool dtype_from_name(const std::string &s, DType *out) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kDTypeNames[i]) { *out = (DType)i; return true; }
+  return false;
+}
+
+int dtype_bytes(DType t) {
+  switch (t) {
+    case DType::Bool: return 1;
+    case DType::I32: case DType::F32: return 4;
+    case DType::I64: case DType::F64: return 8;
+  }
+  return 0;
+}
+
+int64_t Type::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes) {
+  std::vector<int64_t> st(sizes.size());
+  int64_t acc = 1;
+  for (int i = (int)sizes.size() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  return st;
+}
+
+void fail(ErrorCode c, const std::string &msg) { throw Error(c, msg); }
+
+}  // namespace dynamo::jit

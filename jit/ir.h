@@ -1,0 +1,133 @@
+// ir.h -- the trace IR: dtypes, value types, operands, instructions and traces (DESIGN.md §4).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dynamo::jit {
+
+/* -- Element types -- */
+enum class DType : uint8_t { Bool = 0, I32 = 1, I64 = 2, F32 = 3, F64 = 4 };
+
+const char *dtype_name(DType t);          // "f32"
+bool dtype_from_name(const std::string &s, DType *out);
+int dtype_bytes(DType t);
+inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
+inline bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
+
+/* -- Ops: generated from ops.def -- */
+enum class OpKind : uint8_t { INPUT, POINTWISE, VIEW, EXTERN };
+enum class DRule : uint8_t { PROMOTE, FLOAT, FLOATONLY, COMPARE, LOGICAL, CAST, NONE };
+
+enum class Op : uint16_t {
+#define X(name, kind, arity, rule) name,
+#include "ops.def"
+#undef X
+  NUM_OPS
+};
+
+struct OpInfo {
+  const char *name;
+  OpKind kind;
+  int arity;
+  DRule rule;
+};
+const OpInfo &op_info(Op op);
+bool op_from_name(const std::string &s, Op *out);
+
+/* -- Devices -- */
+enum class DeviceKind : uint8_t { CPU = 0, CUDA = 1 };
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int32_t index = 0;
+  bool operator==(const Device &o) const { return kind == o.kind && index == o.index; }
+};
+
+/* -- Value types -- */
+struct Type {
+  bool tensor = true;
+  DType dtype = DType::F32;
+  std::vector<int64_t> sizes;    // tensors only
+  std::vector<int64_t> strides;  // inputs only (elements); empty = contiguous
+  Device device;                 // inputs only
+  bool requires_grad = false;    // inputs only
+
+  int64_t numel() const;
+  int rank() const { return (int)sizes.size(); }
+  bool same_shape(const Type &o) const { return sizes == o.sizes; }
+};
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes);
+
+/* -- Operands -- */
+struct Operand {
+  enum Kind : uint8_t { Value, Int, Float, Bool, None, IntList, Ident, Str } kind = None;
+  int32_t value = -1;         // Value
+  int64_t i = 0;              // Int, Bool
+  double f = 0;               // Float
+  std::vector<int64_t> list;  // IntList
+  std::string s;              // Ident, Str
+
+  static Operand val(int32_t v) { Operand o; o.kind = Value; o.value = v; return o; }
+  static Operand integer(int64_t v) { Operand o; o.kind = Int; o.i = v; return o; }
+  static Operand real(double v) { Operand o; o.kind = Float; o.f = v; return o; }
+  static Operand boolean(bool v) { Operand o; o.kind = Bool; o.i = v; return o; }
+  bool is_scalar_literal() const { return kind == Int || kind == Float || kind == Bool; }
+};
+
+/* -- Instructions and traces -- */
+struct Inst {
+  Op op = Op::input;
+  std::vector<int32_t> results;    // value ids defined here
+  std::vector<Operand> args;
+  std::string callee;              // extern: "aten::addmm" or "aten::add.Tensor"
+  bool has_guard_value = false;    // input scalar: guarded to equal guard_value
+  Operand guard_value;
+};
+
+struct Trace {
+  std::string name = "trace";
+  std::vector<Type> types;         // by value id
+  std::vector<int32_t> def;        // value id -> defining instruction index
+  std::vector<Inst> insts;
+  std::vector<int32_t> inputs;     // value ids of input instructions, in slot order
+  std::vector<int32_t> outputs;    // value ids returned
+
+  int32_t new_value(const Type &t, int32_t inst) {
+    types.push_back(t);
+    def.push_back(inst);
+    return (int32_t)types.size() - 1;
+  }
+};
+
+/* Errors inside the JIT are exceptions of this type; capi/ turns them into statuses. */
+enum class ErrorCode : uint8_t { Parse, Verify, Compile, Unsupported, Runtime, Internal };
+struct Error : std::runtime_error {
+  ErrorCode code;
+  Error(ErrorCode c, const std::string &m) : std::runtime_error(m), code(c) {}
+};
+[[noreturn]] void fail(ErrorCode c, const std::string &msg);
+
+/* -- Stages (one file each, in pipeline order) -- */
+std::string print_trace(const Trace &t);                        // text.cpp
+Trace parse_trace(const std::string &text);                     // text.cpp
+// Parses one instruction line (no "%r =" prefix) and appends it to t; returns first result.
+int32_t parse_instruction_into(Trace &t, const std::string &line);
+std::string print_operand(const Operand &o);
+std::string print_type(const Type &t, bool input);
+
+// verify.cpp: infers the result types of inst (operands already defined) or throws Verify
+// naming the instruction. annotated: result types written in the text, if any.
+std::vector<Type> infer_types(const Trace &t, const Inst &inst, const std::string &where);
+void verify_trace(const Trace &t);
+DType promote_types(DType a, DType b);
+// ATen's result_type over operands (tensors with dims, zero-dim tensors, Python scalars).
+DType result_type(const Trace &t, const std::vector<const Operand *> &ops);
+bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
+                      std::vector<int64_t> *out);
+
+// passes.cpp: dead code elimination and common subexpression elimination, in place.
+void simplify_trace(Trace &t);
+
+}  // namespace dynamo::jit

@@ -1,0 +1,664 @@
+// lower_cpu.cpp -- fused groups to vectorized LLVM IR: one loop nest per group, explicit
+// vectors of the host's width with a scalar tail, SLEEF u10 functions for transcendental
+// math, and one trace function that runs kernels and extern calls in program order.
+#include "lower_cpu.h"
+#include "rt_abi.h"
+
+#include <cmath>
+#include <map>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+
+namespace dynamo::jit {
+
+using namespace llvm;
+
+namespace {
+
+using Map = std::vector<int32_t>;  // per dimension of a value: the domain dim it follows, or -1
+
+struct EVal {
+  Value *v;
+  DType dt;
+};
+
+// One memory access pattern of a kernel: coefficients over the (collapsed) loop dims.
+struct Pattern {
+  int32_t slot;
+  int64_t offset;
+  DType dt;
+  std::vector<int64_t> coef;  // over original domain dims, then over collapsed dims
+};
+
+class KernelEmitter {
+ public:
+  KernelEmitter(Module &m, const Trace &t, const Plan &p, int gi, const LowerOptions &opt)
+      : M(m), C(m.getContext()), B(C), t(t), p(p), g(p.groups[gi]), gi(gi), opt(opt) {}
+
+  // Emits the kernel; returns it (nullptr when the domain is empty).
+  Function *emit(const std::string &name);
+  int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
+  int64_t numel() const { return total; }
+
+ private:
+  struct Dim {
+    int64_t size;
+  };
+  Module &M;
+  LLVMContext &C;
+  mutable IRBuilder<> B;
+  const Trace &t;
+  const Plan &p;
+  const Group &g;
+  int gi;
+  const LowerOptions &opt;
+
+  std::vector<Pattern> pats;                         // leaves first, then root stores
+  std::map<std::pair<int32_t, Map>, int32_t> leaf_of;  // (value, map) -> pattern
+  std::vector<int32_t> root_pat;
+  std::vector<Dim> dims;                             // collapsed loop dims
+  int64_t total = 0;
+  int lanes = 16;
+  Function *F = nullptr;
+  Value *slots = nullptr;
+  std::map<int32_t, Value *> base;                   // slot -> base pointer
+  Value *flag = nullptr;                             // alloca i32: runtime error code
+  MDNode *scope_read = nullptr, *scope_write = nullptr;
+
+  // Per inner-loop body:
+  std::vector<Value *> outer_off;                    // per pattern, offset from outer loops
+  std::map<int32_t, Value *> hoisted;                // pattern -> scalar loaded before the loop
+  std::map<std::pair<int32_t, Map>, EVal> memo;
+  int L = 1;
+  Value *jidx = nullptr;
+
+  bool inline_value(int32_t v) const {
+    const Inst &in = t.insts[t.def[v]];
+    if (op_info(in.op).kind != OpKind::POINTWISE) return false;
+    return !p.materialized[v] || p.group_of[v] == gi;
+  }
+  Map compose(const Map &m, int32_t v, int32_t operand) const {
+    const auto &vs = t.types[v].sizes, &os = t.types[operand].sizes;
+    Map r(os.size(), -1);
+    size_t off = vs.size() - os.size();
+    for (size_t k = 0; k < os.size(); ++k) r[k] = os[k] == 1 ? -1 : m[k + off];
+    return r;
+  }
+  void collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen);
+  void collapse();
+  void emit_loops(size_t d, Value *begin, Value *end);
+  void emit_inner(Value *begin, Value *end);
+  void emit_body(int lanes_now);
+
+  // -- values --
+  llvm::Type *scalar_ty(DType d) const {
+    switch (d) {
+      case DType::Bool: return B.getInt1Ty();
+      case DType::I32: return B.getInt32Ty();
+      case DType::I64: return B.getInt64Ty();
+      case DType::F32: return B.getFloatTy();
+      case DType::F64: return B.getDoubleTy();
+    }
+    return nullptr;
+  }
+  llvm::Type *mem_ty(DType d) const { return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d); }
+  llvm::Type *vec_ty(DType d) const {
+    llvm::Type *s = scalar_ty(d);
+    return L == 1 ? s : (llvm::Type *)FixedVectorType::get(s, L);
+  }
+  Value *splat(Value *s) { return L == 1 ? s : B.CreateVectorSplat(L, s); }
+  EVal cst(DType d, double x) {
+    Value *s = is_float(d) ? (Value *)ConstantFP::get(scalar_ty(d), x)
+                           : (Value *)ConstantInt::get(scalar_ty(d), (uint64_t)(int64_t)x, true);
+    return {splat(s), d};
+  }
+  EVal cast(EVal x, DType to);
+  EVal operand(int32_t v, const Map &m, const Operand &o, DType as);
+  EVal value(int32_t v, const Map &m);
+  EVal load(int32_t pat);
+  EVal compute(int32_t v, const Map &m);
+  Value *sleef(const char *fn, DType d, std::vector<Value *> args);
+  Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
+  void decorate(Instruction *I, bool is_store) {
+    I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
+    I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);
+  }
+};
+
+void KernelEmitter::collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen) {
+  if (!seen.emplace(std::make_pair(v, m), 1).second) return;
+  if (inline_value(v)) {
+    for (const Operand &o : t.insts[t.def[v]].args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor) collect(o.value, compose(m, v, o.value), seen);
+    return;
+  }
+  const BufferView &bv = p.views[v];
+  Pattern pt{bv.slot, bv.offset, t.types[v].dtype, std::vector<int64_t>(g.domain.size(), 0)};
+  for (size_t k = 0; k < m.size(); ++k)
+    if (m[k] >= 0) pt.coef[m[k]] += bv.strides[k];
+  leaf_of[{v, m}] = (int32_t)pats.size();
+  pats.push_back(pt);
+}
+
+// Drops size-1 dims and merges neighbours that every access walks contiguously.
+void KernelEmitter::collapse() {
+  std::vector<int64_t> cs = contiguous_strides(g.domain);
+  for (const Root &r : g.roots) {
+    root_pat.push_back((int32_t)pats.size());
+    pats.push_back({r.slot, 0, t.types[r.value].dtype, cs});
+  }
+  std::vector<int> keep;
+  for (size_t d = 0; d < g.domain.size(); ++d)
+    if (g.domain[d] != 1) keep.push_back((int)d);
+  std::vector<std::vector<int64_t>> nc(pats.size());
+  for (int d : keep) {
+    int64_t sz = g.domain[d];
+    bool merge = !dims.empty();
+    for (size_t k = 0; merge && k < pats.size(); ++k)
+      if (nc[k].back() != pats[k].coef[d] * sz) merge = false;
+    if (merge) {
+      dims.back().size *= sz;
+      for (size_t k = 0; k < pats.size(); ++k) nc[k].back() = pats[k].coef[d];
+    } else {
+      dims.push_back({sz});
+      for (size_t k = 0; k < pats.size(); ++k) nc[k].push_back(pats[k].coef[d]);
+    }
+  }
+  if (dims.empty()) {
+    dims.push_back({1});
+    for (auto &c : nc) c.push_back(0);
+  }
+  for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
+}
+
+Function *KernelEmitter::emit(const std::string &name) {
+  total = 1;
+  for (int64_t s : g.domain) total *= s;
+  std::map<std::pair<int32_t, Map>, char> seen;
+  Map id(g.domain.size());
+  for (size_t k = 0; k < id.size(); ++k) id[k] = g.domain[k] == 1 ? -1 : (int32_t)k;
+  for (const Root &r : g.roots) collect(r.value, id, seen);
+  collapse();
+  if (total == 0) return nullptr;
+
+  bool all64 = true;
+  for (const Pattern &pt : pats) all64 = all64 && dtype_bytes(pt.dt) == 8;
+  lanes = std::max(1, opt.vector_bits / (all64 ? 64 : 32));
+
+  MDBuilder mdb(C);
+  MDNode *domain = mdb.createAnonymousAliasScopeDomain(name);
+  scope_read = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "reads"));
+  scope_write = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "writes"));
+
+  auto *fty = FunctionType::get(B.getInt32Ty(), {B.getPtrTy(), B.getInt64Ty(), B.getInt64Ty()}, false);
+  F = Function::Create(fty, Function::InternalLinkage, name, M);
+  F->addParamAttr(0, Attribute::NoAlias);
+  BasicBlock *entry = BasicBlock::Create(C, "entry", F);
+  B.SetInsertPoint(entry);
+  slots = F->getArg(0);
+  flag = B.CreateAlloca(B.getInt32Ty());
+  B.CreateStore(B.getInt32(0), flag);
+  for (const Pattern &pt : pats) {
+    if (base.count(pt.slot)) continue;
+    Value *addr = B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, pt.slot);
+    base[pt.slot] = B.CreateLoad(B.getPtrTy(), addr, "slot" + std::to_string(pt.slot));
+  }
+  outer_off.assign(pats.size(), B.getInt64(0));
+  emit_loops(0, F->getArg(1), F->getArg(2));
+  B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+  return F;
+}
+
+// Outer loops: dim 0 runs [begin, end) (the parallel range); the others run fully.
+void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
+  if (d + 1 == dims.size()) {
+    emit_inner(begin, end);
+    return;
+  }
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "outer" + std::to_string(d), F);
+  BasicBlock *body = BasicBlock::Create(C, "outer_body" + std::to_string(d), F);
+  BasicBlock *exit = BasicBlock::Create(C, "outer_exit" + std::to_string(d), F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
+  i->addIncoming(begin, pre);
+  B.CreateCondBr(B.CreateICmpSLT(i, end), body, exit);
+  B.SetInsertPoint(body);
+  std::vector<Value *> saved = outer_off;
+  for (size_t k = 0; k < pats.size(); ++k)
+    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
+  emit_loops(d + 1, B.getInt64(0), B.getInt64(dims[d + 1].size));
+  outer_off = saved;
+  Value *next = B.CreateAdd(i, B.getInt64(1));
+  i->addIncoming(next, B.GetInsertBlock());
+  B.CreateBr(head);
+  B.SetInsertPoint(exit);
+}
+
+void KernelEmitter::emit_inner(Value *begin, Value *end) {
+  size_t d = dims.size() - 1;
+  // Loads that do not move along the inner dim are done once, before the loop.
+  hoisted.clear();
+  for (size_t k = 0; k < pats.size(); ++k) {
+    bool is_root = std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
+    if (is_root || pats[k].coef[d] != 0) continue;
+    L = 1;
+    jidx = B.getInt64(0);
+    hoisted[(int32_t)k] = load((int32_t)k).v;
+  }
+  auto loop = [&](int lanes_now, Value *from, Value *limit, const char *nm) -> Value * {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, std::string(nm) + "_head", F);
+    BasicBlock *body = BasicBlock::Create(C, std::string(nm) + "_body", F);
+    BasicBlock *exit = BasicBlock::Create(C, std::string(nm) + "_exit", F);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
+    j->addIncoming(from, pre);
+    Value *cond = lanes_now == 1 ? B.CreateICmpSLT(j, limit)
+                                 : B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(lanes_now)), limit);
+    B.CreateCondBr(cond, body, exit);
+    B.SetInsertPoint(body);
+    jidx = j;
+    emit_body(lanes_now);
+    Value *next = B.CreateAdd(j, B.getInt64(lanes_now));
+    j->addIncoming(next, B.GetInsertBlock());
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    return j;
+  };
+  Value *after = begin;
+  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, begin, end, "vec");
+  loop(1, after, end, "tail");
+}
+
+void KernelEmitter::emit_body(int lanes_now) {
+  L = lanes_now;
+  memo.clear();
+  Map id(g.domain.size());
+  for (size_t k = 0; k < id.size(); ++k) id[k] = g.domain[k] == 1 ? -1 : (int32_t)k;
+  for (size_t r = 0; r < g.roots.size(); ++r) {
+    const Root &root = g.roots[r];
+    EVal v = cast(value(root.value, id), t.types[root.value].dtype);
+    const Pattern &pt = pats[root_pat[r]];
+    Value *off = B.CreateAdd(outer_off[root_pat[r]], B.CreateMul(jidx, B.getInt64(pt.coef.back())));
+    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], off);
+    Value *sv = pt.dt == DType::Bool ? B.CreateZExt(v.v, L == 1 ? B.getInt8Ty() : (llvm::Type *)FixedVectorType::get(B.getInt8Ty(), L)) : v.v;
+    decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
+  }
+}
+
+EVal KernelEmitter::load(int32_t k) {
+  const Pattern &pt = pats[k];
+  auto hit = hoisted.find(k);
+  llvm::Type *mt = mem_ty(pt.dt);
+  Value *v;
+  if (hit != hoisted.end()) {
+    return {splat(hit->second), pt.dt};
+  }
+  int64_t c = pt.coef.back();
+  Value *off = B.CreateAdd(outer_off[k], B.getInt64(pt.offset));
+  if (c == 1 || L == 1) {
+    Value *o = c == 0 ? off : B.CreateAdd(off, B.CreateMul(jidx, B.getInt64(c)));
+    Value *ptr = B.CreateInBoundsGEP(mt, base[pt.slot], o);
+    llvm::Type *lt = L == 1 ? mt : (llvm::Type *)FixedVectorType::get(mt, L);
+    auto *ld = B.CreateAlignedLoad(lt, ptr, Align(dtype_bytes(pt.dt)));
+    decorate(ld, false);
+    v = ld;
+  } else {
+    std::vector<Constant *> lane;
+    for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(l * c));
+    Value *idx = B.CreateAdd(B.CreateVectorSplat(L, B.CreateAdd(off, B.CreateMul(jidx, B.getInt64(c)))),
+                             ConstantVector::get(lane));
+    Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], idx);
+    auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)));
+    decorate(ld, false);
+    v = ld;
+  }
+  if (pt.dt == DType::Bool) v = B.CreateICmpNE(v, Constant::getNullValue(v->getType()));
+  return {v, pt.dt};
+}
+
+EVal KernelEmitter::cast(EVal x, DType to) {
+  if (x.dt == to) return x;
+  llvm::Type *ty = vec_ty(to);
+  if (to == DType::Bool) {
+    Value *z = Constant::getNullValue(x.v->getType());
+    return {is_float(x.dt) ? B.CreateFCmpUNE(x.v, z) : B.CreateICmpNE(x.v, z), to};
+  }
+  if (is_float(to)) {
+    if (is_float(x.dt)) return {B.CreateFPCast(x.v, ty), to};
+    return {x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty), to};
+  }
+  if (is_float(x.dt)) return {B.CreateFPToSI(x.v, ty), to};
+  return {B.CreateIntCast(x.v, ty, x.dt != DType::Bool), to};
+}
+
+EVal KernelEmitter::operand(int32_t v, const Map &m, const Operand &o, DType as) {
+  switch (o.kind) {
+    case Operand::Value: {
+      const Type &ty = t.types[o.value];
+      if (ty.tensor) return cast(value(o.value, compose(m, v, o.value)), as);
+      // A scalar input: its 8 bytes live in the slot itself.
+      Value *addr = B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, p.scalar_slot[o.value]);
+      Value *bits = B.CreateLoad(B.getInt64Ty(), addr);
+      EVal s;
+      if (ty.dtype == DType::F64) s = {B.CreateBitCast(bits, B.getDoubleTy()), DType::F64};
+      else if (ty.dtype == DType::Bool) s = {B.CreateICmpNE(bits, B.getInt64(0)), DType::Bool};
+      else s = {bits, DType::I64};
+      int keep = L;
+      L = 1;
+      s = cast(s, as);
+      L = keep;
+      return {splat(s.v), as};
+    }
+    case Operand::Int: case Operand::Bool: return cast(cst(o.kind == Operand::Bool ? DType::Bool : DType::I64, (double)o.i), as);
+    case Operand::Float: return cast(cst(DType::F64, o.f), as);
+    default: fail(ErrorCode::Internal, "bad pointwise operand");
+  }
+}
+
+EVal KernelEmitter::value(int32_t v, const Map &m) {
+  auto key = std::make_pair(v, m);
+  auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  EVal r = inline_value(v) ? compute(v, m) : load(leaf_of.at(key));
+  memo[key] = r;
+  return r;
+}
+
+Value *KernelEmitter::sleef(const char *fn, DType d, std::vector<Value *> args) {
+  bool f32 = d == DType::F32;
+  int native = std::max(1, opt.vector_bits / (f32 ? 32 : 64));
+  int chunk = L == 1 ? 1 : std::min(L, native);
+  llvm::Type *ety = f32 ? B.getFloatTy() : B.getDoubleTy();
+  llvm::Type *cty = chunk == 1 ? ety : (llvm::Type *)FixedVectorType::get(ety, chunk);
+  std::string width = chunk == 1 ? "" : (f32 ? "" : "d") + std::to_string(chunk);
+  std::string name = std::string("Sleef_") + fn + (f32 ? "f" : "") + width + "_u10";
+  std::vector<llvm::Type *> ptys(args.size(), cty);
+  FunctionCallee callee = M.getOrInsertFunction(name, FunctionType::get(cty, ptys, false));
+  if (auto *cf = dyn_cast<Function>(callee.getCallee())) {
+    cf->setDoesNotAccessMemory();
+    cf->setDoesNotThrow();
+  }
+  if (chunk == L) return B.CreateCall(callee, args);
+  // Wider than SLEEF's widest: split into native-width pieces and join them.
+  Value *out = nullptr;
+  std::vector<Value *> parts;
+  for (int base_lane = 0; base_lane < L; base_lane += chunk) {
+    std::vector<int> mask;
+    for (int l = 0; l < chunk; ++l) mask.push_back(base_lane + l);
+    std::vector<Value *> a;
+    for (Value *x : args) a.push_back(B.CreateShuffleVector(x, mask));
+    parts.push_back(B.CreateCall(callee, a));
+  }
+  while (parts.size() > 1) {
+    std::vector<Value *> next;
+    for (size_t k = 0; k + 1 < parts.size(); k += 2) {
+      int n = (int)llvm::cast<FixedVectorType>(parts[k]->getType())->getNumElements();
+      std::vector<int> mask;
+      for (int l = 0; l < 2 * n; ++l) mask.push_back(l);
+      next.push_back(B.CreateShuffleVector(parts[k], parts[k + 1], mask));
+    }
+    parts = next;
+  }
+  out = parts[0];
+  return out;
+}
+
+EVal KernelEmitter::compute(int32_t v, const Map &m) {
+  const Inst &in = t.insts[t.def[v]];
+  const Type &rt = t.types[v];
+  // The dtype the op computes in: ATen's promoted type of its (promoting) operands.
+  std::vector<const Operand *> promo;
+  for (size_t k = 0; k < in.args.size(); ++k) {
+    if ((in.op == Op::where && k == 0) || (in.op == Op::leaky_relu && k == 1) ||
+        (in.op == Op::softplus && k >= 1) || (in.op == Op::to && k == 1))
+      continue;
+    if (in.args[k].kind != Operand::None) promo.push_back(&in.args[k]);
+  }
+  DType ct = result_type(t, promo);
+  const DRule rule = op_info(in.op).rule;
+  if (rule == DRule::FLOAT) ct = rt.dtype;
+  if (rule == DRule::LOGICAL) ct = DType::Bool;
+  auto arg = [&](size_t k, DType as) { return operand(v, m, in.args[k], as).v; };
+  auto x = [&]() { return arg(0, ct); };
+  bool fl = is_float(ct);
+  auto R = [&](Value *val) { return EVal{val, ct}; };
+  auto one = [&]() { return cst(ct, 1.0).v; };
+  auto zero = [&]() { return cst(ct, 0.0).v; };
+  switch (in.op) {
+    case Op::add: return R(fl ? B.CreateFAdd(x(), arg(1, ct)) : ct == DType::Bool ? B.CreateOr(x(), arg(1, ct)) : B.CreateAdd(x(), arg(1, ct)));
+    case Op::sub: return R(fl ? B.CreateFSub(x(), arg(1, ct)) : B.CreateSub(x(), arg(1, ct)));
+    case Op::mul: return R(fl ? B.CreateFMul(x(), arg(1, ct)) : ct == DType::Bool ? B.CreateAnd(x(), arg(1, ct)) : B.CreateMul(x(), arg(1, ct)));
+    case Op::div: return R(B.CreateFDiv(x(), arg(1, ct)));
+    case Op::floordiv: {
+      Value *a = x(), *b = arg(1, ct);
+      if (!fl) {
+        // Python floor division; a zero divisor raises in ATen, so flag it and divide by 1.
+        Value *bz = B.CreateICmpEQ(b, zero());
+        Value *any = L == 1 ? bz : B.CreateOrReduce(bz);
+        Value *cur = B.CreateLoad(B.getInt32Ty(), flag);
+        B.CreateStore(B.CreateSelect(any, B.getInt32(DYNAMO_RT_INT_DIV_BY_ZERO), cur), flag);
+        Value *bs = B.CreateSelect(bz, one(), b);
+        Value *q = B.CreateSDiv(a, bs), *r = B.CreateSRem(a, bs);
+        Value *adj = B.CreateAnd(B.CreateICmpNE(r, zero()),
+                                 B.CreateICmpNE(B.CreateICmpSLT(r, zero()), B.CreateICmpSLT(bs, zero())));
+        return R(B.CreateSub(q, B.CreateZExt(adj, q->getType())));
+      }
+      // ATen's div_floor for floats (matches Python's float //).
+      Value *mod = B.CreateFRem(a, b);
+      Value *div = B.CreateFDiv(B.CreateFSub(a, mod), b);
+      Value *fix = B.CreateAnd(B.CreateFCmpUNE(mod, zero()),
+                               B.CreateICmpNE(B.CreateFCmpOLT(b, zero()), B.CreateFCmpOLT(mod, zero())));
+      div = B.CreateSelect(fix, B.CreateFSub(div, one()), div);
+      Value *fd = B.CreateUnaryIntrinsic(Intrinsic::floor, div);
+      fd = B.CreateSelect(B.CreateFCmpOGT(B.CreateFSub(div, fd), cst(ct, 0.5).v), B.CreateFAdd(fd, one()), fd);
+      Value *q0 = B.CreateBinaryIntrinsic(Intrinsic::copysign, zero(), B.CreateFDiv(a, b));
+      Value *res = B.CreateSelect(B.CreateFCmpUNE(div, zero()), fd, q0);
+      return R(B.CreateSelect(B.CreateFCmpOEQ(b, zero()), B.CreateFDiv(a, b), res));
+    }
+    case Op::neg: return R(fl ? B.CreateFNeg(x()) : B.CreateNeg(x()));
+    case Op::abs: {
+      Value *a = x();
+      if (fl) return R(B.CreateUnaryIntrinsic(Intrinsic::fabs, a));
+      return R(B.CreateSelect(B.CreateICmpSLT(a, zero()), B.CreateNeg(a), a));
+    }
+    case Op::pow: {
+      Value *a = x();
+      const Operand &e = in.args[1];
+      if (!fl) {  // integer base, non-negative literal exponent: square and multiply
+        Value *acc = one(), *sq = a;
+        for (int64_t n = e.i; n > 0; n >>= 1) {
+          if (n & 1) acc = B.CreateMul(acc, sq);
+          if (n > 1) sq = B.CreateMul(sq, sq);
+        }
+        return R(acc);
+      }
+      if (e.is_scalar_literal()) {  // ATen's special cases for scalar exponents
+        double ev = e.kind == Operand::Float ? e.f : (double)e.i;
+        if (ev == 2.0) return R(B.CreateFMul(a, a));
+        if (ev == 3.0) return R(B.CreateFMul(B.CreateFMul(a, a), a));
+        if (ev == 0.5) return R(B.CreateUnaryIntrinsic(Intrinsic::sqrt, a));
+        if (ev == -0.5) return R(B.CreateFDiv(one(), B.CreateUnaryIntrinsic(Intrinsic::sqrt, a)));
+        if (ev == -1.0) return R(B.CreateFDiv(one(), a));
+        if (ev == -2.0) return R(B.CreateFDiv(one(), B.CreateFMul(a, a)));
+      }
+      return R(sleef("pow", ct, {a, arg(1, ct)}));
+    }
+    case Op::maximum: case Op::minimum: {
+      bool mx = in.op == Op::maximum;
+      Value *a = x(), *b = arg(1, ct);
+      if (fl) return R(B.CreateBinaryIntrinsic(mx ? Intrinsic::maximum : Intrinsic::minimum, a, b));
+      if (ct == DType::Bool) return R(mx ? B.CreateOr(a, b) : B.CreateAnd(a, b));
+      return R(B.CreateBinaryIntrinsic(mx ? Intrinsic::smax : Intrinsic::smin, a, b));
+    }
+    case Op::clamp: {
+      Value *r = x();
+      for (int k = 1; k <= 2; ++k) {
+        if (in.args[k].kind == Operand::None) continue;
+        Value *bnd = arg(k, ct);
+        if (fl) r = B.CreateBinaryIntrinsic(k == 1 ? Intrinsic::maximum : Intrinsic::minimum, r, bnd);
+        else r = B.CreateBinaryIntrinsic(k == 1 ? Intrinsic::smax : Intrinsic::smin, r, bnd);
+      }
+      return R(r);
+    }
+    case Op::where: return R(B.CreateSelect(arg(0, DType::Bool), arg(1, ct), arg(2, ct)));
+    case Op::copy: return R(x());
+    case Op::to: return cast(operand(v, m, in.args[0], t.types[in.args[0].value].tensor ? t.types[in.args[0].value].dtype : ct), rt.dtype);
+    case Op::eq: case Op::ne: case Op::lt: case Op::le: case Op::gt: case Op::ge: {
+      Value *a = x(), *b = arg(1, ct);
+      CmpInst::Predicate pr;
+      switch (in.op) {
+        case Op::eq: pr = fl ? CmpInst::FCMP_OEQ : CmpInst::ICMP_EQ; break;
+        case Op::ne: pr = fl ? CmpInst::FCMP_UNE : CmpInst::ICMP_NE; break;
+        case Op::lt: pr = fl ? CmpInst::FCMP_OLT : ct == DType::Bool ? CmpInst::ICMP_ULT : CmpInst::ICMP_SLT; break;
+        case Op::le: pr = fl ? CmpInst::FCMP_OLE : ct == DType::Bool ? CmpInst::ICMP_ULE : CmpInst::ICMP_SLE; break;
+        case Op::gt: pr = fl ? CmpInst::FCMP_OGT : ct == DType::Bool ? CmpInst::ICMP_UGT : CmpInst::ICMP_SGT; break;
+        default: pr = fl ? CmpInst::FCMP_OGE : ct == DType::Bool ? CmpInst::ICMP_UGE : CmpInst::ICMP_SGE; break;
+      }
+      return {B.CreateCmp(pr, a, b), DType::Bool};
+    }
+    case Op::logical_and: return R(B.CreateAnd(x(), arg(1, ct)));
+    case Op::logical_or: return R(B.CreateOr(x(), arg(1, ct)));
+    case Op::logical_xor: return R(B.CreateXor(x(), arg(1, ct)));
+    case Op::logical_not: return R(B.CreateNot(x()));
+    case Op::exp: return R(sleef("exp", ct, {x()}));
+    case Op::expm1: return R(sleef("expm1", ct, {x()}));
+    case Op::log: return R(sleef("log", ct, {x()}));
+    case Op::log1p: return R(sleef("log1p", ct, {x()}));
+    case Op::log2: return R(sleef("log2", ct, {x()}));
+    case Op::sin: return R(sleef("sin", ct, {x()}));
+    case Op::cos: return R(sleef("cos", ct, {x()}));
+    case Op::tan: return R(sleef("tan", ct, {x()}));
+    case Op::tanh: return R(sleef("tanh", ct, {x()}));
+    case Op::erf: return R(sleef("erf", ct, {x()}));
+    case Op::sqrt: return R(B.CreateUnaryIntrinsic(Intrinsic::sqrt, x()));
+    case Op::rsqrt: return R(B.CreateFDiv(one(), B.CreateUnaryIntrinsic(Intrinsic::sqrt, x())));
+    case Op::reciprocal: return R(B.CreateFDiv(one(), x()));
+    case Op::sigmoid: return R(B.CreateFDiv(one(), B.CreateFAdd(one(), sleef("exp", ct, {B.CreateFNeg(x())}))));
+    case Op::silu: {
+      Value *a = x();
+      return R(B.CreateFDiv(a, B.CreateFAdd(one(), sleef("exp", ct, {B.CreateFNeg(a)}))));
+    }
+    case Op::relu: {
+      Value *a = x();
+      Value *neg = fl ? B.CreateFCmpOLT(a, zero()) : B.CreateICmpSLT(a, zero());
+      return R(B.CreateSelect(neg, zero(), a));
+    }
+    case Op::leaky_relu: {
+      Value *a = x();
+      return R(B.CreateSelect(B.CreateFCmpOGT(a, zero()), a, B.CreateFMul(a, arg(1, ct))));
+    }
+    case Op::gelu: {
+      Value *a = x();
+      Value *e = sleef("erf", ct, {B.CreateFMul(a, cst(ct, M_SQRT1_2).v)});
+      return R(B.CreateFMul(B.CreateFMul(a, cst(ct, 0.5).v), B.CreateFAdd(one(), e)));
+    }
+    case Op::gelu_tanh: {
+      Value *a = x();
+      Value *cube = B.CreateFMul(B.CreateFMul(a, a), a);
+      Value *inner = B.CreateFMul(cst(ct, M_SQRT2 * M_2_SQRTPI * 0.5).v,
+                                  B.CreateFAdd(a, B.CreateFMul(cst(ct, 0.044715).v, cube)));
+      Value *th = sleef("tanh", ct, {inner});
+      return R(B.CreateFMul(B.CreateFMul(a, cst(ct, 0.5).v), B.CreateFAdd(one(), th)));
+    }
+    case Op::softplus: {
+      Value *a = x(), *beta = arg(1, ct), *thr = arg(2, ct);
+      Value *xb = B.CreateFMul(a, beta);
+      Value *soft = B.CreateFDiv(sleef("log1p", ct, {sleef("exp", ct, {xb})}), beta);
+      return R(B.CreateSelect(B.CreateFCmpOGT(xb, thr), a, soft));
+    }
+    case Op::floor: return R(fl ? B.CreateUnaryIntrinsic(Intrinsic::floor, x()) : x());
+    case Op::ceil: return R(fl ? B.CreateUnaryIntrinsic(Intrinsic::ceil, x()) : x());
+    case Op::round: return R(fl ? B.CreateUnaryIntrinsic(Intrinsic::roundeven, x()) : x());
+    case Op::trunc: return R(fl ? B.CreateUnaryIntrinsic(Intrinsic::trunc, x()) : x());
+    case Op::sign: {
+      Value *a = x();
+      if (ct == DType::Bool) return R(a);
+      Value *pos = fl ? B.CreateFCmpOGT(a, zero()) : B.CreateICmpSGT(a, zero());
+      Value *neg = fl ? B.CreateFCmpOLT(a, zero()) : B.CreateICmpSLT(a, zero());
+      EVal pv = cast({pos, DType::Bool}, ct), nv = cast({neg, DType::Bool}, ct);
+      return R(fl ? B.CreateFSub(pv.v, nv.v) : B.CreateSub(pv.v, nv.v));
+    }
+    default:
+      fail(ErrorCode::Internal, std::string("no CPU lowering for ") + op_info(in.op).name);
+  }
+}
+
+void set_target_attrs(Function *f, const LowerOptions &opt) {
+  if (!opt.cpu.empty()) f->addFnAttr("target-cpu", opt.cpu);
+  if (!opt.features.empty()) f->addFnAttr("target-features", opt.features);
+  std::string w = std::to_string(opt.vector_bits);
+  f->addFnAttr("prefer-vector-width", w);
+  f->addFnAttr("min-legal-vector-width", w);
+  f->addFnAttr(Attribute::NoUnwind);
+}
+
+}  // namespace
+
+std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &ctx,
+                                    const std::string &fn_name, const LowerOptions &opt,
+                                    int *num_kernels) {
+  auto mod = std::make_unique<Module>(fn_name, ctx);
+  IRBuilder<> B(ctx);
+  llvm::Type *ptr = B.getPtrTy();
+  auto *tfty = FunctionType::get(B.getInt32Ty(), {ptr, ptr}, false);
+  Function *tf = Function::Create(tfty, Function::ExternalLinkage, fn_name, *mod);
+  FunctionCallee par = mod->getOrInsertFunction(
+      "dynamo_rt_parallel_for",
+      FunctionType::get(B.getInt32Ty(), {ptr, ptr, ptr, B.getInt64Ty(), B.getInt64Ty()}, false));
+  FunctionCallee ext = mod->getOrInsertFunction(
+      "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
+
+  struct Call { bool kernel; Function *fn; int64_t n0, inner; int32_t ext; };
+  std::vector<Call> calls;
+  int nk = 0;
+  for (const Step &s : p.steps) {
+    if (s.kind == Step::Extern) {
+      calls.push_back({false, nullptr, 0, 0, s.index});
+      continue;
+    }
+    KernelEmitter ke(*mod, t, p, s.index, opt);
+    Function *k = ke.emit(fn_name + "_k" + std::to_string(s.index));
+    if (!k) continue;  // empty domain: nothing to compute
+    set_target_attrs(k, opt);
+    ++nk;
+    calls.push_back({true, k, ke.outer_size(), ke.numel() / std::max<int64_t>(1, ke.outer_size()), -1});
+  }
+  if (num_kernels) *num_kernels = nk;
+
+  BasicBlock *bb = BasicBlock::Create(ctx, "entry", tf);
+  B.SetInsertPoint(bb);
+  Value *slots = tf->getArg(0), *rtctx = tf->getArg(1);
+  for (const Call &c : calls) {
+    Value *st;
+    if (c.kernel) {
+      int64_t numel = c.n0 * c.inner;
+      if (opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1) {
+        int64_t grain = std::max<int64_t>(1, (opt.parallel_min_elems / 2 + c.inner - 1) / c.inner);
+        st = B.CreateCall(par, {rtctx, c.fn, slots, B.getInt64(c.n0), B.getInt64(grain)});
+      } else {
+        st = B.CreateCall(c.fn, {slots, B.getInt64(0), B.getInt64(c.n0)});
+      }
+    } else {
+      st = B.CreateCall(ext, {rtctx, slots, B.getInt32(c.ext)});
+    }
+    BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
+    BasicBlock *ok_bb = BasicBlock::Create(ctx, "ok", tf);
+    B.CreateCondBr(B.CreateICmpNE(st, B.getInt32(0)), fail_bb, ok_bb);
+    B.SetInsertPoint(fail_bb);
+    B.CreateRet(st);
+    B.SetInsertPoint(ok_bb);
+  }
+  B.CreateRet(B.getInt32(0));
+  set_target_attrs(tf, opt);
+  return mod;
+}
+
+}  // namespace dynamo::jit

@@ -1,0 +1,25 @@
+/* rt_abi.h -- the contract between generated code and the runtime: helper signatures and the
+ * status codes a trace function returns. Plain C so it reads the same from both sides. */
+#ifndef DYNAMO_RT_ABI_H
+#define DYNAMO_RT_ABI_H
+#include <stdint.h>
+
+#define DYNAMO_RT_OK 0
+#define DYNAMO_RT_INT_DIV_BY_ZERO 1  /* integer floor division by zero (ATen raises) */
+#define DYNAMO_RT_EXTERN_FAILED 2    /* the extern call failed; message in the call context */
+
+/* A fused kernel: computes indices [begin, end) of its outermost loop. */
+typedef int32_t (*dynamo_rt_kernel_fn)(void **slots, int64_t begin, int64_t end);
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Runs kernel over [0, n) in chunks of at least grain, on the context's threads. */
+int32_t dynamo_rt_parallel_for(void *ctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,
+                               int64_t grain);
+/* Runs extern step `index` of the current entry through LibTorch's dispatcher. */
+int32_t dynamo_rt_extern(void *ctx, void **slots, int32_t index);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,322 @@
+// verify.cpp -- type and shape inference for every op (ATen broadcasting and type promotion),
+// and the trace verifier. Every error names the instruction it is about.
+#include <algorithm>
+
+#include "ir.h"
+
+namespace dynamo::jit {
+
+namespace {
+
+int category(DType t) { return t == DType::Bool ? 0 : is_int(t) ? 1 : 2; }
+
+[[noreturn]] void vfail(const std::string &where, const std::string &msg) {
+  fail(ErrorCode::Verify, where + ": " + msg);
+}
+
+int64_t wrap_dim(int64_t d, int64_t rank, const std::string &where) {
+  int64_t r = rank == 0 ? 1 : rank;
+  if (d < -r || d >= r)
+    vfail(where, "dimension " + std::to_string(d) + " out of range for rank " + std::to_string(rank));
+  return d < 0 ? d + r : d;
+}
+
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  return dtype_bytes(a) >= dtype_bytes(b) ? a : b;  // same category: the wider one
+}
+
+bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
+                      std::vector<int64_t> *out) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> r(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x != y && x != 1 && y != 1) return false;
+    r[i] = x == 1 ? y : x;
+  }
+  *out = r;
+  return true;
+}
+
+// ATen's result_type: tensors with dimensions outrank zero-dim tensors, which outrank Python
+// scalars, except that a higher category (bool < integer < float) from a lower tier wins and
+// then takes that tier's dtype (Python floats and ints take float32 / int64).
+DType result_type(const Trace &t, const std::vector<const Operand *> &ops) {
+  int have[3] = {0, 0, 0};
+  DType tier[3] = {DType::Bool, DType::Bool, DType::Bool};
+  auto add = [&](int k, DType d) {
+    tier[k] = have[k] ? promote_types(tier[k], d) : d;
+    have[k] = 1;
+  };
+  for (const Operand *o : ops) {
+    if (o->kind == Operand::Value) {
+      const Type &ty = t.types[o->value];
+      if (ty.tensor) add(ty.rank() > 0 ? 0 : 1, ty.dtype);
+      else add(2, ty.dtype == DType::F64 ? DType::F32 : ty.dtype);  // Python float -> default dtype
+    } else if (o->kind == Operand::Float) add(2, DType::F32);
+    else if (o->kind == Operand::Int) add(2, DType::I64);
+    else if (o->kind == Operand::Bool) add(2, DType::Bool);
+  }
+  auto combine = [](int hh, DType higher, int hl, DType lower) -> std::pair<int, DType> {
+    if (!hh) return {hl, lower};
+    if (!hl) return {hh, higher};
+    if (is_float(higher)) return {1, higher};
+    if (higher == DType::Bool || is_float(lower)) return {1, promote_types(higher, lower)};
+    return {1, higher};
+  };
+  auto low = combine(have[1], tier[1], have[2], tier[2]);
+  auto all = combine(have[0], tier[0], low.first, low.second);
+  return all.second;
+}
+
+std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string &where) {
+  const OpInfo &info = op_info(in.op);
+  if (info.arity >= 0 && (int)in.args.size() != info.arity)
+    vfail(where, std::string(info.name) + " takes " + std::to_string(info.arity) + " operand(s), got " +
+                     std::to_string(in.args.size()));
+  for (const Operand &o : in.args)
+    if (o.kind == Operand::Value && (o.value < 0 || o.value >= (int32_t)t.types.size()))
+      vfail(where, "operand %" + std::to_string(o.value) + " is not defined");
+  auto tensor_arg = [&](size_t k) -> const Type & {
+    if (k >= in.args.size() || in.args[k].kind != Operand::Value || !t.types[in.args[k].value].tensor)
+      vfail(where, "operand " + std::to_string(k) + " must be a tensor value");
+    return t.types[in.args[k].value];
+  };
+  auto int_arg = [&](size_t k) -> int64_t {
+    if (k >= in.args.size() || in.args[k].kind != Operand::Int)
+      vfail(where, "operand " + std::to_string(k) + " must be an integer literal");
+    return in.args[k].i;
+  };
+  auto list_arg = [&](size_t k) -> const std::vector<int64_t> & {
+    if (k >= in.args.size() || in.args[k].kind != Operand::IntList)
+      vfail(where, "operand " + std::to_string(k) + " must be an integer list like [4,8]");
+    return in.args[k].list;
+  };
+
+  if (info.kind == OpKind::EXTERN) return {};  // result types come from the annotation
+  if (info.kind == OpKind::INPUT) vfail(where, "input is written as '%N = input TYPE'");
+
+  if (info.kind == OpKind::VIEW) {
+    const Type &x = tensor_arg(0);
+    Type r;
+    r.dtype = x.dtype;
+    r.device = x.device;
+    std::vector<int64_t> s = x.sizes;
+    int64_t rank = x.rank();
+    switch (in.op) {
+      case Op::reshape:
+      case Op::view: {
+        const auto &want = list_arg(1);
+        int64_t known = 1, infer = -1;
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (want[i] == -1) {
+            if (infer >= 0) vfail(where, "only one size may be -1");
+            infer = (int64_t)i;
+          } else if (want[i] < 0) vfail(where, "negative size " + std::to_string(want[i]));
+          else known *= want[i];
+        }
+        s = want;
+        if (infer >= 0) {
+          if (known == 0 || x.numel() % known) vfail(where, "cannot infer the -1 size");
+          s[infer] = x.numel() / known;
+        } else if (known != x.numel())
+          vfail(where, "shape of " + std::to_string(known) + " elements cannot hold " +
+                           std::to_string(x.numel()));
+        break;
+      }
+      case Op::permute: {
+        const auto &p = list_arg(1);
+        if ((int64_t)p.size() != rank) vfail(where, "permute needs one index per dimension");
+        std::vector<bool> seen(rank, false);
+        for (size_t i = 0; i < p.size(); ++i) {
+          int64_t d = wrap_dim(p[i], rank, where);
+          if (seen[d]) vfail(where, "permute repeats dimension " + std::to_string(d));
+          seen[d] = true;
+          s[i] = x.sizes[d];
+        }
+        break;
+      }
+      case Op::transpose: {
+        if (rank == 0) break;
+        int64_t a = wrap_dim(int_arg(1), rank, where), b = wrap_dim(int_arg(2), rank, where);
+        std::swap(s[a], s[b]);
+        break;
+      }
+      case Op::expand: {
+        const auto &e = list_arg(1);
+        if ((int64_t)e.size() < rank) vfail(where, "expand cannot reduce the rank");
+        s.assign(e.size(), 0);
+        size_t lead = e.size() - rank;
+        for (size_t i = 0; i < e.size(); ++i) {
+          if (i < lead) {
+            if (e[i] < 0) vfail(where, "a new leading dimension cannot be -1");
+            s[i] = e[i];
+          } else {
+            int64_t have = x.sizes[i - lead];
+            if (e[i] == -1 || e[i] == have) s[i] = have;
+            else if (have == 1 && e[i] >= 0) s[i] = e[i];
+            else vfail(where, "cannot expand size " + std::to_string(have) + " to " + std::to_string(e[i]));
+          }
+        }
+        break;
+      }
+      case Op::squeeze: {
+        if (in.args.size() == 1) {
+          s.clear();
+          for (int64_t v : x.sizes) if (v != 1) s.push_back(v);
+        } else if (in.args.size() == 2) {
+          if (rank > 0) {
+            int64_t d = wrap_dim(int_arg(1), rank, where);
+            if (s[d] == 1) s.erase(s.begin() + d);
+          }
+        } else vfail(where, "squeeze takes (x) or (x, dim)");
+        break;
+      }
+      case Op::unsqueeze: {
+        int64_t d = int_arg(1);
+        if (d < -(rank + 1) || d > rank) vfail(where, "unsqueeze dimension out of range");
+        if (d < 0) d += rank + 1;
+        s.insert(s.begin() + d, 1);
+        break;
+      }
+      case Op::slice: {
+        if (rank == 0) vfail(where, "slice of a zero-dim tensor");
+        int64_t d = wrap_dim(int_arg(1), rank, where);
+        int64_t start = int_arg(2), end = int_arg(3), step = int_arg(4);
+        if (step <= 0) vfail(where, "slice step must be positive");
+        int64_t n = x.sizes[d];
+        if (start < 0) start += n;
+        if (end < 0) end += n;
+        start = std::clamp<int64_t>(start, 0, n);
+        end = std::clamp<int64_t>(end, start, n);
+        s[d] = (end - start + step - 1) / step;
+        break;
+      }
+      case Op::select: {
+        if (rank == 0) vfail(where, "select of a zero-dim tensor");
+        int64_t d = wrap_dim(int_arg(1), rank, where);
+        int64_t i = int_arg(2), n = x.sizes[d];
+        if (i < -n || i >= n) vfail(where, "index " + std::to_string(i) + " out of range for size " + std::to_string(n));
+        s.erase(s.begin() + d);
+        break;
+      }
+      default: vfail(where, "unknown view");
+    }
+    r.sizes = s;
+    return {r};
+  }
+
+  // -- pointwise --
+  std::vector<const Operand *> promo;   // operands that take part in type promotion
+  std::vector<int64_t> shape;
+  bool any_tensor = false;
+  Device dev;
+  for (size_t k = 0; k < in.args.size(); ++k) {
+    const Operand &o = in.args[k];
+    bool scalar_only = (in.op == Op::leaky_relu && k == 1) || (in.op == Op::softplus && k >= 1);
+    if (in.op == Op::to && k == 1) {
+      DType d;
+      if (o.kind != Operand::Ident || !dtype_from_name(o.s, &d)) vfail(where, "operand 1 must be a dtype");
+      continue;
+    }
+    if (o.kind == Operand::None) {
+      if (in.op == Op::clamp && k >= 1) continue;
+      vfail(where, "operand " + std::to_string(k) + " may not be none");
+    }
+    if (o.kind == Operand::Value) {
+      const Type &ty = t.types[o.value];
+      if (ty.tensor) {
+        if (scalar_only) vfail(where, "operand " + std::to_string(k) + " must be a scalar");
+        if (any_tensor && !(ty.device == dev)) vfail(where, "operands are on different devices");
+        dev = ty.device;
+        any_tensor = true;
+        if (!broadcast_shapes(shape, ty.sizes, &shape)) {
+          std::string a, b;
+          for (int64_t v : shape) a += (a.empty() ? "" : ",") + std::to_string(v);
+          for (int64_t v : ty.sizes) b += (b.empty() ? "" : ",") + std::to_string(v);
+          vfail(where, "shapes [" + a + "] and [" + b + "] do not broadcast");
+        }
+      }
+    } else if (!o.is_scalar_literal()) {
+      vfail(where, "operand " + std::to_string(k) + " must be a value or a number");
+    }
+    bool promotes = !(in.op == Op::where && k == 0) && !scalar_only;
+    if (promotes) promo.push_back(&o);
+  }
+  if (!any_tensor) vfail(where, "a pointwise op needs at least one tensor operand");
+  if (in.op == Op::where) {
+    const Operand &c = in.args[0];
+    if (c.kind != Operand::Value || !t.types[c.value].tensor || t.types[c.value].dtype != DType::Bool)
+      vfail(where, "where's condition must be a bool tensor");
+  }
+  DType p = result_type(t, promo);
+  DType r = p;
+  const char *nm = info.name;
+  switch (info.rule) {
+    case DRule::FLOAT: if (!is_float(p)) r = DType::F32; break;
+    case DRule::FLOATONLY:
+      if (!is_float(p)) vfail(where, std::string(nm) + " is not defined for " + dtype_name(p) + " tensors (ATen raises too)");
+      break;
+    case DRule::COMPARE: case DRule::LOGICAL: r = DType::Bool; break;
+    case DRule::CAST: dtype_from_name(in.args[1].s, &r); break;
+    default: break;
+  }
+  if (p == DType::Bool) {
+    if (in.op == Op::sub || in.op == Op::neg)
+      vfail(where, std::string(nm) + " on bool tensors is not supported (ATen raises too); use logical_not/logical_xor");
+    if (in.op == Op::abs || in.op == Op::relu || in.op == Op::floordiv || in.op == Op::pow ||
+        in.op == Op::floor || in.op == Op::ceil || in.op == Op::round || in.op == Op::trunc)
+      vfail(where, std::string(nm) + " is not defined for bool tensors (ATen raises too)");
+  }
+  if (in.op == Op::pow && is_int(r)) {
+    const Operand &e = in.args[1];
+    if (e.kind != Operand::Int || e.i < 0)
+      vfail(where, "integer pow needs a non-negative integer literal exponent");
+  }
+  Type out;
+  out.dtype = r;
+  out.sizes = shape;
+  out.device = dev;
+  return {out};
+}
+
+void verify_trace(const Trace &t) {
+  if (t.def.size() != t.types.size()) fail(ErrorCode::Internal, "trace value table is inconsistent");
+  int32_t defined = 0;
+  for (size_t i = 0; i < t.insts.size(); ++i) {
+    const Inst &in = t.insts[i];
+    std::string where = "instruction " + std::to_string(i) + " ('" + op_info(in.op).name + "')";
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value && (o.value < 0 || o.value >= defined))
+        vfail(where, "uses %" + std::to_string(o.value) + " before it is defined");
+    if (in.op != Op::input && in.op != Op::extern_) {
+      std::vector<Type> ty = infer_types(t, in, where);
+      if (ty.size() != in.results.size() || ty[0].sizes != t.types[in.results[0]].sizes ||
+          ty[0].dtype != t.types[in.results[0]].dtype)
+        vfail(where, "result type does not match its operands");
+    }
+    if (in.op == Op::extern_ && in.results.empty()) vfail(where, "an extern needs at least one result");
+    for (int32_t r : in.results) {
+      if (r != defined) vfail(where, "results must be numbered in order of definition");
+      ++defined;
+    }
+    if (in.op == Op::input && in.has_guard_value && t.types[in.results[0]].tensor)
+      vfail(where, "only scalar inputs can carry a '== value' guard");
+  }
+  if (t.outputs.empty()) fail(ErrorCode::Verify, "trace @" + t.name + ": returns nothing");
+  for (size_t k = 0; k < t.outputs.size(); ++k) {
+    int32_t v = t.outputs[k];
+    if (v < 0 || v >= defined) fail(ErrorCode::Verify, "return: output " + std::to_string(k) + " is not defined");
+    if (!t.types[v].tensor)
+      fail(ErrorCode::Verify, "return: output " + std::to_string(k) + " (%" + std::to_string(v) +
+                                  ") is a scalar; traces return tensors");
+  }
+}
+
+}  // namespace dynamo::jit

@@ -1,0 +1,188 @@
+// aten_extern.cpp -- the LibTorch side of the runtime: extern ops resolved by schema and called
+// through the boxed dispatcher, and the thread-parallel loop helper generated code calls.
+// The only file of the library that includes ATen.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+
+#include "entry.h"
+#include "jit/rt_abi.h"
+
+namespace dynamo::runtime {
+
+using jit::ErrorCode;
+
+struct ExternOps {
+  std::vector<c10::OperatorHandle> ops;  // one per extern step
+};
+
+namespace {
+
+c10::ScalarType scalar_type_of(jit::DType d) {
+  switch (d) {
+    case jit::DType::Bool: return c10::kBool;
+    case jit::DType::I32: return c10::kInt;
+    case jit::DType::I64: return c10::kLong;
+    case jit::DType::F32: return c10::kFloat;
+    case jit::DType::F64: return c10::kDouble;
+  }
+  return c10::kFloat;
+}
+
+std::string sizes_text(c10::IntArrayRef s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// A literal operand as the IValue the schema argument expects.
+c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
+  c10::TypeKind want = arg ? arg->type()->kind() : c10::TypeKind::AnyType;
+  if (want == c10::TypeKind::OptionalType && arg)
+    want = arg->type()->castRaw<c10::OptionalType>()->getElementType()->kind();
+  switch (o.kind) {
+    case jit::Operand::Int:
+      if (want == c10::TypeKind::FloatType) return c10::IValue((double)o.i);
+      if (want == c10::TypeKind::BoolType) return c10::IValue(o.i != 0);
+      return c10::IValue(o.i);
+    case jit::Operand::Float: return c10::IValue(o.f);
+    case jit::Operand::Bool: return c10::IValue(o.i != 0);
+    case jit::Operand::None: return c10::IValue();
+    case jit::Operand::IntList: return c10::IValue(o.list);
+    case jit::Operand::Str: return c10::IValue(o.s);
+    case jit::Operand::Ident: {
+      jit::DType d;
+      if (jit::dtype_from_name(o.s, &d)) return c10::IValue((int64_t)scalar_type_of(d));
+      return c10::IValue(o.s);
+    }
+    default: return c10::IValue();
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p) {
+  auto ops = std::make_shared<ExternOps>();
+  for (const jit::ExternStep &e : p.externs) {
+    std::string name = e.callee, overload;
+    size_t colons = name.find("::");
+    size_t dot = name.find('.', colons == std::string::npos ? 0 : colons);
+    if (dot != std::string::npos) {
+      overload = name.substr(dot + 1);
+      name = name.substr(0, dot);
+    }
+    auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!h)
+      jit::fail(ErrorCode::Compile, "extern " + e.callee + ": no such operator in LibTorch " +
+                                        "(schema '" + name + "', overload '" + overload + "')");
+    const c10::FunctionSchema &s = h->schema();
+    if (e.args.size() > s.arguments().size())
+      jit::fail(ErrorCode::Verify, "extern " + e.callee + ": " + std::to_string(e.args.size()) +
+                                       " arguments given, the schema takes " + std::to_string(s.arguments().size()));
+    for (size_t k = e.args.size(); k < s.arguments().size(); ++k)
+      if (!s.arguments()[k].default_value())
+        jit::fail(ErrorCode::Verify, "extern " + e.callee + ": argument '" + s.arguments()[k].name() +
+                                         "' is missing and has no default");
+    if (s.returns().size() != e.result_values.size())
+      jit::fail(ErrorCode::Verify, "extern " + e.callee + " returns " + std::to_string(s.returns().size()) +
+                                       " value(s), the trace names " + std::to_string(e.result_values.size()));
+    for (const c10::Argument &r : s.returns())
+      if (r.type()->kind() != c10::TypeKind::TensorType)
+        jit::fail(ErrorCode::Unsupported, "extern " + e.callee + " returns a non-tensor value");
+    if (s.is_mutable())
+      jit::fail(ErrorCode::Unsupported, "extern " + e.callee + " mutates its arguments; in-place externs are not supported yet");
+    ops->ops.push_back(*h);
+  }
+  (void)t;
+  return ops;
+}
+
+std::map<std::string, void *> runtime_symbols() {
+  return {{"dynamo_rt_parallel_for", (void *)&dynamo_rt_parallel_for},
+          {"dynamo_rt_extern", (void *)&dynamo_rt_extern}};
+}
+
+}  // namespace dynamo::runtime
+
+using namespace dynamo;
+
+extern "C" int32_t dynamo_rt_parallel_for(void *vctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,
+                                          int64_t grain) {
+  auto *ctx = static_cast<runtime::RunContext *>(vctx);
+  if (ctx->num_threads == 1 || n <= grain || at::get_num_threads() == 1 || at::in_parallel_region())
+    return kernel(slots, 0, n);
+  std::atomic<int32_t> status{0};
+  at::parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+    int32_t r = kernel(slots, b, e);
+    if (r) status.store(r);
+  });
+  return status.load();
+}
+
+extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
+  auto *ctx = static_cast<runtime::RunContext *>(vctx);
+  const runtime::Entry &en = *ctx->entry;
+  const jit::ExternStep &e = en.plan.externs[index];
+  const c10::OperatorHandle &op = en.externs->ops[index];
+  const c10::FunctionSchema &schema = op.schema();
+  try {
+    torch::jit::Stack stack;
+    for (size_t k = 0; k < e.args.size(); ++k) {
+      const jit::ExternArg &a = e.args[k];
+      const c10::Argument *sa = &schema.arguments()[k];
+      if (a.is_tensor) {
+        const jit::Type &ty = en.trace.types[a.value];
+        char *base = static_cast<char *>(slots[a.view.slot]);
+        int64_t es = jit::dtype_bytes(ty.dtype);
+        auto opts = at::TensorOptions().dtype(runtime::scalar_type_of(ty.dtype)).device(at::kCPU);
+        stack.emplace_back(at::from_blob(base + a.view.offset * es, ty.sizes, a.view.strides, opts));
+      } else if (a.is_scalar_slot) {
+        const jit::Type &ty = en.trace.types[a.value];
+        int64_t bits;
+        memcpy(&bits, &slots[a.slot], 8);
+        if (ty.dtype == jit::DType::F64) {
+          double d;
+          memcpy(&d, &bits, 8);
+          stack.emplace_back(d);
+        } else if (ty.dtype == jit::DType::Bool) {
+          stack.emplace_back(bits != 0);
+        } else if (sa->type()->kind() == c10::TypeKind::FloatType) {
+          stack.emplace_back((double)bits);
+        } else {
+          stack.emplace_back(bits);
+        }
+      } else {
+        stack.push_back(runtime::literal_ivalue(a.lit, sa));
+      }
+    }
+    for (size_t k = e.args.size(); k < schema.arguments().size(); ++k)
+      stack.push_back(*schema.arguments()[k].default_value());
+    op.callBoxed(&stack);
+    if (stack.size() != e.result_values.size()) {
+      ctx->error = "extern " + e.callee + " returned " + std::to_string(stack.size()) + " values";
+      return DYNAMO_RT_EXTERN_FAILED;
+    }
+    for (size_t r = 0; r < stack.size(); ++r) {
+      at::Tensor res = stack[r].toTensor();
+      const jit::Type &ty = en.trace.types[e.result_values[r]];
+      if (res.scalar_type() != runtime::scalar_type_of(ty.dtype) || res.sizes() != c10::IntArrayRef(ty.sizes)) {
+        ctx->error = "extern " + e.callee + " result " + std::to_string(r) + " is " +
+                     std::string(c10::toString(res.scalar_type())) + runtime::sizes_text(res.sizes()) +
+                     ", the trace expected " + jit::print_type(ty, false);
+        return DYNAMO_RT_EXTERN_FAILED;
+      }
+      res = res.contiguous();
+      slots[e.result_slots[r]] = res.data_ptr();
+      ctx->keep.push_back(std::make_shared<at::Tensor>(std::move(res)));
+    }
+    return DYNAMO_RT_OK;
+  } catch (const std::exception &ex) {
+    std::string what = ex.what();
+    size_t nl = what.find("\nException raised from");
+    if (nl != std::string::npos) what = what.substr(0, nl);
+    ctx->error = "extern " + e.callee + " failed: " + what;
+    return DYNAMO_RT_EXTERN_FAILED;
+  }
+}

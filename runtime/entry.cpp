@@ -1,0 +1,175 @@
+// entry.cpp -- compiling a trace into an entry, and running an entry on caller buffers.
+#include "entry.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "jit/rt_abi.h"
+
+namespace dynamo::runtime {
+
+using jit::ErrorCode;
+
+std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trace,
+                                     const std::string &fn_name, int num_threads) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto e = std::make_unique<Entry>();
+  e->trace = trace;
+  jit::verify_trace(e->trace);
+  for (int32_t v : e->trace.inputs) {
+    const jit::Type &ty = e->trace.types[v];
+    if (ty.tensor && ty.device.kind != jit::DeviceKind::CPU)
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) +
+                                            " is on a CUDA device; this build compiles CPU traces only");
+    if (ty.tensor && ty.rank() > 16)
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than 16 dimensions");
+  }
+  for (int32_t v : e->trace.outputs)
+    if (e->trace.types[v].rank() > 16)
+      jit::fail(ErrorCode::Unsupported, "output %" + std::to_string(v) + " has more than 16 dimensions");
+  jit::simplify_trace(e->trace);
+  e->plan = jit::plan_trace(e->trace);
+  e->guards = guards::guards_from_trace(e->trace);
+  e->externs = resolve_externs(e->trace, e->plan);
+  e->num_threads = num_threads;
+  int nk = 0;
+  e->code = engine.compile(e->trace, e->plan, fn_name, &nk);
+  e->stats.struct_size = sizeof(dynamo_entry_stats);
+  e->stats.num_kernels = (uint32_t)nk;
+  e->stats.num_externs = (uint32_t)e->plan.externs.size();
+  e->stats.num_instructions = (uint32_t)e->trace.insts.size();
+  e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return e;
+}
+
+namespace {
+
+// Byte range [lo, hi) a DLTensor can touch; empty when it has no elements.
+bool byte_range(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
+  int64_t min_off = 0, max_off = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] == 0) return false;
+    int64_t st = t->strides ? t->strides[d] : 1;
+    if (!t->strides) {
+      st = 1;
+      for (int k = d + 1; k < t->ndim; ++k) st *= t->shape[k];
+    }
+    int64_t span = (t->shape[d] - 1) * st;
+    if (span < 0) min_off += span; else max_off += span;
+  }
+  uintptr_t b = (uintptr_t)t->data + t->byte_offset;
+  int64_t es = (t->dtype.bits + 7) / 8;
+  *lo = b + min_off * es;
+  *hi = b + (max_off + 1) * es;
+  return true;
+}
+
+}  // namespace
+
+dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
+                         std::string *msg) const {
+  const jit::Plan &p = plan;
+  if (nouts != (size_t)p.num_outputs) {
+    *msg = "expected " + std::to_string(p.num_outputs) + " output(s), got " + std::to_string(nouts);
+    return DYNAMO_ERR_ARGUMENT_MISMATCH;
+  }
+  if (nouts && !outs) {
+    *msg = "outs is NULL";
+    return DYNAMO_ERR_INVALID_ARGUMENT;
+  }
+  // Outputs: caller buffers, contiguous, matching dtype and shape, not overlapping inputs.
+  for (size_t k = 0; k < nouts; ++k) {
+    const jit::Type &ty = trace.types[trace.outputs[k]];
+    const DLTensor &o = outs[k];
+    uint8_t code, bits;
+    guards::dl_type_of(ty.dtype, &code, &bits);
+    std::string pre = "output " + std::to_string(k) + ": ";
+    if (o.dtype.code != code || o.dtype.bits != bits || o.dtype.lanes != 1) {
+      *msg = pre + "dtype mismatch: expected " + guards::dl_type_name(code, bits) + ", got " +
+             guards::dl_type_name(o.dtype.code, o.dtype.bits);
+      return DYNAMO_ERR_ARGUMENT_MISMATCH;
+    }
+    if (o.device.device_type != kDLCPU) { *msg = pre + "must be a CPU tensor"; return DYNAMO_ERR_ARGUMENT_MISMATCH; }
+    if (o.ndim != ty.rank()) {
+      *msg = pre + "rank mismatch: expected " + std::to_string(ty.rank()) + ", got " + std::to_string(o.ndim);
+      return DYNAMO_ERR_ARGUMENT_MISMATCH;
+    }
+    if (o.ndim && !o.shape) { *msg = pre + "shape pointer is NULL"; return DYNAMO_ERR_INVALID_ARGUMENT; }
+    for (int d = 0; d < o.ndim; ++d)
+      if (o.shape[d] != ty.sizes[d]) {
+        *msg = pre + "size mismatch at dim " + std::to_string(d) + ": expected " + std::to_string(ty.sizes[d]) +
+               ", got " + std::to_string(o.shape[d]);
+        return DYNAMO_ERR_ARGUMENT_MISMATCH;
+      }
+    if (o.strides) {
+      std::vector<int64_t> cs = jit::contiguous_strides(ty.sizes);
+      for (int d = 0; d < o.ndim; ++d)
+        if (ty.sizes[d] > 1 && o.strides[d] != cs[d]) { *msg = pre + "must be contiguous"; return DYNAMO_ERR_ARGUMENT_MISMATCH; }
+    }
+    if (!o.data && ty.numel() > 0) { *msg = pre + "data pointer is NULL"; return DYNAMO_ERR_INVALID_ARGUMENT; }
+    uintptr_t olo, ohi;
+    if (!byte_range(&o, &olo, &ohi)) continue;
+    for (size_t j = 0; j < nargs; ++j) {
+      uintptr_t ilo, ihi;
+      if (args[j].kind != DYNAMO_ARG_TENSOR || !byte_range(args[j].u.tensor, &ilo, &ihi)) continue;
+      if (olo < ihi && ilo < ohi) {
+        *msg = pre + "overlaps the memory of input " + std::to_string(j) + " (outputs must be fresh buffers)";
+        return DYNAMO_ERR_ARGUMENT_MISMATCH;
+      }
+    }
+    for (size_t j = 0; j < k; ++j) {
+      uintptr_t jlo, jhi;
+      if (byte_range(&outs[j], &jlo, &jhi) && olo < jhi && jlo < ohi) {
+        *msg = pre + "overlaps output " + std::to_string(j);
+        return DYNAMO_ERR_ARGUMENT_MISMATCH;
+      }
+    }
+  }
+
+  // Slots: inputs, outputs, then scratch (one allocation) and extern results.
+  void *stack_slots[64];
+  std::vector<void *> heap_slots;
+  void **slots = stack_slots;
+  if (p.num_slots > 64) {
+    heap_slots.resize(p.num_slots);
+    slots = heap_slots.data();
+  }
+  for (size_t k = 0; k < nargs; ++k) {
+    const dynamo_arg &a = args[k];
+    switch (a.kind) {
+      case DYNAMO_ARG_TENSOR: slots[k] = (char *)a.u.tensor->data + a.u.tensor->byte_offset; break;
+      case DYNAMO_ARG_INT: memcpy(&slots[k], &a.u.i, 8); break;
+      case DYNAMO_ARG_FLOAT: memcpy(&slots[k], &a.u.f, 8); break;
+      default: { int64_t b = a.u.b != 0; memcpy(&slots[k], &b, 8); }
+    }
+  }
+  for (size_t k = 0; k < nouts; ++k) slots[p.num_inputs + k] = (char *)outs[k].data + outs[k].byte_offset;
+  size_t scratch = 0;
+  for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) scratch += (p.scratch_bytes[s] + 63) & ~size_t(63);
+  char *arena = nullptr;
+  if (scratch) {
+    arena = (char *)aligned_alloc(64, scratch);
+    if (!arena) { *msg = "out of memory allocating " + std::to_string(scratch) + " bytes of scratch"; return DYNAMO_ERR_OUT_OF_MEMORY; }
+  }
+  size_t at = 0;
+  for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) {
+    slots[s] = p.scratch_bytes[s] ? arena + at : nullptr;
+    at += (p.scratch_bytes[s] + 63) & ~size_t(63);
+  }
+
+  RunContext ctx;
+  ctx.entry = this;
+  ctx.num_threads = num_threads;
+  auto fn = reinterpret_cast<int32_t (*)(void **, void *)>(code.fn);
+  int32_t rc = fn(slots, &ctx);
+  free(arena);
+  switch (rc) {
+    case DYNAMO_RT_OK: return DYNAMO_OK;
+    case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
+    case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
+    default: *msg = "trace returned unknown code " + std::to_string(rc); return DYNAMO_ERR_INTERNAL;
+  }
+}
+
+}  // namespace dynamo::runtime

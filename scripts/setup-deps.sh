@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dynamo builds and tests with; idempotent, skips what is present.
+set -euo pipefail
+
+PKGS=(
+  cmake make g++ pkg-config
+  llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libffi-dev libxml2-dev libcurl4-openssl-dev
+  libtorch-dev python3-torch python3-pytest python3-numpy
+  libsleef-dev libcmocka-dev libdlpack-dev
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup-deps: done"
