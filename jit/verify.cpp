@@ -267,6 +267,15 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
     case DRule::CAST: dtype_from_name(in.args[1].s, &r); break;
     default: break;
   }
+  if (in.op == Op::sub) {  // ATen rejects a bool operand of any kind, even when it promotes
+    for (const Operand *o : promo)
+      if (o->kind == Operand::Bool || (o->kind == Operand::Value && t.types[o->value].dtype == DType::Bool))
+        vfail(where, "sub with a bool operand is not supported (ATen raises too); use logical_xor");
+  }
+  if (p == DType::Bool && in.op == Op::clamp)
+    for (size_t k = 1; k < in.args.size(); ++k)
+      if (in.args[k].kind == Operand::Value && t.types[in.args[k].value].tensor)
+        vfail(where, "clamp of bool tensors by tensor bounds is not defined (ATen raises too)");
   if (p == DType::Bool) {
     if (in.op == Op::sub || in.op == Op::neg)
       vfail(where, std::string(nm) + " on bool tensors is not supported (ATen raises too); use logical_not/logical_xor");

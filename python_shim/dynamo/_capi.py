@@ -1,0 +1,128 @@
+"""ctypes binding of libdynamo's C API (capi/dynamo.h): loading, ABI check, DLPack structs."""
+import ctypes
+import os
+
+ABI_VERSION = 1
+DYNAMO_DL_BOOL = 6
+
+
+class DynamoError(RuntimeError):
+    """A dynamo C API call failed; .status is the status name, str() the library's message."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _ArgUnion(ctypes.Union):
+    _fields_ = [("tensor", ctypes.POINTER(DLTensor)), ("i", ctypes.c_int64), ("f", ctypes.c_double),
+                ("b", ctypes.c_int32)]
+
+
+class DynamoArg(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("flags", ctypes.c_uint32), ("u", _ArgUnion)]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32), ("sizes", ctypes.c_int64 * 16)]
+
+
+class EntryStats(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_kernels", ctypes.c_uint32),
+                ("num_externs", ctypes.c_uint32), ("num_instructions", ctypes.c_uint32),
+                ("compile_ms", ctypes.c_double)]
+
+
+ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3
+ARG_FLAG_REQUIRES_GRAD = 1
+
+
+def _candidates():
+    env = os.environ.get("DYNAMO_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [
+        os.path.join(here, "libdynamo.so.0"),                       # installed next to the package
+        os.path.join(here, "..", "..", "build", "libdynamo.so.0"),  # source checkout after `make`
+        "libdynamo.so.0",                                           # the system linker's path
+    ]
+
+
+def load_library():
+    """Loads libdynamo (DYNAMO_LIBRARY overrides the search) and checks its ABI version."""
+    import torch  # noqa: F401  -- libdynamo shares libtorch_cpu.so with the torch package
+
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(f"{path} (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+    else:
+        raise ImportError("dynamo: cannot load libdynamo; tried: " + "; ".join(tried) +
+                          ". Run `make` in the source tree or set DYNAMO_LIBRARY.")
+    _declare(lib)
+    got = lib.dynamo_abi_version()
+    if got != ABI_VERSION:
+        raise ImportError(f"dynamo: {path} has ABI version {got}, this package needs {ABI_VERSION}")
+    return lib
+
+
+def _declare(lib):
+    P = ctypes.c_void_p
+    st = ctypes.c_int
+    sig = {
+        "dynamo_last_error": (ctypes.c_char_p, []),
+        "dynamo_status_name": (ctypes.c_char_p, [st]),
+        "dynamo_abi_version": (ctypes.c_uint32, []),
+        "dynamo_version_string": (ctypes.c_char_p, []),
+        "dynamo_string_free": (None, [P]),
+        "dynamo_engine_create": (st, [P, ctypes.POINTER(P)]),
+        "dynamo_engine_destroy": (st, [P]),
+        "dynamo_trace_parse": (st, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(P)]),
+        "dynamo_trace_print": (st, [P, ctypes.POINTER(P)]),
+        "dynamo_trace_destroy": (None, [P]),
+        "dynamo_frame_create": (st, [P, ctypes.c_char_p, ctypes.POINTER(P)]),
+        "dynamo_frame_destroy": (st, [P]),
+        "dynamo_frame_num_entries": (ctypes.c_size_t, [P]),
+        "dynamo_compile_frame": (st, [P, P, ctypes.POINTER(P)]),
+        "dynamo_check_guards": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(P),
+                                     ctypes.c_char_p, ctypes.c_size_t]),
+        "dynamo_entry_run": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(DLTensor),
+                                  ctypes.c_size_t]),
+        "dynamo_frame_run": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(DLTensor),
+                                  ctypes.c_size_t]),
+        "dynamo_entry_num_outputs": (ctypes.c_size_t, [P]),
+        "dynamo_entry_output_info": (st, [P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+        "dynamo_entry_get_stats": (st, [P, ctypes.POINTER(EntryStats)]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args

@@ -1,0 +1,153 @@
+"""Thin Python objects over the C API: Engine, Frame, Trace and Entry, with torch tensors in and out."""
+import ctypes
+
+import torch
+
+from . import _capi
+from ._capi import DynamoError
+
+_lib = None
+
+_TORCH_DL = {
+    torch.bool: (_capi.DYNAMO_DL_BOOL, 8),
+    torch.int32: (0, 32),
+    torch.int64: (0, 64),
+    torch.float32: (2, 32),
+    torch.float64: (2, 64),
+}
+_DTYPE_TORCH = [torch.bool, torch.int32, torch.int64, torch.float32, torch.float64]
+
+
+def lib():
+    global _lib
+    if _lib is None:
+        _lib = _capi.load_library()
+    return _lib
+
+
+def _check(status):
+    if status != 0:
+        L = lib()
+        raise DynamoError(L.dynamo_status_name(status).decode(), L.dynamo_last_error().decode())
+
+
+class _TensorRef:
+    """A DLTensor describing a torch CPU tensor (borrowed: keep the tensor alive)."""
+
+    __slots__ = ("dl", "shape", "strides", "tensor")
+
+    def __init__(self, t):
+        if t.dtype not in _TORCH_DL:
+            raise TypeError(f"dynamo: unsupported dtype {t.dtype}")
+        code, bits = _TORCH_DL[t.dtype]
+        self.tensor = t
+        n = t.dim()
+        self.shape = (ctypes.c_int64 * max(n, 1))(*t.shape)
+        self.strides = (ctypes.c_int64 * max(n, 1))(*t.stride())
+        dev = 1 if t.device.type == "cpu" else 2
+        self.dl = _capi.DLTensor(t.data_ptr() or None, _capi.DLDevice(dev, t.device.index or 0), n,
+                                 _capi.DLDataType(code, bits, 1), self.shape, self.strides, 0)
+
+
+def make_args(values):
+    """Flattens Python values (tensors, ints, floats, bools) into a dynamo_arg array."""
+    arr = (_capi.DynamoArg * max(len(values), 1))()
+    keep = []
+    for k, v in enumerate(values):
+        a = arr[k]
+        if isinstance(v, torch.Tensor):
+            r = _TensorRef(v)
+            keep.append(r)
+            a.kind = _capi.ARG_TENSOR
+            a.flags = _capi.ARG_FLAG_REQUIRES_GRAD if v.requires_grad else 0
+            a.u.tensor = ctypes.pointer(r.dl)
+        elif isinstance(v, bool):
+            a.kind, a.u.b = _capi.ARG_BOOL, int(v)
+        elif isinstance(v, int):
+            a.kind, a.u.i = _capi.ARG_INT, v
+        elif isinstance(v, float):
+            a.kind, a.u.f = _capi.ARG_FLOAT, v
+        else:
+            raise TypeError(f"dynamo: cannot pass {type(v).__name__} as a trace input")
+    return arr, keep
+
+
+class Engine:
+    def __init__(self):
+        h = ctypes.c_void_p()
+        _check(lib().dynamo_engine_create(None, ctypes.byref(h)))
+        self.handle = h
+
+    def close(self):
+        if self.handle:
+            _check(lib().dynamo_engine_destroy(self.handle))
+            self.handle = None
+
+
+class Trace:
+    def __init__(self, text):
+        h = ctypes.c_void_p()
+        data = text.encode()
+        _check(lib().dynamo_trace_parse(data, len(data), ctypes.byref(h)))
+        self.handle = h
+
+    def text(self):
+        p = ctypes.c_void_p()
+        _check(lib().dynamo_trace_print(self.handle, ctypes.byref(p)))
+        s = ctypes.string_at(p).decode()
+        lib().dynamo_string_free(p)
+        return s
+
+    def __del__(self):
+        if getattr(self, "handle", None) and _lib is not None:
+            _lib.dynamo_trace_destroy(self.handle)
+
+
+class Entry:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def output_specs(self):
+        L = lib()
+        specs = []
+        for k in range(L.dynamo_entry_num_outputs(self.handle)):
+            info = _capi.TensorInfo()
+            _check(L.dynamo_entry_output_info(self.handle, k, ctypes.byref(info)))
+            specs.append((_DTYPE_TORCH[info.dtype], tuple(info.sizes[: info.ndim])))
+        return specs
+
+    def stats(self):
+        s = _capi.EntryStats()
+        s.struct_size = ctypes.sizeof(s)
+        _check(lib().dynamo_entry_get_stats(self.handle, ctypes.byref(s)))
+        return s
+
+
+class Frame:
+    def __init__(self, engine, name="frame"):
+        h = ctypes.c_void_p()
+        _check(lib().dynamo_frame_create(engine.handle, name.encode(), ctypes.byref(h)))
+        self.handle = h
+
+    def compile(self, trace):
+        e = ctypes.c_void_p()
+        _check(lib().dynamo_compile_frame(self.handle, trace.handle, ctypes.byref(e)))
+        return Entry(e)
+
+    def run(self, *values):
+        """Checks guards, allocates outputs with torch.empty, runs; returns a list of tensors."""
+        args, keep = make_args(values)
+        e = ctypes.c_void_p()
+        why = ctypes.create_string_buffer(512)
+        _check(lib().dynamo_check_guards(self.handle, args, len(values), ctypes.byref(e), why, 512))
+        entry = Entry(e)
+        outs = [torch.empty(shape, dtype=dt) for dt, shape in entry.output_specs()]
+        refs = [_TensorRef(o) for o in outs]
+        dl = (_capi.DLTensor * max(len(refs), 1))(*[r.dl for r in refs])
+        _check(lib().dynamo_entry_run(e, args, len(values), dl, len(refs)))
+        return outs
+
+    def close(self):
+        if self.handle:
+            _check(lib().dynamo_frame_destroy(self.handle))
+            self.handle = None

@@ -1,0 +1,1013 @@
+/* test_capi.c -- bad input through the C API: every entry point given NULL or dead handles, bad
+ * options, malformed text, mismatched run-time inputs and outputs, failing extern ops, integer
+ * division by zero and unsupported devices each return a clear status and message, and nothing
+ * crashes. Also the happy path: a successful run computes the right numbers. Public header only. */
+#include "helpers.h"
+
+static dynamo_engine *g_engine; /* shared by the tests; created once for the group */
+
+static int group_setup(void **state) {
+  (void)state;
+  return dynamo_engine_create(NULL, &g_engine) == DYNAMO_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  return dynamo_engine_destroy(g_engine) == DYNAMO_OK ? 0 : -1;
+}
+
+static dynamo_arg arg_bool(int32_t v) {
+  dynamo_arg a;
+  memset(&a, 0, sizeof a);
+  a.kind = DYNAMO_ARG_BOOL;
+  a.u.b = v;
+  return a;
+}
+
+/* Asserts that the status is s and the last error contains needle (and is never empty). */
+#define assert_fails(call, want, needle)                                                          \
+  do {                                                                                            \
+    assert_status_msg((call), (want), (needle));                                                  \
+    assert_true(strlen(dynamo_last_error()) > 0);                                                 \
+  } while (0)
+
+static const char *kAdd =
+    "trace @add {\n"
+    "  %0 = input f32[4]\n"
+    "  %1 = input f32[4]\n"
+    "  %2 = add(%0, %1) : f32[4]\n"
+    "  return %2\n"
+    "}\n";
+
+/* -- Versions and status names ------------------------------------------------------------ */
+
+static void test_abi_version_matches_header(void **state) {
+  (void)state;
+  assert_int_equal(dynamo_abi_version(), DYNAMO_ABI_VERSION);
+  const char *v = dynamo_version_string();
+  assert_non_null(v);
+  assert_true(strlen(v) > 0);
+}
+
+static void test_status_name_values(void **state) {
+  (void)state;
+  assert_string_equal(dynamo_status_name(DYNAMO_OK), "DYNAMO_OK");
+  assert_string_equal(dynamo_status_name(DYNAMO_ERR_PARSE), "DYNAMO_ERR_PARSE");
+  assert_string_equal(dynamo_status_name(DYNAMO_ERR_GUARD_MISS), "DYNAMO_ERR_GUARD_MISS");
+  assert_string_equal(dynamo_status_name(DYNAMO_ERR_ARGUMENT_MISMATCH), "DYNAMO_ERR_ARGUMENT_MISMATCH");
+  assert_string_equal(dynamo_status_name(DYNAMO_ERR_INTERNAL), "DYNAMO_ERR_INTERNAL");
+  /* A value outside the enum still gets a name, never NULL. */
+  const char *unknown = dynamo_status_name((dynamo_status)1234);
+  assert_non_null(unknown);
+  assert_true(strlen(unknown) > 0);
+  dynamo_string_free(NULL); /* accepted */
+}
+
+/* -- Engine ----------------------------------------------------------------------------- */
+
+static void test_engine_create_null_out(void **state) {
+  (void)state;
+  assert_fails(dynamo_engine_create(NULL, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out is NULL");
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  assert_fails(dynamo_engine_create(&o, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out is NULL");
+  dynamo_engine_options_init(NULL); /* accepted, does nothing */
+}
+
+static void test_engine_create_bad_options(void **state) {
+  (void)state;
+  dynamo_engine_options o;
+  dynamo_engine *e = (dynamo_engine *)0x1;
+
+  dynamo_engine_options_init(&o);
+  assert_int_equal(o.struct_size, sizeof o);
+  assert_int_equal(o.opt_level, 2);
+
+  o.struct_size = 0;
+  assert_fails(dynamo_engine_create(&o, &e), DYNAMO_ERR_INVALID_ARGUMENT, "struct_size");
+  assert_null(e);
+  o.struct_size = 8;
+  e = (dynamo_engine *)0x1;
+  assert_fails(dynamo_engine_create(&o, &e), DYNAMO_ERR_INVALID_ARGUMENT, "struct_size is 8");
+  assert_null(e);
+  o.struct_size = (uint32_t)sizeof o + 64;
+  assert_fails(dynamo_engine_create(&o, &e), DYNAMO_ERR_INVALID_ARGUMENT, "struct_size");
+  assert_null(e);
+
+  dynamo_engine_options_init(&o);
+  o.opt_level = 7;
+  e = (dynamo_engine *)0x1;
+  assert_fails(dynamo_engine_create(&o, &e), DYNAMO_ERR_INVALID_ARGUMENT, "opt_level must be 0..3");
+  assert_null(e);
+
+  dynamo_engine_options_init(&o);
+  o.vector_bits = 100;
+  e = (dynamo_engine *)0x1;
+  assert_fails(dynamo_engine_create(&o, &e), DYNAMO_ERR_INVALID_ARGUMENT, "vector_bits must be 0, 128, 256 or 512");
+  assert_null(e);
+
+  /* Valid non-default options are accepted, and the engine compiles and runs. */
+  dynamo_engine_options_init(&o);
+  o.opt_level = 0;
+  o.vector_bits = 128;
+  o.num_threads = 1;
+  assert_ok(dynamo_engine_create(&o, &e));
+  assert_non_null(e);
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(e, kAdd, &entry);
+  float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40}, out[4] = {0};
+  int64_t s4[1] = {4};
+  test_tensor ta, tb, to;
+  tt_init(&ta, a, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&tb, b, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&to, out, kDLFloat, 32, 1, s4, NULL);
+  dynamo_arg args[2] = {arg_tensor(&ta), arg_tensor(&tb)};
+  assert_ok(dynamo_entry_run(entry, args, 2, &to.dl, 1));
+  assert_true(out[0] == 11.0f && out[1] == 22.0f && out[2] == 33.0f && out[3] == 44.0f);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(e));
+}
+
+static void test_engine_destroy_null_ok(void **state) {
+  (void)state;
+  assert_ok(dynamo_engine_destroy(NULL));
+}
+
+static void test_engine_destroy_live_frame(void **state) {
+  (void)state;
+  dynamo_engine *e = NULL;
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_engine_create(NULL, &e));
+  assert_ok(dynamo_frame_create(e, "alive", &f));
+  assert_fails(dynamo_engine_destroy(e), DYNAMO_ERR_INVALID_ARGUMENT, "1 frame(s) still use this engine");
+
+  /* Nothing was freed: the engine still compiles and runs through the existing frame. */
+  dynamo_trace *t = NULL;
+  dynamo_entry *entry = NULL;
+  assert_ok(dynamo_trace_parse(kAdd, (size_t)-1, &t));
+  assert_ok(dynamo_compile_frame(f, t, &entry));
+  dynamo_trace_destroy(t);
+  float a[4] = {1, 2, 3, 4}, b[4] = {0.5f, 0.25f, 0.125f, -1}, out[4] = {0};
+  int64_t s4[1] = {4};
+  test_tensor ta, tb, to;
+  tt_init(&ta, a, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&tb, b, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&to, out, kDLFloat, 32, 1, s4, NULL);
+  dynamo_arg args[2] = {arg_tensor(&ta), arg_tensor(&tb)};
+  assert_ok(dynamo_frame_run(f, args, 2, &to.dl, 1));
+  assert_true(out[0] == 1.5f && out[1] == 2.25f && out[2] == 3.125f && out[3] == 3.0f);
+
+  /* A second frame makes it two; each destroy lowers the count. */
+  dynamo_frame *g = NULL;
+  assert_ok(dynamo_frame_create(e, "second", &g));
+  assert_fails(dynamo_engine_destroy(e), DYNAMO_ERR_INVALID_ARGUMENT, "2 frame(s)");
+  assert_ok(dynamo_frame_destroy(f));
+  assert_fails(dynamo_engine_destroy(e), DYNAMO_ERR_INVALID_ARGUMENT, "1 frame(s)");
+  assert_ok(dynamo_frame_destroy(g));
+  assert_ok(dynamo_engine_destroy(e));
+}
+
+/* -- Traces: text ------------------------------------------------------------------------- */
+
+static void test_trace_parse_null_args(void **state) {
+  (void)state;
+  dynamo_trace *t = (dynamo_trace *)0x1;
+  assert_fails(dynamo_trace_parse(NULL, (size_t)-1, &t), DYNAMO_ERR_INVALID_ARGUMENT, "text is NULL");
+  assert_null(t);
+  assert_fails(dynamo_trace_parse(kAdd, (size_t)-1, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out is NULL");
+  assert_fails(dynamo_trace_parse(NULL, 0, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "is NULL");
+  dynamo_trace_destroy(NULL); /* accepted */
+}
+
+static void test_trace_parse_malformed(void **state) {
+  (void)state;
+  static const char *bad[] = {
+      "",
+      "garbage",
+      "trace @t {",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = add(%0,\n  return %1\n}",
+      "trace @t {\n  %0 = input f32[4\n  return %0\n}",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = exp(%0) : \n  return %1\n}",
+      "trace @t {\n  %0 = input f32[4]\n  return %5\n}",
+      "trace @t {\n  %0 = input f32[-4]\n  return %0\n}",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = exp(%0)\n  return %1\n} trailing",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
+    dynamo_trace *t = (dynamo_trace *)0x1;
+    dynamo_status s = dynamo_trace_parse(bad[i], (size_t)-1, &t);
+    if (s != DYNAMO_ERR_PARSE || !strstr(dynamo_last_error(), "line ")) {
+      print_error("case %zu: got %s \"%s\", wanted DYNAMO_ERR_PARSE with a line number\n", i, dynamo_status_name(s),
+                  dynamo_last_error());
+      fail();
+    }
+    assert_null(t);
+  }
+  /* len cuts a valid text short: a parse error, and nothing past len is read. */
+  dynamo_trace *t = (dynamo_trace *)0x1;
+  assert_fails(dynamo_trace_parse(kAdd, 20, &t), DYNAMO_ERR_PARSE, "line ");
+  assert_null(t);
+  assert_fails(dynamo_trace_parse(kAdd, 0, &t), DYNAMO_ERR_PARSE, "line 1, column 1");
+  /* A buffer that is not NUL-terminated parses when len is exact. */
+  size_t n = strlen(kAdd);
+  char *buf = malloc(n);
+  assert_non_null(buf);
+  memcpy(buf, kAdd, n);
+  assert_ok(dynamo_trace_parse(buf, n, &t));
+  assert_non_null(t);
+  free(buf);
+  dynamo_trace_destroy(t);
+}
+
+static void test_trace_print_null_args(void **state) {
+  (void)state;
+  dynamo_trace *t = NULL;
+  char *s = (char *)0x1;
+  assert_fails(dynamo_trace_print(NULL, &s), DYNAMO_ERR_INVALID_ARGUMENT, "trace is NULL");
+  assert_null(s);
+  assert_ok(dynamo_trace_parse(kAdd, (size_t)-1, &t));
+  assert_fails(dynamo_trace_print(t, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out_text is NULL");
+  assert_ok(dynamo_trace_print(t, &s));
+  assert_string_equal(s, kAdd);
+  dynamo_string_free(s);
+  /* A destroyed trace is reported, not dereferenced. */
+  dynamo_trace_destroy(t);
+  s = (char *)0x1;
+  assert_fails(dynamo_trace_print(t, &s), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_null(s);
+  dynamo_trace_destroy(t); /* a second destroy is ignored */
+}
+
+/* -- Traces: builder ------------------------------------------------------------------------ */
+
+static void test_trace_add_bad_args(void **state) {
+  (void)state;
+  int64_t sizes[2] = {4, 8};
+  int32_t v = -1;
+  dynamo_trace *t = (dynamo_trace *)0x1;
+
+  assert_fails(dynamo_trace_create("x", NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out is NULL");
+  assert_fails(dynamo_trace_create("bad name!", &t), DYNAMO_ERR_INVALID_ARGUMENT, "name may only hold");
+  assert_null(t);
+
+  /* NULL trace handle for every builder call. */
+  assert_fails(dynamo_trace_add_tensor_input(NULL, DYNAMO_FLOAT32, 2, sizes, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "trace is NULL");
+  assert_fails(dynamo_trace_add_scalar_input(NULL, DYNAMO_INT64, &v), DYNAMO_ERR_INVALID_ARGUMENT, "trace is NULL");
+  assert_fails(dynamo_trace_add_instruction(NULL, "exp(%0)", &v), DYNAMO_ERR_INVALID_ARGUMENT, "trace is NULL");
+  assert_fails(dynamo_trace_add_output(NULL, 0), DYNAMO_ERR_INVALID_ARGUMENT, "trace is NULL");
+
+  assert_ok(dynamo_trace_create("built", &t));
+  assert_non_null(t);
+  /* Bad arguments to a live trace; none of them changes it. */
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, NULL, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "sizes is NULL");
+  assert_fails(dynamo_trace_add_tensor_input(t, (dynamo_dtype)42, 2, sizes, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "unknown dtype 42");
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, -1, sizes, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "ndim must be 0..16");
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 17, sizes, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "ndim must be 0..16");
+  int64_t negative[2] = {4, -8};
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, negative, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "negative size");
+  assert_fails(dynamo_trace_add_scalar_input(t, DYNAMO_FLOAT32, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "scalars are BOOL, INT64 or FLOAT64");
+  assert_fails(dynamo_trace_add_instruction(t, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT, "line is NULL");
+  assert_fails(dynamo_trace_add_instruction(t, "exp(%0)", &v), DYNAMO_ERR_PARSE, "%0 is used before it is defined");
+  assert_fails(dynamo_trace_add_output(t, 0), DYNAMO_ERR_INVALID_ARGUMENT, "%0 is not defined");
+  assert_fails(dynamo_trace_add_output(t, -3), DYNAMO_ERR_INVALID_ARGUMENT, "is not defined");
+
+  /* A trace with no outputs does not compile. */
+  assert_ok(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, sizes, NULL, &v));
+  assert_int_equal(v, 0);
+  assert_ok(dynamo_trace_add_instruction(t, "exp(%0)", NULL)); /* out_value may be NULL */
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(g_engine, "builder", &f));
+  dynamo_entry *entry = (dynamo_entry *)0x1;
+  assert_fails(dynamo_compile_frame(f, t, &entry), DYNAMO_ERR_VERIFY, "returns nothing");
+  assert_null(entry);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  assert_ok(dynamo_trace_add_output(t, 1));
+  assert_ok(dynamo_compile_frame(f, t, &entry));
+  assert_non_null(entry);
+
+  /* Builder calls on a destroyed trace. */
+  dynamo_trace_destroy(t);
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, sizes, NULL, &v), DYNAMO_ERR_INVALID_HANDLE,
+               "not a live handle");
+  assert_fails(dynamo_trace_add_scalar_input(t, DYNAMO_INT64, &v), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_trace_add_instruction(t, "exp(%0)", &v), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_trace_add_output(t, 0), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* -- Frames and compiling ------------------------------------------------------------------- */
+
+static void test_frame_create_null_args(void **state) {
+  (void)state;
+  dynamo_frame *f = (dynamo_frame *)0x1;
+  assert_fails(dynamo_frame_create(NULL, "f", &f), DYNAMO_ERR_INVALID_ARGUMENT, "engine is NULL");
+  assert_null(f);
+  assert_fails(dynamo_frame_create(g_engine, "f", NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out is NULL");
+  /* NULL name is allowed. */
+  assert_ok(dynamo_frame_create(g_engine, NULL, &f));
+  assert_non_null(f);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_frame_destroy(NULL));
+  assert_int_equal(dynamo_frame_num_entries(NULL), 0);
+}
+
+static void test_compile_frame_null_args(void **state) {
+  (void)state;
+  dynamo_trace *t = NULL;
+  dynamo_frame *f = NULL;
+  dynamo_entry *entry = (dynamo_entry *)0x1;
+  assert_ok(dynamo_trace_parse(kAdd, (size_t)-1, &t));
+  assert_ok(dynamo_frame_create(g_engine, "c", &f));
+  assert_fails(dynamo_compile_frame(NULL, t, &entry), DYNAMO_ERR_INVALID_ARGUMENT, "frame is NULL");
+  assert_null(entry);
+  entry = (dynamo_entry *)0x1;
+  assert_fails(dynamo_compile_frame(f, NULL, &entry), DYNAMO_ERR_INVALID_ARGUMENT, "trace is NULL");
+  assert_null(entry);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  /* out_entry may be NULL. */
+  assert_ok(dynamo_compile_frame(f, t, NULL));
+  assert_int_equal(dynamo_frame_num_entries(f), 1);
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+static void test_compile_frame_unknown_extern(void **state) {
+  (void)state;
+  const char *src =
+      "trace @t {\n"
+      "  %0 = input f32[2,2]\n"
+      "  %1 = extern aten::does_not_exist(%0) : f32[2,2]\n"
+      "  return %1\n"
+      "}\n";
+  dynamo_trace *t = NULL;
+  dynamo_frame *f = NULL;
+  dynamo_entry *entry = (dynamo_entry *)0x1;
+  assert_ok(dynamo_trace_parse(src, (size_t)-1, &t));
+  assert_ok(dynamo_frame_create(g_engine, "ext", &f));
+  assert_fails(dynamo_compile_frame(f, t, &entry), DYNAMO_ERR_COMPILE, "aten::does_not_exist");
+  assert_non_null(strstr(dynamo_last_error(), "no such operator"));
+  assert_null(entry);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+static void test_compile_frame_cuda_input(void **state) {
+  (void)state;
+  const char *src =
+      "trace @t {\n"
+      "  %0 = input f32[4] cuda:0\n"
+      "  %1 = exp(%0) : f32[4]\n"
+      "  return %1\n"
+      "}\n";
+  dynamo_trace *t = NULL;
+  dynamo_frame *f = NULL;
+  dynamo_entry *entry = (dynamo_entry *)0x1;
+  assert_ok(dynamo_trace_parse(src, (size_t)-1, &t));
+  assert_ok(dynamo_frame_create(g_engine, "cuda", &f));
+  assert_fails(dynamo_compile_frame(f, t, &entry), DYNAMO_ERR_UNSUPPORTED, "CUDA");
+  assert_null(entry);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* -- Guards and running: NULL arguments ------------------------------------------------------- */
+
+typedef struct add_fixture {
+  dynamo_frame *frame;
+  dynamo_entry *entry;
+  float a[4], b[4], out[4];
+  test_tensor ta, tb, to;
+  dynamo_arg args[2];
+} add_fixture;
+
+static void add_fixture_init(add_fixture *x) {
+  static const int64_t s4[1] = {4};
+  memset(x, 0, sizeof *x);
+  x->frame = compile_text(g_engine, kAdd, &x->entry);
+  for (int i = 0; i < 4; ++i) {
+    x->a[i] = (float)(i + 1);        /* 1 2 3 4 */
+    x->b[i] = 0.5f * (float)(i + 1); /* 0.5 1 1.5 2 */
+  }
+  tt_init(&x->ta, x->a, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&x->tb, x->b, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&x->to, x->out, kDLFloat, 32, 1, s4, NULL);
+  x->args[0] = arg_tensor(&x->ta);
+  x->args[1] = arg_tensor(&x->tb);
+}
+
+static void test_check_guards_null_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  dynamo_entry *e = (dynamo_entry *)0x1;
+  char why[64];
+  assert_fails(dynamo_check_guards(NULL, x.args, 2, &e, why, sizeof why), DYNAMO_ERR_INVALID_ARGUMENT, "frame is NULL");
+  assert_null(e);
+  assert_fails(dynamo_check_guards(x.frame, x.args, 2, NULL, why, sizeof why), DYNAMO_ERR_INVALID_ARGUMENT,
+               "out_entry is NULL");
+  e = (dynamo_entry *)0x1;
+  assert_fails(dynamo_check_guards(x.frame, NULL, 2, &e, why, sizeof why), DYNAMO_ERR_INVALID_ARGUMENT, "args is NULL");
+  assert_null(e);
+  /* NULL args with nargs 0 is a count mismatch, not a crash. */
+  assert_fails(dynamo_check_guards(x.frame, NULL, 0, &e, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch: expected 2, got 0");
+  /* why may be NULL. */
+  assert_fails(dynamo_check_guards(x.frame, x.args, 1, &e, NULL, 0), DYNAMO_ERR_GUARD_MISS, "input count mismatch");
+  assert_ok(dynamo_check_guards(x.frame, x.args, 2, &e, NULL, 0));
+  assert_ptr_equal(e, x.entry);
+  /* A frame with no entries explains that. */
+  dynamo_frame *empty = NULL;
+  assert_ok(dynamo_frame_create(g_engine, "empty", &empty));
+  assert_fails(dynamo_check_guards(empty, x.args, 2, &e, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "frame 'empty' has no compiled entries");
+  assert_null(e);
+  assert_ok(dynamo_frame_destroy(empty));
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_check_guards_null_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  char why[64];
+  assert_fails(dynamo_entry_check_guards(NULL, x.args, 2, why, sizeof why), DYNAMO_ERR_INVALID_ARGUMENT,
+               "entry is NULL");
+  assert_fails(dynamo_entry_check_guards(x.entry, NULL, 2, why, sizeof why), DYNAMO_ERR_INVALID_ARGUMENT,
+               "args is NULL");
+  assert_fails(dynamo_entry_check_guards(x.entry, NULL, 0, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch");
+  assert_ok(dynamo_entry_check_guards(x.entry, x.args, 2, NULL, 0));
+  /* A tensor argument whose DLTensor pointer is NULL. */
+  dynamo_arg bad[2] = {x.args[0], x.args[1]};
+  bad[1].u.tensor = NULL;
+  assert_fails(dynamo_entry_check_guards(x.entry, bad, 2, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input 1: tensor pointer is NULL");
+  assert_string_equal(why, "input 1: tensor pointer is NULL");
+  /* A DLTensor with NULL shape or NULL data. */
+  test_tensor noshape = x.tb;
+  noshape.dl.shape = NULL;
+  bad[1] = arg_tensor(&noshape);
+  assert_fails(dynamo_entry_check_guards(x.entry, bad, 2, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input 1: shape pointer is NULL");
+  test_tensor nodata = x.tb;
+  nodata.dl.shape = nodata.shape;
+  nodata.dl.data = NULL;
+  bad[1] = arg_tensor(&nodata);
+  assert_fails(dynamo_entry_check_guards(x.entry, bad, 2, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input 1: data pointer is NULL");
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_run_null_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  assert_fails(dynamo_entry_run(NULL, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_run(x.entry, NULL, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT, "args is NULL");
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, NULL, 1), DYNAMO_ERR_INVALID_ARGUMENT, "outs is NULL");
+  /* An output with NULL data or NULL shape. */
+  test_tensor o = x.to;
+  o.dl.data = NULL;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT,
+               "output 0: data pointer is NULL");
+  o = x.to;
+  o.dl.shape = NULL;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT,
+               "output 0: shape pointer is NULL");
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_run_zero_dim_null_data(void **state) {
+  (void)state;
+  /* A 0-d tensor input whose data pointer is NULL must be rejected, not read. */
+  const char *src =
+      "trace @t {\n"
+      "  %0 = input f32[]\n"
+      "  %1 = add(%0, 1.0) : f32[]\n"
+      "  return %1\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, src, &entry);
+  float in = 2.0f, out = 0.0f;
+  test_tensor ti, to;
+  tt_init(&ti, &in, kDLFloat, 32, 0, NULL, NULL);
+  tt_init(&to, &out, kDLFloat, 32, 0, NULL, NULL);
+  dynamo_arg a = arg_tensor(&ti);
+  assert_ok(dynamo_entry_run(entry, &a, 1, &to.dl, 1));
+  assert_true(out == 3.0f);
+  ti.dl.data = NULL;
+  char why[64];
+  assert_fails(dynamo_entry_check_guards(entry, &a, 1, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+               "input 0: data pointer is NULL");
+  assert_fails(dynamo_entry_run(entry, &a, 1, &to.dl, 1), DYNAMO_ERR_GUARD_MISS, "input 0: data pointer is NULL");
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+static void test_frame_run_null_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  assert_fails(dynamo_frame_run(NULL, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT, "frame is NULL");
+  /* The message names the function that was called, as every other entry point's does. */
+  assert_fails(dynamo_frame_run(NULL, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT,
+               "dynamo_frame_run: frame is NULL");
+  assert_fails(dynamo_frame_run(x.frame, NULL, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT, "args is NULL");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 2, NULL, 1), DYNAMO_ERR_INVALID_ARGUMENT, "outs is NULL");
+  assert_ok(dynamo_frame_run(x.frame, x.args, 2, &x.to.dl, 1));
+  assert_true(x.out[0] == 1.5f && x.out[1] == 3.0f && x.out[2] == 4.5f && x.out[3] == 6.0f);
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_output_info_bad_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  dynamo_tensor_info info;
+  assert_fails(dynamo_entry_output_info(NULL, 0, &info), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_output_info(x.entry, 0, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "info is NULL");
+  assert_fails(dynamo_entry_output_info(x.entry, 1, &info), DYNAMO_ERR_INVALID_ARGUMENT,
+               "output 1 out of range (entry has 1)");
+  assert_fails(dynamo_entry_output_info(x.entry, (size_t)-1, &info), DYNAMO_ERR_INVALID_ARGUMENT, "out of range");
+  assert_ok(dynamo_entry_output_info(x.entry, 0, &info));
+  assert_int_equal(info.dtype, DYNAMO_FLOAT32);
+  assert_int_equal(info.ndim, 1);
+  assert_int_equal(info.sizes[0], 4);
+  assert_int_equal(dynamo_entry_num_inputs(x.entry), 2);
+  assert_int_equal(dynamo_entry_num_outputs(x.entry), 1);
+  assert_int_equal(dynamo_entry_num_inputs(NULL), 0);
+  assert_int_equal(dynamo_entry_num_outputs(NULL), 0);
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_get_stats_bad_args(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  dynamo_entry_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_fails(dynamo_entry_get_stats(NULL, &st), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_get_stats(x.entry, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "stats is NULL");
+  st.struct_size = 0;
+  assert_fails(dynamo_entry_get_stats(x.entry, &st), DYNAMO_ERR_INVALID_ARGUMENT, "struct_size");
+  st.struct_size = 3;
+  assert_fails(dynamo_entry_get_stats(x.entry, &st), DYNAMO_ERR_INVALID_ARGUMENT, "struct_size");
+  st.struct_size = sizeof st;
+  assert_ok(dynamo_entry_get_stats(x.entry, &st));
+  assert_int_equal(st.struct_size, sizeof st);
+  assert_true(st.num_kernels >= 1);
+  assert_int_equal(st.num_externs, 0);
+  assert_true(st.num_instructions >= 3);
+  assert_true(st.compile_ms >= 0.0);
+  /* An older, shorter struct gets only its own fields; the bytes past it are untouched. */
+  dynamo_entry_stats small[2];
+  const unsigned char *bytes = (const unsigned char *)small;
+  memset(small, 0xAB, sizeof small);
+  small[0].struct_size = 4 * sizeof(uint32_t);
+  assert_ok(dynamo_entry_get_stats(x.entry, &small[0]));
+  assert_int_equal(small[0].struct_size, 4 * sizeof(uint32_t));
+  assert_int_equal(small[0].num_kernels, st.num_kernels);
+  for (size_t i = 4 * sizeof(uint32_t); i < sizeof small; ++i) assert_int_equal(bytes[i], 0xAB);
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+/* -- Running: happy path -------------------------------------------------------------------- */
+
+static void test_entry_run_happy_path(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  float a_copy[4], b_copy[4];
+  memcpy(a_copy, x.a, sizeof a_copy);
+  memcpy(b_copy, x.b, sizeof b_copy);
+  assert_ok(dynamo_entry_run(x.entry, x.args, 2, &x.to.dl, 1));
+  assert_true(x.out[0] == 1.5f && x.out[1] == 3.0f && x.out[2] == 4.5f && x.out[3] == 6.0f);
+  /* Inputs are not modified. */
+  assert_memory_equal(x.a, a_copy, sizeof a_copy);
+  assert_memory_equal(x.b, b_copy, sizeof b_copy);
+  /* Explicit contiguous strides on the output are fine. */
+  int64_t st1[1] = {1};
+  int64_t s4[1] = {4};
+  float out2[4] = {0};
+  test_tensor o2;
+  tt_init(&o2, out2, kDLFloat, 32, 1, s4, st1);
+  assert_ok(dynamo_entry_run(x.entry, x.args, 2, &o2.dl, 1));
+  assert_memory_equal(out2, x.out, sizeof out2);
+  /* Input and output buffers adjacent in one array do not overlap. */
+  float buf[8] = {1, 2, 3, 4, 0, 0, 0, 0};
+  test_tensor tin, tout;
+  tt_init(&tin, buf, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&tout, buf + 4, kDLFloat, 32, 1, s4, NULL);
+  dynamo_arg args[2] = {arg_tensor(&tin), arg_tensor(&tin)};
+  assert_ok(dynamo_entry_run(x.entry, args, 2, &tout.dl, 1));
+  assert_true(buf[4] == 2.0f && buf[5] == 4.0f && buf[6] == 6.0f && buf[7] == 8.0f);
+  assert_ok(dynamo_frame_destroy(x.frame));
+
+  /* An extern op (aten::mm) and a fused epilogue compute exact numbers. */
+  const char *mm =
+      "trace @mm {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = input f32[3,2]\n"
+      "  %2 = extern aten::mm(%0, %1) : f32[2,2]\n"
+      "  %3 = add(%2, 1.0) : f32[2,2]\n"
+      "  return %3\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, mm, &entry);
+  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1}, mo[4] = {0};
+  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
+  test_tensor t0, t1, tm;
+  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
+  tt_init(&tm, mo, kDLFloat, 32, 2, s22, NULL);
+  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
+  assert_ok(dynamo_entry_run(entry, margs, 2, &tm.dl, 1));
+  /* [[1,2,3],[4,5,6]] @ [[1,0],[0,1],[1,1]] = [[4,5],[10,11]], plus 1. */
+  assert_true(mo[0] == 5.0f && mo[1] == 6.0f && mo[2] == 11.0f && mo[3] == 12.0f);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* -- Running: inputs that do not match ------------------------------------------------------- */
+
+static void test_entry_run_guard_miss(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  dynamo_arg args[2];
+
+  /* Wrong dtype: f64 where f32 is expected. */
+  double d[4] = {1, 2, 3, 4};
+  int64_t s4[1] = {4}, s5[1] = {5}, s22[2] = {2, 2};
+  test_tensor td;
+  tt_init(&td, d, kDLFloat, 64, 1, s4, NULL);
+  args[0] = x.args[0];
+  args[1] = arg_tensor(&td);
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: dtype mismatch: expected float32, got float64");
+  assert_fails(dynamo_frame_run(x.frame, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: dtype mismatch: expected float32, got float64");
+
+  /* Wrong shape. */
+  float f5[5] = {0};
+  test_tensor t5;
+  tt_init(&t5, f5, kDLFloat, 32, 1, s5, NULL);
+  args[1] = arg_tensor(&t5);
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: size mismatch at dim 0: expected 4, got 5");
+  assert_fails(dynamo_frame_run(x.frame, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: size mismatch at dim 0: expected 4, got 5");
+
+  /* Wrong rank. */
+  test_tensor t22;
+  tt_init(&t22, x.b, kDLFloat, 32, 2, s22, NULL);
+  args[0] = arg_tensor(&t22);
+  args[1] = x.args[1];
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 0: rank mismatch: expected 1, got 2");
+  assert_fails(dynamo_frame_run(x.frame, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 0: rank mismatch: expected 1, got 2");
+
+  /* Wrong kind: an int, a float or a bool where a tensor is expected. */
+  args[0] = x.args[0];
+  args[1] = arg_int(4);
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: kind mismatch: expected tensor, got int");
+  assert_fails(dynamo_frame_run(x.frame, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: kind mismatch: expected tensor, got int");
+  args[1] = arg_float(4.0);
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS, "got float");
+  args[1] = arg_bool(1);
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS, "got bool");
+  args[1] = x.args[1];
+  args[1].kind = 99;
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input 1: kind mismatch: expected tensor, got an unknown kind");
+  args[1].kind = -1;
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS, "an unknown kind");
+
+  /* The output was never written. */
+  assert_true(x.out[0] == 0.0f && x.out[3] == 0.0f);
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_run_input_count(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  dynamo_arg three[3] = {x.args[0], x.args[1], x.args[1]};
+  /* The input count is part of the entry's guards. */
+  assert_fails(dynamo_entry_run(x.entry, x.args, 1, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch: expected 2, got 1");
+  assert_fails(dynamo_entry_run(x.entry, three, 3, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch: expected 2, got 3");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 1, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch: expected 2, got 1");
+  assert_fails(dynamo_frame_run(x.frame, NULL, 0, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS,
+               "input count mismatch: expected 2, got 0");
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+/* -- Running: outputs that do not match ------------------------------------------------------ */
+
+static void test_entry_run_output_count(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  float extra[4];
+  int64_t s4[1] = {4};
+  DLTensor two[2];
+  test_tensor te;
+  tt_init(&te, extra, kDLFloat, 32, 1, s4, NULL);
+  two[0] = x.to.dl;
+  two[1] = te.dl;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, NULL, 0), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "expected 1 output(s), got 0");
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, two, 2), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "expected 1 output(s), got 2");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 2, NULL, 0), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "expected 1 output(s), got 0");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 2, two, 2), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "expected 1 output(s), got 2");
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_run_output_mismatch(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  double d[4];
+  float f6[6];
+  int64_t s4[1] = {4}, s3[1] = {3}, s22[2] = {2, 2};
+  test_tensor o;
+
+  tt_init(&o, d, kDLFloat, 64, 1, s4, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: dtype mismatch: expected float32, got float64");
+  tt_init(&o, x.out, kDLInt, 32, 1, s4, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: dtype mismatch: expected float32, got int32");
+  tt_init(&o, f6, kDLFloat, 32, 1, s3, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: size mismatch at dim 0: expected 4, got 3");
+  tt_init(&o, f6, kDLFloat, 32, 2, s22, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: rank mismatch: expected 1, got 2");
+  tt_init(&o, x.out, kDLFloat, 32, 1, s4, NULL);
+  o.dl.device.device_type = kDLCUDA;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: must be a CPU tensor");
+
+  /* Non-contiguous output strides. */
+  float big[8];
+  int64_t st2[1] = {2};
+  tt_init(&o, big, kDLFloat, 32, 1, s4, st2);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: must be contiguous");
+
+  const char *t2 =
+      "trace @t2 {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = mul(%0, 2.0) : f32[2,3]\n"
+      "  return %1\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, t2, &entry);
+  float in[6] = {1, 2, 3, 4, 5, 6}, out[6] = {0};
+  int64_t s23[2] = {2, 3}, colmajor[2] = {1, 2};
+  test_tensor ti;
+  tt_init(&ti, in, kDLFloat, 32, 2, s23, NULL);
+  dynamo_arg a = arg_tensor(&ti);
+  tt_init(&o, out, kDLFloat, 32, 2, s23, colmajor);
+  assert_fails(dynamo_entry_run(entry, &a, 1, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH, "output 0: must be contiguous");
+  assert_fails(dynamo_frame_run(f, &a, 1, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH, "output 0: must be contiguous");
+  for (int i = 0; i < 6; ++i) assert_true(out[i] == 0.0f);
+  /* The same buffer declared contiguous works. */
+  tt_init(&o, out, kDLFloat, 32, 2, s23, NULL);
+  assert_ok(dynamo_entry_run(entry, &a, 1, &o.dl, 1));
+  for (int i = 0; i < 6; ++i) assert_true(out[i] == 2.0f * in[i]);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_frame_destroy(x.frame));
+}
+
+static void test_entry_run_output_overlaps(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  int64_t s4[1] = {4};
+  test_tensor o;
+  /* The output is the first input's buffer. */
+  tt_init(&o, x.a, kDLFloat, 32, 1, s4, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: overlaps the memory of input 0");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH, "overlaps");
+  /* The output is the second input's buffer. */
+  tt_init(&o, x.b, kDLFloat, 32, 1, s4, NULL);
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: overlaps the memory of input 1");
+  /* Partial overlap: the output starts inside an input. */
+  float buf[6] = {1, 2, 3, 4, 0, 0};
+  test_tensor tin;
+  tt_init(&tin, buf, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&o, buf + 2, kDLFloat, 32, 1, s4, NULL);
+  dynamo_arg args[2] = {x.args[0], arg_tensor(&tin)};
+  assert_fails(dynamo_entry_run(x.entry, args, 2, &o.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "output 0: overlaps the memory of input 1");
+  /* Inputs are untouched by the refused runs. */
+  assert_true(buf[0] == 1.0f && buf[1] == 2.0f && buf[2] == 3.0f && buf[3] == 4.0f);
+  assert_true(x.a[0] == 1.0f && x.b[0] == 0.5f);
+  assert_ok(dynamo_frame_destroy(x.frame));
+
+  /* Two outputs sharing memory. */
+  const char *two =
+      "trace @two {\n"
+      "  %0 = input f32[4]\n"
+      "  %1 = exp(%0) : f32[4]\n"
+      "  %2 = neg(%0) : f32[4]\n"
+      "  return %1, %2\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, two, &entry);
+  float in[4] = {0, 0, 0, 0}, o0[4];
+  test_tensor ti, to0;
+  tt_init(&ti, in, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&to0, o0, kDLFloat, 32, 1, s4, NULL);
+  DLTensor outs[2] = {to0.dl, to0.dl};
+  dynamo_arg a = arg_tensor(&ti);
+  assert_fails(dynamo_entry_run(entry, &a, 1, outs, 2), DYNAMO_ERR_ARGUMENT_MISMATCH, "output 1: overlaps output 0");
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* -- Dead handles ------------------------------------------------------------------------------ */
+
+static void test_frame_run_destroyed_handle(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  /* Create every handle first: a new handle could reuse a freed address. */
+  dynamo_trace *t = NULL;
+  assert_ok(dynamo_trace_parse(kAdd, (size_t)-1, &t));
+  assert_ok(dynamo_frame_run(x.frame, x.args, 2, &x.to.dl, 1));
+  dynamo_frame *dead_frame = x.frame;
+  dynamo_entry *dead_entry = x.entry;
+  assert_ok(dynamo_frame_destroy(x.frame));
+  memset(x.out, 0, sizeof x.out);
+
+  dynamo_entry *e = (dynamo_entry *)0x1;
+  char why[64];
+  dynamo_tensor_info info;
+  dynamo_entry_stats st;
+  st.struct_size = sizeof st;
+
+  assert_fails(dynamo_frame_run(dead_frame, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_check_guards(dead_frame, x.args, 2, &e, why, sizeof why), DYNAMO_ERR_INVALID_HANDLE,
+               "not a live handle");
+  assert_null(e);
+  assert_fails(dynamo_compile_frame(dead_frame, t, &e), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_null(e);
+  assert_int_equal(dynamo_frame_num_entries(dead_frame), 0);
+  assert_fails(dynamo_entry_run(dead_entry, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_entry_check_guards(dead_entry, x.args, 2, why, sizeof why), DYNAMO_ERR_INVALID_HANDLE,
+               "not a live handle");
+  assert_fails(dynamo_entry_output_info(dead_entry, 0, &info), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_entry_get_stats(dead_entry, &st), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_int_equal(dynamo_entry_num_inputs(dead_entry), 0);
+  assert_int_equal(dynamo_entry_num_outputs(dead_entry), 0);
+  /* A second destroy of the same frame is reported, not a double free. */
+  assert_fails(dynamo_frame_destroy(dead_frame), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  /* A pointer that was never a handle. */
+  assert_fails(dynamo_frame_run((dynamo_frame *)(void *)x.a, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_HANDLE,
+               "not a live handle");
+  assert_fails(dynamo_entry_run((dynamo_entry *)(void *)x.a, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_INVALID_HANDLE,
+               "not a live handle");
+  assert_fails(dynamo_engine_destroy((dynamo_engine *)(void *)x.a), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  /* Nothing was written. */
+  assert_true(x.out[0] == 0.0f && x.out[3] == 0.0f);
+  dynamo_trace_destroy(t);
+}
+
+/* -- Failures while running ------------------------------------------------------------------- */
+
+static void test_entry_run_extern_rejected(void **state) {
+  (void)state;
+  /* mm returns f32[2,4]; the trace declares f32[2,2]. */
+  const char *wrong_result =
+      "trace @t {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = input f32[3,4]\n"
+      "  %2 = extern aten::mm(%0, %1) : f32[2,2]\n"
+      "  return %2\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, wrong_result, &entry);
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[12] = {0}, out[4] = {0};
+  int64_t s23[2] = {2, 3}, s34[2] = {3, 4}, s22[2] = {2, 2};
+  test_tensor ta, tb, to;
+  tt_init(&ta, a, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&tb, b, kDLFloat, 32, 2, s34, NULL);
+  tt_init(&to, out, kDLFloat, 32, 2, s22, NULL);
+  dynamo_arg args[2] = {arg_tensor(&ta), arg_tensor(&tb)};
+  assert_fails(dynamo_entry_run(entry, args, 2, &to.dl, 1), DYNAMO_ERR_RUNTIME, "extern aten::mm result 0 is");
+  assert_non_null(strstr(dynamo_last_error(), "[2,4]"));
+  assert_non_null(strstr(dynamo_last_error(), "the trace expected f32[2,2]"));
+  /* The entry stays usable: the same failure again, not a crash. */
+  assert_fails(dynamo_frame_run(f, args, 2, &to.dl, 1), DYNAMO_ERR_RUNTIME, "the trace expected f32[2,2]");
+  assert_ok(dynamo_frame_destroy(f));
+
+  /* A real shape error raised by ATen: [2,3] @ [2,3]. */
+  const char *bad_shapes =
+      "trace @t {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = input f32[2,3]\n"
+      "  %2 = extern aten::mm(%0, %1) : f32[2,3]\n"
+      "  return %2\n"
+      "}\n";
+  f = compile_text(g_engine, bad_shapes, &entry);
+  float c[6] = {0}, out6[6] = {0};
+  test_tensor tc, to6;
+  tt_init(&tc, c, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&to6, out6, kDLFloat, 32, 2, s23, NULL);
+  args[1] = arg_tensor(&tc);
+  assert_fails(dynamo_entry_run(entry, args, 2, &to6.dl, 1), DYNAMO_ERR_RUNTIME, "extern aten::mm failed: ");
+  assert_non_null(strstr(dynamo_last_error(), "cannot be multiplied"));
+  /* The C++ backtrace is cut off. */
+  assert_null(strstr(dynamo_last_error(), "Exception raised from"));
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+static void test_entry_run_floordiv_by_zero(void **state) {
+  (void)state;
+  const char *src =
+      "trace @t {\n"
+      "  %0 = input i64[4]\n"
+      "  %1 = input i64[4]\n"
+      "  %2 = floordiv(%0, %1) : i64[4]\n"
+      "  return %2\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, src, &entry);
+  int64_t a[4] = {-7, 7, 7, -7}, b[4] = {2, 2, -2, -2}, out[4] = {0};
+  int64_t s4[1] = {4};
+  test_tensor ta, tb, to;
+  tt_init(&ta, a, kDLInt, 64, 1, s4, NULL);
+  tt_init(&tb, b, kDLInt, 64, 1, s4, NULL);
+  tt_init(&to, out, kDLInt, 64, 1, s4, NULL);
+  dynamo_arg args[2] = {arg_tensor(&ta), arg_tensor(&tb)};
+  /* Python semantics: rounds toward negative infinity. */
+  assert_ok(dynamo_entry_run(entry, args, 2, &to.dl, 1));
+  assert_true(out[0] == -4 && out[1] == 3 && out[2] == -4 && out[3] == 3);
+  b[2] = 0;
+  assert_fails(dynamo_entry_run(entry, args, 2, &to.dl, 1), DYNAMO_ERR_RUNTIME, "ZeroDivisionError");
+  assert_fails(dynamo_frame_run(f, args, 2, &to.dl, 1), DYNAMO_ERR_RUNTIME,
+               "ZeroDivisionError: integer floor division by zero");
+  /* A later good run succeeds: the failure flag does not stick. */
+  b[2] = -2;
+  memset(out, 0, sizeof out);
+  assert_ok(dynamo_entry_run(entry, args, 2, &to.dl, 1));
+  assert_true(out[0] == -4 && out[1] == 3 && out[2] == -4 && out[3] == 3);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_abi_version_matches_header),
+      cmocka_unit_test(test_status_name_values),
+      cmocka_unit_test(test_engine_create_null_out),
+      cmocka_unit_test(test_engine_create_bad_options),
+      cmocka_unit_test(test_engine_destroy_null_ok),
+      cmocka_unit_test(test_engine_destroy_live_frame),
+      cmocka_unit_test(test_trace_parse_null_args),
+      cmocka_unit_test(test_trace_parse_malformed),
+      cmocka_unit_test(test_trace_print_null_args),
+      cmocka_unit_test(test_trace_add_bad_args),
+      cmocka_unit_test(test_frame_create_null_args),
+      cmocka_unit_test(test_compile_frame_null_args),
+      cmocka_unit_test(test_compile_frame_unknown_extern),
+      cmocka_unit_test(test_compile_frame_cuda_input),
+      cmocka_unit_test(test_check_guards_null_args),
+      cmocka_unit_test(test_entry_check_guards_null_args),
+      cmocka_unit_test(test_entry_run_null_args),
+      cmocka_unit_test(test_entry_run_zero_dim_null_data),
+      cmocka_unit_test(test_frame_run_null_args),
+      cmocka_unit_test(test_entry_output_info_bad_args),
+      cmocka_unit_test(test_entry_get_stats_bad_args),
+      cmocka_unit_test(test_entry_run_happy_path),
+      cmocka_unit_test(test_entry_run_guard_miss),
+      cmocka_unit_test(test_entry_run_input_count),
+      cmocka_unit_test(test_entry_run_output_count),
+      cmocka_unit_test(test_entry_run_output_mismatch),
+      cmocka_unit_test(test_entry_run_output_overlaps),
+      cmocka_unit_test(test_frame_run_destroyed_handle),
+      cmocka_unit_test(test_entry_run_extern_rejected),
+      cmocka_unit_test(test_entry_run_floordiv_by_zero),
+  };
+  return cmocka_run_group_tests_name("capi", tests, group_setup, group_teardown);
+}
