@@ -163,7 +163,7 @@ struct Planner {
           // Not expressible as strides: copy the source once, contiguously, then view that.
           if (copy_slot[src] < 0) {
             copy_slot[src] = new_slot(st.numel() * dtype_bytes(st.dtype));
-            roots_at[i].push_back({src, copy_slot[src]});
+            roots_at[i].insert(roots_at[i].begin(), Root{src, copy_slot[src]});  // before readers
           }
           bv = {copy_slot[src], 0, contiguous_strides(st.sizes)};
           reshape_strides(st.sizes, bv.strides, t.types[v].sizes, &ns);

@@ -1,0 +1,36 @@
+# The commands a person types. The real build is CMakeLists.txt; this file only sequences it.
+PYTHON ?= /usr/bin/python3
+BUILD  ?= build
+PREFIX ?= /usr/local
+JOBS   ?= 2
+
+.PHONY: all deps configure build test bench demo install uninstall clean
+
+all: build
+
+deps:
+	@bash scripts/setup-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j1
+
+bench: build
+	@$(BUILD)/perf/bench_pointwise
+
+demo: build
+	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+uninstall:
+	@if [ -f $(BUILD)/install_manifest.txt ]; then xargs rm -f < $(BUILD)/install_manifest.txt && echo "removed files listed in $(BUILD)/install_manifest.txt"; else echo "nothing installed from $(BUILD)"; fi
+
+clean:
+	@rm -rf $(BUILD)

@@ -1,0 +1,250 @@
+// test_fusion.cpp -- fused DAGs, views folded into indexing, extern ops between fused groups,
+// dynamic scalar inputs and thread counts, each compared with LibTorch eager.
+#include "aten_check.h"
+
+using check::Value;
+
+static dynamo_engine *g_engine;
+
+namespace {
+
+at::Tensor randn(at::IntArrayRef s) { return at::randn(s); }
+
+check::Result run(const std::vector<Value> &ins, const std::vector<std::string> &body, const std::string &ret,
+                  dynamo_engine *engine = nullptr) {
+  return check::run_text(engine ? engine : g_engine, check::trace_text(ins, body, ret), ins);
+}
+
+#define EXPECT_OK(r)                                                                       \
+  do {                                                                                     \
+    if ((r).status != DYNAMO_OK) {                                                         \
+      fprintf(stderr, "%s: %s\n", dynamo_status_name((r).status), (r).error.c_str());      \
+      fail();                                                                              \
+    }                                                                                      \
+  } while (0)
+
+}  // namespace
+
+static void test_fused_dag_shared_subexpressions_one_kernel(void **state) {
+  (void)state;
+  for (int64_t n : {1, 7, 1023, 4097, 0}) {
+    at::Tensor x = randn({n}), y = randn({n});
+    // a is used four times, b twice; two outputs share everything.
+    auto r = run({Value::tensor(x), Value::tensor(y)},
+                 {"%a = mul(%0, %1)", "%b = tanh(%a)", "%c = add(%a, %b)", "%d = mul(%c, %a)", "%e = sub(%d, %a)",
+                  "%f = sigmoid(%b)", "%g = mul(%f, %a)"},
+                 "%e, %g");
+    EXPECT_OK(r);
+    at::Tensor a = x * y, b = at::tanh(a);
+    assert_true(check::same(r.outs[0], (a + b) * a - a, "dag out 0"));
+    assert_true(check::same(r.outs[1], at::sigmoid(b) * a, "dag out 1"));
+    assert_int_equal(r.stats.num_kernels, n == 0 ? 0 : 1);  // one loop nest, no intermediates
+  }
+}
+
+static void test_long_chains_and_broadcast_dags(void **state) {
+  (void)state;
+  at::Tensor x = randn({64, 33}), row = randn({33}), col = randn({64, 1});
+  auto r = run({Value::tensor(x), Value::tensor(row), Value::tensor(col)},
+               {"%a = add(%0, %1)", "%b = mul(%a, %2)", "%c = gelu(%b)", "%d = exp(%1)", "%e = mul(%c, %d)",
+                "%f = clamp(%e, -2, 2)", "%g = where(%h, %f, 0.0)", "%h2 = abs(%g)"},
+               "%h2");
+  // %h is undefined: the trace must be rejected at parse time.
+  assert_int_equal(r.status, DYNAMO_ERR_PARSE);
+  r = run({Value::tensor(x), Value::tensor(row), Value::tensor(col)},
+          {"%a = add(%0, %1)", "%b = mul(%a, %2)", "%c = gelu(%b)", "%d = exp(%1)", "%e = mul(%c, %d)",
+           "%f = clamp(%e, -2, 2)", "%m = gt(%f, 0.1)", "%g = where(%m, %f, 0.0)", "%h = abs(%g)"},
+          "%h");
+  EXPECT_OK(r);
+  at::Tensor e = at::gelu((x + row) * col) * at::exp(row);
+  at::Tensor f = at::clamp(e, -2, 2);
+  assert_true(check::same(r.outs[0], at::abs(at::where(f > 0.1, f, at::zeros_like(f))), "broadcast dag"));
+  // exp(row) has fewer elements than the loop: it is computed once into a buffer, not per element.
+  assert_int_equal(r.stats.num_kernels, 2);
+}
+
+static void test_views_fold_into_indexing(void **state) {
+  (void)state;
+  at::Tensor x = randn({6, 8, 5}), v = randn({8});
+  std::vector<Value> ins = {Value::tensor(x)};
+  struct Case {
+    const char *body;
+    std::function<at::Tensor()> eager;
+  } cases[] = {
+      {"%r = permute(%0, [2,0,1])", [&] { return x.permute({2, 0, 1}); }},
+      {"%r = transpose(%0, 0, 2)", [&] { return x.transpose(0, 2); }},
+      {"%r = reshape(%0, [48,5])", [&] { return x.reshape({48, 5}); }},
+      {"%r = view(%0, [-1])", [&] { return x.view({-1}); }},
+      {"%r = slice(%0, 1, 1, 8, 3)", [&] { return x.slice(1, 1, 8, 3); }},
+      {"%r = slice(%0, -1, -4, 100, 2)", [&] { return x.slice(-1, -4, 100, 2); }},
+      {"%r = select(%0, 1, -2)", [&] { return x.select(1, -2); }},
+      {"%r = unsqueeze(%0, 1)", [&] { return x.unsqueeze(1); }},
+      {"%u = unsqueeze(%0, 0)\n  %r = expand(%u, [3,-1,-1,-1])", [&] { return x.unsqueeze(0).expand({3, -1, -1, -1}); }},
+      {"%s = select(%0, 2, 0)\n  %u = unsqueeze(%s, 2)\n  %r = squeeze(%u, 2)", [&] { return x.select(2, 0); }},
+      {"%t = transpose(%0, 1, 2)\n  %r = reshape(%t, [6,40])", [&] { return x.transpose(1, 2).reshape({6, 40}); }},
+      {"%t = permute(%0, [1,0,2])\n  %s = slice(%t, 0, 0, 8, 2)\n  %r = mul(%s, 2.0)",
+       [&] { return x.permute({1, 0, 2}).slice(0, 0, 8, 2) * 2.0; }},
+      {"%e = exp(%0)\n  %t = transpose(%e, 0, 1)\n  %r = add(%t, 1)", [&] { return at::exp(x).transpose(0, 1) + 1; }},
+      {"%e = exp(%0)\n  %r = reshape(%e, [2,3,40])", [&] { return at::exp(x).reshape({2, 3, 40}); }},
+      {"%s = squeeze(%0)\n  %r = neg(%s)", [&] { return -x.squeeze(); }},
+  };
+  int bad = 0;
+  for (const Case &c : cases) {
+    auto r = run(ins, {c.body}, "%r");
+    if (r.status != DYNAMO_OK) {
+      fprintf(stderr, "%s: %s\n", c.body, r.error.c_str());
+      ++bad;
+      continue;
+    }
+    bad += !check::same(r.outs[0], c.eager().contiguous(), c.body);
+  }
+  // Non-contiguous inputs of every kind: transposed, sliced with a step, expanded (stride 0).
+  at::Tensor base = randn({9, 16});
+  std::vector<at::Tensor> odd = {base.t(), base.slice(1, 1, 16, 3), v.expand({5, 8}), base.select(1, 3),
+                                 base.t().slice(0, 2, 14, 2)};
+  for (const at::Tensor &o : odd) {
+    std::vector<Value> in1 = {Value::tensor(o)};
+    auto r = run(in1, {"%r = sin(%0)"}, "%r");
+    if (r.status != DYNAMO_OK) { fprintf(stderr, "odd input: %s\n", r.error.c_str()); ++bad; continue; }
+    bad += !check::same(r.outs[0], at::sin(o), "non-contiguous " + check::type_text(o));
+  }
+  // A view returned directly is copied into the output.
+  auto r = run(ins, {"%r = transpose(%0, 0, 1)"}, "%r, %0");
+  EXPECT_OK(r);
+  bad += !check::same(r.outs[0], x.transpose(0, 1).contiguous(), "view output");
+  bad += !check::same(r.outs[1], x, "input output");
+  assert_int_equal(bad, 0);
+}
+
+static void test_extern_ops_between_fused_groups(void **state) {
+  (void)state;
+  at::Tensor x = randn({17, 33}), w = randn({33, 9}), bias = randn({9});
+  std::vector<Value> ins = {Value::tensor(x), Value::tensor(w), Value::tensor(bias)};
+  // pointwise -> mm -> pointwise (fed by the extern's result) -> addmm with default beta/alpha.
+  auto r = run(ins,
+               {"%h = gelu(%0)", "%m = extern aten::mm(%h, %1) : f32[17,9]", "%a = add(%m, %2)", "%r = relu(%a)",
+                "%t = transpose(%1, 0, 1)", "%m2 = extern aten::addmm(%0, %r, %t) : f32[17,33]",
+                "%o = mul(%m2, 0.5)"},
+               "%o, %m");
+  EXPECT_OK(r);
+  at::Tensor m = at::mm(at::gelu(x), w), rr = at::relu(m + bias);
+  assert_true(check::same(r.outs[1], m, "extern result as output", 1e-4, 1e-4));
+  assert_true(check::same(r.outs[0], at::addmm(x, rr, w.t()) * 0.5, "extern chain", 1e-4, 1e-4));
+  assert_int_equal(r.stats.num_externs, 2);
+
+  // Several results, keyword defaults, scalar inputs passed through to the extern.
+  at::Tensor g = randn({33}), b = randn({33});
+  std::vector<Value> ins2 = {Value::tensor(x), Value::tensor(g), Value::tensor(b), Value::real(1e-3)};
+  r = run(ins2,
+          {"%y, %mu, %rs = extern aten::native_layer_norm(%0, [33], %1, %2, %3) : f32[17,33], f32[17,1], f32[17,1]",
+           "%z = mul(%y, %rs)", "%s = extern aten::sum.dim_IntList(%z, [1], true) : f32[17,1]", "%q = sub(%s, %mu)"},
+          "%q, %y");
+  EXPECT_OK(r);
+  auto ln = at::native_layer_norm(x, {33}, g, b, 1e-3);
+  at::Tensor want = (std::get<0>(ln) * std::get<2>(ln)).sum({1}, true) - std::get<1>(ln);
+  assert_true(check::same(r.outs[0], want, "layer_norm + sum", 1e-4, 1e-4));
+  assert_true(check::same(r.outs[1], std::get<0>(ln), "layer_norm out", 1e-4, 1e-4));
+
+  // An extern on a non-contiguous view of an input gets the view (no copy needed first).
+  r = run(ins, {"%t = transpose(%0, 0, 1)", "%m = extern aten::mm(%t, %0) : f32[33,33]"}, "%m");
+  EXPECT_OK(r);
+  assert_true(check::same(r.outs[0], at::mm(x.t(), x), "extern on a view", 1e-4, 1e-4));
+
+  // An extern whose real result differs from the trace's declaration is caught at run time.
+  r = run(ins, {"%m = extern aten::mm(%0, %1) : f32[17,8]"}, "%m");
+  assert_int_equal(r.status, DYNAMO_ERR_RUNTIME);
+  assert_non_null(strstr(r.error.c_str(), "the trace expected f32[17,8]"));
+}
+
+static void test_scalar_inputs_are_dynamic(void **state) {
+  (void)state;
+  dynamo_trace *t = nullptr;
+  at::Tensor x = randn({1000});
+  std::vector<Value> ins = {Value::tensor(x), Value::real(0.5), Value::integer(3), Value::boolean(true)};
+  std::string text = check::trace_text(
+      ins, {"%a = mul(%0, %1)", "%b = add(%a, %2)", "%c = where(%m, %b, %0)", "%m = gt(%0, 0)"}, "%c");
+  assert_int_equal(dynamo_trace_parse(text.c_str(), text.size(), &t), DYNAMO_ERR_PARSE);
+  text = check::trace_text(ins, {"%a = mul(%0, %1)", "%b = add(%a, %2)", "%m = logical_and(%3, %b)", "%c = where(%m, %b, %0)"},
+                           "%c");
+  assert_int_equal(dynamo_trace_parse(text.c_str(), text.size(), &t), DYNAMO_OK);
+  dynamo_frame *f = nullptr;
+  dynamo_entry *e = nullptr;
+  assert_int_equal(dynamo_frame_create(g_engine, "scalars", &f), DYNAMO_OK);
+  assert_int_equal(dynamo_compile_frame(f, t, &e), DYNAMO_OK);
+  for (double s : {0.5, -2.0, 1e3}) {
+    for (int64_t k : {3, -7}) {
+      for (bool flag : {true, false}) {
+        std::vector<Value> in = {Value::tensor(x), Value::real(s), Value::integer(k), Value::boolean(flag)};
+        check::Result r = check::run_entry(e, in);
+        EXPECT_OK(r);
+        at::Tensor b = x * s + k;
+        at::Tensor want = at::where(at::logical_and(at::native::wrapped_scalar_tensor(flag), b), b, x);
+        assert_true(check::same(r.outs[0], want, "dynamic scalars"));
+      }
+    }
+  }
+  assert_int_equal(dynamo_frame_num_entries(f), 1);  // one entry served every value
+  dynamo_frame_destroy(f);
+  dynamo_trace_destroy(t);
+}
+
+static void test_thread_counts_agree(void **state) {
+  (void)state;
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.num_threads = 1;
+  dynamo_engine *serial = nullptr;
+  assert_int_equal(dynamo_engine_create(&o, &serial), DYNAMO_OK);
+  at::Tensor x = randn({1 << 18}), y = randn({512, 1});
+  at::Tensor xs = x.reshape({512, 512});
+  std::vector<Value> ins = {Value::tensor(xs), Value::tensor(y)};
+  std::vector<std::string> body = {"%a = mul(%0, %1)", "%b = exp(%a)", "%c = log1p(%b)", "%r = sub(%c, %a)"};
+  auto r1 = run(ins, body, "%r", serial);
+  auto r2 = run(ins, body, "%r");
+  EXPECT_OK(r1);
+  EXPECT_OK(r2);
+  assert_true(at::equal(r1.outs[0], r2.outs[0]));  // pointwise: bitwise identical across threads
+  assert_true(check::same(r2.outs[0], at::log1p(at::exp(xs * y)) - xs * y, "threads"));
+  dynamo_engine_destroy(serial);
+}
+
+static void test_opt_levels_and_vector_widths_agree(void **state) {
+  (void)state;
+  at::Tensor x = randn({1031}), y = randn({1031});
+  std::vector<Value> ins = {Value::tensor(x), Value::tensor(y)};
+  std::vector<std::string> body = {"%a = mul(%0, %1)", "%b = erf(%a)", "%c = pow(%b, %1)", "%r = maximum(%c, %0)"};
+  at::Tensor want = at::maximum(at::pow(at::erf(x * y), y), x);
+  for (uint32_t lvl : {0u, 1u, 2u, 3u})
+    for (uint32_t bits : {128u, 256u, 512u}) {
+      dynamo_engine_options o;
+      dynamo_engine_options_init(&o);
+      o.opt_level = lvl;
+      o.vector_bits = bits;
+      dynamo_engine *e = nullptr;
+      assert_int_equal(dynamo_engine_create(&o, &e), DYNAMO_OK);
+      auto r = run(ins, body, "%r", e);
+      EXPECT_OK(r);
+      assert_true(check::same(r.outs[0], want, "O" + std::to_string(lvl) + " " + std::to_string(bits) + " bits"));
+      dynamo_engine_destroy(e);
+    }
+}
+
+int main(void) {
+  at::manual_seed(99);
+  if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
+    fprintf(stderr, "engine: %s\n", dynamo_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fused_dag_shared_subexpressions_one_kernel),
+      cmocka_unit_test(test_long_chains_and_broadcast_dags),
+      cmocka_unit_test(test_views_fold_into_indexing),
+      cmocka_unit_test(test_extern_ops_between_fused_groups),
+      cmocka_unit_test(test_scalar_inputs_are_dynamic),
+      cmocka_unit_test(test_thread_counts_agree),
+      cmocka_unit_test(test_opt_levels_and_vector_widths_agree),
+  };
+  int rc = cmocka_run_group_tests_name("fusion", tests, NULL, NULL);
+  dynamo_engine_destroy(g_engine);
+  return rc;
+}

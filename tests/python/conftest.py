@@ -1,0 +1,25 @@
+"""Session fixtures: load libdynamo once (checking its ABI version) and share one engine."""
+import pytest
+
+import dynamo
+from dynamo import native
+
+
+@pytest.fixture(scope="session")
+def lib():
+    L = native.lib()
+    assert L.dynamo_abi_version() == dynamo.ABI_VERSION
+    return L
+
+
+@pytest.fixture(scope="session")
+def engine(lib):
+    e = native.Engine()
+    yield e
+
+
+@pytest.fixture
+def frame(engine):
+    f = native.Frame(engine, "pytest")
+    yield f
+    f.close()
