@@ -92,7 +92,7 @@ bool check_one(const InputGuard &g, const dynamo_arg &a, size_t k, std::string *
   if (rg != g.requires_grad)
     return miss(std::string("requires_grad mismatch: expected ") + (g.requires_grad ? "true" : "false") +
                 ", got " + (rg ? "true" : "false"));
-  if (g.sizes.empty()) return true;
+  if (g.sizes.empty()) return t->data ? true : miss("data pointer is NULL");
   if (!t->shape) return miss("shape pointer is NULL");
   bool empty = false;
   for (size_t d = 0; d < g.sizes.size(); ++d) {
