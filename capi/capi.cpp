@@ -5,7 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "dynamo.h"
 #include "runtime/entry.h"
@@ -42,21 +42,30 @@ const char *kVersion = "0.1.0";
 thread_local std::string t_last_error;
 std::atomic<uint64_t> g_next_id{1};
 
-// Live handles: a destroyed or foreign pointer is reported, never dereferenced.
-std::mutex g_live_mu;
-std::unordered_set<const void *> g_live;
+// Live handles with their kind: a destroyed, foreign or wrongly-typed pointer is reported,
+// never dereferenced.
+enum class Kind : uint8_t { Engine, Frame, Trace, Entry };
+template <class T> constexpr Kind kind_of();
+template <> constexpr Kind kind_of<dynamo_engine>() { return Kind::Engine; }
+template <> constexpr Kind kind_of<dynamo_frame>() { return Kind::Frame; }
+template <> constexpr Kind kind_of<dynamo_trace>() { return Kind::Trace; }
+template <> constexpr Kind kind_of<dynamo_entry>() { return Kind::Entry; }
 
-void live_add(const void *h) {
+std::mutex g_live_mu;
+std::unordered_map<const void *, Kind> g_live;
+
+template <class T> void live_add(const T *h) {
   std::lock_guard<std::mutex> l(g_live_mu);
-  g_live.insert(h);
+  g_live[h] = kind_of<T>();
 }
 void live_remove(const void *h) {
   std::lock_guard<std::mutex> l(g_live_mu);
   g_live.erase(h);
 }
-bool live(const void *h) {
+template <class T> bool live(const T *h) {
   std::lock_guard<std::mutex> l(g_live_mu);
-  return g_live.count(h) != 0;
+  auto it = g_live.find(h);
+  return it != g_live.end() && it->second == kind_of<T>();
 }
 
 dynamo_status set_error(dynamo_status s, const std::string &msg) {
@@ -421,6 +430,8 @@ dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size
 
 dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
                                size_t nouts) {
+  CHECK_HANDLE(frame, "frame");
+  if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_frame_run: args is NULL");
   dynamo_entry *e = nullptr;
   dynamo_status s = dynamo_check_guards(frame, args, nargs, &e, nullptr, 0);
   if (s != DYNAMO_OK) return s;

@@ -68,7 +68,7 @@ bool check_one(const InputGuard &g, const dynamo_arg &a, size_t k, std::string *
       return true;
     case GuardKind::Float:
       if (g.has_value && !(a.u.f == g.f || (a.u.f != a.u.f && g.f != g.f)))
-        return miss("value mismatch: expected " + std::to_string(g.f) + ", got " + std::to_string(a.u.f));
+        return miss("value mismatch: expected " + jit::format_double(g.f) + ", got " + jit::format_double(a.u.f));
       return true;
     case GuardKind::Bool:
       if (g.has_value && (a.u.b != 0) != (g.i != 0))

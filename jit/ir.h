@@ -115,6 +115,7 @@ Trace parse_trace(const std::string &text);                     // text.cpp
 // Parses one instruction line (no "%r =" prefix) and appends it to t; returns first result.
 int32_t parse_instruction_into(Trace &t, const std::string &line);
 std::string print_operand(const Operand &o);
+std::string format_double(double v);  // shortest text that reads back exactly ("0.1", "1e-10")
 std::string print_type(const Type &t, bool input);
 
 // verify.cpp: infers the result types of inst (operands already defined) or throws Verify

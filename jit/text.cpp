@@ -11,7 +11,7 @@ namespace dynamo::jit {
 
 /* -- Printer -- */
 
-static std::string print_double(double v) {
+std::string format_double(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
@@ -34,7 +34,7 @@ std::string print_operand(const Operand &o) {
   switch (o.kind) {
     case Operand::Value: return "%" + std::to_string(o.value);
     case Operand::Int: return std::to_string(o.i);
-    case Operand::Float: return print_double(o.f);
+    case Operand::Float: return format_double(o.f);
     case Operand::Bool: return o.i ? "true" : "false";
     case Operand::None: return "none";
     case Operand::IntList: return "[" + join_ints(o.list) + "]";
