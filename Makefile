@@ -18,7 +18,7 @@ build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j1
+	@cd $(BUILD) && ctest --output-on-failure -V -j1 | grep -vE "^[0-9]+: (Test command|Working Directory|Environment variables|Test timeout|  )"
 
 bench: build
 	@$(BUILD)/perf/bench_pointwise

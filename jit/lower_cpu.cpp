@@ -335,7 +335,9 @@ EVal KernelEmitter::cast(EVal x, DType to) {
     if (is_float(x.dt)) return {B.CreateFPCast(x.v, ty), to};
     return {x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty), to};
   }
-  if (is_float(x.dt)) return {B.CreateFPToSI(x.v, ty), to};
+  // Out-of-range and NaN conversions are poison in LLVM; freeze keeps them to what the hardware
+  // gives (as ATen's C++ casts do) instead of letting the optimizer assume anything.
+  if (is_float(x.dt)) return {B.CreateFreeze(B.CreateFPToSI(x.v, ty)), to};
   return {B.CreateIntCast(x.v, ty, x.dt != DType::Bool), to};
 }
 
@@ -445,8 +447,11 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
         Value *any = L == 1 ? bz : B.CreateOrReduce(bz);
         Value *cur = B.CreateLoad(B.getInt32Ty(), flag);
         B.CreateStore(B.CreateSelect(any, B.getInt32(DYNAMO_RT_INT_DIV_BY_ZERO), cur), flag);
-        Value *bs = B.CreateSelect(bz, one(), b);
+        // b == -1 is done as a wrapping negation: MIN / -1 would trap (SIGFPE) in sdiv.
+        Value *bm1 = B.CreateICmpEQ(b, cst(ct, -1.0).v);
+        Value *bs = B.CreateSelect(B.CreateOr(bz, bm1), one(), b);
         Value *q = B.CreateSDiv(a, bs), *r = B.CreateSRem(a, bs);
+        q = B.CreateSelect(bm1, B.CreateSub(zero(), a), q);
         Value *adj = B.CreateAnd(B.CreateICmpNE(r, zero()),
                                  B.CreateICmpNE(B.CreateICmpSLT(r, zero()), B.CreateICmpSLT(bs, zero())));
         return R(B.CreateSub(q, B.CreateZExt(adj, q->getType())));

@@ -232,6 +232,25 @@ static void test_opt_levels_and_vector_widths_agree(void **state) {
     }
 }
 
+// Integer corners that trap or are poison at the machine level must not crash the process.
+static void test_integer_edge_cases(void **state) {
+  (void)state;
+  for (at::ScalarType dt : {at::kInt, at::kLong}) {
+    int64_t mn = dt == at::kInt ? INT32_MIN : INT64_MIN;
+    at::Tensor a = at::tensor({mn, (int64_t)7, (int64_t)-7, (int64_t)-7, mn}, at::TensorOptions().dtype(at::kLong)).to(dt);
+    at::Tensor b = at::tensor({(int64_t)-1, (int64_t)-1, (int64_t)2, (int64_t)-2, (int64_t)1}, at::TensorOptions().dtype(at::kLong)).to(dt);
+    auto r = run({Value::tensor(a), Value::tensor(b)}, {"%r = floordiv(%0, %1)"}, "%r");
+    EXPECT_OK(r);
+    // MIN // -1 wraps to MIN (two's complement), as the hardware-independent answer.
+    at::Tensor want = at::tensor({mn, (int64_t)-7, (int64_t)-4, (int64_t)3, mn}, at::TensorOptions().dtype(at::kLong)).to(dt);
+    assert_true(at::equal(r.outs[0], want));
+  }
+  at::Tensor f = at::tensor({NAN, INFINITY, -INFINITY, 3e10f, -2.7f});
+  auto r = run({Value::tensor(f)}, {"%r = to(%0, i32)"}, "%r");
+  EXPECT_OK(r);  // out-of-range values are unspecified (as in ATen), but in-range ones are exact
+  assert_int_equal(r.outs[0][4].item<int>(), -2);
+}
+
 int main(void) {
   at::manual_seed(99);
   if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
@@ -246,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_scalar_inputs_are_dynamic),
       cmocka_unit_test(test_thread_counts_agree),
       cmocka_unit_test(test_opt_levels_and_vector_widths_agree),
+      cmocka_unit_test(test_integer_edge_cases),
   };
   int rc = cmocka_run_group_tests_name("fusion", tests, NULL, NULL);
   dynamo_engine_destroy(g_engine);
