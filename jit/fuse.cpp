@@ -9,6 +9,35 @@
 
 namespace dynamo::jit {
 
+Map compose_map(const Type &user, const Type &operand, const Map &m) {
+  const auto &vs = user.sizes, &os = operand.sizes;
+  Map r(os.size(), -1);
+  size_t off = vs.size() - os.size();
+  for (size_t k = 0; k < os.size(); ++k) r[k] = os[k] == 1 ? -1 : m[k + off];
+  return r;
+}
+
+Map row_map(const Group &g, const std::vector<int64_t> &shape) {
+  const auto &d = g.domain;
+  auto reduced = [&](size_t k) { return std::binary_search(g.rdims.begin(), g.rdims.end(), (int64_t)k); };
+  std::vector<int64_t> keep, drop;
+  Map mkeep, mdrop;
+  for (size_t k = 0; k < d.size(); ++k) {
+    if (reduced(k)) {
+      keep.push_back(1);
+      mkeep.push_back(-1);
+    } else {
+      keep.push_back(d[k]);
+      drop.push_back(d[k]);
+      mkeep.push_back(d[k] == 1 ? -1 : (int32_t)k);
+      mdrop.push_back(d[k] == 1 ? -1 : (int32_t)k);
+    }
+  }
+  if (shape == keep) return mkeep;
+  if (shape == drop) return mdrop;
+  return {};
+}
+
 namespace {
 
 // ATen's stride computation for a view of (sizes, strides) as new sizes; false if impossible.
@@ -59,6 +88,9 @@ struct Planner {
     return p.num_slots++;
   }
   bool is_pointwise(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::POINTWISE; }
+  bool is_reduction(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::REDUCTION; }
+  bool is_computed(int32_t v) const { return is_pointwise(v) || is_reduction(v); }
+  std::vector<char> need_mat;  // reductions read outside their row's registers
 
   void run() {
     size_t nv = t.types.size();
@@ -73,6 +105,7 @@ struct Planner {
     p.scalar_slot.assign(nv, -1);
     users.assign(nv, {});
     copy_slot.assign(nv, -1);
+    need_mat.assign(nv, 0);
     roots_at.assign(t.insts.size(), {});
 
     for (size_t i = 0; i < t.insts.size(); ++i)
@@ -83,19 +116,36 @@ struct Planner {
     decide_materialization();
     assign_buffers();
     schedule();
+    materialize_late();
   }
 
   void decide_materialization() {
     for (size_t v = 0; v < t.types.size(); ++v) {
-      if (!t.types[v].tensor || !is_pointwise((int32_t)v)) continue;
+      if (!t.types[v].tensor || !is_computed((int32_t)v)) continue;
       bool m = false;
       for (auto [i, k] : users[v]) {
         const Inst &u = t.insts[i];
         OpKind kind = op_info(u.op).kind;
         if (kind == OpKind::EXTERN || kind == OpKind::VIEW) m = true;
-        if (kind == OpKind::POINTWISE && t.types[u.results[0]].numel() != t.types[v].numel()) m = true;
+        if (is_pointwise((int32_t)v) && kind == OpKind::POINTWISE &&
+            t.types[u.results[0]].numel() != t.types[v].numel())
+          m = true;
       }
       p.materialized[v] = m;
+    }
+  }
+
+  // Reductions found (by schedule) to be read outside their own row get a buffer and are
+  // stored once per row by their group.
+  void materialize_late() {
+    for (size_t v = 0; v < t.types.size(); ++v) {
+      if (!need_mat[v] || p.materialized[v]) continue;
+      const Type &ty = t.types[v];
+      int32_t s = new_slot(ty.numel() * dtype_bytes(ty.dtype));
+      p.materialized[v] = 1;
+      p.buffer_backed[v] = 1;
+      p.views[v] = {s, 0, contiguous_strides(ty.sizes)};
+      p.groups[p.group_of[v]].row_roots.push_back({(int32_t)v, s});
     }
   }
 
@@ -104,7 +154,7 @@ struct Planner {
     std::vector<int32_t> out_slot(t.types.size(), -1);
     for (int32_t k = 0; k < p.num_outputs; ++k) {
       int32_t v = t.outputs[k], slot = p.num_inputs + k;
-      if (is_pointwise(v) && out_slot[v] < 0) {
+      if (is_computed(v) && out_slot[v] < 0) {
         out_slot[v] = slot;
         p.materialized[v] = 1;
       } else {
@@ -132,14 +182,14 @@ struct Planner {
           p.buffer_backed[r] = 1;
           p.views[r] = {s, 0, contiguous_strides(ty.sizes)};
         }
-      } else if (info.kind == OpKind::POINTWISE) {
+      } else if (info.kind == OpKind::POINTWISE || info.kind == OpKind::REDUCTION) {
         int32_t v = in.results[0];
         if (!p.materialized[v]) continue;
         const Type &ty = t.types[v];
         int32_t s = out_slot[v] >= 0 ? out_slot[v] : new_slot(ty.numel() * dtype_bytes(ty.dtype));
         p.buffer_backed[v] = 1;
         p.views[v] = {s, 0, contiguous_strides(ty.sizes)};
-        roots_at[i].insert(roots_at[i].begin(), Root{v, s});
+        if (info.kind == OpKind::POINTWISE) roots_at[i].insert(roots_at[i].begin(), Root{v, s});
       } else if (info.kind == OpKind::VIEW) {
         fold_view((int32_t)i);
       }
@@ -227,20 +277,99 @@ struct Planner {
     p.views[v] = bv;
   }
 
-  // True if computing `v` in group g reads (through a buffer) a slot written by group g.
-  bool reads_own_output(int32_t v, int32_t g, std::vector<char> &visited) {
-    if (visited[v]) return false;
-    visited[v] = 1;
-    if (is_pointwise(v) && (!p.materialized[v] || p.group_of[v] == g)) {
-      for (const Operand &o : t.insts[t.def[v]].args)
-        if (o.kind == Operand::Value && t.types[o.value].tensor && reads_own_output(o.value, g, visited))
-          return true;
-      return false;
-    }
-    if (!p.buffer_backed[v]) return false;
-    for (const Root &r : p.groups[g].roots)
-      if (r.slot == p.views[v].slot) return true;
+  // Is value v computed (not loaded) when evaluated inside group g?
+  bool computed_in(int32_t v, int32_t g) const {
+    if (is_pointwise(v)) return !p.materialized[v] || p.group_of[v] == g;
+    return is_reduction(v) && p.group_of[v] == g;
+  }
+
+  bool writes_slot(const Group &g, int32_t slot) const {
+    for (const Root &r : g.roots) if (r.slot == slot) return true;
+    for (const Root &r : g.row_roots) if (r.slot == slot) return true;
     return false;
+  }
+
+  // Walks v's inline expression as group g would evaluate it at map m. Returns false if g
+  // cannot compute it: it would read through a buffer that g itself writes, or read one of
+  // g's reductions somewhere other than the current row. Reductions of other groups that are
+  // read are marked for materialization (when `mark`).
+  bool can_compute(int32_t v, const Map &m, int32_t g, bool mark, bool is_root = false) {
+    if (is_root && is_pointwise(v)) {  // the root itself is computed by g, whatever its buffer
+      for (const Operand &o : t.insts[t.def[v]].args)
+        if (o.kind == Operand::Value && t.types[o.value].tensor &&
+            !can_compute(o.value, compose_map(t.types[v], t.types[o.value], m), g, mark))
+          return false;
+      return true;
+    }
+    if (is_reduction(v) && p.group_of[v] == g) {
+      Map rm = row_map(p.groups[g], t.types[v].sizes);
+      return !rm.empty() && rm == m;  // this row's register
+    }
+    if (is_pointwise(v) && computed_in(v, g)) {
+      for (const Operand &o : t.insts[t.def[v]].args)
+        if (o.kind == Operand::Value && t.types[o.value].tensor &&
+            !can_compute(o.value, compose_map(t.types[v], t.types[o.value], m), g, mark))
+          return false;
+      return true;
+    }
+    if (is_reduction(v) && mark) need_mat[v] = 1;
+    if (p.buffer_backed[v] && g >= 0 && writes_slot(p.groups[g], p.views[v].slot)) return false;
+    return true;
+  }
+
+  Map identity(const std::vector<int64_t> &shape) const {
+    Map m(shape.size());
+    for (size_t k = 0; k < shape.size(); ++k) m[k] = shape[k] == 1 ? -1 : (int32_t)k;
+    return m;
+  }
+
+  int32_t open_group(bool row, const std::vector<int64_t> &domain, const std::vector<int64_t> &rdims) {
+    Group g;
+    g.row = row;
+    g.domain = domain;
+    g.rdims = rdims;
+    p.groups.push_back(g);
+    p.steps.push_back({Step::Kernel, (int32_t)p.groups.size() - 1});
+    return (int32_t)p.groups.size() - 1;
+  }
+
+  void add_reduction(int32_t r, int32_t &cur) {
+    const Inst &in = t.insts[t.def[r]];
+    const Type &x = t.types[in.args[0].value];
+    ReduceInfo ri = reduce_info(t, in);
+    bool join = cur >= 0 && p.groups[cur].row && p.groups[cur].domain == x.sizes && p.groups[cur].rdims == ri.dims &&
+                can_compute(in.args[0].value, identity(x.sizes), cur, false);
+    if (!join) cur = open_group(true, x.sizes, ri.dims);
+    can_compute(in.args[0].value, identity(x.sizes), cur, true);
+    p.groups[cur].reductions.push_back(r);
+    p.group_of[r] = cur;
+    if (p.materialized[r]) p.groups[cur].row_roots.push_back({r, p.views[r].slot});
+  }
+
+  void add_root(const Root &r, int32_t &cur) {
+    const Type &ty = t.types[r.value];
+    bool as_row_root = false, join = false;
+    Map m = identity(ty.sizes);
+    if (cur >= 0 && p.groups[cur].row) {
+      const Group &g = p.groups[cur];
+      if (g.domain == ty.sizes) {
+        join = true;
+      } else {
+        Map rm = row_map(g, ty.sizes);
+        if (!rm.empty()) { join = as_row_root = true; m = rm; }
+      }
+    } else if (cur >= 0) {
+      join = p.groups[cur].domain == ty.sizes;
+    }
+    if (join && !can_compute(r.value, m, cur, false, true)) join = as_row_root = false;
+    if (!join) {
+      cur = open_group(false, ty.sizes, {});
+      m = identity(ty.sizes);
+    }
+    can_compute(r.value, m, cur, true, true);
+    if (as_row_root) p.groups[cur].row_roots.push_back(r);
+    else p.groups[cur].roots.push_back(r);
+    if (is_pointwise(r.value) && p.materialized[r.value] && p.group_of[r.value] < 0) p.group_of[r.value] = cur;
   }
 
   void schedule() {
@@ -250,23 +379,11 @@ struct Planner {
       if (in.op == Op::extern_) {
         cur = -1;
         add_extern((int32_t)i);
+        for (const Operand &o : in.args)
+          if (o.kind == Operand::Value && is_reduction(o.value)) need_mat[o.value] = 1;
       }
-      for (const Root &r : roots_at[i]) {
-        const Type &ty = t.types[r.value];
-        bool join = cur >= 0 && p.groups[cur].domain == ty.sizes;
-        if (join) {
-          std::vector<char> visited(t.types.size(), 0);
-          if (reads_own_output(r.value, cur, visited)) join = false;
-        }
-        if (!join) {
-          p.groups.push_back({ty.sizes, {}});
-          cur = (int32_t)p.groups.size() - 1;
-          p.steps.push_back({Step::Kernel, cur});
-        }
-        p.groups[cur].roots.push_back(r);
-        if (is_pointwise(r.value) && p.materialized[r.value] && p.group_of[r.value] < 0)
-          p.group_of[r.value] = cur;
-      }
+      if (op_info(in.op).kind == OpKind::REDUCTION) add_reduction(in.results[0], cur);
+      for (const Root &r : roots_at[i]) add_root(r, cur);
     }
   }
 

@@ -18,10 +18,27 @@ struct Root {            // one value a kernel stores, contiguous, into a slot
   int32_t slot;
 };
 
-struct Group {           // one fused loop nest over `domain`
+// A value's index as a function of a loop nest's domain index: for each dim of the value, the
+// domain dim it follows, or -1 (index 0: a broadcast or size-1 dim).
+using Map = std::vector<int32_t>;
+// The map of `operand` (broadcast right-aligned into `user`) given the user's map.
+Map compose_map(const Type &user, const Type &operand, const Map &m);
+
+// One fused loop nest. A pointwise group runs over `domain`. A row group runs over the kept
+// dims of `domain` and, for each such row, over the reduced dims `rdims` once per reduction
+// (in order, each result staying in a register), then once more to store the full-shape roots.
+struct Group {
+  bool row = false;
   std::vector<int64_t> domain;
-  std::vector<Root> roots;
+  std::vector<int64_t> rdims;       // row groups: reduced dims of domain (sorted)
+  std::vector<int32_t> reductions;  // row groups: in stage order
+  std::vector<Root> roots;          // stored over the whole domain
+  std::vector<Root> row_roots;      // row groups: stored once per row (reductions, row scalars)
 };
+
+// For a row group, the map a value of shape `shape` is read with when it is "this row's"
+// value (keepdim or reduced-away shape); empty if `shape` is neither.
+Map row_map(const Group &g, const std::vector<int64_t> &shape);
 
 struct ExternArg {       // how to build one argument of an extern call
   Operand lit;           // literal operands (kind != Value)
@@ -54,7 +71,8 @@ struct Plan {
   // Per value:
   std::vector<char> buffer_backed;          // has a BufferView (input, extern, view, materialized)
   std::vector<BufferView> views;
-  std::vector<int32_t> group_of;            // group that materializes a pointwise value, or -1
+  std::vector<int32_t> group_of;            // group computing a pointwise value (if materialized)
+                                            // or a reduction; -1 otherwise
   std::vector<char> materialized;
   std::vector<int32_t> scalar_slot;         // scalar inputs: their slot
 };

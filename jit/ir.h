@@ -18,8 +18,8 @@ inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
 inline bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
 
 /* -- Ops: generated from ops.def -- */
-enum class OpKind : uint8_t { INPUT, POINTWISE, VIEW, EXTERN };
-enum class DRule : uint8_t { PROMOTE, FLOAT, FLOATONLY, COMPARE, LOGICAL, CAST, NONE };
+enum class OpKind : uint8_t { INPUT, POINTWISE, REDUCTION, VIEW, EXTERN };
+enum class DRule : uint8_t { PROMOTE, FLOAT, FLOATONLY, COMPARE, LOGICAL, CAST, RSUM, RSAME, RFLOAT, RINDEX, NONE };
 
 enum class Op : uint16_t {
 #define X(name, kind, arity, rule) name,
@@ -125,6 +125,13 @@ void verify_trace(const Trace &t);
 DType promote_types(DType a, DType b);
 // ATen's result_type over operands (tensors with dims, zero-dim tensors, Python scalars).
 DType result_type(const Trace &t, const std::vector<const Operand *> &ops);
+// A reduction's normalized reduced dims (sorted, unique) and keepdim flag.
+struct ReduceInfo {
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  int64_t correction = 0;  // var/std
+};
+ReduceInfo reduce_info(const Trace &t, const Inst &in);
 bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
                       std::vector<int64_t> *out);
 

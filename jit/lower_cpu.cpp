@@ -2,6 +2,7 @@
 // vectors of the host's width with a scalar tail, SLEEF u10 functions for transcendental
 // math, and one trace function that runs kernels and extern calls in program order.
 #include "lower_cpu.h"
+#include "kernel.h"
 #include "rt_abi.h"
 
 #include <cmath>
@@ -17,120 +18,11 @@ namespace dynamo::jit {
 
 using namespace llvm;
 
-namespace {
-
-using Map = std::vector<int32_t>;  // per dimension of a value: the domain dim it follows, or -1
-
-struct EVal {
-  Value *v;
-  DType dt;
-};
-
-// One memory access pattern of a kernel: coefficients over the (collapsed) loop dims.
-struct Pattern {
-  int32_t slot;
-  int64_t offset;
-  DType dt;
-  std::vector<int64_t> coef;  // over original domain dims, then over collapsed dims
-};
-
-class KernelEmitter {
- public:
-  KernelEmitter(Module &m, const Trace &t, const Plan &p, int gi, const LowerOptions &opt)
-      : M(m), C(m.getContext()), B(C), t(t), p(p), g(p.groups[gi]), gi(gi), opt(opt) {}
-
-  // Emits the kernel; returns it (nullptr when the domain is empty).
-  Function *emit(const std::string &name);
-  int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
-  int64_t numel() const { return total; }
-
- private:
-  struct Dim {
-    int64_t size;
-  };
-  Module &M;
-  LLVMContext &C;
-  mutable IRBuilder<> B;
-  const Trace &t;
-  const Plan &p;
-  const Group &g;
-  int gi;
-  const LowerOptions &opt;
-
-  std::vector<Pattern> pats;                         // leaves first, then root stores
-  std::map<std::pair<int32_t, Map>, int32_t> leaf_of;  // (value, map) -> pattern
-  std::vector<int32_t> root_pat;
-  std::vector<Dim> dims;                             // collapsed loop dims
-  int64_t total = 0;
-  int lanes = 16;
-  Function *F = nullptr;
-  Value *slots = nullptr;
-  std::map<int32_t, Value *> base;                   // slot -> base pointer
-  Value *flag = nullptr;                             // alloca i32: runtime error code
-  MDNode *scope_read = nullptr, *scope_write = nullptr;
-
-  // Per inner-loop body:
-  std::vector<Value *> outer_off;                    // per pattern, offset from outer loops
-  std::map<int32_t, Value *> hoisted;                // pattern -> scalar loaded before the loop
-  std::map<std::pair<int32_t, Map>, EVal> memo;
-  int L = 1;
-  Value *jidx = nullptr;
-
-  bool inline_value(int32_t v) const {
-    const Inst &in = t.insts[t.def[v]];
-    if (op_info(in.op).kind != OpKind::POINTWISE) return false;
-    return !p.materialized[v] || p.group_of[v] == gi;
-  }
-  Map compose(const Map &m, int32_t v, int32_t operand) const {
-    const auto &vs = t.types[v].sizes, &os = t.types[operand].sizes;
-    Map r(os.size(), -1);
-    size_t off = vs.size() - os.size();
-    for (size_t k = 0; k < os.size(); ++k) r[k] = os[k] == 1 ? -1 : m[k + off];
-    return r;
-  }
-  void collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen);
-  void collapse();
-  void emit_loops(size_t d, Value *begin, Value *end);
-  void emit_inner(Value *begin, Value *end);
-  void emit_body(int lanes_now);
-
-  // -- values --
-  llvm::Type *scalar_ty(DType d) const {
-    switch (d) {
-      case DType::Bool: return B.getInt1Ty();
-      case DType::I32: return B.getInt32Ty();
-      case DType::I64: return B.getInt64Ty();
-      case DType::F32: return B.getFloatTy();
-      case DType::F64: return B.getDoubleTy();
-    }
-    return nullptr;
-  }
-  llvm::Type *mem_ty(DType d) const { return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d); }
-  llvm::Type *vec_ty(DType d) const {
-    llvm::Type *s = scalar_ty(d);
-    return L == 1 ? s : (llvm::Type *)FixedVectorType::get(s, L);
-  }
-  Value *splat(Value *s) { return L == 1 ? s : B.CreateVectorSplat(L, s); }
-  EVal cst(DType d, double x) {
-    Value *s = is_float(d) ? (Value *)ConstantFP::get(scalar_ty(d), x)
-                           : (Value *)ConstantInt::get(scalar_ty(d), (uint64_t)(int64_t)x, true);
-    return {splat(s), d};
-  }
-  EVal cast(EVal x, DType to);
-  EVal operand(int32_t v, const Map &m, const Operand &o, DType as);
-  EVal value(int32_t v, const Map &m);
-  EVal load(int32_t pat);
-  EVal compute(int32_t v, const Map &m);
-  Value *sleef(const char *fn, DType d, std::vector<Value *> args);
-  Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
-  void decorate(Instruction *I, bool is_store) {
-    I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
-    I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);
-  }
-};
+namespace detail {
 
 void KernelEmitter::collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen) {
   if (!seen.emplace(std::make_pair(v, m), 1).second) return;
+  if (own_reduction(v)) return;  // a register of this row; its input is collected by its stage
   if (inline_value(v)) {
     for (const Operand &o : t.insts[t.def[v]].args)
       if (o.kind == Operand::Value && t.types[o.value].tensor) collect(o.value, compose(m, v, o.value), seen);
@@ -151,13 +43,21 @@ void KernelEmitter::collapse() {
     root_pat.push_back((int32_t)pats.size());
     pats.push_back({r.slot, 0, t.types[r.value].dtype, cs});
   }
-  std::vector<int> keep;
-  for (size_t d = 0; d < g.domain.size(); ++d)
-    if (g.domain[d] != 1) keep.push_back((int)d);
+  std::vector<int> all;
+  for (size_t d = 0; d < g.domain.size(); ++d) all.push_back((int)d);
   std::vector<std::vector<int64_t>> nc(pats.size());
-  for (int d : keep) {
+  merge_dims(all, nc);
+  for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
+}
+
+// Appends to dims (and each pattern's collapsed coefficients nc) the collapsed form of the
+// original dims `which`, in order; at least one dim (of size 1) is always added.
+void KernelEmitter::merge_dims(const std::vector<int> &which, std::vector<std::vector<int64_t>> &nc) {
+  size_t first = dims.size();
+  for (int d : which) {
     int64_t sz = g.domain[d];
-    bool merge = !dims.empty();
+    if (sz == 1) continue;
+    bool merge = dims.size() > first;
     for (size_t k = 0; merge && k < pats.size(); ++k)
       if (nc[k].back() != pats[k].coef[d] * sz) merge = false;
     if (merge) {
@@ -168,23 +68,19 @@ void KernelEmitter::collapse() {
       for (size_t k = 0; k < pats.size(); ++k) nc[k].push_back(pats[k].coef[d]);
     }
   }
-  if (dims.empty()) {
+  if (dims.size() == first) {
     dims.push_back({1});
     for (auto &c : nc) c.push_back(0);
   }
-  for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
 }
 
-Function *KernelEmitter::emit(const std::string &name) {
-  total = 1;
-  for (int64_t s : g.domain) total *= s;
-  std::map<std::pair<int32_t, Map>, char> seen;
+Map KernelEmitter::identity() const {
   Map id(g.domain.size());
   for (size_t k = 0; k < id.size(); ++k) id[k] = g.domain[k] == 1 ? -1 : (int32_t)k;
-  for (const Root &r : g.roots) collect(r.value, id, seen);
-  collapse();
-  if (total == 0) return nullptr;
+  return id;
+}
 
+void KernelEmitter::begin_function(const std::string &name) {
   bool all64 = true;
   for (const Pattern &pt : pats) all64 = all64 && dtype_bytes(pt.dt) == 8;
   lanes = std::max(1, opt.vector_bits / (all64 ? 64 : 32));
@@ -208,6 +104,17 @@ Function *KernelEmitter::emit(const std::string &name) {
     base[pt.slot] = B.CreateLoad(B.getPtrTy(), addr, "slot" + std::to_string(pt.slot));
   }
   outer_off.assign(pats.size(), B.getInt64(0));
+}
+
+Function *KernelEmitter::emit(const std::string &name) {
+  if (g.row) return emit_row(name);
+  total = 1;
+  for (int64_t s : g.domain) total *= s;
+  std::map<std::pair<int32_t, Map>, char> seen;
+  for (const Root &r : g.roots) collect(r.value, identity(), seen);
+  collapse();
+  if (total == 0) return nullptr;
+  begin_function(name);
   emit_loops(0, F->getArg(1), F->getArg(2));
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   return F;
@@ -216,7 +123,7 @@ Function *KernelEmitter::emit(const std::string &name) {
 // Outer loops: dim 0 runs [begin, end) (the parallel range); the others run fully.
 void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
   if (d + 1 == dims.size()) {
-    emit_inner(begin, end);
+    emit_inner(d, begin, end, [this](int l) { emit_body(l); });
     return;
   }
   BasicBlock *pre = B.GetInsertBlock();
@@ -240,21 +147,21 @@ void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
   B.SetInsertPoint(exit);
 }
 
-void KernelEmitter::emit_inner(Value *begin, Value *end) {
-  size_t d = dims.size() - 1;
+void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body) {
   // Loads that do not move along the inner dim are done once, before the loop.
   hoisted.clear();
   for (size_t k = 0; k < pats.size(); ++k) {
-    bool is_root = std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
-    if (is_root || pats[k].coef[d] != 0) continue;
+    bool is_store = std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end() || pats[k].store;
+    if (is_store || pats[k].coef[d] != 0) continue;
     L = 1;
     jidx = B.getInt64(0);
     hoisted[(int32_t)k] = load((int32_t)k).v;
   }
+  Value *row_base = rflat;
   auto loop = [&](int lanes_now, Value *from, Value *limit, const char *nm) -> Value * {
     BasicBlock *pre = B.GetInsertBlock();
     BasicBlock *head = BasicBlock::Create(C, std::string(nm) + "_head", F);
-    BasicBlock *body = BasicBlock::Create(C, std::string(nm) + "_body", F);
+    BasicBlock *bodyb = BasicBlock::Create(C, std::string(nm) + "_body", F);
     BasicBlock *exit = BasicBlock::Create(C, std::string(nm) + "_exit", F);
     B.CreateBr(head);
     B.SetInsertPoint(head);
@@ -262,10 +169,11 @@ void KernelEmitter::emit_inner(Value *begin, Value *end) {
     j->addIncoming(from, pre);
     Value *cond = lanes_now == 1 ? B.CreateICmpSLT(j, limit)
                                  : B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(lanes_now)), limit);
-    B.CreateCondBr(cond, body, exit);
-    B.SetInsertPoint(body);
+    B.CreateCondBr(cond, bodyb, exit);
+    B.SetInsertPoint(bodyb);
     jidx = j;
-    emit_body(lanes_now);
+    if (row_base) rflat = B.CreateAdd(row_base, j);
+    body(lanes_now);
     Value *next = B.CreateAdd(j, B.getInt64(lanes_now));
     j->addIncoming(next, B.GetInsertBlock());
     B.CreateBr(head);
@@ -275,20 +183,29 @@ void KernelEmitter::emit_inner(Value *begin, Value *end) {
   Value *after = begin;
   if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, begin, end, "vec");
   loop(1, after, end, "tail");
+  rflat = row_base;
 }
 
 void KernelEmitter::emit_body(int lanes_now) {
   L = lanes_now;
   memo.clear();
-  Map id(g.domain.size());
-  for (size_t k = 0; k < id.size(); ++k) id[k] = g.domain[k] == 1 ? -1 : (int32_t)k;
+  Map id = identity();
   for (size_t r = 0; r < g.roots.size(); ++r) {
     const Root &root = g.roots[r];
     EVal v = cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
     Value *off = B.CreateAdd(outer_off[root_pat[r]], B.CreateMul(jidx, B.getInt64(pt.coef.back())));
-    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], off);
     Value *sv = pt.dt == DType::Bool ? B.CreateZExt(v.v, L == 1 ? B.getInt8Ty() : (llvm::Type *)FixedVectorType::get(B.getInt8Ty(), L)) : v.v;
+    int64_t c = pt.coef.back();
+    if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
+      std::vector<Constant *> lane;
+      for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(l * c));
+      Value *idx = B.CreateAdd(B.CreateVectorSplat(L, off), ConstantVector::get(lane));
+      Value *ptrs = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], idx);
+      decorate(B.CreateMaskedScatter(sv, ptrs, Align(dtype_bytes(pt.dt))), true);
+      continue;
+    }
+    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], off);
     decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
   }
 }
@@ -369,7 +286,13 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   auto key = std::make_pair(v, m);
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
-  EVal r = inline_value(v) ? compute(v, m) : load(leaf_of.at(key));
+  EVal r;
+  if (own_reduction(v)) {
+    EVal s = reg.at(v);
+    r = {splat(s.v), s.dt};
+  } else {
+    r = inline_value(v) ? compute(v, m) : load(leaf_of.at(key));
+  }
   memo[key] = r;
   return r;
 }
@@ -596,7 +519,7 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
   }
 }
 
-void set_target_attrs(Function *f, const LowerOptions &opt) {
+static void set_target_attrs(Function *f, const LowerOptions &opt) {
   if (!opt.cpu.empty()) f->addFnAttr("target-cpu", opt.cpu);
   if (!opt.features.empty()) f->addFnAttr("target-features", opt.features);
   std::string w = std::to_string(opt.vector_bits);
@@ -605,7 +528,9 @@ void set_target_attrs(Function *f, const LowerOptions &opt) {
   f->addFnAttr(Attribute::NoUnwind);
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &ctx,
                                     const std::string &fn_name, const LowerOptions &opt,
@@ -634,7 +559,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     if (!k) continue;  // empty domain: nothing to compute
     set_target_attrs(k, opt);
     ++nk;
-    calls.push_back({true, k, ke.outer_size(), ke.numel() / std::max<int64_t>(1, ke.outer_size()), -1});
+    calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1});
   }
   if (num_kernels) *num_kernels = nk;
 

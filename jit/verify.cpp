@@ -75,6 +75,30 @@ DType result_type(const Trace &t, const std::vector<const Operand *> &ops) {
   return all.second;
 }
 
+ReduceInfo reduce_info(const Trace &t, const Inst &in) {
+  ReduceInfo ri;
+  const Type &x = t.types[in.args[0].value];
+  int64_t rank = x.rank();
+  bool index = op_info(in.op).rule == DRule::RINDEX;
+  bool vars = in.op == Op::var || in.op == Op::std;
+  std::vector<int64_t> dims;
+  if (index) {
+    if (in.args[1].kind == Operand::Int) dims.push_back(in.args[1].i);
+  } else {
+    dims = in.args[1].list;
+  }
+  const Operand &kd = in.args[vars ? 3 : 2];
+  ri.keepdim = kd.i != 0;
+  if (vars) ri.correction = in.args[2].i;
+  if (dims.empty() || rank == 0) {
+    for (int64_t d = 0; d < rank; ++d) ri.dims.push_back(d);
+    return ri;
+  }
+  for (int64_t d : dims) ri.dims.push_back(d < 0 ? d + rank : d);
+  std::sort(ri.dims.begin(), ri.dims.end());
+  return ri;
+}
+
 std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string &where) {
   const OpInfo &info = op_info(in.op);
   if (info.arity >= 0 && (int)in.args.size() != info.arity)
@@ -101,6 +125,54 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
 
   if (info.kind == OpKind::EXTERN) return {};  // result types come from the annotation
   if (info.kind == OpKind::INPUT) vfail(where, "input is written as '%N = input TYPE'");
+
+  if (info.kind == OpKind::REDUCTION) {
+    const Type &x = tensor_arg(0);
+    bool index = info.rule == DRule::RINDEX;
+    bool vars = in.op == Op::var || in.op == Op::std;
+    if (index) {
+      if (in.args[1].kind != Operand::Int && in.args[1].kind != Operand::None)
+        vfail(where, "operand 1 must be a dimension or none");
+    } else {
+      list_arg(1);
+    }
+    if (vars) int_arg(2);
+    const Operand &kd = in.args[vars ? 3 : 2];
+    if (kd.kind != Operand::Bool) vfail(where, "keepdim must be true or false");
+    std::vector<int64_t> raw = index ? (in.args[1].kind == Operand::Int ? std::vector<int64_t>{in.args[1].i}
+                                                                         : std::vector<int64_t>{})
+                                     : in.args[1].list;
+    for (int64_t d : raw) wrap_dim(d, x.rank(), where);
+    ReduceInfo ri = reduce_info(t, in);
+    for (size_t k = 1; k < ri.dims.size(); ++k)
+      if (ri.dims[k] == ri.dims[k - 1]) vfail(where, "dim " + std::to_string(ri.dims[k]) + " appears multiple times");
+    if (vars && ri.correction < 0) vfail(where, "correction must be non-negative");
+    Type r;
+    r.device = x.device;
+    int64_t extent = 1;
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      bool red = std::binary_search(ri.dims.begin(), ri.dims.end(), d);
+      if (red) extent *= x.sizes[d];
+      if (!red) r.sizes.push_back(x.sizes[d]);
+      else if (ri.keepdim) r.sizes.push_back(1);
+    }
+    const char *nm = info.name;
+    if ((in.op == Op::amax || in.op == Op::amin || index) && extent == 0)
+      vfail(where, std::string(nm) + " of an empty extent has no identity (ATen raises too)");
+    if (index && x.dtype == DType::Bool)
+      vfail(where, std::string(nm) + " is not implemented for bool tensors (ATen raises too)");
+    switch (info.rule) {
+      case DRule::RSUM: r.dtype = is_float(x.dtype) ? x.dtype : DType::I64; break;
+      case DRule::RSAME: r.dtype = x.dtype; break;
+      case DRule::RINDEX: r.dtype = DType::I64; break;
+      default:
+        if (!is_float(x.dtype))
+          vfail(where, std::string(nm) + " is defined for floating tensors only, got " + dtype_name(x.dtype) +
+                           " (ATen raises too)");
+        r.dtype = x.dtype;
+    }
+    return {r};
+  }
 
   if (info.kind == OpKind::VIEW) {
     const Type &x = tensor_arg(0);

@@ -108,6 +108,11 @@ static void test_views_fold_into_indexing(void **state) {
     if (r.status != DYNAMO_OK) { fprintf(stderr, "odd input: %s\n", r.error.c_str()); ++bad; continue; }
     bad += !check::same(r.outs[0], at::sin(o), "non-contiguous " + check::type_text(o));
   }
+  // A square transpose of a buffer written by the same-shaped loop must not share that loop.
+  at::Tensor sq = randn({9, 9});
+  auto rs = run({Value::tensor(sq)}, {"%e = exp(%0)\n  %t = transpose(%e, 0, 1)\n  %r = add(%t, %e)"}, "%r");
+  EXPECT_OK(rs);
+  bad += !check::same(rs.outs[0], at::exp(sq).t() + at::exp(sq), "transpose of a same-shape buffer");
   // A view returned directly is copied into the output.
   auto r = run(ins, {"%r = transpose(%0, 0, 1)"}, "%r, %0");
   EXPECT_OK(r);

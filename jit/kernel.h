@@ -1,0 +1,144 @@
+// kernel.h -- the kernel emitter shared by the pointwise (lower_cpu.cpp) and reduction
+// (lower_reduce.cpp) lowerings. Internal to jit/.
+#pragma once
+
+#include <functional>
+#include <map>
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include "lower_cpu.h"
+
+namespace dynamo::jit::detail {
+
+using namespace llvm;
+
+struct EVal {
+  Value *v;
+  DType dt;
+};
+
+// One memory access pattern of a kernel: coefficients over the (collapsed) loop dims.
+struct Pattern {
+  int32_t slot;
+  int64_t offset;
+  DType dt;
+  std::vector<int64_t> coef;  // over original domain dims, then over collapsed dims
+  bool store = false;         // written by the kernel (never hoisted as a load)
+};
+
+class KernelEmitter {
+ public:
+  KernelEmitter(Module &m, const Trace &t, const Plan &p, int gi, const LowerOptions &opt)
+      : M(m), C(m.getContext()), B(C), t(t), p(p), g(p.groups[gi]), gi(gi), opt(opt) {}
+
+  // Emits the kernel; returns it (nullptr when the domain is empty).
+  Function *emit(const std::string &name);
+  Function *emit_row(const std::string &name);  // lower_reduce.cpp
+  int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
+  int64_t numel() const { return total; }
+
+ private:
+  struct Dim {
+    int64_t size;
+  };
+  Module &M;
+  LLVMContext &C;
+  mutable IRBuilder<> B;
+  const Trace &t;
+  const Plan &p;
+  const Group &g;
+  int gi;
+  const LowerOptions &opt;
+
+  std::vector<Pattern> pats;                         // leaves first, then root stores
+  std::map<std::pair<int32_t, Map>, int32_t> leaf_of;  // (value, map) -> pattern
+  std::vector<int32_t> root_pat;
+  std::vector<Dim> dims;                             // collapsed loop dims
+  int64_t total = 0;
+  int lanes = 16;
+  Function *F = nullptr;
+  Value *slots = nullptr;
+  std::map<int32_t, Value *> base;                   // slot -> base pointer
+  Value *flag = nullptr;                             // alloca i32: runtime error code
+  MDNode *scope_read = nullptr, *scope_write = nullptr;
+
+  // Per inner-loop body:
+  std::vector<Value *> outer_off;                    // per pattern, offset from outer loops
+  std::map<int32_t, Value *> hoisted;                // pattern -> scalar loaded before the loop
+  std::map<std::pair<int32_t, Map>, EVal> memo;
+  int L = 1;
+  Value *jidx = nullptr;
+
+  bool inline_value(int32_t v) const {
+    const Inst &in = t.insts[t.def[v]];
+    if (op_info(in.op).kind != OpKind::POINTWISE) return false;
+    return !p.materialized[v] || p.group_of[v] == gi;
+  }
+  Map compose(const Map &m, int32_t v, int32_t operand) const {
+    return compose_map(t.types[v], t.types[operand], m);
+  }
+  bool own_reduction(int32_t v) const {
+    return op_info(t.insts[t.def[v]].op).kind == OpKind::REDUCTION && p.group_of[v] == gi;
+  }
+  void collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen);
+  void collapse();
+  void merge_dims(const std::vector<int> &which, std::vector<std::vector<int64_t>> &nc);
+  void begin_function(const std::string &name);
+  void emit_loops(size_t d, Value *begin, Value *end);
+  // The innermost loop over dims[d]: vectors of `lanes` then a scalar tail, body(lanes_now).
+  void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body);
+  void emit_body(int lanes_now);
+  Map identity() const;
+
+  // -- row groups (lower_reduce.cpp) --
+  size_t n_outer = 0;                                // dims[0, n_outer) are kept, the rest reduced
+  std::map<int32_t, EVal> reg;                       // this row's reduction results
+  std::map<int32_t, std::vector<int32_t>> row_pat;   // row root index -> pattern
+  Value *rflat = nullptr;                            // flat reduced index of the current R iteration
+  void collapse_row();
+  void emit_outer_row(size_t d, Value *begin, Value *end);
+  void emit_row_body();
+  void emit_r_loops(size_t d, const std::function<void(int)> &body);
+  void emit_reduction(int32_t r);
+  Value *alloca_at_entry(llvm::Type *ty);
+
+  // -- values --
+  llvm::Type *scalar_ty(DType d) const {
+    switch (d) {
+      case DType::Bool: return B.getInt1Ty();
+      case DType::I32: return B.getInt32Ty();
+      case DType::I64: return B.getInt64Ty();
+      case DType::F32: return B.getFloatTy();
+      case DType::F64: return B.getDoubleTy();
+    }
+    return nullptr;
+  }
+  llvm::Type *mem_ty(DType d) const { return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d); }
+  llvm::Type *vec_ty(DType d) const {
+    llvm::Type *s = scalar_ty(d);
+    return L == 1 ? s : (llvm::Type *)FixedVectorType::get(s, L);
+  }
+  Value *splat(Value *s) { return L == 1 ? s : B.CreateVectorSplat(L, s); }
+  EVal cst(DType d, double x) {
+    Value *s = is_float(d) ? (Value *)ConstantFP::get(scalar_ty(d), x)
+                           : (Value *)ConstantInt::get(scalar_ty(d), (uint64_t)(int64_t)x, true);
+    return {splat(s), d};
+  }
+  EVal cast(EVal x, DType to);
+  EVal operand(int32_t v, const Map &m, const Operand &o, DType as);
+  EVal value(int32_t v, const Map &m);
+  EVal load(int32_t pat);
+  EVal compute(int32_t v, const Map &m);
+  Value *sleef(const char *fn, DType d, std::vector<Value *> args);
+  Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
+  void decorate(Instruction *I, bool is_store) {
+    I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
+    I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);
+  }
+};
+
+}  // namespace dynamo::jit::detail

@@ -1,0 +1,373 @@
+// lower_reduce.cpp -- row groups to LLVM IR: for each kept index (a "row"), one pass over the
+// reduced dims per reduction (vector accumulators + scalar tail, merged as a tree), results kept
+// in registers for later stages, then one pass storing the row's full-shape consumers.
+// Key idea: softmax / layer norm / x - mean(x) read the row once from memory and again from
+// cache, never materializing the row statistics or the intermediate pointwise values.
+#include <cmath>
+
+#include "kernel.h"
+
+namespace dynamo::jit::detail {
+
+Value *KernelEmitter::alloca_at_entry(llvm::Type *ty) {
+  IRBuilder<> eb(&F->getEntryBlock(), F->getEntryBlock().begin());
+  return eb.CreateAlloca(ty);
+}
+
+void KernelEmitter::collapse_row() {
+  std::vector<int64_t> cs = contiguous_strides(g.domain);
+  for (const Root &r : g.roots) {
+    root_pat.push_back((int32_t)pats.size());
+    Pattern pt{r.slot, 0, t.types[r.value].dtype, cs};
+    pt.store = true;
+    pats.push_back(pt);
+  }
+  for (size_t k = 0; k < g.row_roots.size(); ++k) {
+    const Root &r = g.row_roots[k];
+    const Type &ty = t.types[r.value];
+    Map rm = row_map(g, ty.sizes);
+    std::vector<int64_t> rs = contiguous_strides(ty.sizes), coef(g.domain.size(), 0);
+    for (size_t j = 0; j < rm.size(); ++j)
+      if (rm[j] >= 0) coef[rm[j]] += rs[j];
+    Pattern pt{r.slot, 0, ty.dtype, coef};
+    pt.store = true;
+    row_pat[(int32_t)k] = {(int32_t)pats.size()};
+    pats.push_back(pt);
+  }
+  std::vector<int> outer, red;
+  for (size_t d = 0; d < g.domain.size(); ++d)
+    (std::binary_search(g.rdims.begin(), g.rdims.end(), (int64_t)d) ? red : outer).push_back((int)d);
+  std::vector<std::vector<int64_t>> nc(pats.size());
+  merge_dims(outer, nc);
+  n_outer = dims.size();
+  merge_dims(red, nc);
+  for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
+}
+
+Function *KernelEmitter::emit_row(const std::string &name) {
+  total = 1;
+  int64_t outer_n = 1;
+  for (size_t d = 0; d < g.domain.size(); ++d) {
+    total *= g.domain[d];
+    if (!std::binary_search(g.rdims.begin(), g.rdims.end(), (int64_t)d)) outer_n *= g.domain[d];
+  }
+  std::map<std::pair<int32_t, Map>, char> seen;
+  for (int32_t r : g.reductions) collect(t.insts[t.def[r]].args[0].value, identity(), seen);
+  for (const Root &r : g.roots) collect(r.value, identity(), seen);
+  for (const Root &r : g.row_roots) collect(r.value, row_map(g, t.types[r.value].sizes), seen);
+  collapse_row();
+  if (outer_n == 0) return nullptr;  // no rows; an empty reduced extent still yields results
+  begin_function(name);
+  emit_outer_row(0, F->getArg(1), F->getArg(2));
+  B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+  return F;
+}
+
+void KernelEmitter::emit_outer_row(size_t d, Value *begin, Value *end) {
+  if (d == n_outer) {
+    emit_row_body();
+    return;
+  }
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "row" + std::to_string(d), F);
+  BasicBlock *body = BasicBlock::Create(C, "row_body" + std::to_string(d), F);
+  BasicBlock *exit = BasicBlock::Create(C, "row_exit" + std::to_string(d), F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
+  i->addIncoming(begin, pre);
+  B.CreateCondBr(B.CreateICmpSLT(i, end), body, exit);
+  B.SetInsertPoint(body);
+  std::vector<Value *> saved = outer_off;
+  for (size_t k = 0; k < pats.size(); ++k)
+    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
+  emit_outer_row(d + 1, B.getInt64(0), B.getInt64(d + 1 < n_outer ? dims[d + 1].size : 0));
+  outer_off = saved;
+  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
+  B.CreateBr(head);
+  B.SetInsertPoint(exit);
+}
+
+// Nested loops over the reduced dims [d, end); the innermost is vectorized. rflat tracks the
+// row-major index within the reduced extent (argmax/argmin report it).
+void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body) {
+  if (d + 1 == dims.size()) {
+    emit_inner(d, B.getInt64(0), B.getInt64(dims[d].size), body);
+    return;
+  }
+  int64_t below = 1;
+  for (size_t k = d + 1; k < dims.size(); ++k) below *= dims[k].size;
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "red" + std::to_string(d), F);
+  BasicBlock *bb = BasicBlock::Create(C, "red_body" + std::to_string(d), F);
+  BasicBlock *exit = BasicBlock::Create(C, "red_exit" + std::to_string(d), F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
+  i->addIncoming(B.getInt64(0), pre);
+  B.CreateCondBr(B.CreateICmpSLT(i, B.getInt64(dims[d].size)), bb, exit);
+  B.SetInsertPoint(bb);
+  std::vector<Value *> saved = outer_off;
+  Value *saved_flat = rflat;
+  for (size_t k = 0; k < pats.size(); ++k)
+    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
+  rflat = B.CreateAdd(saved_flat, B.CreateMul(i, B.getInt64(below)));
+  emit_r_loops(d + 1, body);
+  outer_off = saved;
+  rflat = saved_flat;
+  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
+  B.CreateBr(head);
+  B.SetInsertPoint(exit);
+}
+
+void KernelEmitter::emit_row_body() {
+  reg.clear();
+  for (int32_t r : g.reductions) emit_reduction(r);
+  // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
+  for (size_t k = 0; k < g.row_roots.size(); ++k) {
+    const Root &rr = g.row_roots[k];
+    L = 1;
+    memo.clear();
+    jidx = B.getInt64(0);
+    EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
+    const Pattern &pt = pats[row_pat[(int32_t)k][0]];
+    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[row_pat[(int32_t)k][0]]);
+    Value *sv = pt.dt == DType::Bool ? B.CreateZExt(v.v, B.getInt8Ty()) : v.v;
+    decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
+  }
+  if (!g.roots.empty()) {
+    rflat = B.getInt64(0);
+    emit_r_loops(n_outer, [this](int l) { emit_body(l); });
+    rflat = nullptr;
+  }
+}
+
+namespace {
+
+// A tree (pairwise) reduction of the lanes of each vector in `state`, combined by `fn`.
+using State = std::vector<Value *>;
+State tree(IRBuilder<> &B, State s, const std::function<State(const State &, const State &)> &fn) {
+  auto width = [](Value *v) { return (int)cast<FixedVectorType>(v->getType())->getNumElements(); };
+  while (width(s[0]) > 1) {
+    int h = width(s[0]) / 2;
+    std::vector<int> lo, hi;
+    for (int l = 0; l < h; ++l) {
+      lo.push_back(l);
+      hi.push_back(l + h);
+    }
+    State a, b;
+    for (Value *v : s) {
+      a.push_back(B.CreateShuffleVector(v, lo));
+      b.push_back(B.CreateShuffleVector(v, hi));
+    }
+    s = fn(a, b);
+  }
+  State out;
+  for (Value *v : s) out.push_back(B.CreateExtractElement(v, (uint64_t)0));
+  return out;
+}
+
+}  // namespace
+
+void KernelEmitter::emit_reduction(int32_t r) {
+  const Inst &in = t.insts[t.def[r]];
+  const int32_t x = in.args[0].value;
+  const DType xdt = t.types[x].dtype, rdt = t.types[r].dtype;
+  const Op op = in.op;
+  const bool index = op == Op::argmax || op == Op::argmin;
+  const bool welford = op == Op::var || op == Op::std;
+  const bool kahan = (op == Op::sum || op == Op::mean) && is_float(xdt);
+  DType adt = xdt;  // accumulator / comparison dtype
+  if ((op == Op::sum || op == Op::prod) && !is_float(xdt)) adt = DType::I64;
+  // Welford in float32 drifts over millions of elements; like ATen, accumulate it in double.
+  if (welford) adt = DType::F64;
+  const bool fl = is_float(adt);
+  int64_t extent = 1;
+  for (int64_t d : g.rdims) extent *= g.domain[d];
+
+  auto ty = [&](DType d, int l) -> llvm::Type * {
+    int keep = L;
+    L = l;
+    llvm::Type *r2 = vec_ty(d);
+    L = keep;
+    return r2;
+  };
+  auto konst = [&](DType d, double v, int l) {
+    int keep = L;
+    L = l;
+    Value *c = cst(d, v).v;
+    L = keep;
+    return c;
+  };
+  double init = 0;
+  switch (op) {
+    case Op::prod: init = 1; break;
+    case Op::amax: case Op::argmax: init = fl ? -INFINITY : (double)INT64_MIN; break;
+    case Op::amin: case Op::argmin: init = fl ? INFINITY : (double)INT64_MAX; break;
+    default: break;
+  }
+  auto init_of = [&](DType d, int l) -> Value * {
+    if (!fl && (op == Op::amax || op == Op::argmax || op == Op::amin || op == Op::argmin)) {
+      llvm::Type *st = scalar_ty(adt);
+      bool mx = op == Op::amax || op == Op::argmax;
+      Value *c = adt == DType::Bool ? ConstantInt::get(st, mx ? 0 : 1)
+                 : mx ? ConstantInt::get(st, APInt::getSignedMinValue(st->getIntegerBitWidth()))
+                      : ConstantInt::get(st, APInt::getSignedMaxValue(st->getIntegerBitWidth()));
+      return l == 1 ? c : B.CreateVectorSplat(l, c);
+    }
+    return konst(d, init, l);
+  };
+
+  // State: [acc, comp|m2|idx] per width (vector lanes, scalar tail), plus welford counts.
+  struct Acc {
+    Value *a = nullptr, *b = nullptr, *n = nullptr;
+  } vs, ss;
+  auto make = [&](Acc &s, int l) {
+    s.a = alloca_at_entry(ty(adt, l));
+    B.CreateStore(init_of(adt, l), s.a);
+    if (kahan || welford) {
+      s.b = alloca_at_entry(ty(adt, l));
+      B.CreateStore(konst(adt, 0, l), s.b);
+    }
+    if (index) {
+      s.b = alloca_at_entry(ty(DType::I64, l));
+      Value *mx = B.getInt64(INT64_MAX);
+      B.CreateStore(l == 1 ? mx : B.CreateVectorSplat(l, mx), s.b);
+    }
+    if (welford) {
+      s.n = alloca_at_entry(B.getInt64Ty());
+      B.CreateStore(B.getInt64(0), s.n);
+    }
+  };
+  make(vs, lanes);
+  make(ss, 1);
+
+  // better(x, xi) over (v, vi): the argmax/argmin order with NaN first and ties to the lower index.
+  auto better = [&](Value *xv, Value *xi, Value *v, Value *vi) -> Value * {
+    bool mx = op == Op::argmax;
+    Value *gt, *eq;
+    if (fl) {
+      gt = mx ? B.CreateFCmpOGT(xv, v) : B.CreateFCmpOLT(xv, v);
+      Value *xn = fisnan(xv), *vn = fisnan(v);
+      gt = B.CreateOr(gt, B.CreateAnd(xn, B.CreateNot(vn)));
+      eq = B.CreateOr(B.CreateFCmpOEQ(xv, v), B.CreateAnd(xn, vn));
+    } else {
+      bool u = adt == DType::Bool;
+      gt = mx ? (u ? B.CreateICmpUGT(xv, v) : B.CreateICmpSGT(xv, v)) : (u ? B.CreateICmpULT(xv, v) : B.CreateICmpSLT(xv, v));
+      eq = B.CreateICmpEQ(xv, v);
+    }
+    return B.CreateOr(gt, B.CreateAnd(eq, B.CreateICmpSLT(xi, vi)));
+  };
+  auto combine = [&](Value *a, Value *b) -> Value * {
+    switch (op) {
+      case Op::prod: return fl ? B.CreateFMul(a, b) : B.CreateMul(a, b);
+      case Op::amax:
+        return fl ? B.CreateBinaryIntrinsic(Intrinsic::maximum, a, b)
+                  : B.CreateBinaryIntrinsic(adt == DType::Bool ? Intrinsic::umax : Intrinsic::smax, a, b);
+      case Op::amin:
+        return fl ? B.CreateBinaryIntrinsic(Intrinsic::minimum, a, b)
+                  : B.CreateBinaryIntrinsic(adt == DType::Bool ? Intrinsic::umin : Intrinsic::smin, a, b);
+      default: return fl ? B.CreateFAdd(a, b) : B.CreateAdd(a, b);
+    }
+  };
+
+  std::vector<Value *> saved = outer_off;
+  rflat = B.getInt64(0);
+  emit_r_loops(n_outer, [&](int l) {
+    L = l;
+    memo.clear();
+    Acc &s = l == 1 ? ss : vs;
+    Value *xv = cast(value(x, identity()), adt).v;
+    llvm::Type *at = ty(adt, l);
+    Value *a = B.CreateLoad(at, s.a);
+    if (kahan) {  // compensated (Kahan) summation per lane; compensation dropped at inf/NaN
+      Value *c = B.CreateLoad(at, s.b);
+      Value *y = B.CreateFSub(xv, c);
+      Value *tt = B.CreateFAdd(a, y);
+      Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
+      Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
+      B.CreateStore(tt, s.a);
+      B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
+    } else if (welford) {  // Welford: every lane has seen the same count
+      Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
+      B.CreateStore(n, s.n);
+      Value *rn = B.CreateFDiv(ConstantFP::get(scalar_ty(adt), 1.0), B.CreateSIToFP(n, scalar_ty(adt)));
+      Value *m2 = B.CreateLoad(at, s.b);
+      Value *delta = B.CreateFSub(xv, a);
+      Value *mean = B.CreateFAdd(a, B.CreateFMul(delta, splat(rn)));
+      B.CreateStore(mean, s.a);
+      B.CreateStore(B.CreateFAdd(m2, B.CreateFMul(delta, B.CreateFSub(xv, mean))), s.b);
+    } else if (index) {
+      Value *vi = B.CreateLoad(ty(DType::I64, l), s.b);
+      Value *xi = rflat;
+      if (l > 1) {
+        std::vector<Constant *> iota;
+        for (int k = 0; k < l; ++k) iota.push_back(B.getInt64(k));
+        xi = B.CreateAdd(B.CreateVectorSplat(l, rflat), ConstantVector::get(iota));
+      }
+      Value *bt = better(xv, xi, a, vi);
+      B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
+      B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
+    } else {
+      B.CreateStore(combine(a, xv), s.a);
+    }
+  });
+  outer_off = saved;
+  rflat = nullptr;
+
+  // Finalize: merge the lanes as a tree, then the scalar tail.
+  L = 1;
+  llvm::Type *vt = ty(adt, lanes), *st = scalar_ty(adt);
+  Value *va = B.CreateLoad(vt, vs.a), *sa = B.CreateLoad(st, ss.a);
+  EVal res;
+  if (kahan) {
+    Value *vsum = B.CreateFSub(va, B.CreateLoad(vt, vs.b));
+    Value *ssum = B.CreateFSub(sa, B.CreateLoad(st, ss.b));
+    Value *total = lanes > 1 ? tree(B, {vsum}, [&](const State &p, const State &q) { return State{B.CreateFAdd(p[0], q[0])}; })[0] : vsum;
+    total = B.CreateFAdd(total, ssum);
+    if (op == Op::mean) total = B.CreateFDiv(total, ConstantFP::get(st, (double)extent));
+    res = {total, adt};
+  } else if (welford) {
+    Value *nv = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), vs.n), st);
+    Value *ns = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), ss.n), st);
+    auto merge = [&](Value *na, Value *ma, Value *qa, Value *nb, Value *mb, Value *qb, int l) -> State {
+      Value *n = B.CreateFAdd(na, nb);
+      Value *zero = Constant::getNullValue(n->getType());
+      (void)l;
+      Value *ratio = B.CreateSelect(B.CreateFCmpOGT(n, zero), B.CreateFDiv(nb, n), zero);
+      Value *delta = B.CreateFSub(mb, ma);
+      Value *m = B.CreateFAdd(ma, B.CreateFMul(delta, ratio));
+      Value *q = B.CreateFAdd(B.CreateFAdd(qa, qb), B.CreateFMul(B.CreateFMul(delta, delta), B.CreateFMul(na, ratio)));
+      return {n, m, q};
+    };
+    Value *vq = B.CreateLoad(vt, vs.b);
+    State lanes_state = {B.CreateVectorSplat(lanes, nv), va, vq};
+    State v1 = lanes > 1 ? tree(B, lanes_state, [&](const State &p, const State &q) {
+                 int w = (int)llvm::cast<FixedVectorType>(p[0]->getType())->getNumElements();
+                 return merge(p[0], p[1], p[2], q[0], q[1], q[2], w);
+               })
+                         : lanes_state;
+    State all = merge(v1[0], v1[1], v1[2], ns, sa, B.CreateLoad(st, ss.b), 1);
+    int64_t corr = reduce_info(t, in).correction;
+    Value *den = B.CreateSelect(B.CreateFCmpOGT(B.CreateFSub(all[0], ConstantFP::get(st, (double)corr)), ConstantFP::get(st, 0.0)),
+                                B.CreateFSub(all[0], ConstantFP::get(st, (double)corr)), ConstantFP::get(st, 0.0));
+    Value *var = B.CreateFDiv(all[2], den);
+    res = {op == Op::std ? B.CreateUnaryIntrinsic(Intrinsic::sqrt, var) : var, adt};
+  } else if (index) {
+    Value *vi = B.CreateLoad(ty(DType::I64, lanes), vs.b);
+    State v1 = lanes > 1 ? tree(B, {va, vi}, [&](const State &p, const State &q) {
+                 Value *bt = better(q[0], q[1], p[0], p[1]);
+                 return State{B.CreateSelect(bt, q[0], p[0]), B.CreateSelect(bt, q[1], p[1])};
+               })
+                         : State{va, vi};
+    Value *si = B.CreateLoad(B.getInt64Ty(), ss.b);
+    Value *bt = better(sa, si, v1[0], v1[1]);
+    res = {B.CreateSelect(bt, si, v1[1]), DType::I64};
+  } else {
+    Value *v1 = lanes > 1 ? tree(B, {va}, [&](const State &p, const State &q) { return State{combine(p[0], q[0])}; })[0] : va;
+    res = {combine(v1, sa), adt};
+  }
+  reg[r] = cast(res, rdt);
+}
+
+}  // namespace dynamo::jit::detail
