@@ -137,5 +137,8 @@ bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> 
 
 // passes.cpp: dead code elimination and common subexpression elimination, in place.
 void simplify_trace(Trace &t);
+// decompose.cpp: rewrites externs we generate ourselves (softmax, layer norm, ...) into trace
+// ops, in place; returns how many were rewritten.
+int decompose_externs(Trace &t);
 
 }  // namespace dynamo::jit

@@ -474,6 +474,12 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
       Value *a = x();
       return R(B.CreateFDiv(a, B.CreateFAdd(one(), sleef("exp", ct, {B.CreateFNeg(a)}))));
     }
+    case Op::hardswish: {  // x * clamp(x + 3, 0, 6) / 6
+      Value *a = x();
+      Value *c = B.CreateBinaryIntrinsic(Intrinsic::maximum, B.CreateFAdd(a, cst(ct, 3.0).v), zero());
+      c = B.CreateBinaryIntrinsic(Intrinsic::minimum, c, cst(ct, 6.0).v);
+      return R(B.CreateFDiv(B.CreateFMul(a, c), cst(ct, 6.0).v));
+    }
     case Op::relu: {
       Value *a = x();
       Value *neg = fl ? B.CreateFCmpOLT(a, zero()) : B.CreateICmpSLT(a, zero());

@@ -28,6 +28,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   for (int32_t v : e->trace.outputs)
     if (e->trace.types[v].rank() > 16)
       jit::fail(ErrorCode::Unsupported, "output %" + std::to_string(v) + " has more than 16 dimensions");
+  jit::decompose_externs(e->trace);
   jit::simplify_trace(e->trace);
   e->plan = jit::plan_trace(e->trace);
   e->guards = guards::guards_from_trace(e->trace);

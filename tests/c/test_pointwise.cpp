@@ -55,6 +55,7 @@ const std::map<std::string, Ref> &unary_refs() {
       {"gelu", [](auto &a) { return at::gelu(a[0]); }},
       {"gelu_tanh", [](auto &a) { return at::gelu(a[0], "tanh"); }},
       {"silu", [](auto &a) { return at::silu(a[0]); }},
+      {"hardswish", [](auto &a) { return at::hardswish(a[0]); }},
       {"floor", [](auto &a) { return at::floor(a[0]); }},
       {"ceil", [](auto &a) { return at::ceil(a[0]); }},
       {"round", [](auto &a) { return at::round(a[0]); }},

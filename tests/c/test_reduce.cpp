@@ -305,6 +305,57 @@ static void test_reduction_results_reused_elsewhere(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// ATen ops recorded as externs are rewritten into fused code (no LibTorch call left).
+static void test_aten_decompositions_are_fused(void **state) {
+  (void)state;
+  at::Tensor x = at::randn({16, 301}), w = at::randn({301}), b = at::randn({301});
+  std::vector<Value> ins = {Value::tensor(x), Value::tensor(w), Value::tensor(b)};
+  struct Case {
+    const char *body, *ret;
+    std::vector<at::Tensor> want;
+  } cases[] = {
+      {"%r = extern aten::_softmax(%0, 1, false) : f32[16,301]", "%r", {at::_softmax(x, 1, false)}},
+      {"%r = extern aten::_log_softmax(%0, -1, false) : f32[16,301]", "%r", {at::_log_softmax(x, -1, false)}},
+      {"%r = extern aten::softmax.int(%0, 0) : f32[16,301]", "%r", {at::softmax(x, 0)}},
+      {"%r, %m, %s = extern aten::native_layer_norm(%0, [301], %1, %2, 1e-05) : f32[16,301], f32[16,1], f32[16,1]",
+       "%r, %m, %s",
+       {std::get<0>(at::native_layer_norm(x, {301}, w, b, 1e-5)), std::get<1>(at::native_layer_norm(x, {301}, w, b, 1e-5)),
+        std::get<2>(at::native_layer_norm(x, {301}, w, b, 1e-5))}},
+      {"%r = extern aten::layer_norm(%0, [301], none, none, 1e-05, false) : f32[16,301]", "%r",
+       {at::layer_norm(x, {301}, {}, {}, 1e-5)}},
+      {"%g = extern aten::gelu(%0, \"tanh\") : f32[16,301]\n  %h = extern aten::silu(%g) : f32[16,301]\n"
+       "  %r = extern aten::hardswish(%h) : f32[16,301]",
+       "%r", {at::hardswish(at::silu(at::gelu(x, "tanh")))}},
+      {"%r = extern aten::mean.dim(%0, [1], true) : f32[16,1]", "%r", {x.mean(1, true)}},
+      {"%v, %m = extern aten::var_mean.correction(%0, [1], 1, true) : f32[16,1], f32[16,1]", "%v, %m",
+       {std::get<0>(at::var_mean(x, at::OptionalIntArrayRef({1}), 1, true)),
+        std::get<1>(at::var_mean(x, at::OptionalIntArrayRef({1}), 1, true))}},
+      {"%a = extern aten::add.Tensor(%0, %1, 2) : f32[16,301]\n  %r = extern aten::amax(%a, [0], false) : f32[301]", "%r",
+       {at::amax(x + 2 * w, {0})}},
+  };
+  int bad = 0;
+  for (const Case &c : cases) {
+    check::Result r = check::run_text(g_engine, check::trace_text(ins, {c.body}, c.ret), ins);
+    if (r.status != DYNAMO_OK) {
+      fprintf(stderr, "%s: %s\n", c.body, r.error.c_str());
+      ++bad;
+      continue;
+    }
+    for (size_t k = 0; k < c.want.size(); ++k) bad += !check::same(r.outs[k], c.want[k], c.body, 1e-4, 1e-5);
+    if (r.stats.num_externs != 0) {
+      fprintf(stderr, "%s: %u extern call(s) left\n", c.body, r.stats.num_externs);
+      ++bad;
+    }
+  }
+  // An overload we do not rewrite (an explicit dtype) stays an extern and stays correct.
+  check::Result r = check::run_text(
+      g_engine, check::trace_text(ins, {"%r = extern aten::sum.dim_IntList(%0, [1], false, f64) : f64[16]"}, "%r"), ins);
+  assert_int_equal(r.status, DYNAMO_OK);
+  assert_int_equal(r.stats.num_externs, 1);
+  assert_true(check::same(r.outs[0], x.sum(1, false, at::kDouble), "sum with dtype"));
+  assert_int_equal(bad, 0);
+}
+
 static void test_thread_counts_agree(void **state) {
   (void)state;
   dynamo_engine_options o;
@@ -341,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_normalizations_odd_rows_one_kernel),
       cmocka_unit_test(test_layer_norm_three_outputs),
       cmocka_unit_test(test_reduction_results_reused_elsewhere),
+      cmocka_unit_test(test_aten_decompositions_are_fused),
       cmocka_unit_test(test_thread_counts_agree),
   };
   int rc = cmocka_run_group_tests_name("reduce", tests, NULL, NULL);

@@ -1,0 +1,217 @@
+// decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
+// trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, gelu, silu,
+// hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std and common pointwise ops. A
+// rewrite is kept only if it reproduces the extern's declared result types exactly;
+// otherwise the extern stays (it is still correct, just not fused).
+#include <map>
+
+#include "ir.h"
+
+namespace dynamo::jit {
+
+namespace {
+
+struct Rewriter {
+  Trace &out;
+  explicit Rewriter(Trace &o) : out(o) {}
+
+  int32_t emit(Op op, std::vector<Operand> args) {
+    Inst in;
+    in.op = op;
+    in.args = std::move(args);
+    std::vector<Type> ty = infer_types(out, in, std::string("decomposition of ") + op_info(op).name);
+    int32_t idx = (int32_t)out.insts.size();
+    int32_t v = out.new_value(ty[0], idx);
+    in.results.push_back(v);
+    out.insts.push_back(std::move(in));
+    return v;
+  }
+};
+
+Operand V(int32_t v) { return Operand::val(v); }
+Operand I(int64_t v) { return Operand::integer(v); }
+Operand Bo(bool v) { return Operand::boolean(v); }
+Operand L(std::vector<int64_t> v) {
+  Operand o;
+  o.kind = Operand::IntList;
+  o.list = std::move(v);
+  return o;
+}
+
+const std::map<std::string, Op> &unary_table() {
+  static const std::map<std::string, Op> m = {
+      {"aten::relu", Op::relu},       {"aten::sigmoid", Op::sigmoid},   {"aten::tanh", Op::tanh},
+      {"aten::exp", Op::exp},         {"aten::log", Op::log},           {"aten::sqrt", Op::sqrt},
+      {"aten::rsqrt", Op::rsqrt},     {"aten::neg", Op::neg},           {"aten::abs", Op::abs},
+      {"aten::sin", Op::sin},         {"aten::cos", Op::cos},           {"aten::erf", Op::erf},
+      {"aten::silu", Op::silu},       {"aten::hardswish", Op::hardswish}, {"aten::reciprocal", Op::reciprocal},
+      {"aten::floor", Op::floor},     {"aten::ceil", Op::ceil},         {"aten::trunc", Op::trunc},
+      {"aten::round", Op::round},     {"aten::sign", Op::sign},         {"aten::expm1", Op::expm1},
+      {"aten::log1p", Op::log1p},     {"aten::log2", Op::log2},         {"aten::logical_not", Op::logical_not},
+      {"aten::clone", Op::copy},      {"aten::tan", Op::tan},
+  };
+  return m;
+}
+
+const std::map<std::string, Op> &binary_table() {
+  static const std::map<std::string, Op> m = {
+      {"aten::mul.Tensor", Op::mul},  {"aten::mul.Scalar", Op::mul},  {"aten::div.Tensor", Op::div},
+      {"aten::div.Scalar", Op::div},  {"aten::maximum", Op::maximum}, {"aten::minimum", Op::minimum},
+      {"aten::eq.Tensor", Op::eq},    {"aten::eq.Scalar", Op::eq},    {"aten::ne.Tensor", Op::ne},
+      {"aten::ne.Scalar", Op::ne},    {"aten::lt.Tensor", Op::lt},    {"aten::lt.Scalar", Op::lt},
+      {"aten::le.Tensor", Op::le},    {"aten::le.Scalar", Op::le},    {"aten::gt.Tensor", Op::gt},
+      {"aten::gt.Scalar", Op::gt},    {"aten::ge.Tensor", Op::ge},    {"aten::ge.Scalar", Op::ge},
+      {"aten::pow.Tensor_Scalar", Op::pow}, {"aten::pow.Tensor_Tensor", Op::pow},
+      {"aten::logical_and", Op::logical_and}, {"aten::logical_or", Op::logical_or},
+  };
+  return m;
+}
+
+// The extern's argument k, or none when it was left to its default.
+const Operand &arg(const Inst &in, size_t k) {
+  static const Operand none;
+  return k < in.args.size() ? in.args[k] : none;
+}
+
+bool is_tensor(const Trace &t, const Operand &o) { return o.kind == Operand::Value && t.types[o.value].tensor; }
+
+// Returns the values replacing in.results (already remapped operands), or {} if not handled.
+std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
+  Rewriter r(out);
+  const std::string &c = in.callee;
+  const Operand &x = arg(in, 0);
+  if (!is_tensor(out, x)) return {};
+  auto dims_of = [&](const Operand &o) -> std::vector<int64_t> {
+    if (o.kind == Operand::IntList) return o.list;
+    if (o.kind == Operand::Int) return {o.i};
+    return {};  // none: every dim
+  };
+  auto keep = [&](size_t k, bool dflt) { return arg(in, k).kind == Operand::Bool ? arg(in, k).i != 0 : dflt; };
+
+  if (c == "aten::_softmax" || c == "aten::_log_softmax" || c == "aten::softmax.int" || c == "aten::log_softmax.int") {
+    bool half = c[6] == '_' && arg(in, 2).kind == Operand::Bool && arg(in, 2).i;
+    if (half || (c.find(".int") != std::string::npos && arg(in, 2).kind != Operand::None)) return {};
+    if (arg(in, 1).kind != Operand::Int) return {};
+    Operand d = L({arg(in, 1).i});
+    int32_t m = r.emit(Op::amax, {x, d, Bo(true)});
+    int32_t s = r.emit(Op::sub, {x, V(m)});
+    int32_t e = r.emit(Op::exp, {V(s)});
+    int32_t z = r.emit(Op::sum, {V(e), d, Bo(true)});
+    if (c.find("log_softmax") != std::string::npos) return {r.emit(Op::sub, {V(s), V(r.emit(Op::log, {V(z)}))})};
+    return {r.emit(Op::div, {V(e), V(z)})};
+  }
+  if (c == "aten::native_layer_norm" || c == "aten::layer_norm") {
+    const Operand &shape = arg(in, 1), &w = arg(in, 2), &b = arg(in, 3), &eps = arg(in, 4);
+    bool eps_ok = eps.kind == Operand::Float || (eps.kind == Operand::Value && !out.types[eps.value].tensor);
+    if (shape.kind != Operand::IntList || !eps_ok) return {};
+    int64_t rank = out.types[x.value].rank();
+    std::vector<int64_t> dims;
+    for (int64_t k = rank - (int64_t)shape.list.size(); k < rank; ++k) dims.push_back(k);
+    int32_t mu = r.emit(Op::mean, {x, L(dims), Bo(true)});
+    int32_t var = r.emit(Op::var, {x, L(dims), I(0), Bo(true)});
+    int32_t rs = r.emit(Op::rsqrt, {V(r.emit(Op::add, {V(var), eps}))});
+    int32_t y = r.emit(Op::mul, {V(r.emit(Op::sub, {x, V(mu)})), V(rs)});
+    if (is_tensor(out, w)) y = r.emit(Op::mul, {V(y), w});
+    if (is_tensor(out, b)) y = r.emit(Op::add, {V(y), b});
+    if (c == "aten::layer_norm") return {y};
+    return {y, mu, rs};
+  }
+  if (c == "aten::gelu") {
+    const Operand &a = arg(in, 1);
+    if (a.kind == Operand::Str && a.s == "tanh") return {r.emit(Op::gelu_tanh, {x})};
+    if (a.kind == Operand::None || (a.kind == Operand::Str && a.s == "none")) return {r.emit(Op::gelu, {x})};
+    return {};
+  }
+  if (unary_table().count(c) && in.args.size() == 1) return {r.emit(unary_table().at(c), {x})};
+  if (binary_table().count(c) && in.args.size() == 2) return {r.emit(binary_table().at(c), {x, arg(in, 1)})};
+  if (c == "aten::add.Tensor" || c == "aten::sub.Tensor" || c == "aten::add.Scalar" || c == "aten::sub.Scalar") {
+    const Operand &alpha = arg(in, 2);
+    Operand y = arg(in, 1);
+    bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
+    if (!unit) y = V(r.emit(Op::mul, {y, alpha}));
+    return {r.emit(c[6] == 'a' ? Op::add : Op::sub, {x, y})};
+  }
+  if (c == "aten::mean.dim" || c == "aten::sum.dim_IntList") {
+    if (arg(in, 3).kind != Operand::None) return {};  // an explicit dtype
+    return {r.emit(c == "aten::mean.dim" ? Op::mean : Op::sum, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
+  }
+  if (c == "aten::sum" || c == "aten::mean") {
+    if (arg(in, 1).kind != Operand::None) return {};
+    return {r.emit(c == "aten::sum" ? Op::sum : Op::mean, {x, L({}), Bo(false)})};
+  }
+  if (c == "aten::amax" || c == "aten::amin")
+    return {r.emit(c == "aten::amax" ? Op::amax : Op::amin, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
+  if (c == "aten::argmax" || c == "aten::argmin") {
+    const Operand &d = arg(in, 1);
+    if (d.kind != Operand::Int && d.kind != Operand::None) return {};
+    return {r.emit(c == "aten::argmax" ? Op::argmax : Op::argmin, {x, d, Bo(keep(2, false))})};
+  }
+  if (c == "aten::var.correction" || c == "aten::std.correction" || c == "aten::var_mean.correction") {
+    const Operand &corr = arg(in, 2);
+    int64_t cc = corr.kind == Operand::Int ? corr.i : corr.kind == Operand::None ? 1 : -1;
+    if (cc < 0) return {};
+    Operand d = L(dims_of(arg(in, 1)));
+    bool k = keep(3, false);
+    if (c == "aten::var_mean.correction")
+      return {r.emit(Op::var, {x, d, I(cc), Bo(k)}), r.emit(Op::mean, {x, d, Bo(k)})};
+    return {r.emit(c[6] == 'v' ? Op::var : Op::std, {x, d, I(cc), Bo(k)})};
+  }
+  if (c == "aten::var_mean.dim" || c == "aten::var.dim" || c == "aten::std.dim") {
+    bool unbiased = arg(in, 2).kind == Operand::Bool ? arg(in, 2).i != 0 : true;
+    Operand d = L(dims_of(arg(in, 1)));
+    bool k = keep(3, false);
+    int64_t cc = unbiased ? 1 : 0;
+    if (c == "aten::var_mean.dim") return {r.emit(Op::var, {x, d, I(cc), Bo(k)}), r.emit(Op::mean, {x, d, Bo(k)})};
+    return {r.emit(c[6] == 'v' ? Op::var : Op::std, {x, d, I(cc), Bo(k)})};
+  }
+  return {};
+}
+
+}  // namespace
+
+int decompose_externs(Trace &t) {
+  Trace out;
+  out.name = t.name;
+  std::vector<int32_t> remap(t.types.size(), -1);
+  int rewritten = 0;
+  for (const Inst &orig : t.insts) {
+    Inst in = orig;
+    for (Operand &o : in.args)
+      if (o.kind == Operand::Value) o.value = remap[o.value];
+    if (in.op == Op::extern_) {
+      size_t mark_insts = out.insts.size(), mark_vals = out.types.size();
+      std::vector<int32_t> repl;
+      try {
+        repl = rewrite(out, in);
+      } catch (const Error &) {
+        repl.clear();  // not expressible with our ops (dtype, shape): keep the extern
+      }
+      bool ok = repl.size() == in.results.size();
+      for (size_t k = 0; ok && k < repl.size(); ++k) {
+        const Type &want = t.types[orig.results[k]], &got = out.types[repl[k]];
+        ok = want.dtype == got.dtype && want.sizes == got.sizes && got.tensor;
+      }
+      if (ok) {
+        for (size_t k = 0; k < repl.size(); ++k) remap[orig.results[k]] = repl[k];
+        ++rewritten;
+        continue;
+      }
+      out.insts.resize(mark_insts);
+      out.types.resize(mark_vals);
+      out.def.resize(mark_vals);
+    }
+    int32_t idx = (int32_t)out.insts.size();
+    for (int32_t &r : in.results) {
+      int32_t nv = out.new_value(t.types[r], idx);
+      remap[r] = nv;
+      r = nv;
+    }
+    if (in.op == Op::input) out.inputs.push_back(in.results[0]);
+    out.insts.push_back(std::move(in));
+  }
+  for (int32_t o : t.outputs) out.outputs.push_back(remap[o]);
+  t = std::move(out);
+  return rewritten;
+}
+
+}  // namespace dynamo::jit
