@@ -21,7 +21,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -V -j1 | grep -vE "^[0-9]+: (Test command|Working Directory|Environment variables|Test timeout|  )"
 
 bench: build
-	@$(BUILD)/perf/bench_pointwise
+	@$(BUILD)/perf/bench_pointwise && echo && $(BUILD)/perf/bench_reduce
 
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py

@@ -98,7 +98,8 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     int32_t e = r.emit(Op::exp, {V(s)});
     int32_t z = r.emit(Op::sum, {V(e), d, Bo(true)});
     if (c.find("log_softmax") != std::string::npos) return {r.emit(Op::sub, {V(s), V(r.emit(Op::log, {V(z)}))})};
-    return {r.emit(Op::div, {V(e), V(z)})};
+    // As ATen's kernel does: one reciprocal per row, then a multiply per element.
+    return {r.emit(Op::mul, {V(e), V(r.emit(Op::reciprocal, {V(z)}))})};
   }
   if (c == "aten::native_layer_norm" || c == "aten::layer_norm") {
     const Operand &shape = arg(in, 1), &w = arg(in, 2), &b = arg(in, 3), &eps = arg(in, 4);

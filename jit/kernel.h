@@ -90,7 +90,8 @@ class KernelEmitter {
   void begin_function(const std::string &name);
   void emit_loops(size_t d, Value *begin, Value *end);
   // The innermost loop over dims[d]: vectors of `lanes` then a scalar tail, body(lanes_now).
-  void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body);
+  void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1);
+  int copy_index = 0;  // which unrolled copy the body is emitting (independent accumulators)
   void emit_body(int lanes_now);
   Map identity() const;
 
@@ -99,10 +100,20 @@ class KernelEmitter {
   std::map<int32_t, EVal> reg;                       // this row's reduction results
   std::map<int32_t, std::vector<int32_t>> row_pat;   // row root index -> pattern
   Value *rflat = nullptr;                            // flat reduced index of the current R iteration
+  // Row cache: an expensive full-shape value used by several stages of a row is computed by
+  // the first and kept in a per-row scratch buffer (L1/L2 resident) for the later ones.
+  struct Cached {
+    Value *ptr;
+    int first;
+    DType dt;
+  };
+  std::map<int32_t, Cached> row_cache;
+  int stage = -1;
+  void plan_row_cache();
   void collapse_row();
   void emit_outer_row(size_t d, Value *begin, Value *end);
   void emit_row_body();
-  void emit_r_loops(size_t d, const std::function<void(int)> &body);
+  void emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll = 1);
   void emit_reduction(int32_t r);
   Value *alloca_at_entry(llvm::Type *ty);
 

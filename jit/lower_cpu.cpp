@@ -147,7 +147,7 @@ void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
   B.SetInsertPoint(exit);
 }
 
-void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body) {
+void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll) {
   // Loads that do not move along the inner dim are done once, before the loop.
   hoisted.clear();
   for (size_t k = 0; k < pats.size(); ++k) {
@@ -158,7 +158,8 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     hoisted[(int32_t)k] = load((int32_t)k).v;
   }
   Value *row_base = rflat;
-  auto loop = [&](int lanes_now, Value *from, Value *limit, const char *nm) -> Value * {
+  // copies: vectors per iteration (independent accumulators when unrolled).
+  auto loop = [&](int lanes_now, int copies, Value *from, Value *limit, const char *nm) -> Value * {
     BasicBlock *pre = B.GetInsertBlock();
     BasicBlock *head = BasicBlock::Create(C, std::string(nm) + "_head", F);
     BasicBlock *bodyb = BasicBlock::Create(C, std::string(nm) + "_body", F);
@@ -167,22 +168,28 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     B.SetInsertPoint(head);
     PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
     j->addIncoming(from, pre);
-    Value *cond = lanes_now == 1 ? B.CreateICmpSLT(j, limit)
-                                 : B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(lanes_now)), limit);
+    int64_t step = (int64_t)lanes_now * copies;
+    Value *cond = step == 1 ? B.CreateICmpSLT(j, limit) : B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(step)), limit);
     B.CreateCondBr(cond, bodyb, exit);
     B.SetInsertPoint(bodyb);
-    jidx = j;
-    if (row_base) rflat = B.CreateAdd(row_base, j);
-    body(lanes_now);
-    Value *next = B.CreateAdd(j, B.getInt64(lanes_now));
+    for (int u = 0; u < copies; ++u) {
+      copy_index = u;
+      jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * lanes_now)) : (Value *)j;
+      if (row_base) rflat = B.CreateAdd(row_base, jidx);
+      body(lanes_now);
+    }
+    copy_index = 0;
+    Value *next = B.CreateAdd(j, B.getInt64(step));
     j->addIncoming(next, B.GetInsertBlock());
     B.CreateBr(head);
     B.SetInsertPoint(exit);
     return j;
   };
   Value *after = begin;
-  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, begin, end, "vec");
-  loop(1, after, end, "tail");
+  if (lanes > 1 && unroll > 1 && dims[d].size >= (int64_t)lanes * unroll)
+    after = loop(lanes, unroll, after, end, "vecu");
+  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, 1, after, end, "vec");
+  loop(1, 1, after, end, "tail");
   rflat = row_base;
 }
 
@@ -287,11 +294,23 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
   EVal r;
-  if (own_reduction(v)) {
+  auto cached = row_cache.find(v);
+  bool use_cache = cached != row_cache.end() && rflat && m == identity();
+  if (use_cache && stage > cached->second.first) {  // computed by an earlier stage of this row
+    llvm::Type *et = scalar_ty(cached->second.dt);
+    Value *ptr = B.CreateInBoundsGEP(et, cached->second.ptr, rflat);
+    r = {B.CreateAlignedLoad(vec_ty(cached->second.dt), ptr, Align(dtype_bytes(cached->second.dt))),
+         cached->second.dt};
+  } else if (own_reduction(v)) {
     EVal s = reg.at(v);
     r = {splat(s.v), s.dt};
   } else {
     r = inline_value(v) ? compute(v, m) : load(leaf_of.at(key));
+  }
+  if (use_cache && stage == cached->second.first) {  // the first stage keeps it for the others
+    llvm::Type *et = scalar_ty(cached->second.dt);
+    r = cast(r, cached->second.dt);
+    B.CreateAlignedStore(r.v, B.CreateInBoundsGEP(et, cached->second.ptr, rflat), Align(dtype_bytes(cached->second.dt)));
   }
   memo[key] = r;
   return r;

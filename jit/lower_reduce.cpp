@@ -4,6 +4,7 @@
 // Key idea: softmax / layer norm / x - mean(x) read the row once from memory and again from
 // cache, never materializing the row statistics or the intermediate pointwise values.
 #include <cmath>
+#include <set>
 
 #include "kernel.h"
 
@@ -12,6 +13,83 @@ namespace dynamo::jit::detail {
 Value *KernelEmitter::alloca_at_entry(llvm::Type *ty) {
   IRBuilder<> eb(&F->getEntryBlock(), F->getEntryBlock().begin());
   return eb.CreateAlloca(ty);
+}
+
+namespace {
+
+bool is_math(Op op) {
+  switch (op) {
+    case Op::exp: case Op::expm1: case Op::log: case Op::log1p: case Op::log2: case Op::sin: case Op::cos:
+    case Op::tan: case Op::tanh: case Op::erf: case Op::pow: case Op::sigmoid: case Op::silu: case Op::gelu:
+    case Op::gelu_tanh: case Op::softplus:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void KernelEmitter::plan_row_cache() {
+  int64_t extent = 1;
+  for (int64_t d : g.rdims) extent *= g.domain[d];
+  const int64_t kMaxBytes = 1 << 20;  // keep the per-row buffers cache-resident
+  Map id = identity();
+  auto full_inline = [&](int32_t v) {
+    return inline_value(v) && t.types[v].sizes == g.domain;
+  };
+  std::function<bool(int32_t)> expensive = [&](int32_t v) {
+    const Inst &in = t.insts[t.def[v]];
+    if (is_math(in.op)) return true;
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor && inline_value(o.value) && expensive(o.value)) return true;
+    return false;
+  };
+  // The stages in order: each reduction's input, then the full-shape roots.
+  std::vector<std::vector<int32_t>> tops;
+  for (int32_t r : g.reductions) tops.push_back({t.insts[t.def[r]].args[0].value});
+  std::vector<int32_t> last;
+  for (const Root &r : g.roots) last.push_back(r.value);
+  tops.push_back(last);
+  // Values each stage evaluates at the identity map (inline, full shape).
+  std::vector<std::set<int32_t>> uses(tops.size());
+  std::function<void(int32_t, size_t)> walk = [&](int32_t v, size_t s) {
+    if (!full_inline(v) || !uses[s].insert(v).second) return;
+    for (const Operand &o : t.insts[t.def[v]].args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].sizes == g.domain) walk(o.value, s);
+  };
+  for (size_t s = 0; s < tops.size(); ++s)
+    for (int32_t v : tops[s]) {
+      if (inline_value(v)) walk(v, s);
+      else if (t.types[v].sizes == g.domain) {  // a root: walk its operands
+        for (const Operand &o : t.insts[t.def[v]].args)
+          if (o.kind == Operand::Value && t.types[o.value].tensor) walk(o.value, s);
+      }
+    }
+  // Cache the top-most shared expensive values of each stage.
+  std::function<void(int32_t, size_t)> pick = [&](int32_t v, size_t s) {
+    if (!full_inline(v)) return;
+    int n = 0;
+    for (const auto &u : uses) n += (int)u.count(v);
+    if (n >= 2 && expensive(v) && extent * dtype_bytes(t.types[v].dtype) <= kMaxBytes) {
+      if (!row_cache.count(v)) row_cache[v] = {nullptr, (int)s, t.types[v].dtype};
+      return;
+    }
+    for (const Operand &o : t.insts[t.def[v]].args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].sizes == g.domain) pick(o.value, s);
+  };
+  for (size_t s = 0; s < tops.size(); ++s)
+    for (int32_t v : tops[s]) {
+      if (inline_value(v)) pick(v, s);
+      else
+        for (const Operand &o : t.insts[t.def[v]].args)
+          if (o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].sizes == g.domain) pick(o.value, s);
+    }
+  // One buffer per cached value for the whole kernel call (rows reuse it).
+  for (auto &[v, c] : row_cache) {
+    FunctionCallee mal = M.getOrInsertFunction("malloc", FunctionType::get(B.getPtrTy(), {B.getInt64Ty()}, false));
+    c.ptr = B.CreateCall(mal, {B.getInt64(std::max<int64_t>(64, extent * dtype_bytes(c.dt) + 64))});
+  }
 }
 
 void KernelEmitter::collapse_row() {
@@ -58,7 +136,10 @@ Function *KernelEmitter::emit_row(const std::string &name) {
   collapse_row();
   if (outer_n == 0) return nullptr;  // no rows; an empty reduced extent still yields results
   begin_function(name);
+  plan_row_cache();
   emit_outer_row(0, F->getArg(1), F->getArg(2));
+  FunctionCallee fr = M.getOrInsertFunction("free", FunctionType::get(B.getVoidTy(), {B.getPtrTy()}, false));
+  for (auto &[v, c] : row_cache) B.CreateCall(fr, {c.ptr});
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   return F;
 }
@@ -90,9 +171,9 @@ void KernelEmitter::emit_outer_row(size_t d, Value *begin, Value *end) {
 
 // Nested loops over the reduced dims [d, end); the innermost is vectorized. rflat tracks the
 // row-major index within the reduced extent (argmax/argmin report it).
-void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body) {
+void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll) {
   if (d + 1 == dims.size()) {
-    emit_inner(d, B.getInt64(0), B.getInt64(dims[d].size), body);
+    emit_inner(d, B.getInt64(0), B.getInt64(dims[d].size), body, unroll);
     return;
   }
   int64_t below = 1;
@@ -112,7 +193,7 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body)
   for (size_t k = 0; k < pats.size(); ++k)
     if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
   rflat = B.CreateAdd(saved_flat, B.CreateMul(i, B.getInt64(below)));
-  emit_r_loops(d + 1, body);
+  emit_r_loops(d + 1, body, unroll);
   outer_off = saved;
   rflat = saved_flat;
   i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
@@ -122,7 +203,11 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body)
 
 void KernelEmitter::emit_row_body() {
   reg.clear();
-  for (int32_t r : g.reductions) emit_reduction(r);
+  stage = 0;
+  for (int32_t r : g.reductions) {
+    emit_reduction(r);
+    ++stage;
+  }
   // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
   for (size_t k = 0; k < g.row_roots.size(); ++k) {
     const Root &rr = g.row_roots[k];
@@ -140,6 +225,7 @@ void KernelEmitter::emit_row_body() {
     emit_r_loops(n_outer, [this](int l) { emit_body(l); });
     rflat = nullptr;
   }
+  stage = -1;
 }
 
 namespace {
@@ -221,7 +307,9 @@ void KernelEmitter::emit_reduction(int32_t r) {
   // State: [acc, comp|m2|idx] per width (vector lanes, scalar tail), plus welford counts.
   struct Acc {
     Value *a = nullptr, *b = nullptr, *n = nullptr;
-  } vs, ss;
+  };
+  constexpr int kCopies = 4;  // independent vector accumulators: hides the add/max latency
+  Acc vs[kCopies], ss;
   auto make = [&](Acc &s, int l) {
     s.a = alloca_at_entry(ty(adt, l));
     B.CreateStore(init_of(adt, l), s.a);
@@ -239,7 +327,7 @@ void KernelEmitter::emit_reduction(int32_t r) {
       B.CreateStore(B.getInt64(0), s.n);
     }
   };
-  make(vs, lanes);
+  for (Acc &a : vs) make(a, lanes);
   make(ss, 1);
 
   // better(x, xi) over (v, vi): the argmax/argmin order with NaN first and ties to the lower index.
@@ -276,7 +364,7 @@ void KernelEmitter::emit_reduction(int32_t r) {
   emit_r_loops(n_outer, [&](int l) {
     L = l;
     memo.clear();
-    Acc &s = l == 1 ? ss : vs;
+    Acc &s = l == 1 ? ss : vs[copy_index];
     Value *xv = cast(value(x, identity()), adt).v;
     llvm::Type *at = ty(adt, l);
     Value *a = B.CreateLoad(at, s.a);
@@ -311,61 +399,66 @@ void KernelEmitter::emit_reduction(int32_t r) {
     } else {
       B.CreateStore(combine(a, xv), s.a);
     }
-  });
+  }, kCopies);
   outer_off = saved;
   rflat = nullptr;
 
-  // Finalize: merge the lanes as a tree, then the scalar tail.
+  // Finalize: merge the copies lane-wise, the lanes as a tree, then the scalar tail.
   L = 1;
-  llvm::Type *vt = ty(adt, lanes), *st = scalar_ty(adt);
-  Value *va = B.CreateLoad(vt, vs.a), *sa = B.CreateLoad(st, ss.a);
+  llvm::Type *st = scalar_ty(adt);
+  auto load_state = [&](const Acc &a, int l) -> State {
+    llvm::Type *t1 = ty(adt, l);
+    Value *va = B.CreateLoad(t1, a.a);
+    if (kahan) return {B.CreateFSub(va, B.CreateLoad(t1, a.b))};
+    if (welford) {
+      Value *n = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), a.n), st);
+      return {l == 1 ? n : B.CreateVectorSplat(l, n), va, B.CreateLoad(t1, a.b)};
+    }
+    if (index) return {va, B.CreateLoad(ty(DType::I64, l), a.b)};
+    return {va};
+  };
+  auto merge2 = [&](const State &p, const State &q) -> State {
+    if (kahan) return {B.CreateFAdd(p[0], q[0])};
+    if (welford) {  // Chan et al.: combine (n, mean, M2) of two disjoint parts
+      Value *n = B.CreateFAdd(p[0], q[0]);
+      Value *zero = Constant::getNullValue(n->getType());
+      Value *ratio = B.CreateSelect(B.CreateFCmpOGT(n, zero), B.CreateFDiv(q[0], n), zero);
+      Value *delta = B.CreateFSub(q[1], p[1]);
+      Value *m = B.CreateFAdd(p[1], B.CreateFMul(delta, ratio));
+      Value *m2 = B.CreateFAdd(B.CreateFAdd(p[2], q[2]), B.CreateFMul(B.CreateFMul(delta, delta), B.CreateFMul(p[0], ratio)));
+      return {n, m, m2};
+    }
+    if (index) {
+      Value *bt = better(q[0], q[1], p[0], p[1]);
+      return {B.CreateSelect(bt, q[0], p[0]), B.CreateSelect(bt, q[1], p[1])};
+    }
+    return {combine(p[0], q[0])};
+  };
+  std::vector<State> parts;
+  for (const Acc &a : vs) parts.push_back(load_state(a, lanes));
+  while (parts.size() > 1) {  // pairwise
+    std::vector<State> next;
+    for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(merge2(parts[k], parts[k + 1]));
+    if (parts.size() % 2) next.push_back(parts.back());
+    parts = next;
+  }
+  State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
+  State all = merge2(v, load_state(ss, 1));
   EVal res;
   if (kahan) {
-    Value *vsum = B.CreateFSub(va, B.CreateLoad(vt, vs.b));
-    Value *ssum = B.CreateFSub(sa, B.CreateLoad(st, ss.b));
-    Value *total = lanes > 1 ? tree(B, {vsum}, [&](const State &p, const State &q) { return State{B.CreateFAdd(p[0], q[0])}; })[0] : vsum;
-    total = B.CreateFAdd(total, ssum);
+    Value *total = all[0];
     if (op == Op::mean) total = B.CreateFDiv(total, ConstantFP::get(st, (double)extent));
     res = {total, adt};
   } else if (welford) {
-    Value *nv = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), vs.n), st);
-    Value *ns = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), ss.n), st);
-    auto merge = [&](Value *na, Value *ma, Value *qa, Value *nb, Value *mb, Value *qb, int l) -> State {
-      Value *n = B.CreateFAdd(na, nb);
-      Value *zero = Constant::getNullValue(n->getType());
-      (void)l;
-      Value *ratio = B.CreateSelect(B.CreateFCmpOGT(n, zero), B.CreateFDiv(nb, n), zero);
-      Value *delta = B.CreateFSub(mb, ma);
-      Value *m = B.CreateFAdd(ma, B.CreateFMul(delta, ratio));
-      Value *q = B.CreateFAdd(B.CreateFAdd(qa, qb), B.CreateFMul(B.CreateFMul(delta, delta), B.CreateFMul(na, ratio)));
-      return {n, m, q};
-    };
-    Value *vq = B.CreateLoad(vt, vs.b);
-    State lanes_state = {B.CreateVectorSplat(lanes, nv), va, vq};
-    State v1 = lanes > 1 ? tree(B, lanes_state, [&](const State &p, const State &q) {
-                 int w = (int)llvm::cast<FixedVectorType>(p[0]->getType())->getNumElements();
-                 return merge(p[0], p[1], p[2], q[0], q[1], q[2], w);
-               })
-                         : lanes_state;
-    State all = merge(v1[0], v1[1], v1[2], ns, sa, B.CreateLoad(st, ss.b), 1);
     int64_t corr = reduce_info(t, in).correction;
-    Value *den = B.CreateSelect(B.CreateFCmpOGT(B.CreateFSub(all[0], ConstantFP::get(st, (double)corr)), ConstantFP::get(st, 0.0)),
-                                B.CreateFSub(all[0], ConstantFP::get(st, (double)corr)), ConstantFP::get(st, 0.0));
+    Value *nc = B.CreateFSub(all[0], ConstantFP::get(st, (double)corr));
+    Value *den = B.CreateSelect(B.CreateFCmpOGT(nc, ConstantFP::get(st, 0.0)), nc, ConstantFP::get(st, 0.0));
     Value *var = B.CreateFDiv(all[2], den);
     res = {op == Op::std ? B.CreateUnaryIntrinsic(Intrinsic::sqrt, var) : var, adt};
   } else if (index) {
-    Value *vi = B.CreateLoad(ty(DType::I64, lanes), vs.b);
-    State v1 = lanes > 1 ? tree(B, {va, vi}, [&](const State &p, const State &q) {
-                 Value *bt = better(q[0], q[1], p[0], p[1]);
-                 return State{B.CreateSelect(bt, q[0], p[0]), B.CreateSelect(bt, q[1], p[1])};
-               })
-                         : State{va, vi};
-    Value *si = B.CreateLoad(B.getInt64Ty(), ss.b);
-    Value *bt = better(sa, si, v1[0], v1[1]);
-    res = {B.CreateSelect(bt, si, v1[1]), DType::I64};
+    res = {all[1], DType::I64};
   } else {
-    Value *v1 = lanes > 1 ? tree(B, {va}, [&](const State &p, const State &q) { return State{combine(p[0], q[0])}; })[0] : va;
-    res = {combine(v1, sa), adt};
+    res = {all[0], adt};
   }
   reg[r] = cast(res, rdt);
 }
