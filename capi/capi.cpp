@@ -260,7 +260,7 @@ static dynamo_status add_input(dynamo_trace *trace, const jit::Type &ty, int32_t
   return DYNAMO_OK;
 }
 
-static bool valid_dtype(int d) { return d >= DYNAMO_BOOL && d <= DYNAMO_FLOAT64; }
+static bool valid_dtype(int d) { return d >= DYNAMO_BOOL && d <= DYNAMO_BFLOAT16; }
 
 dynamo_status dynamo_trace_add_tensor_input(dynamo_trace *trace, dynamo_dtype dtype, int32_t ndim,
                                             const int64_t *sizes, const int64_t *strides, int32_t *out_value) {

@@ -101,7 +101,9 @@ typedef enum dynamo_dtype {
   DYNAMO_INT32 = 1,
   DYNAMO_INT64 = 2,
   DYNAMO_FLOAT32 = 3,
-  DYNAMO_FLOAT64 = 4
+  DYNAMO_FLOAT64 = 4,
+  DYNAMO_FLOAT16 = 5,  /* IEEE half; computed in float32 */
+  DYNAMO_BFLOAT16 = 6  /* bfloat16 (DLPack kDLBfloat); computed in float32 */
 } dynamo_dtype;
 
 /* Builder: starts an empty trace. name: borrowed. *out owned by the caller. */

@@ -12,6 +12,8 @@ void dl_type_of(jit::DType d, uint8_t *code, uint8_t *bits) {
     case jit::DType::I64: *code = kDLInt; *bits = 64; break;
     case jit::DType::F32: *code = kDLFloat; *bits = 32; break;
     case jit::DType::F64: *code = kDLFloat; *bits = 64; break;
+    case jit::DType::F16: *code = kDLFloat; *bits = 16; break;
+    case jit::DType::BF16: *code = kDLBfloat; *bits = 16; break;
   }
 }
 

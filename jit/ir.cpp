@@ -19,12 +19,12 @@ bool op_from_name(const std::string &s, Op *out) {
   return false;
 }
 
-static const char *kDTypeNames[] = {"bool", "i32", "i64", "f32", "f64"};
+static const char *kDTypeNames[] = {"bool", "i32", "i64", "f32", "f64", "f16", "bf16"};
 
 const char *dtype_name(DType t) { return kDTypeNames[(int)t]; }
 
 bool dtype_from_name(const std::string &s, DType *out) {
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < kNumDTypes; ++i)
     if (s == kDTypeNames[i]) { *out = (DType)i; return true; }
   return false;
 }
@@ -34,6 +34,7 @@ int dtype_bytes(DType t) {
     case DType::Bool: return 1;
     case DType::I32: case DType::F32: return 4;
     case DType::I64: case DType::F64: return 8;
+    case DType::F16: case DType::BF16: return 2;
   }
   return 0;
 }

@@ -9,12 +9,15 @@
 namespace dynamo::jit {
 
 /* -- Element types -- */
-enum class DType : uint8_t { Bool = 0, I32 = 1, I64 = 2, F32 = 3, F64 = 4 };
+enum class DType : uint8_t { Bool = 0, I32 = 1, I64 = 2, F32 = 3, F64 = 4, F16 = 5, BF16 = 6 };
+constexpr int kNumDTypes = 7;
 
 const char *dtype_name(DType t);          // "f32"
 bool dtype_from_name(const std::string &s, DType *out);
 int dtype_bytes(DType t);
-inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64; }
+inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
+// float16/bfloat16 compute in float32 (as ATen does); they are narrow only in memory.
+inline bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
 inline bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
 
 /* -- Ops: generated from ops.def -- */

@@ -125,15 +125,26 @@ class KernelEmitter {
       case DType::I64: return B.getInt64Ty();
       case DType::F32: return B.getFloatTy();
       case DType::F64: return B.getDoubleTy();
+      case DType::F16: case DType::BF16: return B.getFloatTy();  // registers hold float32
     }
     return nullptr;
   }
-  llvm::Type *mem_ty(DType d) const { return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d); }
+  llvm::Type *mem_ty(DType d) const {
+    if (d == DType::F16) return B.getHalfTy();
+    if (d == DType::BF16) return B.getBFloatTy();
+    return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d);
+  }
   llvm::Type *vec_ty(DType d) const {
     llvm::Type *s = scalar_ty(d);
     return L == 1 ? s : (llvm::Type *)FixedVectorType::get(s, L);
   }
   Value *splat(Value *s) { return L == 1 ? s : B.CreateVectorSplat(L, s); }
+  // A register value of dtype d as stored in memory (bool -> i8, half/bfloat16 narrowed).
+  Value *to_memory(Value *v, DType d) {
+    if (d != DType::Bool && !is_half(d)) return v;
+    llvm::Type *mt = L == 1 ? mem_ty(d) : (llvm::Type *)FixedVectorType::get(mem_ty(d), L);
+    return d == DType::Bool ? B.CreateZExt(v, mt) : B.CreateFPTrunc(v, mt);
+  }
   EVal cst(DType d, double x) {
     Value *s = is_float(d) ? (Value *)ConstantFP::get(scalar_ty(d), x)
                            : (Value *)ConstantInt::get(scalar_ty(d), (uint64_t)(int64_t)x, true);

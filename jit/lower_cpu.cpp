@@ -202,7 +202,7 @@ void KernelEmitter::emit_body(int lanes_now) {
     EVal v = cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
     Value *off = B.CreateAdd(outer_off[root_pat[r]], B.CreateMul(jidx, B.getInt64(pt.coef.back())));
-    Value *sv = pt.dt == DType::Bool ? B.CreateZExt(v.v, L == 1 ? B.getInt8Ty() : (llvm::Type *)FixedVectorType::get(B.getInt8Ty(), L)) : v.v;
+    Value *sv = to_memory(v.v, pt.dt);
     int64_t c = pt.coef.back();
     if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
       std::vector<Constant *> lane;
@@ -245,6 +245,7 @@ EVal KernelEmitter::load(int32_t k) {
     v = ld;
   }
   if (pt.dt == DType::Bool) v = B.CreateICmpNE(v, Constant::getNullValue(v->getType()));
+  if (is_half(pt.dt)) v = B.CreateFPExt(v, vec_ty(pt.dt));
   return {v, pt.dt};
 }
 
@@ -256,8 +257,13 @@ EVal KernelEmitter::cast(EVal x, DType to) {
     return {is_float(x.dt) ? B.CreateFCmpUNE(x.v, z) : B.CreateICmpNE(x.v, z), to};
   }
   if (is_float(to)) {
-    if (is_float(x.dt)) return {B.CreateFPCast(x.v, ty), to};
-    return {x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty), to};
+    Value *f = is_float(x.dt) ? B.CreateFPCast(x.v, ty)
+               : x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty);
+    if (is_half(to)) {  // round to the narrow type, keep computing in float32
+      llvm::Type *nt = L == 1 ? mem_ty(to) : (llvm::Type *)FixedVectorType::get(mem_ty(to), L);
+      f = B.CreateFPExt(B.CreateFPTrunc(f, nt), ty);
+    }
+    return {f, to};
   }
   // Out-of-range and NaN conversions are poison in LLVM; freeze keeps them to what the hardware
   // gives (as ATen's C++ casts do) instead of letting the optimizer assume anything.
@@ -317,7 +323,7 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
 }
 
 Value *KernelEmitter::sleef(const char *fn, DType d, std::vector<Value *> args) {
-  bool f32 = d == DType::F32;
+  bool f32 = d != DType::F64;  // half types compute in float32
   int native = std::max(1, opt.vector_bits / (f32 ? 32 : 64));
   int chunk = L == 1 ? 1 : std::min(L, native);
   llvm::Type *ety = f32 ? B.getFloatTy() : B.getDoubleTy();

@@ -217,7 +217,7 @@ void KernelEmitter::emit_row_body() {
     EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
     const Pattern &pt = pats[row_pat[(int32_t)k][0]];
     Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[row_pat[(int32_t)k][0]]);
-    Value *sv = pt.dt == DType::Bool ? B.CreateZExt(v.v, B.getInt8Ty()) : v.v;
+    Value *sv = to_memory(v.v, pt.dt);
     decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
   }
   if (!g.roots.empty()) {

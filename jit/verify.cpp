@@ -27,6 +27,7 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);
   if (ca != cb) return ca > cb ? a : b;
+  if (is_half(a) && is_half(b)) return DType::F32;  // half + bfloat16 -> float32, as ATen
   return dtype_bytes(a) >= dtype_bytes(b) ? a : b;  // same category: the wider one
 }
 

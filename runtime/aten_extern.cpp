@@ -27,6 +27,8 @@ c10::ScalarType scalar_type_of(jit::DType d) {
     case jit::DType::I64: return c10::kLong;
     case jit::DType::F32: return c10::kFloat;
     case jit::DType::F64: return c10::kDouble;
+    case jit::DType::F16: return c10::kHalf;
+    case jit::DType::BF16: return c10::kBFloat16;
   }
   return c10::kFloat;
 }

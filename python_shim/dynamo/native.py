@@ -14,8 +14,10 @@ _TORCH_DL = {
     torch.int64: (0, 64),
     torch.float32: (2, 32),
     torch.float64: (2, 64),
+    torch.float16: (2, 16),
+    torch.bfloat16: (4, 16),
 }
-_DTYPE_TORCH = [torch.bool, torch.int32, torch.int64, torch.float32, torch.float64]
+_DTYPE_TORCH = [torch.bool, torch.int32, torch.int64, torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
 def lib():

@@ -28,6 +28,8 @@ inline const char *dtype_text(at::ScalarType s) {
     case at::kLong: return "i64";
     case at::kFloat: return "f32";
     case at::kDouble: return "f64";
+    case at::kHalf: return "f16";
+    case at::kBFloat16: return "bf16";
     default: return "?";
   }
 }
@@ -99,12 +101,14 @@ inline void fill_dl(DL &d, const at::Tensor &t) {
     case at::kInt: d.dl.dtype.code = kDLInt; d.dl.dtype.bits = 32; break;
     case at::kLong: d.dl.dtype.code = kDLInt; d.dl.dtype.bits = 64; break;
     case at::kFloat: d.dl.dtype.code = kDLFloat; d.dl.dtype.bits = 32; break;
+    case at::kHalf: d.dl.dtype.code = kDLFloat; d.dl.dtype.bits = 16; break;
+    case at::kBFloat16: d.dl.dtype.code = kDLBfloat; d.dl.dtype.bits = 16; break;
     default: d.dl.dtype.code = kDLFloat; d.dl.dtype.bits = 64; break;
   }
 }
 
 inline at::ScalarType aten_dtype(int32_t d) {
-  static const at::ScalarType k[] = {at::kBool, at::kInt, at::kLong, at::kFloat, at::kDouble};
+  static const at::ScalarType k[] = {at::kBool, at::kInt, at::kLong, at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
   return k[d];
 }
 
@@ -196,9 +200,11 @@ inline bool same(const at::Tensor &got, const at::Tensor &want, const std::strin
   bool ok;
   if (at::isFloatingType(got.scalar_type())) {
     bool f32 = got.scalar_type() == at::kFloat;
-    if (rtol < 0) rtol = f32 ? 2e-5 : 1e-12;
-    if (atol < 0) atol = f32 ? 1e-5 : 1e-12;
-    ok = at::allclose(got, want, rtol, atol, /*equal_nan=*/true);
+    bool half = got.scalar_type() == at::kHalf || got.scalar_type() == at::kBFloat16;
+    if (rtol < 0) rtol = half ? (got.scalar_type() == at::kHalf ? 2e-3 : 1.6e-2) : f32 ? 2e-5 : 1e-12;
+    if (atol < 0) atol = half ? (got.scalar_type() == at::kHalf ? 1e-3 : 1e-2) : f32 ? 1e-5 : 1e-12;
+    ok = half ? at::allclose(got.to(at::kFloat), want.to(at::kFloat), rtol, atol, true)
+              : at::allclose(got, want, rtol, atol, /*equal_nan=*/true);
   } else {
     ok = at::equal(got, want);
   }

@@ -356,6 +356,58 @@ static void test_aten_decompositions_are_fused(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// float16 / bfloat16: loaded narrow, computed in float32, stored narrow. The reference is ATen
+// on the float32 values, rounded to the narrow type (eager CPU lacks many half kernels in 1.13).
+static void test_half_and_bfloat16(void **state) {
+  (void)state;
+  int bad = 0;
+  for (at::ScalarType dt : {at::kHalf, at::kBFloat16}) {
+    at::Tensor x = at::randn({37, 129}).to(dt), y = at::randn({129}).to(dt), w = at::randn({129}).to(dt);
+    at::Tensor xf = x.to(at::kFloat), yf = y.to(at::kFloat), wf = w.to(at::kFloat);
+    std::vector<Value> ins = {Value::tensor(x), Value::tensor(y), Value::tensor(w)};
+    std::string tn = check::dtype_text(dt);
+    struct Case {
+      std::string body;
+      at::Tensor want;
+    } cases[] = {
+        {"%r = add(%0, %1)", (xf + yf).to(dt)},
+        {"%a = mul(%0, 1.5)\n  %b = gelu(%a)\n  %r = sub(%b, %1)", (at::gelu(xf * 1.5) - yf).to(dt)},
+        {"%a = exp(%0)\n  %r = tanh(%a)", at::tanh(at::exp(xf)).to(dt)},
+        {"%r = to(%0, f32)", xf},
+        {"%a = to(%0, f32)\n  %r = to(%a, " + tn + ")", x},
+        {"%r = gt(%0, %1)", xf > yf},
+        {"%r = sum(%0, [1], false)", xf.sum(1).to(dt)},
+        {"%r = mean(%0, [0], true)", xf.mean(0, true).to(dt)},
+        {"%r = amax(%0, [], false)", xf.amax().to(dt)},
+        {"%r = var(%0, [1], 1, false)", xf.var(1).to(dt)},
+        {"%r = argmax(%0, 1, false)", xf.argmax(1)},
+        {"%r = extern aten::_softmax(%0, 1, false) : " + tn + "[37,129]", at::softmax(xf, 1).to(dt)},
+        {"%r, %m, %s = extern aten::native_layer_norm(%0, [129], %2, %1, 1e-05) : " + tn + "[37,129], " + tn + "[37,1], " + tn + "[37,1]",
+         at::layer_norm(xf, {129}, wf, yf, 1e-5).to(dt)},
+    };
+    for (const Case &c : cases) {
+      check::Result r = check::run_text(g_engine, check::trace_text(ins, {c.body}, "%r"), ins);
+      if (r.status != DYNAMO_OK) {
+        fprintf(stderr, "%s %s: %s\n", tn.c_str(), c.body.c_str(), r.error.c_str());
+        ++bad;
+        continue;
+      }
+      ++g_compared;
+      bad += !check::same(r.outs[0], c.want, tn + " " + c.body);
+    }
+    // Promotion: half + bfloat16 -> float32; half + float32 -> float32; half + Python float -> half.
+    at::Tensor hb = at::randn({129}).to(dt == at::kHalf ? at::kBFloat16 : at::kHalf);
+    std::vector<Value> mix = {Value::tensor(y), Value::tensor(hb), Value::real(0.25)};
+    check::Result r = check::run_text(g_engine, check::trace_text(mix, {"%a = add(%0, %1)\n  %r = mul(%a, %2)"}, "%r"), mix);
+    assert_int_equal(r.status, DYNAMO_OK);
+    bad += !check::same(r.outs[0], (yf + hb.to(at::kFloat)) * 0.25, "half + bfloat16 promotes to float32");
+    r = check::run_text(g_engine, check::trace_text(mix, {"%r = mul(%0, %2)"}, "%r"), mix);
+    assert_int_equal(r.status, DYNAMO_OK);
+    bad += !check::same(r.outs[0], (yf * 0.25).to(dt), "half * Python float stays half");
+  }
+  assert_int_equal(bad, 0);
+}
+
 static void test_thread_counts_agree(void **state) {
   (void)state;
   dynamo_engine_options o;
@@ -393,6 +445,7 @@ int main(void) {
       cmocka_unit_test(test_layer_norm_three_outputs),
       cmocka_unit_test(test_reduction_results_reused_elsewhere),
       cmocka_unit_test(test_aten_decompositions_are_fused),
+      cmocka_unit_test(test_half_and_bfloat16),
       cmocka_unit_test(test_thread_counts_agree),
   };
   int rc = cmocka_run_group_tests_name("reduce", tests, NULL, NULL);

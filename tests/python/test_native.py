@@ -94,3 +94,21 @@ def test_docs_ir_example_parses_and_runs(frame):
     want = torch.nn.functional.gelu(x + b, approximate="tanh") * 0.5
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(mm, want @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_round_trip_through_python(frame, dtype):
+    name = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    frame.compile(trace(["%a = mul(%0, 2.0)", "%r = sum(%a, [1], true)"], f"{name}[8,33]"))
+    x = torch.randn(8, 33).to(dtype)
+    (out,) = frame.run(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), (x.float() * 2).sum(1, keepdim=True), rtol=2e-2, atol=2e-2)
+
+
+def test_softmax_extern_is_fused_and_matches(frame):
+    e = frame.compile(trace(["%r = extern aten::_softmax(%0, -1, false) : f32[64,1000]"], "f32[64,1000]"))
+    assert e.stats().num_externs == 0 and e.stats().num_kernels == 1
+    x = torch.randn(64, 1000)
+    (out,) = frame.run(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
