@@ -115,8 +115,105 @@ struct Planner {
 
     decide_materialization();
     assign_buffers();
+    plan_mutations();
     schedule();
     materialize_late();
+    schedule_mutations();
+  }
+
+  // -- copy_: writes into input memory happen last, after every read of the old contents --
+  std::vector<int32_t> mutations;  // copy_ values in program order
+  std::vector<BufferView> mutation_dest;
+
+  BufferView dest_of(int32_t d) {  // the input memory a copy_ destination names
+    const Inst &def = t.insts[t.def[d]];
+    if (def.op == Op::copy_) return dest_of(def.args[0].value);
+    if (def.op == Op::input) return p.views[d];
+    // A view: fold it over the destination's memory (never over a copy).
+    BufferView saved = p.views[def.args[0].value];
+    p.views[def.args[0].value] = dest_of(def.args[0].value);
+    fold_view(t.def[d]);
+    BufferView r = p.views[d];
+    p.views[def.args[0].value] = saved;
+    return r;
+  }
+
+  // The memory an inline expression reads: (slot, coefficients over `rank` dims + offset).
+  using Access = std::pair<int32_t, std::vector<int64_t>>;
+  void leaves(int32_t v, const Map &m, size_t rank, std::vector<Access> &out) {
+    const Inst &in = t.insts[t.def[v]];
+    if ((is_pointwise(v) && !p.materialized[v]) || in.op == Op::copy_) {
+      size_t first = in.op == Op::copy_ ? 1 : 0;  // a copy_'s value does not read its destination
+      for (size_t k = first; k < in.args.size(); ++k) {
+        const Operand &o = in.args[k];
+        if (o.kind == Operand::Value && t.types[o.value].tensor)
+          leaves(o.value, compose_map(t.types[v], t.types[o.value], m), rank, out);
+      }
+      return;
+    }
+    if (!p.buffer_backed[v]) {
+      out.push_back({-1, {}});  // not in memory yet (a reduction): treat as a hazard
+      return;
+    }
+    const BufferView &bv = p.views[v];
+    std::vector<int64_t> coef(rank + 1, 0);
+    for (size_t k = 0; k < m.size(); ++k)
+      if (m[k] >= 0) coef[m[k]] += bv.strides[k];
+    coef[rank] = bv.offset;
+    out.push_back({bv.slot, coef});
+  }
+
+  void plan_mutations() {
+    for (size_t i = 0; i < t.insts.size(); ++i)
+      if (t.insts[i].op == Op::copy_) {
+        mutations.push_back(t.insts[i].results[0]);
+        mutation_dest.push_back(dest_of(t.insts[i].args[0].value));
+      }
+    for (size_t k = 0; k < mutations.size(); ++k) {
+      int32_t c = mutations[k];
+      const Type &ty = t.types[c];
+      size_t rank = ty.sizes.size();
+      Map id(rank);
+      for (size_t d = 0; d < rank; ++d) id[d] = ty.sizes[d] == 1 ? -1 : (int32_t)d;
+      std::vector<Access> reads;
+      leaves(c, id, rank, reads);
+      // Written last, in place: fine if every read of mutated memory is this same element of
+      // its own destination; otherwise the value is computed into scratch first.
+      std::vector<int64_t> own(rank + 1, 0);
+      for (size_t d = 0; d < rank; ++d)
+        if (ty.sizes[d] != 1) own[d] = mutation_dest[k].strides[d];
+      own[rank] = mutation_dest[k].offset;
+      bool hazard = false;
+      for (const Access &a : reads) {
+        if (a.first < 0) { hazard = true; continue; }
+        bool mutated = false;
+        for (const BufferView &bv : mutation_dest) mutated = mutated || bv.slot == a.first;
+        std::vector<int64_t> have = a.second;
+        for (size_t d = 0; d < rank; ++d)
+          if (ty.sizes[d] == 1) have[d] = 0;
+        if (mutated && (a.first != mutation_dest[k].slot || have != own)) hazard = true;
+      }
+      if (hazard && !p.materialized[c]) {
+        int32_t s = new_slot(ty.numel() * dtype_bytes(ty.dtype));
+        p.materialized[c] = 1;
+        p.buffer_backed[c] = 1;
+        p.views[c] = {s, 0, contiguous_strides(ty.sizes)};
+        roots_at[t.def[c]].insert(roots_at[t.def[c]].begin(), Root{c, s});
+      }
+    }
+  }
+
+  void schedule_mutations() {
+    for (size_t k = 0; k < mutations.size(); ++k) {
+      int32_t c = mutations[k];
+      int32_t g = open_group(false, t.types[c].sizes, {});
+      Root r{c, mutation_dest[k].slot};
+      if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), r.slot) == p.mutated_inputs.end())
+        p.mutated_inputs.push_back(r.slot);
+      r.strided = true;
+      r.dest = mutation_dest[k];
+      p.groups[g].roots.push_back(r);
+    }
   }
 
   void decide_materialization() {

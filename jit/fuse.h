@@ -14,8 +14,12 @@ struct BufferView {
 };
 
 struct Root {            // one value a kernel stores, contiguous, into a slot
-  int32_t value;
-  int32_t slot;
+  Root() = default;
+  Root(int32_t v, int32_t s) : value(v), slot(s) {}
+  int32_t value = -1;
+  int32_t slot = -1;
+  bool strided = false;   // copy_: stored through `dest` (a view of an input) instead
+  BufferView dest;
 };
 
 // A value's index as a function of a loop nest's domain index: for each dim of the value, the
@@ -75,6 +79,7 @@ struct Plan {
                                             // or a reduction; -1 otherwise
   std::vector<char> materialized;
   std::vector<int32_t> scalar_slot;         // scalar inputs: their slot
+  std::vector<int32_t> mutated_inputs;      // input slots written by copy_ (checked for aliasing)
 };
 
 // Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),

@@ -2,11 +2,13 @@
 #include "ir.h"
 
 #include <cstring>
+#include <string_view>
 
 namespace dynamo::jit {
 
 static const OpInfo kOps[] = {
-#define X(name, kind, arity, rule) {#name[sizeof(#name) - 2] == '_' ? "extern" : #name, OpKind::kind, arity, DRule::rule},
+// The C++ enumerator for the keyword `extern` is extern_; its text name is "extern".
+#define X(name, kind, arity, rule) {std::string_view(#name) == "extern_" ? "extern" : #name, OpKind::kind, arity, DRule::rule},
 #include "ops.def"
 #undef X
 };

@@ -41,7 +41,15 @@ void KernelEmitter::collapse() {
   std::vector<int64_t> cs = contiguous_strides(g.domain);
   for (const Root &r : g.roots) {
     root_pat.push_back((int32_t)pats.size());
-    pats.push_back({r.slot, 0, t.types[r.value].dtype, cs});
+    if (r.strided) {  // copy_ into a (possibly strided) view of an input
+      std::vector<int64_t> c = r.dest.strides;
+      for (size_t d = 0; d < c.size(); ++d)
+        if (g.domain[d] == 1) c[d] = 0;
+      pats.push_back({r.dest.slot, r.dest.offset, t.types[r.value].dtype, c});
+    } else {
+      pats.push_back({r.slot, 0, t.types[r.value].dtype, cs});
+    }
+    pats.back().store = true;
   }
   std::vector<int> all;
   for (size_t d = 0; d < g.domain.size(); ++d) all.push_back((int)d);
@@ -201,7 +209,8 @@ void KernelEmitter::emit_body(int lanes_now) {
     const Root &root = g.roots[r];
     EVal v = cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
-    Value *off = B.CreateAdd(outer_off[root_pat[r]], B.CreateMul(jidx, B.getInt64(pt.coef.back())));
+    Value *off = B.CreateAdd(B.CreateAdd(outer_off[root_pat[r]], B.getInt64(pt.offset)),
+                             B.CreateMul(jidx, B.getInt64(pt.coef.back())));
     Value *sv = to_memory(v.v, pt.dt);
     int64_t c = pt.coef.back();
     if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
@@ -463,6 +472,13 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     }
     case Op::where: return R(B.CreateSelect(arg(0, DType::Bool), arg(1, ct), arg(2, ct)));
     case Op::copy: return R(x());
+    case Op::copy_: {  // the new contents: the source, cast to the destination's dtype
+      const Operand &src = in.args[1];
+      DType sd = src.kind == Operand::Value ? t.types[src.value].dtype : src.kind == Operand::Float ? DType::F64
+                 : src.kind == Operand::Bool ? DType::Bool : DType::I64;
+      if (src.kind == Operand::Value && !t.types[src.value].tensor) sd = t.types[src.value].dtype;
+      return cast(operand(v, m, src, sd), rt.dtype);
+    }
     case Op::to: return cast(operand(v, m, in.args[0], t.types[in.args[0].value].tensor ? t.types[in.args[0].value].dtype : ct), rt.dtype);
     case Op::eq: case Op::ne: case Op::lt: case Op::le: case Op::gt: case Op::ge: {
       Value *a = x(), *b = arg(1, ct);

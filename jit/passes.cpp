@@ -26,7 +26,7 @@ void simplify_trace(Trace &t) {
   for (Inst &in : t.insts) {
     for (Operand &o : in.args)
       if (o.kind == Operand::Value) o.value = rep[o.value];
-    if (in.op == Op::input || in.op == Op::extern_) continue;
+    if (in.op == Op::input || in.op == Op::extern_ || in.op == Op::copy_) continue;  // effects stay
     auto [it, fresh] = seen.emplace(cse_key(in), in.results[0]);
     if (!fresh) rep[in.results[0]] = it->second;
   }
@@ -38,7 +38,7 @@ void simplify_trace(Trace &t) {
   std::vector<char> keep(t.insts.size(), 0);
   for (int i = (int)t.insts.size() - 1; i >= 0; --i) {
     const Inst &in = t.insts[i];
-    bool k = in.op == Op::input || in.op == Op::extern_;
+    bool k = in.op == Op::input || in.op == Op::extern_ || in.op == Op::copy_;
     for (int32_t r : in.results) k = k || (live[r] && rep[r] == r);
     if (!k) continue;
     keep[i] = 1;

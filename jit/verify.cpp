@@ -285,6 +285,31 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
     return {r};
   }
 
+  if (in.op == Op::copy_) {
+    const Type &dst = tensor_arg(0);
+    const Operand &src = in.args[1];
+    if (src.kind == Operand::Value && t.types[src.value].tensor) {
+      std::vector<int64_t> b;
+      if (!broadcast_shapes(dst.sizes, t.types[src.value].sizes, &b) || b != dst.sizes)
+        vfail(where, "copy_ source does not broadcast to the destination's shape");
+    } else if (!(src.kind == Operand::Value || src.is_scalar_literal())) {
+      vfail(where, "copy_ source must be a value or a number");
+    }
+    // The destination must be memory the caller owns: an input, a view of one, or a copy_ result.
+    int32_t d = in.args[0].value;
+    for (;;) {
+      const Inst &def = t.insts[t.def[d]];
+      OpKind k = op_info(def.op).kind;
+      if (def.op == Op::input) break;
+      if (k == OpKind::VIEW || def.op == Op::copy_) { d = def.args[0].value; continue; }
+      vfail(where, "copy_ destination must be an input tensor or a view of one");
+    }
+    Type r = dst;
+    r.strides.clear();
+    r.requires_grad = false;
+    return {r};
+  }
+
   // -- pointwise --
   std::vector<const Operand *> promo;   // operands that take part in type promotion
   std::vector<int64_t> shape;

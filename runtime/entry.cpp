@@ -128,6 +128,21 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     }
   }
 
+  // An input written in place must not share memory with any other input.
+  for (int32_t m : p.mutated_inputs) {
+    uintptr_t mlo, mhi;
+    if (!byte_range(args[m].u.tensor, &mlo, &mhi)) continue;
+    for (size_t j = 0; j < nargs; ++j) {
+      uintptr_t lo, hi;
+      if ((int32_t)j == m || args[j].kind != DYNAMO_ARG_TENSOR || !byte_range(args[j].u.tensor, &lo, &hi)) continue;
+      if (mlo < hi && lo < mhi) {
+        *msg = "input " + std::to_string(m) + " is written in place and overlaps input " + std::to_string(j) +
+               " (pass separate tensors)";
+        return DYNAMO_ERR_ARGUMENT_MISMATCH;
+      }
+    }
+  }
+
   // Slots: inputs, outputs, then scratch (one allocation) and extern results.
   void *stack_slots[64];
   std::vector<void *> heap_slots;

@@ -256,6 +256,69 @@ static void test_integer_edge_cases(void **state) {
   assert_int_equal(r.outs[0][4].item<int>(), -2);
 }
 
+// In-place ops (op + copy_ into an input or a view of one): the input ends up as eager leaves
+// it, every read in the trace sees the old contents (SSA), and overlapping reads go via scratch.
+static void test_in_place_writes_into_inputs(void **state) {
+  (void)state;
+  int bad = 0;
+  struct Case {
+    const char *name, *body, *ret;
+    std::function<void(at::Tensor &, at::Tensor &)> eager;  // mutates x; returns via y for ret
+  } cases[] = {
+      {"add_", "%t = add(%0, %1)\n  %c = copy_(%0, %t)", "%c", [](at::Tensor &x, at::Tensor &r) { r = x.add_(1.5).clone(); }},
+      {"clamp_", "%t = clamp(%0, -0.5, 0.5)\n  %c = copy_(%0, %t)", "%c",
+       [](at::Tensor &x, at::Tensor &r) { r = x.clamp_(-0.5, 0.5).clone(); }},
+      {"slice mul_", "%s = slice(%0, 1, 0, 9, 2)\n  %t = mul(%s, 3)\n  %c = copy_(%s, %t)", "%c",
+       [](at::Tensor &x, at::Tensor &r) { r = x.slice(1, 0, 9, 2).mul_(3).clone(); }},
+      {"fill", "%c = copy_(%0, 0.25)", "%c", [](at::Tensor &x, at::Tensor &r) { r = x.fill_(0.25).clone(); }},
+      {"read old after write", "%t = add(%0, 1)\n  %c = copy_(%0, %t)\n  %r = mul(%0, 2)", "%r",
+       [](at::Tensor &x, at::Tensor &r) { r = x * 2; x.add_(1); }},
+      {"two in a row", "%a = add(%0, 1)\n  %c1 = copy_(%0, %a)\n  %b = mul(%c1, 2)\n  %c2 = copy_(%c1, %b)", "%c2",
+       [](at::Tensor &x, at::Tensor &r) { r = x.add_(1).mul_(2).clone(); }},
+      {"from own transpose", "%t = transpose(%0, 0, 1)\n  %u = mul(%t, 1.0)\n  %c = copy_(%0, %u)", "%c",
+       [](at::Tensor &x, at::Tensor &r) { x.copy_(x.t().clone()); r = x.clone(); }},
+      {"row sums into a column", "%s = sum(%0, [1], true)\n  %c0 = slice(%0, 1, 0, 1, 1)\n  %c = copy_(%c0, %s)", "%c",
+       [](at::Tensor &x, at::Tensor &r) { at::Tensor s = x.sum(1, true); x.slice(1, 0, 1).copy_(s); r = s.clone(); }},
+  };
+  for (const Case &c : cases) {
+    for (bool transposed : {false, true}) {
+      at::Tensor base = randn({9, 9});
+      at::Tensor x = transposed ? base.t() : base;
+      at::Tensor xe = x.clone(), re;
+      std::vector<Value> ins = {Value::tensor(x), Value::real(1.5)};
+      check::Result r = check::run_text(g_engine, check::trace_text(ins, {c.body}, c.ret), ins);
+      if (r.status != DYNAMO_OK) {
+        fprintf(stderr, "%s: %s\n", c.name, r.error.c_str());
+        ++bad;
+        continue;
+      }
+      c.eager(xe, re);
+      std::string what = std::string(c.name) + (transposed ? " (transposed input)" : "");
+      bad += !check::same(x, xe, what + ": input after the call");
+      bad += !check::same(r.outs[0], re, what + ": result");
+    }
+  }
+  // A dtype-converting copy_: float input receives int64 values.
+  at::Tensor x = randn({33}), k = at::randint(-5, 5, {33});
+  at::Tensor xe = x.clone();
+  std::vector<Value> ins = {Value::tensor(x), Value::tensor(k)};
+  check::Result r = check::run_text(g_engine, check::trace_text(ins, {"%c = copy_(%0, %1)"}, "%c"), ins);
+  EXPECT_OK(r);
+  bad += !check::same(x, xe.copy_(k), "copy_ from int64");
+  // An input written in place may not alias another input.
+  at::Tensor a = randn({8});
+  std::vector<Value> alias = {Value::tensor(a), Value::tensor(a.slice(0, 2, 6))};
+  r = check::run_text(g_engine, check::trace_text(alias, {"%t = add(%0, 1)\n  %c = copy_(%0, %t)"}, "%c"), alias);
+  assert_int_equal(r.status, DYNAMO_ERR_ARGUMENT_MISMATCH);
+  assert_non_null(strstr(r.error.c_str(), "written in place and overlaps input 1"));
+  // The destination must be an input (or a view of one).
+  dynamo_trace *t = nullptr;
+  std::string bad_text = check::trace_text({Value::tensor(a)}, {"%e = exp(%0)\n  %c = copy_(%e, 1.0)"}, "%c");
+  assert_int_equal(dynamo_trace_parse(bad_text.c_str(), bad_text.size(), &t), DYNAMO_ERR_VERIFY);
+  assert_non_null(strstr(dynamo_last_error(), "copy_ destination must be an input tensor or a view of one"));
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   at::manual_seed(99);
   if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
@@ -271,6 +334,7 @@ int main(void) {
       cmocka_unit_test(test_thread_counts_agree),
       cmocka_unit_test(test_opt_levels_and_vector_widths_agree),
       cmocka_unit_test(test_integer_edge_cases),
+      cmocka_unit_test(test_in_place_writes_into_inputs),
   };
   int rc = cmocka_run_group_tests_name("fusion", tests, NULL, NULL);
   dynamo_engine_destroy(g_engine);
