@@ -462,6 +462,24 @@ dynamo_status dynamo_entry_output_info(const dynamo_entry *entry, size_t k, dyna
   return DYNAMO_OK;
 }
 
+dynamo_status dynamo_entry_output_alias(const dynamo_entry *entry, size_t k, dynamo_output_alias *alias) {
+  CHECK_HANDLE(entry, "entry");
+  CHECK_PTR(alias, "alias");
+  const jit::Plan &p = entry->e->plan;
+  if (k >= p.output_alias.size())
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_output_alias: output " + std::to_string(k) +
+                                                      " out of range (entry has " + std::to_string(p.output_alias.size()) + ")");
+  const jit::OutputAlias &a = p.output_alias[k];
+  memset(alias, 0, sizeof *alias);
+  alias->input = a.input;
+  alias->ndim = entry->e->trace.types[entry->e->trace.outputs[k]].rank();
+  if (a.input >= 0) {
+    alias->offset = a.view.offset;
+    for (int d = 0; d < alias->ndim; ++d) alias->strides[d] = a.view.strides[d];
+  }
+  return DYNAMO_OK;
+}
+
 dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry, dynamo_entry_stats *stats) {
   CHECK_HANDLE(entry, "entry");
   CHECK_PTR(stats, "stats");

@@ -179,8 +179,10 @@ DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
                                                    char *why, size_t why_len);
 
 /* Runs entry on args, writing its outputs into outs (caller-owned buffers, contiguous, of
- * the dtype and shape given by dynamo_entry_output_info). The guards are checked first
- * (a miss returns DYNAMO_ERR_GUARD_MISS). Inputs are not modified. args, outs: borrowed. */
+ * the dtype and shape given by dynamo_entry_output_info; data may be NULL for outputs that alias
+ * an input, see dynamo_entry_output_alias). The guards are checked first (a miss returns
+ * DYNAMO_ERR_GUARD_MISS). Inputs are modified only by in-place ops in the trace (copy_), after
+ * every read of their old contents. args, outs: borrowed. */
 DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args,
                                           size_t nargs, const DLTensor *outs, size_t nouts);
 /* dynamo_check_guards followed by dynamo_entry_run on the entry found. */
@@ -199,6 +201,19 @@ DYNAMO_API size_t dynamo_entry_num_outputs(const dynamo_entry *entry);
 /* Fills *info for output k. */
 DYNAMO_API dynamo_status dynamo_entry_output_info(const dynamo_entry *entry, size_t k,
                                                   dynamo_tensor_info *info);
+/* Whether output k is, after the call, a view of an input's memory (the input returned, a view
+ * of it, or the result of an in-place write into it). For such outputs the caller may pass an
+ * output DLTensor with data == NULL to dynamo_entry_run: the copy is skipped and the caller makes
+ * the view itself (copy elision), exactly as eager PyTorch would return it. */
+typedef struct dynamo_output_alias {
+  int32_t input;        /* input index, or -1 when the output is fresh memory */
+  int32_t ndim;         /* rank of the output */
+  int64_t offset;       /* elements from the input's data pointer (data + byte_offset) */
+  int64_t strides[16];  /* in elements; first ndim valid */
+} dynamo_output_alias;
+DYNAMO_API dynamo_status dynamo_entry_output_alias(const dynamo_entry *entry, size_t k,
+                                                   dynamo_output_alias *alias);
+
 /* Statistics of an entry's compilation. */
 typedef struct dynamo_entry_stats {
   uint32_t struct_size;     /* sizeof(dynamo_entry_stats) */

@@ -116,6 +116,7 @@ struct Planner {
     decide_materialization();
     assign_buffers();
     plan_mutations();
+    find_output_aliases();
     schedule();
     materialize_late();
     schedule_mutations();
@@ -129,12 +130,16 @@ struct Planner {
     const Inst &def = t.insts[t.def[d]];
     if (def.op == Op::copy_) return dest_of(def.args[0].value);
     if (def.op == Op::input) return p.views[d];
-    // A view: fold it over the destination's memory (never over a copy).
-    BufferView saved = p.views[def.args[0].value];
-    p.views[def.args[0].value] = dest_of(def.args[0].value);
+    // A view: fold it over the destination's memory, leaving the plan's views untouched.
+    int32_t src = def.args[0].value;
+    BufferView saved_src = p.views[src], saved = p.views[d];
+    char saved_bb = p.buffer_backed[d];
+    p.views[src] = dest_of(src);
     fold_view(t.def[d]);
     BufferView r = p.views[d];
-    p.views[def.args[0].value] = saved;
+    p.views[src] = saved_src;
+    p.views[d] = saved;
+    p.buffer_backed[d] = saved_bb;
     return r;
   }
 
@@ -168,6 +173,9 @@ struct Planner {
       if (t.insts[i].op == Op::copy_) {
         mutations.push_back(t.insts[i].results[0]);
         mutation_dest.push_back(dest_of(t.insts[i].args[0].value));
+        if (mutation_dest.back().slot >= p.num_inputs)
+          fail(ErrorCode::Unsupported, "copy_ into a reshape that cannot view its input's memory (a non-contiguous "
+                                       "input); the destination must be a strided view of an input");
       }
     for (size_t k = 0; k < mutations.size(); ++k) {
       int32_t c = mutations[k];
@@ -177,8 +185,8 @@ struct Planner {
       for (size_t d = 0; d < rank; ++d) id[d] = ty.sizes[d] == 1 ? -1 : (int32_t)d;
       std::vector<Access> reads;
       leaves(c, id, rank, reads);
-      // Written last, in place: fine if every read of mutated memory is this same element of
-      // its own destination; otherwise the value is computed into scratch first.
+      // Written last, in place: fine if it reads no memory an earlier write changed, and reads
+      // its own destination only at the element it writes; else it goes through scratch first.
       std::vector<int64_t> own(rank + 1, 0);
       for (size_t d = 0; d < rank; ++d)
         if (ty.sizes[d] != 1) own[d] = mutation_dest[k].strides[d];
@@ -186,12 +194,11 @@ struct Planner {
       bool hazard = false;
       for (const Access &a : reads) {
         if (a.first < 0) { hazard = true; continue; }
-        bool mutated = false;
-        for (const BufferView &bv : mutation_dest) mutated = mutated || bv.slot == a.first;
+        for (size_t j = 0; j < k; ++j) hazard = hazard || mutation_dest[j].slot == a.first;
         std::vector<int64_t> have = a.second;
         for (size_t d = 0; d < rank; ++d)
           if (ty.sizes[d] == 1) have[d] = 0;
-        if (mutated && (a.first != mutation_dest[k].slot || have != own)) hazard = true;
+        if (a.first == mutation_dest[k].slot && have != own) hazard = true;
       }
       if (hazard && !p.materialized[c]) {
         int32_t s = new_slot(ty.numel() * dtype_bytes(ty.dtype));
@@ -200,6 +207,34 @@ struct Planner {
         p.views[c] = {s, 0, contiguous_strides(ty.sizes)};
         roots_at[t.def[c]].insert(roots_at[t.def[c]].begin(), Root{c, s});
       }
+    }
+  }
+
+  void find_output_aliases() {
+    p.output_alias.assign(p.num_outputs, {});
+    for (int32_t k = 0; k < p.num_outputs; ++k) {
+      int32_t v = t.outputs[k], slot = p.num_inputs + k;
+      OutputAlias a;
+      // The memory must hold exactly this value after the call: no later in-place write to it.
+      auto last_writer = [&](int32_t slot) {
+        int32_t w = -1;
+        for (size_t m = 0; m < mutations.size(); ++m)
+          if (mutation_dest[m].slot == slot) w = mutations[m];
+        return w;
+      };
+      int32_t b = v;  // through views to the memory's owner: an input or an in-place write
+      while (op_info(t.insts[t.def[b]].op).kind == OpKind::VIEW) b = t.insts[t.def[b]].args[0].value;
+      const Inst &bi = t.insts[t.def[b]];
+      if (bi.op != Op::copy_ && (bi.op != Op::input || !t.types[b].tensor)) continue;
+      a.view = dest_of(v);
+      if (a.view.slot >= p.num_inputs) continue;  // e.g. a reshape that had to copy
+      if (last_writer(a.view.slot) != (bi.op == Op::copy_ ? b : -1)) continue;
+      if (!t.types[a.view.slot < p.num_inputs ? t.inputs[a.view.slot] : 0].tensor) continue;
+      a.input = a.view.slot;
+      p.output_alias[k] = a;
+      for (auto &rs : roots_at)
+        for (Root &r : rs)
+          if (r.slot == slot && r.value == v) r.optional = true;
     }
   }
 
@@ -251,7 +286,7 @@ struct Planner {
     std::vector<int32_t> out_slot(t.types.size(), -1);
     for (int32_t k = 0; k < p.num_outputs; ++k) {
       int32_t v = t.outputs[k], slot = p.num_inputs + k;
-      if (is_computed(v) && out_slot[v] < 0) {
+      if (is_computed(v) && out_slot[v] < 0 && t.insts[t.def[v]].op != Op::copy_) {
         out_slot[v] = slot;
         p.materialized[v] = 1;
       } else {
@@ -434,7 +469,8 @@ struct Planner {
     const Inst &in = t.insts[t.def[r]];
     const Type &x = t.types[in.args[0].value];
     ReduceInfo ri = reduce_info(t, in);
-    bool join = cur >= 0 && p.groups[cur].row && p.groups[cur].domain == x.sizes && p.groups[cur].rdims == ri.dims &&
+    bool join = cur >= 0 && p.groups[cur].row && p.groups[cur].optional_slot < 0 && p.groups[cur].domain == x.sizes &&
+                p.groups[cur].rdims == ri.dims &&
                 can_compute(in.args[0].value, identity(x.sizes), cur, false);
     if (!join) cur = open_group(true, x.sizes, ri.dims);
     can_compute(in.args[0].value, identity(x.sizes), cur, true);
@@ -447,7 +483,9 @@ struct Planner {
     const Type &ty = t.types[r.value];
     bool as_row_root = false, join = false;
     Map m = identity(ty.sizes);
-    if (cur >= 0 && p.groups[cur].row) {
+    if (r.optional || (cur >= 0 && p.groups[cur].optional_slot >= 0)) {
+      // An elidable output copy runs in a kernel of its own.
+    } else if (cur >= 0 && p.groups[cur].row) {
       const Group &g = p.groups[cur];
       if (g.domain == ty.sizes) {
         join = true;
@@ -462,6 +500,7 @@ struct Planner {
     if (!join) {
       cur = open_group(false, ty.sizes, {});
       m = identity(ty.sizes);
+      if (r.optional) p.groups[cur].optional_slot = r.slot;
     }
     can_compute(r.value, m, cur, true, true);
     if (as_row_root) p.groups[cur].row_roots.push_back(r);

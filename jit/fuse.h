@@ -20,6 +20,7 @@ struct Root {            // one value a kernel stores, contiguous, into a slot
   int32_t slot = -1;
   bool strided = false;   // copy_: stored through `dest` (a view of an input) instead
   BufferView dest;
+  bool optional = false;  // an output that aliases an input: skipped if the caller passes NULL
 };
 
 // A value's index as a function of a loop nest's domain index: for each dim of the value, the
@@ -38,6 +39,14 @@ struct Group {
   std::vector<int32_t> reductions;  // row groups: in stage order
   std::vector<Root> roots;          // stored over the whole domain
   std::vector<Root> row_roots;      // row groups: stored once per row (reductions, row scalars)
+  int32_t optional_slot = -1;       // runs only if this output slot is non-NULL (copy elision)
+};
+
+// An output whose memory, after the call, is part of an input (the input itself, a view of it,
+// or the result of an in-place write into it). The caller may skip the copy and make the view.
+struct OutputAlias {
+  int32_t input = -1;
+  BufferView view;  // slot == input
 };
 
 // For a row group, the map a value of shape `shape` is read with when it is "this row's"
@@ -80,6 +89,7 @@ struct Plan {
   std::vector<char> materialized;
   std::vector<int32_t> scalar_slot;         // scalar inputs: their slot
   std::vector<int32_t> mutated_inputs;      // input slots written by copy_ (checked for aliasing)
+  std::vector<OutputAlias> output_alias;    // by output
 };
 
 // Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),

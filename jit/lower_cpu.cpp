@@ -593,12 +593,12 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   FunctionCallee ext = mod->getOrInsertFunction(
       "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
 
-  struct Call { bool kernel; Function *fn; int64_t n0, inner; int32_t ext; };
+  struct Call { bool kernel; Function *fn; int64_t n0, inner; int32_t ext; int32_t optional_slot; };
   std::vector<Call> calls;
   int nk = 0;
   for (const Step &s : p.steps) {
     if (s.kind == Step::Extern) {
-      calls.push_back({false, nullptr, 0, 0, s.index});
+      calls.push_back({false, nullptr, 0, 0, s.index, -1});
       continue;
     }
     KernelEmitter ke(*mod, t, p, s.index, opt);
@@ -606,14 +606,24 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     if (!k) continue;  // empty domain: nothing to compute
     set_target_attrs(k, opt);
     ++nk;
-    calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1});
+    calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
+                     p.groups[s.index].optional_slot});
   }
   if (num_kernels) *num_kernels = nk;
 
   BasicBlock *bb = BasicBlock::Create(ctx, "entry", tf);
   B.SetInsertPoint(bb);
   Value *slots = tf->getArg(0), *rtctx = tf->getArg(1);
+  llvm::Type *ptr_ty = B.getPtrTy();
   for (const Call &c : calls) {
+    BasicBlock *skip = nullptr;
+    if (c.optional_slot >= 0) {  // an elided output copy: the caller passed no buffer
+      Value *ptr = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.optional_slot));
+      BasicBlock *run = BasicBlock::Create(ctx, "copy_out", tf);
+      skip = BasicBlock::Create(ctx, "elided", tf);
+      B.CreateCondBr(B.CreateIsNull(ptr), skip, run);
+      B.SetInsertPoint(run);
+    }
     Value *st;
     if (c.kernel) {
       int64_t numel = c.n0 * c.inner;
@@ -632,6 +642,10 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     B.SetInsertPoint(fail_bb);
     B.CreateRet(st);
     B.SetInsertPoint(ok_bb);
+    if (skip) {
+      B.CreateBr(skip);
+      B.SetInsertPoint(skip);
+    }
   }
   B.CreateRet(B.getInt32(0));
   set_target_attrs(tf, opt);

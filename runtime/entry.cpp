@@ -108,7 +108,11 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
       for (int d = 0; d < o.ndim; ++d)
         if (ty.sizes[d] > 1 && o.strides[d] != cs[d]) { *msg = pre + "must be contiguous"; return DYNAMO_ERR_ARGUMENT_MISMATCH; }
     }
-    if (!o.data && ty.numel() > 0) { *msg = pre + "data pointer is NULL"; return DYNAMO_ERR_INVALID_ARGUMENT; }
+    if (!o.data && ty.numel() > 0) {
+      if (p.output_alias[k].input >= 0) continue;  // copy elided: the caller makes the view
+      *msg = pre + "data pointer is NULL (allowed only for outputs that alias an input)";
+      return DYNAMO_ERR_INVALID_ARGUMENT;
+    }
     uintptr_t olo, ohi;
     if (!byte_range(&o, &olo, &ohi)) continue;
     for (size_t j = 0; j < nargs; ++j) {
@@ -160,7 +164,8 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
       default: { int64_t b = a.u.b != 0; memcpy(&slots[k], &b, 8); }
     }
   }
-  for (size_t k = 0; k < nouts; ++k) slots[p.num_inputs + k] = (char *)outs[k].data + outs[k].byte_offset;
+  for (size_t k = 0; k < nouts; ++k)
+    slots[p.num_inputs + k] = outs[k].data ? (char *)outs[k].data + outs[k].byte_offset : nullptr;
   size_t scratch = 0;
   for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) scratch += (p.scratch_bytes[s] + 63) & ~size_t(63);
   char *arena = nullptr;

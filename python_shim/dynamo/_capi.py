@@ -48,6 +48,11 @@ class TensorInfo(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32), ("sizes", ctypes.c_int64 * 16)]
 
 
+class OutputAlias(ctypes.Structure):
+    _fields_ = [("input", ctypes.c_int32), ("ndim", ctypes.c_int32), ("offset", ctypes.c_int64),
+                ("strides", ctypes.c_int64 * 16)]
+
+
 class EntryStats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_kernels", ctypes.c_uint32),
                 ("num_externs", ctypes.c_uint32), ("num_instructions", ctypes.c_uint32),
@@ -121,6 +126,7 @@ def _declare(lib):
         "dynamo_entry_num_outputs": (ctypes.c_size_t, [P]),
         "dynamo_entry_output_info": (st, [P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
         "dynamo_entry_get_stats": (st, [P, ctypes.POINTER(EntryStats)]),
+        "dynamo_entry_output_alias": (st, [P, ctypes.c_size_t, ctypes.POINTER(OutputAlias)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -118,6 +118,17 @@ class Entry:
             specs.append((_DTYPE_TORCH[info.dtype], tuple(info.sizes[: info.ndim])))
         return specs
 
+    def output_aliases(self):
+        """Per output: None, or (input index, storage offset in elements, strides) when the output
+        is a view of that input after the call (returned without a copy, as eager does)."""
+        L = lib()
+        res = []
+        for k in range(L.dynamo_entry_num_outputs(self.handle)):
+            a = _capi.OutputAlias()
+            _check(L.dynamo_entry_output_alias(self.handle, k, ctypes.byref(a)))
+            res.append(None if a.input < 0 else (a.input, a.offset, tuple(a.strides[: a.ndim])))
+        return res
+
     def stats(self):
         s = _capi.EntryStats()
         s.struct_size = ctypes.sizeof(s)
@@ -143,10 +154,25 @@ class Frame:
         why = ctypes.create_string_buffer(512)
         _check(lib().dynamo_check_guards(self.handle, args, len(values), ctypes.byref(e), why, 512))
         entry = Entry(e)
-        outs = [torch.empty(shape, dtype=dt) for dt, shape in entry.output_specs()]
-        refs = [_TensorRef(o) for o in outs]
+        specs, aliases = entry.output_specs(), entry.output_aliases()
+        outs, refs = [], []
+        for (dt, shape), alias in zip(specs, aliases):
+            o = torch.empty(shape if alias is None else (0,), dtype=dt)
+            r = _TensorRef(o)
+            if alias is not None:  # copy elided: the library writes nothing, we make the view
+                r.dl.data = None
+                r.dl.ndim = len(shape)
+                r.shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+                r.dl.shape = r.shape
+                r.dl.strides = None
+            outs.append(o)
+            refs.append(r)
         dl = (_capi.DLTensor * max(len(refs), 1))(*[r.dl for r in refs])
         _check(lib().dynamo_entry_run(e, args, len(values), dl, len(refs)))
+        for k, alias in enumerate(aliases):
+            if alias is not None:
+                src = values[alias[0]]
+                outs[k] = src.as_strided(specs[k][1], alias[2], src.storage_offset() + alias[1])
         return outs
 
     def close(self):

@@ -319,6 +319,95 @@ static void test_in_place_writes_into_inputs(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// Outputs that alias inputs: the entry reports the view, and a NULL output buffer elides the copy.
+static void test_output_aliases_and_copy_elision(void **state) {
+  (void)state;
+  struct Case {
+    const char *body, *ret;
+    bool alias;
+    std::function<at::Tensor(at::Tensor &)> eager;  // may mutate x; returns the output
+  } cases[] = {
+      {"", "%0", true, [](at::Tensor &x) { return x; }},
+      {"%r = transpose(%0, 0, 1)", "%r", true, [](at::Tensor &x) { return x.t(); }},
+      {"%r = slice(%0, 1, 2, 9, 3)", "%r", true, [](at::Tensor &x) { return x.slice(1, 2, 9, 3); }},
+      {"%t = mul(%0, 2)\n  %c = copy_(%0, %t)", "%c", true, [](at::Tensor &x) { return x.mul_(2); }},
+      {"%s = select(%0, 0, 3)\n  %t = add(%s, 1)\n  %c = copy_(%s, %t)", "%c", true,
+       [](at::Tensor &x) { return x.select(0, 3).add_(1); }},
+      {"%t = mul(%0, 2)\n  %c = copy_(%0, %t)\n  %u = add(%c, 1)\n  %c2 = copy_(%c, %u)", "%c", false,
+       [](at::Tensor &x) { at::Tensor r = x.mul_(2).clone(); x.add_(1); return r; }},
+      {"%r = transpose(%0, 0, 1)\n  %t = mul(%0, 2)\n  %c = copy_(%0, %t)", "%r", false,
+       [](at::Tensor &x) { at::Tensor r = x.t().clone(); x.mul_(2); return r; }},
+      {"%r = exp(%0)", "%r", false, [](at::Tensor &x) { return at::exp(x); }},
+  };
+  int bad = 0;
+  for (const Case &c : cases) {
+    for (bool elide : {true, false}) {
+      at::Tensor x = randn({6, 9}), xe = x.clone();
+      std::vector<Value> ins = {Value::tensor(x)};
+      std::string text = check::trace_text(ins, c.body[0] ? std::vector<std::string>{c.body} : std::vector<std::string>{}, c.ret);
+      dynamo_trace *t = nullptr;
+      dynamo_frame *f = nullptr;
+      dynamo_entry *e = nullptr;
+      assert_int_equal(dynamo_trace_parse(text.c_str(), text.size(), &t), DYNAMO_OK);
+      assert_int_equal(dynamo_frame_create(g_engine, "alias", &f), DYNAMO_OK);
+      assert_int_equal(dynamo_compile_frame(f, t, &e), DYNAMO_OK);
+      dynamo_trace_destroy(t);
+      dynamo_output_alias a;
+      assert_int_equal(dynamo_entry_output_alias(e, 0, &a), DYNAMO_OK);
+      if ((a.input == 0) != c.alias) {
+        fprintf(stderr, "%s: alias reported %d, expected %d\n", c.body, a.input, (int)c.alias);
+        ++bad;
+      }
+      dynamo_tensor_info info;
+      dynamo_entry_output_info(e, 0, &info);
+      std::vector<int64_t> sz(info.sizes, info.sizes + info.ndim);
+      at::Tensor out = at::empty(sz);
+      check::DL dx, dout;
+      check::fill_dl(dx, x);
+      check::fill_dl(dout, out);
+      if (elide && a.input == 0) dout.dl.data = nullptr;
+      dynamo_arg arg{};
+      arg.kind = DYNAMO_ARG_TENSOR;
+      arg.u.tensor = &dx.dl;
+      dynamo_status s = dynamo_entry_run(e, &arg, 1, &dout.dl, 1);
+      if (s != DYNAMO_OK) {
+        fprintf(stderr, "%s: %s\n", c.body, dynamo_last_error());
+        ++bad;
+      } else {
+        at::Tensor want = c.eager(xe);
+        at::Tensor got = out;
+        if (elide && a.input == 0)
+          got = x.as_strided(sz, std::vector<int64_t>(a.strides, a.strides + a.ndim), x.storage_offset() + a.offset);
+        bad += !check::same(got, want.contiguous(), std::string(c.body) + (elide ? " (elided)" : " (copied)"));
+        bad += !check::same(x, xe, std::string(c.body) + ": input after the call");
+      }
+      dynamo_frame_destroy(f);
+    }
+  }
+  // NULL data is refused for an output that does not alias an input.
+  at::Tensor x = randn({4});
+  std::vector<Value> ins = {Value::tensor(x)};
+  std::string text = check::trace_text(ins, {"%r = exp(%0)"}, "%r");
+  dynamo_trace *t = nullptr;
+  dynamo_frame *f = nullptr;
+  dynamo_entry *e = nullptr;
+  dynamo_trace_parse(text.c_str(), text.size(), &t);
+  dynamo_frame_create(g_engine, "alias", &f);
+  dynamo_compile_frame(f, t, &e);
+  dynamo_trace_destroy(t);
+  check::DL dx, dout;
+  check::fill_dl(dx, x);
+  check::fill_dl(dout, x);
+  dout.dl.data = nullptr;
+  dynamo_arg arg{};
+  arg.kind = DYNAMO_ARG_TENSOR;
+  arg.u.tensor = &dx.dl;
+  assert_int_equal(dynamo_entry_run(e, &arg, 1, &dout.dl, 1), DYNAMO_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(dynamo_last_error(), "allowed only for outputs that alias an input"));
+  dynamo_frame_destroy(f);
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   at::manual_seed(99);
   if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
@@ -335,6 +424,7 @@ int main(void) {
       cmocka_unit_test(test_opt_levels_and_vector_widths_agree),
       cmocka_unit_test(test_integer_edge_cases),
       cmocka_unit_test(test_in_place_writes_into_inputs),
+      cmocka_unit_test(test_output_aliases_and_copy_elision),
   };
   int rc = cmocka_run_group_tests_name("fusion", tests, NULL, NULL);
   dynamo_engine_destroy(g_engine);

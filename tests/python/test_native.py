@@ -112,3 +112,16 @@ def test_softmax_extern_is_fused_and_matches(frame):
     x = torch.randn(64, 1000)
     (out,) = frame.run(x)
     torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_in_place_and_aliased_outputs_behave_like_eager(frame):
+    """x.mul_(2) then x.t(): the input is updated in place and the outputs are views of it."""
+    frame.compile(trace(["%t = mul(%0, 2)", "%c = copy_(%0, %t)", "%r = transpose(%c, 0, 1)"], "f32[3,5]",
+                        ret="%c, %r"))
+    x = torch.randn(3, 5)
+    want = x.clone().mul_(2)
+    c, r = frame.run(x)
+    torch.testing.assert_close(x, want)               # mutated in place
+    assert c.data_ptr() == x.data_ptr()               # returned without a copy, like eager
+    torch.testing.assert_close(r, want.t())
+    assert r._base is x or r.data_ptr() == x.data_ptr()
