@@ -119,7 +119,37 @@ struct Planner {
     find_output_aliases();
     schedule();
     materialize_late();
+    plan_splits();
     schedule_mutations();
+  }
+
+  bool reads_own_reduction(int32_t v, int32_t g) {
+    if (is_reduction(v)) return p.group_of[v] == g;
+    if (!is_pointwise(v) || !computed_in(v, g)) return false;
+    for (const Operand &o : t.insts[t.def[v]].args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor && reads_own_reduction(o.value, g)) return true;
+    return false;
+  }
+
+  // Whole-tensor reductions big enough to share among threads: split into partial reductions.
+  void plan_splits() {
+    const int64_t kMinElems = 1 << 18;
+    const int32_t kChunks = 32;
+    for (int32_t g = 0; g < (int32_t)p.groups.size(); ++g) {
+      Group &gr = p.groups[g];
+      if (!gr.row || !gr.roots.empty() || gr.optional_slot >= 0) continue;
+      int64_t total = 1, outer = 1;
+      for (size_t d = 0; d < gr.domain.size(); ++d) {
+        total *= gr.domain[d];
+        if (!std::binary_search(gr.rdims.begin(), gr.rdims.end(), (int64_t)d)) outer *= gr.domain[d];
+      }
+      if (outer != 1 || total < kMinElems) continue;
+      bool dependent = false;
+      for (int32_t r : gr.reductions) dependent = dependent || reads_own_reduction(t.insts[t.def[r]].args[0].value, g);
+      if (dependent) continue;
+      gr.split_chunks = kChunks;
+      gr.split_slot = new_slot((int64_t)kChunks * (int64_t)gr.reductions.size() * 4 * 8);
+    }
   }
 
   // -- copy_: writes into input memory happen last, after every read of the old contents --

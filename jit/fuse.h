@@ -40,6 +40,10 @@ struct Group {
   std::vector<Root> roots;          // stored over the whole domain
   std::vector<Root> row_roots;      // row groups: stored once per row (reductions, row scalars)
   int32_t optional_slot = -1;       // runs only if this output slot is non-NULL (copy elision)
+  // Split reduction: a whole-tensor reduction is cut into `split_chunks` pieces reduced in
+  // parallel into partial states (scratch slot `split_slot`), then merged by one thread.
+  int32_t split_chunks = 0;
+  int32_t split_slot = -1;
 };
 
 // An output whose memory, after the call, is part of an input (the input itself, a view of it,

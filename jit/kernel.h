@@ -40,6 +40,7 @@ class KernelEmitter {
   Function *emit_row(const std::string &name);  // lower_reduce.cpp
   int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
   int64_t numel() const { return total; }
+  Function *partial() const { return part_fn; }  // split reductions: the parallel partial kernel
 
  private:
   struct Dim {
@@ -110,6 +111,12 @@ class KernelEmitter {
   std::map<int32_t, Cached> row_cache;
   int stage = -1;
   void plan_row_cache();
+  // Split reductions: the partial kernel (parallel over chunks) and the range it reduces.
+  enum class Split { None, Partial, Merge } split = Split::None;
+  Function *part_fn = nullptr;
+  Value *split_lo = nullptr, *split_hi = nullptr, *split_chunk = nullptr;
+  int32_t reduction_index = 0;
+  Function *emit_split(const std::string &name);
   void collapse_row();
   void emit_outer_row(size_t d, Value *begin, Value *end);
   void emit_row_body();

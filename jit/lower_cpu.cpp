@@ -606,6 +606,13 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     if (!k) continue;  // empty domain: nothing to compute
     set_target_attrs(k, opt);
     ++nk;
+    if (ke.partial()) {  // a split reduction: partial states in parallel, then the merge
+      set_target_attrs(ke.partial(), opt);
+      int64_t chunks = p.groups[s.index].split_chunks;
+      calls.push_back({true, ke.partial(), chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1});
+      calls.push_back({true, k, 1, 1, -1, -1});
+      continue;
+    }
     calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
                      p.groups[s.index].optional_slot});
   }
@@ -628,7 +635,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     if (c.kernel) {
       int64_t numel = c.n0 * c.inner;
       if (opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1) {
-        int64_t grain = std::max<int64_t>(1, (opt.parallel_min_elems / 2 + c.inner - 1) / c.inner);
+        int64_t grain = std::max<int64_t>(1, (opt.parallel_min_elems / 2) / c.inner);
         st = B.CreateCall(par, {rtctx, c.fn, slots, B.getInt64(c.n0), B.getInt64(grain)});
       } else {
         st = B.CreateCall(c.fn, {slots, B.getInt64(0), B.getInt64(c.n0)});

@@ -135,12 +135,68 @@ Function *KernelEmitter::emit_row(const std::string &name) {
   for (const Root &r : g.row_roots) collect(r.value, row_map(g, t.types[r.value].sizes), seen);
   collapse_row();
   if (outer_n == 0) return nullptr;  // no rows; an empty reduced extent still yields results
+  if (g.split_chunks > 0) return emit_split(name);
   begin_function(name);
   plan_row_cache();
   emit_outer_row(0, F->getArg(1), F->getArg(2));
   FunctionCallee fr = M.getOrInsertFunction("free", FunctionType::get(B.getVoidTy(), {B.getPtrTy()}, false));
   for (auto &[v, c] : row_cache) B.CreateCall(fr, {c.ptr});
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+  return F;
+}
+
+// A whole-tensor reduction cut into chunks of the first reduced dim: `name_part` reduces chunks
+// [begin, end) into partial states (run in parallel), `name` merges them in chunk order,
+// finalizes, and stores the row-shaped results.
+Function *KernelEmitter::emit_split(const std::string &name) {
+  int64_t n = dims[n_outer].size;
+  split = Split::Partial;
+  begin_function(name + "_part");
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "chunk", F), *body = BasicBlock::Create(C, "chunk_body", F);
+  BasicBlock *exit = BasicBlock::Create(C, "chunk_exit", F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *c = B.CreatePHI(B.getInt64Ty(), 2);
+  c->addIncoming(F->getArg(1), pre);
+  B.CreateCondBr(B.CreateICmpSLT(c, F->getArg(2)), body, exit);
+  B.SetInsertPoint(body);
+  split_chunk = c;
+  split_lo = B.CreateSDiv(B.CreateMul(c, B.getInt64(n)), B.getInt64(g.split_chunks));
+  split_hi = B.CreateSDiv(B.CreateMul(B.CreateAdd(c, B.getInt64(1)), B.getInt64(n)), B.getInt64(g.split_chunks));
+  reg.clear();
+  reduction_index = 0;
+  for (int32_t r : g.reductions) {
+    emit_reduction(r);
+    ++reduction_index;
+  }
+  c->addIncoming(B.CreateAdd(c, B.getInt64(1)), B.GetInsertBlock());
+  B.CreateBr(head);
+  B.SetInsertPoint(exit);
+  B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+  part_fn = F;
+
+  split = Split::Merge;  // the main kernel: merge, finalize, store
+  base.clear();
+  begin_function(name);
+  reg.clear();
+  reduction_index = 0;
+  for (int32_t r : g.reductions) {
+    emit_reduction(r);
+    ++reduction_index;
+  }
+  for (size_t k = 0; k < g.row_roots.size(); ++k) {
+    const Root &rr = g.row_roots[k];
+    L = 1;
+    memo.clear();
+    jidx = B.getInt64(0);
+    EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
+    const Pattern &pt = pats[row_pat[(int32_t)k][0]];
+    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[row_pat[(int32_t)k][0]]);
+    decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true);
+  }
+  B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+  split = Split::None;
   return F;
 }
 
@@ -172,8 +228,10 @@ void KernelEmitter::emit_outer_row(size_t d, Value *begin, Value *end) {
 // Nested loops over the reduced dims [d, end); the innermost is vectorized. rflat tracks the
 // row-major index within the reduced extent (argmax/argmin report it).
 void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll) {
+  bool split_dim = split == Split::Partial && d == n_outer;  // this chunk's part of the first reduced dim
+  Value *lo = split_dim ? split_lo : B.getInt64(0), *hi = split_dim ? split_hi : B.getInt64(dims[d].size);
   if (d + 1 == dims.size()) {
-    emit_inner(d, B.getInt64(0), B.getInt64(dims[d].size), body, unroll);
+    emit_inner(d, lo, hi, body, unroll);
     return;
   }
   int64_t below = 1;
@@ -185,8 +243,8 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   B.CreateBr(head);
   B.SetInsertPoint(head);
   PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
-  i->addIncoming(B.getInt64(0), pre);
-  B.CreateCondBr(B.CreateICmpSLT(i, B.getInt64(dims[d].size)), bb, exit);
+  i->addIncoming(lo, pre);
+  B.CreateCondBr(B.CreateICmpSLT(i, hi), bb, exit);
   B.SetInsertPoint(bb);
   std::vector<Value *> saved = outer_off;
   Value *saved_flat = rflat;
@@ -262,9 +320,14 @@ void KernelEmitter::emit_reduction(int32_t r) {
   const Op op = in.op;
   const bool index = op == Op::argmax || op == Op::argmin;
   const bool welford = op == Op::var || op == Op::std;
-  const bool kahan = (op == Op::sum || op == Op::mean) && is_float(xdt);
+  // float32/half sums accumulate in float64: exact enough to beat ATen's float32 cascade, and
+  // cheaper than compensated float32 (2 converts + 2 adds per 16 lanes vs. 7 ops). float64
+  // sums are Kahan-compensated.
+  const bool wide_sum = (op == Op::sum || op == Op::mean) && (xdt == DType::F32 || is_half(xdt));
+  const bool kahan = (op == Op::sum || op == Op::mean) && xdt == DType::F64;
   DType adt = xdt;  // accumulator / comparison dtype
   if ((op == Op::sum || op == Op::prod) && !is_float(xdt)) adt = DType::I64;
+  if (wide_sum) adt = DType::F64;
   // Welford in float32 drifts over millions of elements; like ATen, accumulate it in double.
   if (welford) adt = DType::F64;
   const bool fl = is_float(adt);
@@ -359,51 +422,7 @@ void KernelEmitter::emit_reduction(int32_t r) {
     }
   };
 
-  std::vector<Value *> saved = outer_off;
-  rflat = B.getInt64(0);
-  emit_r_loops(n_outer, [&](int l) {
-    L = l;
-    memo.clear();
-    Acc &s = l == 1 ? ss : vs[copy_index];
-    Value *xv = cast(value(x, identity()), adt).v;
-    llvm::Type *at = ty(adt, l);
-    Value *a = B.CreateLoad(at, s.a);
-    if (kahan) {  // compensated (Kahan) summation per lane; compensation dropped at inf/NaN
-      Value *c = B.CreateLoad(at, s.b);
-      Value *y = B.CreateFSub(xv, c);
-      Value *tt = B.CreateFAdd(a, y);
-      Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
-      Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
-      B.CreateStore(tt, s.a);
-      B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
-    } else if (welford) {  // Welford: every lane has seen the same count
-      Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
-      B.CreateStore(n, s.n);
-      Value *rn = B.CreateFDiv(ConstantFP::get(scalar_ty(adt), 1.0), B.CreateSIToFP(n, scalar_ty(adt)));
-      Value *m2 = B.CreateLoad(at, s.b);
-      Value *delta = B.CreateFSub(xv, a);
-      Value *mean = B.CreateFAdd(a, B.CreateFMul(delta, splat(rn)));
-      B.CreateStore(mean, s.a);
-      B.CreateStore(B.CreateFAdd(m2, B.CreateFMul(delta, B.CreateFSub(xv, mean))), s.b);
-    } else if (index) {
-      Value *vi = B.CreateLoad(ty(DType::I64, l), s.b);
-      Value *xi = rflat;
-      if (l > 1) {
-        std::vector<Constant *> iota;
-        for (int k = 0; k < l; ++k) iota.push_back(B.getInt64(k));
-        xi = B.CreateAdd(B.CreateVectorSplat(l, rflat), ConstantVector::get(iota));
-      }
-      Value *bt = better(xv, xi, a, vi);
-      B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
-      B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
-    } else {
-      B.CreateStore(combine(a, xv), s.a);
-    }
-  }, kCopies);
-  outer_off = saved;
-  rflat = nullptr;
-
-  // Finalize: merge the copies lane-wise, the lanes as a tree, then the scalar tail.
+  // How states are read back and merged (copies lane-wise, lanes as a tree, chunks in order).
   L = 1;
   llvm::Type *st = scalar_ty(adt);
   auto load_state = [&](const Acc &a, int l) -> State {
@@ -434,16 +453,94 @@ void KernelEmitter::emit_reduction(int32_t r) {
     }
     return {combine(p[0], q[0])};
   };
-  std::vector<State> parts;
-  for (const Acc &a : vs) parts.push_back(load_state(a, lanes));
-  while (parts.size() > 1) {  // pairwise
-    std::vector<State> next;
-    for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(merge2(parts[k], parts[k + 1]));
-    if (parts.size() % 2) next.push_back(parts.back());
-    parts = next;
+  int ncomp = kahan ? 1 : welford ? 3 : index ? 2 : 1;
+  auto part_ptr = [&](Value *chunk, int comp) {  // split reductions: [chunk][reduction][4] x 8 bytes
+    Value *basep = B.CreateLoad(B.getPtrTy(), B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, g.split_slot));
+    Value *idx = B.CreateAdd(B.CreateMul(chunk, B.getInt64((int64_t)g.reductions.size() * 4)),
+                             B.getInt64((int64_t)reduction_index * 4 + comp));
+    return B.CreateInBoundsGEP(B.getInt64Ty(), basep, idx);
+  };
+  auto pack = [&](Value *v) -> Value * {
+    llvm::Type *vt = v->getType();
+    if (vt->isFloatTy()) v = B.CreateFPExt(v, B.getDoubleTy());
+    if (v->getType()->isDoubleTy()) return B.CreateBitCast(v, B.getInt64Ty());
+    return B.CreateIntCast(v, B.getInt64Ty(), !vt->isIntegerTy(1));
+  };
+  auto unpack = [&](Value *bits, llvm::Type *want) -> Value * {
+    if (want->isDoubleTy()) return B.CreateBitCast(bits, want);
+    if (want->isFloatTy()) return B.CreateFPTrunc(B.CreateBitCast(bits, B.getDoubleTy()), want);
+    return B.CreateTrunc(bits, want);
+  };
+  State all;
+  if (split == Split::Merge) {
+    std::vector<llvm::Type *> types;
+    State proto = load_state(ss, 1);
+    for (Value *v : proto) types.push_back(v->getType());
+    for (int c = 0; c < g.split_chunks; ++c) {
+      State st_c;
+      for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(B.getInt64(c), k)), types[k]));
+      all = c == 0 ? st_c : merge2(all, st_c);
+    }
+  } else {
+    std::vector<Value *> saved = outer_off;
+    rflat = B.getInt64(0);
+    emit_r_loops(n_outer, [&](int l) {
+      L = l;
+      memo.clear();
+      Acc &s = l == 1 ? ss : vs[copy_index];
+      Value *xv = cast(value(x, identity()), adt).v;
+      llvm::Type *at = ty(adt, l);
+      Value *a = B.CreateLoad(at, s.a);
+      if (kahan) {  // compensated (Kahan) summation per lane; compensation dropped at inf/NaN
+        Value *c = B.CreateLoad(at, s.b);
+        Value *y = B.CreateFSub(xv, c);
+        Value *tt = B.CreateFAdd(a, y);
+        Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
+        Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
+        B.CreateStore(tt, s.a);
+        B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
+      } else if (welford) {  // Welford: every lane has seen the same count
+        Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
+        B.CreateStore(n, s.n);
+        Value *rn = B.CreateFDiv(ConstantFP::get(scalar_ty(adt), 1.0), B.CreateSIToFP(n, scalar_ty(adt)));
+        Value *m2 = B.CreateLoad(at, s.b);
+        Value *delta = B.CreateFSub(xv, a);
+        Value *mean = B.CreateFAdd(a, B.CreateFMul(delta, splat(rn)));
+        B.CreateStore(mean, s.a);
+        B.CreateStore(B.CreateFAdd(m2, B.CreateFMul(delta, B.CreateFSub(xv, mean))), s.b);
+      } else if (index) {
+        Value *vi = B.CreateLoad(ty(DType::I64, l), s.b);
+        Value *xi = rflat;
+        if (l > 1) {
+          std::vector<Constant *> iota;
+          for (int k = 0; k < l; ++k) iota.push_back(B.getInt64(k));
+          xi = B.CreateAdd(B.CreateVectorSplat(l, rflat), ConstantVector::get(iota));
+        }
+        Value *bt = better(xv, xi, a, vi);
+        B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
+        B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
+      } else {
+        B.CreateStore(combine(a, xv), s.a);
+      }
+    }, kCopies);
+    outer_off = saved;
+    rflat = nullptr;
+
+    std::vector<State> parts;
+    for (const Acc &a : vs) parts.push_back(load_state(a, lanes));
+    while (parts.size() > 1) {  // pairwise
+      std::vector<State> next;
+      for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(merge2(parts[k], parts[k + 1]));
+      if (parts.size() % 2) next.push_back(parts.back());
+      parts = next;
+    }
+    State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
+    all = merge2(v, load_state(ss, 1));
   }
-  State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
-  State all = merge2(v, load_state(ss, 1));
+  if (split == Split::Partial) {
+    for (int k = 0; k < ncomp; ++k) B.CreateStore(pack(all[k]), part_ptr(split_chunk, k));
+    return;
+  }
   EVal res;
   if (kahan) {
     Value *total = all[0];
@@ -458,7 +555,9 @@ void KernelEmitter::emit_reduction(int32_t r) {
   } else if (index) {
     res = {all[1], DType::I64};
   } else {
-    res = {all[0], adt};
+    Value *v0 = all[0];
+    if (op == Op::mean) v0 = B.CreateFDiv(v0, ConstantFP::get(st, (double)extent));
+    res = {v0, adt};
   }
   reg[r] = cast(res, rdt);
 }

@@ -408,6 +408,71 @@ static void test_half_and_bfloat16(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// Whole-tensor reductions over >= 2^18 elements are split into 32 chunks reduced in parallel and
+// merged in order: results match eager and do not depend on the thread count.
+static void test_split_reductions(void **state) {
+  (void)state;
+  int bad = 0;
+  const int64_t n = (1 << 19) + 7;
+  at::Tensor x = at::randn({n});
+  at::Tensor ties = at::randint(0, 3, {n}).to(at::kFloat);
+  at::Tensor nan = x.clone();
+  nan[n / 2 + 5] = NAN;
+  nan[n - 3] = NAN;
+  at::Tensor ints = at::randint(-1000, 1000, {n}, at::kLong);
+  at::Tensor grid = at::randn({513, 1031});
+  at::Tensor gridt = at::randn({1031, 513}).t();
+  struct Case {
+    const char *name, *body;
+    at::Tensor in;
+    std::function<at::Tensor(const at::Tensor &)> eager;
+    double rtol, atol;
+  } cases[] = {
+      {"sum", "%r = sum(%0, [], false)", x, [](const at::Tensor &a) { return a.sum(); }, 1e-5, 1e-3},
+      {"mean", "%r = mean(%0, [], true)", x, [](const at::Tensor &a) { return a.mean({0}, true); }, 1e-5, 1e-6},
+      {"var", "%r = var(%0, [], 1, false)", x, [](const at::Tensor &a) { return a.var(); }, 1e-5, 1e-6},
+      {"std", "%r = std(%0, [0], 0, false)", x, [](const at::Tensor &a) { return a.std(0, false); }, 1e-5, 1e-6},
+      {"amax", "%r = amax(%0, [], false)", x, [](const at::Tensor &a) { return a.amax(); }, 0, 0},
+      {"amin nan", "%r = amin(%0, [], false)", nan, [](const at::Tensor &a) { return a.amin(); }, 0, 0},
+      {"argmax ties", "%r = argmax(%0, none, false)", ties, [](const at::Tensor &a) { return a.argmax(); }, 0, 0},
+      {"argmin ties", "%r = argmin(%0, 0, false)", ties, [](const at::Tensor &a) { return a.argmin(0); }, 0, 0},
+      {"argmax nan", "%r = argmax(%0, none, false)", nan, [](const at::Tensor &a) { return a.argmax(); }, 0, 0},
+      {"int sum", "%r = sum(%0, [], false)", ints, [](const at::Tensor &a) { return a.sum(); }, 0, 0},
+      {"prod", "%a = mul(%0, 0.001)\n  %b = add(%a, 1.0)\n  %r = prod(%b, [], false)", x,
+       [](const at::Tensor &a) { return (a * 0.001 + 1.0).prod(); }, 1e-4, 1e-6},
+      {"2-D sum", "%r = sum(%0, [0,1], false)", grid, [](const at::Tensor &a) { return a.sum(); }, 1e-5, 1e-3},
+      {"2-D argmax", "%r = argmax(%0, none, false)", grid, [](const at::Tensor &a) { return a.argmax(); }, 0, 0},
+      {"transposed var", "%r = var(%0, [], 1, false)", gridt, [](const at::Tensor &a) { return a.var(); }, 1e-5, 1e-6},
+      {"fused producer + two reductions", "%e = exp(%0)\n  %r = sum(%e, [], false)\n  %m = amax(%e, [], false)", x,
+       [](const at::Tensor &a) { return at::exp(a).sum(); }, 1e-5, 1e-2},
+  };
+  for (const Case &c : cases) {
+    std::vector<Value> ins = {Value::tensor(c.in)};
+    std::string text = check::trace_text(ins, {c.body}, "%r");
+    int before = at::get_num_threads();
+    at::set_num_threads(1);
+    check::Result r1 = check::run_text(g_engine, text, ins);
+    at::set_num_threads(2);
+    check::Result r2 = check::run_text(g_engine, text, ins);
+    at::set_num_threads(before);
+    if (r1.status != DYNAMO_OK || r2.status != DYNAMO_OK) {
+      fprintf(stderr, "%s: %s%s\n", c.name, r1.error.c_str(), r2.error.c_str());
+      ++bad;
+      continue;
+    }
+    ++g_compared;
+    bad += !check::same(r2.outs[0], c.eager(c.in), std::string("split ") + c.name, c.rtol, c.atol);
+    at::Tensor a = r1.outs[0], b = r2.outs[0];
+    bool same_bits = a.is_floating_point() ? at::logical_or(a == b, at::logical_and(a.isnan(), b.isnan())).all().item<bool>()
+                                           : at::equal(a, b);
+    if (!same_bits) {
+      fprintf(stderr, "split %s: 1 and 2 threads differ\n", c.name);
+      ++bad;
+    }
+  }
+  assert_int_equal(bad, 0);
+}
+
 static void test_thread_counts_agree(void **state) {
   (void)state;
   dynamo_engine_options o;
@@ -446,6 +511,7 @@ int main(void) {
       cmocka_unit_test(test_reduction_results_reused_elsewhere),
       cmocka_unit_test(test_aten_decompositions_are_fused),
       cmocka_unit_test(test_half_and_bfloat16),
+      cmocka_unit_test(test_split_reductions),
       cmocka_unit_test(test_thread_counts_agree),
   };
   int rc = cmocka_run_group_tests_name("reduce", tests, NULL, NULL);
