@@ -91,7 +91,15 @@ class KernelEmitter {
   void begin_function(const std::string &name);
   void emit_loops(size_t d, Value *begin, Value *end);
   // The innermost loop over dims[d]: vectors of `lanes` then a scalar tail, body(lanes_now).
-  void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1);
+  // Blocked accumulation: whole blocks of `iters` unrolled iterations run between begin() and
+  // end() (a reduction's cascade: plain adds into block sums, folded into compensated totals).
+  struct Blocking {
+    int iters;
+    std::function<void()> begin, end;
+  };
+  bool in_block = false;
+  void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1,
+                  const Blocking *blk = nullptr);
   int copy_index = 0;  // which unrolled copy the body is emitting (independent accumulators)
   void emit_body(int lanes_now);
   Map identity() const;
@@ -120,7 +128,7 @@ class KernelEmitter {
   void collapse_row();
   void emit_outer_row(size_t d, Value *begin, Value *end);
   void emit_row_body();
-  void emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll = 1);
+  void emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll = 1, const Blocking *blk = nullptr);
   void emit_reduction(int32_t r);
   Value *alloca_at_entry(llvm::Type *ty);
 

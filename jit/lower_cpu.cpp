@@ -155,7 +155,8 @@ void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
   B.SetInsertPoint(exit);
 }
 
-void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll) {
+void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll,
+                               const Blocking *blk) {
   // Loads that do not move along the inner dim are done once, before the loop.
   hoisted.clear();
   for (size_t k = 0; k < pats.size(); ++k) {
@@ -194,6 +195,29 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     return j;
   };
   Value *after = begin;
+  if (blk && lanes > 1 && dims[d].size >= (int64_t)lanes * unroll * blk->iters) {
+    // Blocks: an outer loop over whole blocks, each an inner loop of blk->iters unrolled steps.
+    int64_t step = (int64_t)lanes * unroll, bsize = step * blk->iters;
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "blk_head", F), *bb = BasicBlock::Create(C, "blk_body", F);
+    BasicBlock *exit = BasicBlock::Create(C, "blk_exit", F);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
+    j->addIncoming(after, pre);
+    B.CreateCondBr(B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(bsize)), end), bb, exit);
+    B.SetInsertPoint(bb);
+    blk->begin();
+    in_block = true;
+    Value *inner_end = B.CreateAdd(j, B.getInt64(bsize));
+    loop(lanes, unroll, j, inner_end, "blk_in");
+    in_block = false;
+    blk->end();
+    j->addIncoming(inner_end, B.GetInsertBlock());
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    after = j;
+  }
   if (lanes > 1 && unroll > 1 && dims[d].size >= (int64_t)lanes * unroll)
     after = loop(lanes, unroll, after, end, "vecu");
   if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, 1, after, end, "vec");

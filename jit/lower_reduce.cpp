@@ -227,11 +227,11 @@ void KernelEmitter::emit_outer_row(size_t d, Value *begin, Value *end) {
 
 // Nested loops over the reduced dims [d, end); the innermost is vectorized. rflat tracks the
 // row-major index within the reduced extent (argmax/argmin report it).
-void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll) {
+void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll, const Blocking *blk) {
   bool split_dim = split == Split::Partial && d == n_outer;  // this chunk's part of the first reduced dim
   Value *lo = split_dim ? split_lo : B.getInt64(0), *hi = split_dim ? split_hi : B.getInt64(dims[d].size);
   if (d + 1 == dims.size()) {
-    emit_inner(d, lo, hi, body, unroll);
+    emit_inner(d, lo, hi, body, unroll, blk);
     return;
   }
   int64_t below = 1;
@@ -251,7 +251,7 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   for (size_t k = 0; k < pats.size(); ++k)
     if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
   rflat = B.CreateAdd(saved_flat, B.CreateMul(i, B.getInt64(below)));
-  emit_r_loops(d + 1, body, unroll);
+  emit_r_loops(d + 1, body, unroll, blk);
   outer_off = saved;
   rflat = saved_flat;
   i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
@@ -320,11 +320,12 @@ void KernelEmitter::emit_reduction(int32_t r) {
   const Op op = in.op;
   const bool index = op == Op::argmax || op == Op::argmin;
   const bool welford = op == Op::var || op == Op::std;
-  // float32/half sums accumulate in float64: exact enough to beat ATen's float32 cascade, and
-  // cheaper than compensated float32 (2 converts + 2 adds per 16 lanes vs. 7 ops). float64
-  // sums are Kahan-compensated.
-  const bool wide_sum = (op == Op::sum || op == Op::mean) && (xdt == DType::F32 || is_half(xdt));
-  const bool kahan = (op == Op::sum || op == Op::mean) && xdt == DType::F64;
+  // Float sums: a cascade. Blocks of 16 unrolled steps add plainly into block sums (one add per
+  // vector); each block sum is then Kahan-added into the lane's total; partial blocks go straight
+  // into the compensated totals. Rounding errors of the short blocks are independent, so the
+  // relative error stays at float32's final rounding, as ATen's cascade sum.
+  const bool kahan = (op == Op::sum || op == Op::mean) && is_float(xdt);
+  const bool wide_sum = false;
   DType adt = xdt;  // accumulator / comparison dtype
   if ((op == Op::sum || op == Op::prod) && !is_float(xdt)) adt = DType::I64;
   if (wide_sum) adt = DType::F64;
@@ -484,21 +485,41 @@ void KernelEmitter::emit_reduction(int32_t r) {
   } else {
     std::vector<Value *> saved = outer_off;
     rflat = B.getInt64(0);
+    // Kahan step: total (a, c) += x; the compensation is dropped at inf/NaN (as ATen's sum).
+    auto kahan_add = [&](const Acc &s, Value *xv, int l) {
+      llvm::Type *at = ty(adt, l);
+      Value *a = B.CreateLoad(at, s.a), *c = B.CreateLoad(at, s.b);
+      Value *y = B.CreateFSub(xv, c);
+      Value *tt = B.CreateFAdd(a, y);
+      Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
+      Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
+      B.CreateStore(tt, s.a);
+      B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
+    };
+    Value *blk_acc[kCopies] = {};
+    Blocking blocking{16,
+                      [&] {
+                        for (Value *p : blk_acc) B.CreateStore(konst(adt, 0, lanes), p);
+                      },
+                      [&] {
+                        for (int c = 0; c < kCopies; ++c) kahan_add(vs[c], B.CreateLoad(ty(adt, lanes), blk_acc[c]), lanes);
+                      }};
+    if (kahan)
+      for (Value *&p : blk_acc) p = alloca_at_entry(ty(adt, lanes));
     emit_r_loops(n_outer, [&](int l) {
       L = l;
       memo.clear();
       Acc &s = l == 1 ? ss : vs[copy_index];
       Value *xv = cast(value(x, identity()), adt).v;
       llvm::Type *at = ty(adt, l);
+      if (kahan && in_block) {  // inside a cascade block: one plain add
+        Value *p = blk_acc[copy_index];
+        B.CreateStore(B.CreateFAdd(B.CreateLoad(at, p), xv), p);
+        return;
+      }
       Value *a = B.CreateLoad(at, s.a);
-      if (kahan) {  // compensated (Kahan) summation per lane; compensation dropped at inf/NaN
-        Value *c = B.CreateLoad(at, s.b);
-        Value *y = B.CreateFSub(xv, c);
-        Value *tt = B.CreateFAdd(a, y);
-        Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
-        Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
-        B.CreateStore(tt, s.a);
-        B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
+      if (kahan) {
+        kahan_add(s, xv, l);
       } else if (welford) {  // Welford: every lane has seen the same count
         Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
         B.CreateStore(n, s.n);
@@ -522,7 +543,7 @@ void KernelEmitter::emit_reduction(int32_t r) {
       } else {
         B.CreateStore(combine(a, xv), s.a);
       }
-    }, kCopies);
+    }, kCopies, kahan ? &blocking : nullptr);
     outer_off = saved;
     rflat = nullptr;
 
