@@ -89,7 +89,7 @@ class KernelEmitter {
   void collapse();
   void merge_dims(const std::vector<int> &which, std::vector<std::vector<int64_t>> &nc);
   void begin_function(const std::string &name);
-  void emit_loops(size_t d, Value *begin, Value *end);
+  void emit_nest(size_t d, size_t stop, Value *begin, Value *end, const std::function<void(Value *, Value *)> &at_stop);
   // The innermost loop over dims[d]: vectors of `lanes` then a scalar tail, body(lanes_now).
   // Blocked accumulation: whole blocks of `iters` unrolled iterations run between begin() and
   // end() (a reduction's cascade: plain adds into block sums, folded into compensated totals).
@@ -126,8 +126,8 @@ class KernelEmitter {
   int32_t reduction_index = 0;
   Function *emit_split(const std::string &name);
   void collapse_row();
-  void emit_outer_row(size_t d, Value *begin, Value *end);
   void emit_row_body();
+  void store_row_roots();
   void emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll = 1, const Blocking *blk = nullptr);
   void emit_reduction(int32_t r);
   Value *alloca_at_entry(llvm::Type *ty);

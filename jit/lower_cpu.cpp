@@ -123,15 +123,20 @@ Function *KernelEmitter::emit(const std::string &name) {
   collapse();
   if (total == 0) return nullptr;
   begin_function(name);
-  emit_loops(0, F->getArg(1), F->getArg(2));
+  size_t last = dims.size() - 1;
+  emit_nest(0, last, F->getArg(1), F->getArg(2),
+            [&](Value *b, Value *e) { emit_inner(last, b, e, [this](int l) { emit_body(l); }); });
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   return F;
 }
 
 // Outer loops: dim 0 runs [begin, end) (the parallel range); the others run fully.
-void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
-  if (d + 1 == dims.size()) {
-    emit_inner(d, begin, end, [this](int l) { emit_body(l); });
+// Loops over dims [d, stop): dim d runs [begin, end), later ones fully, each adding its
+// coefficient to every access's offset; at `stop`, at_stop(begin, end) emits what is inside.
+void KernelEmitter::emit_nest(size_t d, size_t stop, Value *begin, Value *end,
+                              const std::function<void(Value *, Value *)> &at_stop) {
+  if (d == stop) {
+    at_stop(begin, end);
     return;
   }
   BasicBlock *pre = B.GetInsertBlock();
@@ -147,10 +152,10 @@ void KernelEmitter::emit_loops(size_t d, Value *begin, Value *end) {
   std::vector<Value *> saved = outer_off;
   for (size_t k = 0; k < pats.size(); ++k)
     if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
-  emit_loops(d + 1, B.getInt64(0), B.getInt64(dims[d + 1].size));
+  Value *next_end = d + 1 < dims.size() ? B.getInt64(dims[d + 1].size) : B.getInt64(0);
+  emit_nest(d + 1, stop, B.getInt64(0), next_end, at_stop);
   outer_off = saved;
-  Value *next = B.CreateAdd(i, B.getInt64(1));
-  i->addIncoming(next, B.GetInsertBlock());
+  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
   B.CreateBr(head);
   B.SetInsertPoint(exit);
 }

@@ -138,7 +138,7 @@ Function *KernelEmitter::emit_row(const std::string &name) {
   if (g.split_chunks > 0) return emit_split(name);
   begin_function(name);
   plan_row_cache();
-  emit_outer_row(0, F->getArg(1), F->getArg(2));
+  emit_nest(0, n_outer, F->getArg(1), F->getArg(2), [this](Value *, Value *) { emit_row_body(); });
   FunctionCallee fr = M.getOrInsertFunction("free", FunctionType::get(B.getVoidTy(), {B.getPtrTy()}, false));
   for (auto &[v, c] : row_cache) B.CreateCall(fr, {c.ptr});
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
@@ -185,45 +185,12 @@ Function *KernelEmitter::emit_split(const std::string &name) {
     emit_reduction(r);
     ++reduction_index;
   }
-  for (size_t k = 0; k < g.row_roots.size(); ++k) {
-    const Root &rr = g.row_roots[k];
-    L = 1;
-    memo.clear();
-    jidx = B.getInt64(0);
-    EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
-    const Pattern &pt = pats[row_pat[(int32_t)k][0]];
-    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[row_pat[(int32_t)k][0]]);
-    decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true);
-  }
+  store_row_roots();
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   split = Split::None;
   return F;
 }
 
-void KernelEmitter::emit_outer_row(size_t d, Value *begin, Value *end) {
-  if (d == n_outer) {
-    emit_row_body();
-    return;
-  }
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "row" + std::to_string(d), F);
-  BasicBlock *body = BasicBlock::Create(C, "row_body" + std::to_string(d), F);
-  BasicBlock *exit = BasicBlock::Create(C, "row_exit" + std::to_string(d), F);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
-  i->addIncoming(begin, pre);
-  B.CreateCondBr(B.CreateICmpSLT(i, end), body, exit);
-  B.SetInsertPoint(body);
-  std::vector<Value *> saved = outer_off;
-  for (size_t k = 0; k < pats.size(); ++k)
-    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
-  emit_outer_row(d + 1, B.getInt64(0), B.getInt64(d + 1 < n_outer ? dims[d + 1].size : 0));
-  outer_off = saved;
-  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
-  B.CreateBr(head);
-  B.SetInsertPoint(exit);
-}
 
 // Nested loops over the reduced dims [d, end); the innermost is vectorized. rflat tracks the
 // row-major index within the reduced extent (argmax/argmin report it).
@@ -259,6 +226,21 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   B.SetInsertPoint(exit);
 }
 
+// Values stored once per row: reductions with buffers, and pointwise values of the row shape.
+void KernelEmitter::store_row_roots() {
+  for (size_t k = 0; k < g.row_roots.size(); ++k) {
+    const Root &rr = g.row_roots[k];
+    L = 1;
+    memo.clear();
+    jidx = B.getInt64(0);
+    EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
+    int32_t pk = row_pat[(int32_t)k][0];
+    const Pattern &pt = pats[pk];
+    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[pk]);
+    decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true);
+  }
+}
+
 void KernelEmitter::emit_row_body() {
   reg.clear();
   stage = 0;
@@ -266,18 +248,7 @@ void KernelEmitter::emit_row_body() {
     emit_reduction(r);
     ++stage;
   }
-  // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
-  for (size_t k = 0; k < g.row_roots.size(); ++k) {
-    const Root &rr = g.row_roots[k];
-    L = 1;
-    memo.clear();
-    jidx = B.getInt64(0);
-    EVal v = cast(value(rr.value, row_map(g, t.types[rr.value].sizes)), t.types[rr.value].dtype);
-    const Pattern &pt = pats[row_pat[(int32_t)k][0]];
-    Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[row_pat[(int32_t)k][0]]);
-    Value *sv = to_memory(v.v, pt.dt);
-    decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
-  }
+  store_row_roots();
   if (!g.roots.empty()) {
     rflat = B.getInt64(0);
     emit_r_loops(n_outer, [this](int l) { emit_body(l); });
@@ -325,10 +296,8 @@ void KernelEmitter::emit_reduction(int32_t r) {
   // into the compensated totals. Rounding errors of the short blocks are independent, so the
   // relative error stays at float32's final rounding, as ATen's cascade sum.
   const bool kahan = (op == Op::sum || op == Op::mean) && is_float(xdt);
-  const bool wide_sum = false;
   DType adt = xdt;  // accumulator / comparison dtype
   if ((op == Op::sum || op == Op::prod) && !is_float(xdt)) adt = DType::I64;
-  if (wide_sum) adt = DType::F64;
   // Welford in float32 drifts over millions of elements; like ATen, accumulate it in double.
   if (welford) adt = DType::F64;
   const bool fl = is_float(adt);

@@ -334,9 +334,6 @@ struct Parser {
       try {
         types = infer_types(t, in, where);
       } catch (const Error &e) {
-        size_t save = pos;
-        pos = at;
-        (void)save;
         error_verify(e.what(), at);
       }
       if (op == Op::extern_) {

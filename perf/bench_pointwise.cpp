@@ -13,40 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "dynamo.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median_ms(const std::function<void()> &fn, int reps) {
-  for (int i = 0; i < 2; ++i) fn();  // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// STREAM triad a = b + s*c, the memory-bandwidth roofline: 12 bytes per element.
-double triad_gbs(int64_t n, bool parallel) {
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
-  float *pa = a.data();
-  const float *pb = b.data(), *pc = c.data();
-  auto body = [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
-  };
-  double ms = median_ms(
-      [&] {
-        if (parallel) at::parallel_for(0, n, 1 << 16, body);
-        else body(0, n);
-      },
-      9);
-  return 12.0 * n / (ms * 1e6);
-}
+using bench::median_ms;
+using bench::triad_gbs;
 
 void fill_dl(DLTensor &d, const at::Tensor &t, std::vector<int64_t> &shape) {
   shape.assign(t.sizes().begin(), t.sizes().end());
