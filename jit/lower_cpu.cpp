@@ -162,6 +162,7 @@ void KernelEmitter::emit_nest(size_t d, size_t stop, Value *begin, Value *end,
 
 void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll,
                                const Blocking *blk) {
+  if (dims[d].size == 0) return;  // nothing to run, and nothing may be loaded
   // Loads that do not move along the inner dim are done once, before the loop.
   hoisted.clear();
   for (size_t k = 0; k < pats.size(); ++k) {
