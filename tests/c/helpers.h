@@ -58,6 +58,29 @@ static inline dynamo_arg arg_float(double v) {
   return a;
 }
 
+static inline dynamo_arg arg_bool(int32_t v) {
+  dynamo_arg a;
+  memset(&a, 0, sizeof a);
+  a.kind = DYNAMO_ARG_BOOL;
+  a.u.b = v;
+  return a;
+}
+
+/* One engine per suite, made by the group set-up (cmocka_run_group_tests_name). */
+static dynamo_engine *g_engine;
+
+static inline int group_setup(void **state) {
+  (void)state;
+  return dynamo_engine_create(NULL, &g_engine) == DYNAMO_OK ? 0 : -1;
+}
+
+static inline int group_teardown(void **state) {
+  (void)state;
+  /* A failed test may leave its frame alive; the engine is then kept, which is harmless. */
+  dynamo_engine_destroy(g_engine);
+  return 0;
+}
+
 /* Asserts status s and that the last error contains `needle`. */
 #define assert_status_msg(s, want, needle)                                                        \
   do {                                                                                            \

@@ -4,27 +4,7 @@
  * `why` is truncated safely. Public header only. */
 #include "helpers.h"
 
-static dynamo_engine *g_engine;
 
-static int group_setup(void **state) {
-  (void)state;
-  return dynamo_engine_create(NULL, &g_engine) == DYNAMO_OK ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  /* A failed test may leave its frame alive; the engine is then kept, which is harmless. */
-  dynamo_engine_destroy(g_engine);
-  return 0;
-}
-
-static dynamo_arg arg_bool(int32_t v) {
-  dynamo_arg a;
-  memset(&a, 0, sizeof a);
-  a.kind = DYNAMO_ARG_BOOL;
-  a.u.b = v;
-  return a;
-}
 
 /* Both ways of checking accept args; dynamo_check_guards returns the frame's only entry. */
 static void expect_pass(dynamo_frame *f, dynamo_entry *e, const dynamo_arg *args, size_t n) {
