@@ -129,7 +129,8 @@ class KernelEmitter {
   void emit_row_body();
   void store_row_roots();
   void emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll = 1, const Blocking *blk = nullptr);
-  void emit_reduction(int32_t r);
+  // also_mean: a mean of the same input, taken from this var/std's Welford state (one pass).
+  void emit_reduction(int32_t r, int32_t also_mean = -1);
   Value *alloca_at_entry(llvm::Type *ty);
 
   // -- values --

@@ -244,10 +244,32 @@ void KernelEmitter::store_row_roots() {
 void KernelEmitter::emit_row_body() {
   reg.clear();
   stage = 0;
-  for (int32_t r : g.reductions) {
-    emit_reduction(r);
-    ++stage;
+  // A mean and a var/std of the same input (layer norm, var_mean) share one Welford pass.
+  // `stage` stays the planned index of each reduction (the row cache's stores and loads use it).
+  std::set<int32_t> done;
+  for (size_t i = 0; i < g.reductions.size(); ++i) {
+    int32_t r = g.reductions[i];
+    stage = (int)i;
+    if (done.count(r)) continue;
+    int32_t partner = -1;
+    const Inst &ri = t.insts[t.def[r]];
+    if (ri.op == Op::mean)
+      for (int32_t v : g.reductions) {
+        const Inst &vi = t.insts[t.def[v]];
+        if (!done.count(v) && (vi.op == Op::var || vi.op == Op::std) && vi.args[0].value == ri.args[0].value) {
+          partner = v;
+          break;
+        }
+      }
+    if (partner >= 0) {
+      emit_reduction(partner, r);
+      done.insert(partner);
+    } else {
+      emit_reduction(r);
+    }
+    done.insert(r);
   }
+  stage = (int)g.reductions.size();
   store_row_roots();
   if (!g.roots.empty()) {
     rflat = B.getInt64(0);
@@ -284,7 +306,7 @@ State tree(IRBuilder<> &B, State s, const std::function<State(const State &, con
 
 }  // namespace
 
-void KernelEmitter::emit_reduction(int32_t r) {
+void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   const Inst &in = t.insts[t.def[r]];
   const int32_t x = in.args[0].value;
   const DType xdt = t.types[x].dtype, rdt = t.types[r].dtype;
@@ -550,6 +572,7 @@ void KernelEmitter::emit_reduction(int32_t r) {
     res = {v0, adt};
   }
   reg[r] = cast(res, rdt);
+  if (welford && also_mean >= 0) reg[also_mean] = cast({all[1], adt}, t.types[also_mean].dtype);
 }
 
 }  // namespace dynamo::jit::detail

@@ -259,6 +259,18 @@ static void test_normalizations_odd_rows_one_kernel(void **state) {
       }
     }
   }
+  // mean and var of one input share a Welford pass; a later stage's cached value (exp) must
+  // still be stored and reloaded at the right stages.
+  {
+    at::Tensor x = at::randn({16, 300});
+    std::string body =
+        "%h = gelu(%0)\n  %mu = mean(%h, [1], true)\n  %v = var(%h, [1], 1, true)\n  %x2 = mul(%0, 0.5)\n"
+        "  %e = exp(%x2)\n  %z = sum(%e, [1], true)\n  %c = sub(%h, %mu)\n  %n = div(%c, %v)\n  %q = div(%e, %z)\n"
+        "  %r = add(%n, %q)";
+    at::Tensor h = at::gelu(x), e = at::exp(x * 0.5);
+    at::Tensor want = (h - h.mean(1, true)) / h.var(1, true, true) + e / e.sum(1, true);
+    bad += !check_case("shared welford + later cached stage", {Value::tensor(x)}, {body}, [&] { return want; }, 1e-4, 1e-5);
+  }
   // Softmax over a middle dim and over dim 0 (rows are strided): still exact.
   at::Tensor x = at::randn({6, 40, 7});
   for (int64_t d : {0, 1}) {
