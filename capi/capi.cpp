@@ -17,11 +17,13 @@ using namespace dynamo;
 struct dynamo_engine {
   dynamo_engine_options opts;
   std::unique_ptr<jit::Engine> engine;
+  std::shared_ptr<runtime::BufferPool> pool;  // shared with outputs still held by callers
   std::atomic<int> frames{0};
 };
 
 struct dynamo_entry {
   std::unique_ptr<runtime::Entry> e;
+  dynamo_engine *engine = nullptr;
 };
 
 struct dynamo_frame {
@@ -175,13 +177,16 @@ dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_eng
     if (o.opt_level > 3) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: opt_level must be 0..3");
     if (o.vector_bits && o.vector_bits != 128 && o.vector_bits != 256 && o.vector_bits != 512)
       return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: vector_bits must be 0, 128, 256 or 512");
+    if (o.reserved) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: reserved must be 0");
   }
+  if (!o.pool_bytes) o.pool_bytes = uint64_t(1) << 30;
   auto e = std::make_unique<dynamo_engine>();
   e->opts = o;
   jit::EngineOptions eo;
   eo.opt_level = (int)o.opt_level;
   eo.vector_bits = (int)o.vector_bits;
   e->engine = std::make_unique<jit::Engine>(eo, runtime::runtime_symbols());
+  e->pool = std::make_shared<runtime::BufferPool>(o.pool_bytes > 1 ? (size_t)o.pool_bytes : 0);
   *out = e.release();
   live_add(*out);
   return DYNAMO_OK;
@@ -362,6 +367,7 @@ dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trac
   int threads = (int)frame->engine->opts.num_threads;
   auto e = std::make_unique<dynamo_entry>();
   e->e = runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
+  e->engine = frame->engine;
   dynamo_entry *h = e.get();
   {
     std::unique_lock<std::shared_mutex> l(frame->mu);
@@ -412,7 +418,7 @@ dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry, const dynamo_
 static dynamo_status run_entry(const dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
                                size_t nouts) {
   std::string msg;
-  dynamo_status s = entry->e->run(args, nargs, outs, nouts, &msg);
+  dynamo_status s = entry->e->run(args, nargs, outs, nouts, entry->engine->pool.get(), &msg);
   if (s != DYNAMO_OK) return set_error(s, msg);
   return DYNAMO_OK;
 }
@@ -425,6 +431,75 @@ dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size
   if (!guards::guards_pass(entry->e->guards, args, nargs))
     return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(entry->e->guards, args, nargs));
   return run_entry(entry, args, nargs, outs, nouts);
+  API_END
+}
+
+namespace {
+
+// An engine-allocated output: the DLManagedTensor handed to the caller, its shape, and the pool
+// its memory returns to.
+struct PooledTensor {
+  DLManagedTensor m{};
+  int64_t shape[16] = {};
+  std::shared_ptr<runtime::BufferPool> pool;
+  runtime::Buffer buf;
+  ~PooledTensor() { pool->release(buf); }
+};
+
+void pooled_tensor_deleter(DLManagedTensor *self) {
+  if (self) delete static_cast<PooledTensor *>(self->manager_ctx);
+}
+
+}  // namespace
+
+dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args, size_t nargs,
+                                     DLManagedTensor **out_tensors, size_t nouts) {
+  CHECK_HANDLE(entry, "entry");
+  if (nouts && !out_tensors) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run_alloc: out_tensors is NULL");
+  for (size_t k = 0; k < nouts; ++k) out_tensors[k] = nullptr;
+  if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run_alloc: args is NULL");
+  API_BEGIN
+  const runtime::Entry &E = *entry->e;
+  if (nouts != E.trace.outputs.size())
+    return set_error(DYNAMO_ERR_ARGUMENT_MISMATCH, "dynamo_entry_run_alloc: expected " +
+                                                       std::to_string(E.trace.outputs.size()) + " output(s), got " +
+                                                       std::to_string(nouts));
+  if (!guards::guards_pass(E.guards, args, nargs))
+    return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(E.guards, args, nargs));
+  std::vector<std::unique_ptr<PooledTensor>> held(nouts);
+  std::vector<DLTensor> outs(nouts);  // on any failure `held` hands the buffers back
+  for (size_t k = 0; k < nouts; ++k) {
+    const jit::Type &ty = E.trace.types[E.trace.outputs[k]];
+    DLTensor &o = outs[k];
+    o = DLTensor{};
+    o.device = DLDevice{kDLCPU, 0};
+    guards::dl_type_of(ty.dtype, &o.dtype.code, &o.dtype.bits);
+    o.dtype.lanes = 1;
+    o.ndim = ty.rank();
+    if (E.plan.output_alias[k].input >= 0) {  // the caller makes the view
+      o.shape = const_cast<int64_t *>(ty.sizes.data());
+      continue;
+    }
+    auto p = std::make_unique<PooledTensor>();
+    p->pool = entry->engine->pool;
+    for (int d = 0; d < o.ndim; ++d) p->shape[d] = ty.sizes[d];
+    size_t bytes = (size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8);
+    p->buf = p->pool->acquire(bytes);
+    if (!p->buf.data)
+      return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_entry_run_alloc: out of memory allocating output " +
+                                                     std::to_string(k) + " (" + std::to_string(bytes) + " bytes)");
+    o.data = p->buf.data;
+    o.shape = p->shape;
+    p->m.dl_tensor = o;
+    p->m.manager_ctx = p.get();
+    p->m.deleter = pooled_tensor_deleter;
+    held[k] = std::move(p);
+  }
+  dynamo_status s = run_entry(entry, args, nargs, outs.data(), nouts);
+  if (s != DYNAMO_OK) return s;
+  for (size_t k = 0; k < nouts; ++k)
+    if (held[k]) out_tensors[k] = &held[k].release()->m;
+  return DYNAMO_OK;
   API_END
 }
 

@@ -70,6 +70,9 @@ typedef struct dynamo_engine_options {
   uint32_t opt_level;   /* LLVM optimisation level 0..3; default 2 */
   uint32_t vector_bits; /* 0 = host's widest (512 with AVX-512); else 128/256/512 */
   uint32_t num_threads; /* 0 = LibTorch's at::get_num_threads(); 1 = single-threaded */
+  uint32_t reserved;    /* must be 0 */
+  uint64_t pool_bytes;  /* cap on released output/scratch buffers the engine keeps for reuse;
+                           0 = default (1 GiB); 1 = keep none */
 } dynamo_engine_options;
 
 /* Fills *opts with the defaults. */
@@ -185,6 +188,16 @@ DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
  * every read of their old contents. args, outs: borrowed. */
 DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args,
                                           size_t nargs, const DLTensor *outs, size_t nouts);
+/* Like dynamo_entry_run, but the engine allocates the outputs. out_tensors[k] receives a
+ * DLManagedTensor (contiguous, CPU, 64-byte aligned) owned by the caller: release it with
+ * out_tensors[k]->deleter(out_tensors[k]) (it may outlive the entry, frame and engine). Its
+ * memory returns to the engine's buffer pool, so a later call reuses it instead of taking
+ * fresh pages from the kernel. For an output that aliases an input (dynamo_entry_output_alias)
+ * out_tensors[k] is set to NULL and the caller makes the view. On failure every out_tensors[k]
+ * is NULL. */
+DYNAMO_API dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args,
+                                                size_t nargs, DLManagedTensor **out_tensors,
+                                                size_t nouts);
 /* dynamo_check_guards followed by dynamo_entry_run on the entry found. */
 DYNAMO_API dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg *args,
                                           size_t nargs, const DLTensor *outs, size_t nouts);

@@ -124,15 +124,16 @@ struct Compiled {
       exit(1);
     }
   }
-  // A fresh output per call, as a caller that allocates (torch.empty) would see.
-  void run_fresh() {
-    std::vector<at::Tensor> fresh;
-    std::vector<DLTensor> o2 = outs;
-    for (size_t k = 0; k < out_tensors.size(); ++k) {
-      fresh.push_back(at::empty_like(out_tensors[k]));
-      o2[k].data = fresh.back().data_ptr();
+  // Outputs allocated by the engine per call and released after it, as the Python binding
+  // gets them (dynamo_entry_run_alloc: recycled buffers, no fresh page faults).
+  void run_alloc() {
+    DLManagedTensor *mt[16] = {};
+    if (dynamo_entry_run_alloc(entry, args.data(), args.size(), mt, outs.size()) != DYNAMO_OK) {
+      fprintf(stderr, "run failed: %s\n", dynamo_last_error());
+      exit(1);
     }
-    dynamo_entry_run(entry, args.data(), args.size(), o2.data(), o2.size());
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (mt[k]) mt[k]->deleter(mt[k]);
   }
 };
 

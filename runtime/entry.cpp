@@ -69,7 +69,7 @@ bool byte_range(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
 }  // namespace
 
 dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                         std::string *msg) const {
+                         BufferPool *pool, std::string *msg) const {
   const jit::Plan &p = plan;
   if (nouts != (size_t)p.num_outputs) {
     *msg = "expected " + std::to_string(p.num_outputs) + " output(s), got " + std::to_string(nouts);
@@ -168,11 +168,12 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     slots[p.num_inputs + k] = outs[k].data ? (char *)outs[k].data + outs[k].byte_offset : nullptr;
   size_t scratch = 0;
   for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) scratch += (p.scratch_bytes[s] + 63) & ~size_t(63);
-  char *arena = nullptr;
+  Buffer arena_buf;
   if (scratch) {
-    arena = (char *)aligned_alloc(64, scratch);
-    if (!arena) { *msg = "out of memory allocating " + std::to_string(scratch) + " bytes of scratch"; return DYNAMO_ERR_OUT_OF_MEMORY; }
+    arena_buf = pool ? pool->acquire(scratch) : Buffer{aligned_alloc(64, (scratch + 63) & ~size_t(63)), scratch};
+    if (!arena_buf.data) { *msg = "out of memory allocating " + std::to_string(scratch) + " bytes of scratch"; return DYNAMO_ERR_OUT_OF_MEMORY; }
   }
+  char *arena = (char *)arena_buf.data;
   size_t at = 0;
   for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) {
     slots[s] = p.scratch_bytes[s] ? arena + at : nullptr;
@@ -184,7 +185,7 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   ctx.num_threads = num_threads;
   auto fn = reinterpret_cast<int32_t (*)(void **, void *)>(code.fn);
   int32_t rc = fn(slots, &ctx);
-  free(arena);
+  if (pool) pool->release(arena_buf); else free(arena_buf.data);
   switch (rc) {
     case DYNAMO_RT_OK: return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;

@@ -11,6 +11,7 @@
 #include "guards/guards.h"
 #include "jit/engine.h"
 #include "jit/fuse.h"
+#include "runtime/buffer_pool.h"
 
 namespace dynamo::runtime {
 
@@ -33,9 +34,10 @@ struct Entry {
   int num_threads = 0;
   dynamo_entry_stats stats{};
 
-  // Runs with already-checked guards; returns a status and sets *msg on failure.
+  // Runs with already-checked guards; returns a status and sets *msg on failure. Scratch
+  // memory comes from pool (may be null: plain allocation).
   dynamo_status run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                    std::string *msg) const;
+                    BufferPool *pool, std::string *msg) const;
 };
 
 // Compiles a verified trace into an entry (throws jit::Error).

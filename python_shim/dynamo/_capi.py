@@ -35,6 +35,14 @@ class DLTensor(ctypes.Structure):
     ]
 
 
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+
+
 class _ArgUnion(ctypes.Union):
     _fields_ = [("tensor", ctypes.POINTER(DLTensor)), ("i", ctypes.c_int64), ("f", ctypes.c_double),
                 ("b", ctypes.c_int32)]
@@ -121,6 +129,8 @@ def _declare(lib):
                                      ctypes.c_char_p, ctypes.c_size_t]),
         "dynamo_entry_run": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(DLTensor),
                                   ctypes.c_size_t]),
+        "dynamo_entry_run_alloc": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(P),
+                                        ctypes.c_size_t]),
         "dynamo_frame_run": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(DLTensor),
                                   ctypes.c_size_t]),
         "dynamo_entry_num_outputs": (ctypes.c_size_t, [P]),

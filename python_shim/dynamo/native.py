@@ -105,6 +105,17 @@ class Trace:
             _lib.dynamo_trace_destroy(self.handle)
 
 
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def wrap_managed(ptr):
+    """A torch tensor owning an engine-allocated DLManagedTensor (no copy); when the tensor dies
+    its memory returns to the engine's buffer pool."""
+    return torch.utils.dlpack.from_dlpack(_capsule_new(ptr, b"dltensor", None))
+
+
 class Entry:
     def __init__(self, handle):
         self.handle = handle
@@ -148,31 +159,25 @@ class Frame:
         return Entry(e)
 
     def run(self, *values):
-        """Checks guards, allocates outputs with torch.empty, runs; returns a list of tensors."""
+        """Checks guards and runs; returns a list of tensors. Fresh outputs are allocated by the
+        engine (recycled memory, handed over through DLPack); outputs that alias an input are
+        returned as views of it, as eager does."""
         args, keep = make_args(values)
         e = ctypes.c_void_p()
         why = ctypes.create_string_buffer(512)
         _check(lib().dynamo_check_guards(self.handle, args, len(values), ctypes.byref(e), why, 512))
         entry = Entry(e)
         specs, aliases = entry.output_specs(), entry.output_aliases()
-        outs, refs = [], []
-        for (dt, shape), alias in zip(specs, aliases):
-            o = torch.empty(shape if alias is None else (0,), dtype=dt)
-            r = _TensorRef(o)
-            if alias is not None:  # copy elided: the library writes nothing, we make the view
-                r.dl.data = None
-                r.dl.ndim = len(shape)
-                r.shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-                r.dl.shape = r.shape
-                r.dl.strides = None
-            outs.append(o)
-            refs.append(r)
-        dl = (_capi.DLTensor * max(len(refs), 1))(*[r.dl for r in refs])
-        _check(lib().dynamo_entry_run(e, args, len(values), dl, len(refs)))
+        n = len(specs)
+        ptrs = (ctypes.c_void_p * max(n, 1))()
+        _check(lib().dynamo_entry_run_alloc(e, args, len(values), ptrs, n))
+        outs = []
         for k, alias in enumerate(aliases):
-            if alias is not None:
+            if alias is None:
+                outs.append(wrap_managed(ptrs[k]))
+            else:
                 src = values[alias[0]]
-                outs[k] = src.as_strided(specs[k][1], alias[2], src.storage_offset() + alias[1])
+                outs.append(src.as_strided(specs[k][1], alias[2], src.storage_offset() + alias[1]))
         return outs
 
     def close(self):

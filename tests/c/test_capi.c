@@ -637,6 +637,82 @@ static void test_entry_run_happy_path(void **state) {
   assert_ok(dynamo_frame_destroy(f));
 }
 
+/* Engine-allocated outputs: values, ownership past the engine's lifetime, reuse of released
+ * memory, aliases left to the caller, and bad arguments. */
+static void test_entry_run_alloc(void **state) {
+  (void)state;
+  dynamo_engine *eng = NULL;
+  assert_ok(dynamo_engine_create(NULL, &eng));
+  add_fixture x;
+  memset(&x, 0, sizeof x);
+  dynamo_frame *f = compile_text(eng, kAdd, &x.entry);
+  static const int64_t s4[1] = {4};
+  for (int i = 0; i < 4; ++i) x.a[i] = (float)(i + 1), x.b[i] = 10.0f * (float)(i + 1);
+  tt_init(&x.ta, x.a, kDLFloat, 32, 1, s4, NULL);
+  tt_init(&x.tb, x.b, kDLFloat, 32, 1, s4, NULL);
+  x.args[0] = arg_tensor(&x.ta);
+  x.args[1] = arg_tensor(&x.tb);
+
+  DLManagedTensor *out = (DLManagedTensor *)0x1;
+  assert_fails(dynamo_entry_run_alloc(NULL, x.args, 2, &out, 1), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_run_alloc(x.entry, x.args, 2, NULL, 1), DYNAMO_ERR_INVALID_ARGUMENT, "out_tensors is NULL");
+  assert_fails(dynamo_entry_run_alloc(x.entry, NULL, 2, &out, 1), DYNAMO_ERR_INVALID_ARGUMENT, "args is NULL");
+  assert_null(out);
+  DLManagedTensor *two[2] = {(DLManagedTensor *)0x1, (DLManagedTensor *)0x1};
+  assert_fails(dynamo_entry_run_alloc(x.entry, x.args, 2, two, 2), DYNAMO_ERR_ARGUMENT_MISMATCH, "expected 1 output(s), got 2");
+  assert_null(two[0]);
+  assert_null(two[1]);
+  assert_fails(dynamo_entry_run_alloc(x.entry, x.args, 1, &out, 1), DYNAMO_ERR_GUARD_MISS, "input count mismatch");
+  assert_null(out);
+
+  assert_ok(dynamo_entry_run_alloc(x.entry, x.args, 2, &out, 1));
+  assert_non_null(out);
+  assert_non_null(out->deleter);
+  const DLTensor *t = &out->dl_tensor;
+  assert_int_equal(t->ndim, 1);
+  assert_int_equal(t->shape[0], 4);
+  assert_int_equal(t->dtype.code, kDLFloat);
+  assert_int_equal(t->dtype.bits, 32);
+  assert_int_equal(t->device.device_type, kDLCPU);
+  assert_int_equal((uintptr_t)t->data % 64, 0);
+  const float *v = (const float *)t->data;
+  assert_true(v[0] == 11.0f && v[1] == 22.0f && v[2] == 33.0f && v[3] == 44.0f);
+  /* A second call while the first output is held gets different memory; after a release the
+   * next call reuses the released buffer. */
+  DLManagedTensor *out2 = NULL;
+  assert_ok(dynamo_entry_run_alloc(x.entry, x.args, 2, &out2, 1));
+  assert_ptr_not_equal(out2->dl_tensor.data, t->data);
+  void *released = out2->dl_tensor.data;
+  out2->deleter(out2);
+  DLManagedTensor *out3 = NULL;
+  assert_ok(dynamo_entry_run_alloc(x.entry, x.args, 2, &out3, 1));
+  assert_ptr_equal(out3->dl_tensor.data, released);
+  out3->deleter(out3);
+
+  /* An output that is the input itself is left to the caller (NULL); a fresh one is allocated. */
+  const char *alias_text =
+      "trace @alias {\n"
+      "  %0 = input f32[4]\n"
+      "  %1 = mul(%0, 2.0) : f32[4]\n"
+      "  return %0, %1\n"
+      "}\n";
+  dynamo_entry *ae = NULL;
+  dynamo_frame *af = compile_text(eng, alias_text, &ae);
+  DLManagedTensor *pair[2] = {(DLManagedTensor *)0x1, NULL};
+  assert_ok(dynamo_entry_run_alloc(ae, x.args, 1, pair, 2));
+  assert_null(pair[0]);
+  assert_non_null(pair[1]);
+  assert_true(((float *)pair[1]->dl_tensor.data)[3] == 8.0f);
+  pair[1]->deleter(pair[1]);
+  assert_ok(dynamo_frame_destroy(af));
+
+  /* Outputs may outlive the frame and the engine. */
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+  assert_true(((const float *)out->dl_tensor.data)[3] == 44.0f);
+  out->deleter(out);
+}
+
 /* -- Running: inputs that do not match ------------------------------------------------------- */
 
 static void test_entry_run_guard_miss(void **state) {
@@ -1002,6 +1078,7 @@ int main(void) {
       cmocka_unit_test(test_entry_output_info_bad_args),
       cmocka_unit_test(test_entry_get_stats_bad_args),
       cmocka_unit_test(test_entry_run_happy_path),
+      cmocka_unit_test(test_entry_run_alloc),
       cmocka_unit_test(test_entry_run_guard_miss),
       cmocka_unit_test(test_entry_run_input_count),
       cmocka_unit_test(test_entry_run_output_count),
