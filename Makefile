@@ -4,7 +4,7 @@ BUILD  ?= build
 PREFIX ?= /usr/local
 JOBS   ?= 2
 
-.PHONY: all deps configure build test bench demo install uninstall clean
+.PHONY: all deps configure build test bench check-math demo install uninstall clean
 
 all: build
 
@@ -22,6 +22,10 @@ test: build
 
 bench: build
 	@$(BUILD)/perf/bench_pointwise && echo && $(BUILD)/perf/bench_reduce
+
+# Every float32 input through the JIT's exp/sigmoid/erf/tanh vs. double libm (a few minutes).
+check-math: build
+	@$(BUILD)/perf/math_accuracy
 
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py

@@ -150,6 +150,8 @@ class KernelEmitter {
     if (d == DType::BF16) return B.getBFloatTy();
     return d == DType::Bool ? B.getInt8Ty() : scalar_ty(d);
   }
+  // Bytes of one element as held in registers (and in row caches): half types widen to float32.
+  static int64_t reg_bytes(DType d) { return is_half(d) ? 4 : dtype_bytes(d); }
   llvm::Type *vec_ty(DType d) const {
     llvm::Type *s = scalar_ty(d);
     return L == 1 ? s : (llvm::Type *)FixedVectorType::get(s, L);
@@ -173,6 +175,22 @@ class KernelEmitter {
   EVal compute(int32_t v, const Map &m);
   Value *sleef(const char *fn, DType d, std::vector<Value *> args);
   Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
+  // Inline float32 math (lower_math.cpp); x is a float or <L x float>.
+  Value *f32c(double x);
+  Value *i32c(int32_t x);
+  Value *fma32(Value *a, Value *b, Value *c);
+  Value *min_c(Value *x, double c);
+  Value *horner(Value *x, const float *c, int n);  // c[0] + x c[1] + ... + x^(n-1) c[n-1]
+  Value *add_exponent(Value *e, Value *n);
+  Value *exp2_int_scale(Value *p, Value *n);
+  Value *exp_f32(Value *x);
+  Value *erf_f32(Value *x);
+  Value *tanh_f32(Value *x);
+  Value *sigmoid_f32(Value *x);
+  // In dtype d's compute type: inline for float32 (and the half types), SLEEF for float64.
+  Value *exp_of(DType d, Value *x) { return d == DType::F64 ? sleef("exp", d, {x}) : exp_f32(x); }
+  Value *erf_of(DType d, Value *x) { return d == DType::F64 ? sleef("erf", d, {x}) : erf_f32(x); }
+  Value *tanh_of(DType d, Value *x) { return d == DType::F64 ? sleef("tanh", d, {x}) : tanh_f32(x); }
   void decorate(Instruction *I, bool is_store) {
     I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
     I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);

@@ -344,7 +344,7 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   if (use_cache && stage > cached->second.first) {  // computed by an earlier stage of this row
     llvm::Type *et = scalar_ty(cached->second.dt);
     Value *ptr = B.CreateInBoundsGEP(et, cached->second.ptr, rflat);
-    r = {B.CreateAlignedLoad(vec_ty(cached->second.dt), ptr, Align(dtype_bytes(cached->second.dt))),
+    r = {B.CreateAlignedLoad(vec_ty(cached->second.dt), ptr, Align(reg_bytes(cached->second.dt))),
          cached->second.dt};
   } else if (own_reduction(v)) {
     EVal s = reg.at(v);
@@ -355,7 +355,7 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   if (use_cache && stage == cached->second.first) {  // the first stage keeps it for the others
     llvm::Type *et = scalar_ty(cached->second.dt);
     r = cast(r, cached->second.dt);
-    B.CreateAlignedStore(r.v, B.CreateInBoundsGEP(et, cached->second.ptr, rflat), Align(dtype_bytes(cached->second.dt)));
+    B.CreateAlignedStore(r.v, B.CreateInBoundsGEP(et, cached->second.ptr, rflat), Align(reg_bytes(cached->second.dt)));
   }
   memo[key] = r;
   return r;
@@ -527,7 +527,7 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     case Op::logical_or: return R(B.CreateOr(x(), arg(1, ct)));
     case Op::logical_xor: return R(B.CreateXor(x(), arg(1, ct)));
     case Op::logical_not: return R(B.CreateNot(x()));
-    case Op::exp: return R(sleef("exp", ct, {x()}));
+    case Op::exp: return R(exp_of(ct, x()));
     case Op::expm1: return R(sleef("expm1", ct, {x()}));
     case Op::log: return R(sleef("log", ct, {x()}));
     case Op::log1p: return R(sleef("log1p", ct, {x()}));
@@ -535,15 +535,18 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     case Op::sin: return R(sleef("sin", ct, {x()}));
     case Op::cos: return R(sleef("cos", ct, {x()}));
     case Op::tan: return R(sleef("tan", ct, {x()}));
-    case Op::tanh: return R(sleef("tanh", ct, {x()}));
-    case Op::erf: return R(sleef("erf", ct, {x()}));
+    case Op::tanh: return R(tanh_of(ct, x()));
+    case Op::erf: return R(erf_of(ct, x()));
     case Op::sqrt: return R(B.CreateUnaryIntrinsic(Intrinsic::sqrt, x()));
     case Op::rsqrt: return R(B.CreateFDiv(one(), B.CreateUnaryIntrinsic(Intrinsic::sqrt, x())));
     case Op::reciprocal: return R(B.CreateFDiv(one(), x()));
-    case Op::sigmoid: return R(B.CreateFDiv(one(), B.CreateFAdd(one(), sleef("exp", ct, {B.CreateFNeg(x())}))));
+    case Op::sigmoid:
+      if (ct != DType::F64) return R(sigmoid_f32(x()));
+      return R(B.CreateFDiv(one(), B.CreateFAdd(one(), exp_of(ct, B.CreateFNeg(x())))));
     case Op::silu: {
       Value *a = x();
-      return R(B.CreateFDiv(a, B.CreateFAdd(one(), sleef("exp", ct, {B.CreateFNeg(a)}))));
+      if (ct != DType::F64) return R(B.CreateFMul(a, sigmoid_f32(a)));
+      return R(B.CreateFDiv(a, B.CreateFAdd(one(), exp_of(ct, B.CreateFNeg(a)))));
     }
     case Op::hardswish: {  // x * clamp(x + 3, 0, 6) / 6
       Value *a = x();
@@ -562,7 +565,7 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     }
     case Op::gelu: {
       Value *a = x();
-      Value *e = sleef("erf", ct, {B.CreateFMul(a, cst(ct, M_SQRT1_2).v)});
+      Value *e = erf_of(ct, B.CreateFMul(a, cst(ct, M_SQRT1_2).v));
       return R(B.CreateFMul(B.CreateFMul(a, cst(ct, 0.5).v), B.CreateFAdd(one(), e)));
     }
     case Op::gelu_tanh: {
@@ -570,13 +573,13 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
       Value *cube = B.CreateFMul(B.CreateFMul(a, a), a);
       Value *inner = B.CreateFMul(cst(ct, M_SQRT2 * M_2_SQRTPI * 0.5).v,
                                   B.CreateFAdd(a, B.CreateFMul(cst(ct, 0.044715).v, cube)));
-      Value *th = sleef("tanh", ct, {inner});
+      Value *th = tanh_of(ct, inner);
       return R(B.CreateFMul(B.CreateFMul(a, cst(ct, 0.5).v), B.CreateFAdd(one(), th)));
     }
     case Op::softplus: {
       Value *a = x(), *beta = arg(1, ct), *thr = arg(2, ct);
       Value *xb = B.CreateFMul(a, beta);
-      Value *soft = B.CreateFDiv(sleef("log1p", ct, {sleef("exp", ct, {xb})}), beta);
+      Value *soft = B.CreateFDiv(sleef("log1p", ct, {exp_of(ct, xb)}), beta);
       return R(B.CreateSelect(B.CreateFCmpOGT(xb, thr), a, soft));
     }
     case Op::floor: return R(fl ? B.CreateUnaryIntrinsic(Intrinsic::floor, x()) : x());

@@ -71,7 +71,7 @@ void KernelEmitter::plan_row_cache() {
     if (!full_inline(v)) return;
     int n = 0;
     for (const auto &u : uses) n += (int)u.count(v);
-    if (n >= 2 && expensive(v) && extent * dtype_bytes(t.types[v].dtype) <= kMaxBytes) {
+    if (n >= 2 && expensive(v) && extent * reg_bytes(t.types[v].dtype) <= kMaxBytes) {
       if (!row_cache.count(v)) row_cache[v] = {nullptr, (int)s, t.types[v].dtype};
       return;
     }
@@ -88,7 +88,7 @@ void KernelEmitter::plan_row_cache() {
   // One buffer per cached value for the whole kernel call (rows reuse it).
   for (auto &[v, c] : row_cache) {
     FunctionCallee mal = M.getOrInsertFunction("malloc", FunctionType::get(B.getPtrTy(), {B.getInt64Ty()}, false));
-    c.ptr = B.CreateCall(mal, {B.getInt64(std::max<int64_t>(64, extent * dtype_bytes(c.dt) + 64))});
+    c.ptr = B.CreateCall(mal, {B.getInt64(std::max<int64_t>(64, extent * reg_bytes(c.dt) + 64))});
   }
 }
 

@@ -321,6 +321,49 @@ static void test_every_op_half_types(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// The inline float32 math (jit/lower_math.cpp) against double-precision libm on a spread of
+// inputs: every 1021st float32 bit pattern (all signs and exponents, denormals, inf, NaN),
+// within the bounds `make check-math` proves over all 2^32 inputs.
+static void test_inline_math_ulp_bounds(void **state) {
+  (void)state;
+  const int64_t n = (int64_t(1) << 32) / 1021 + 1;
+  at::Tensor bits = at::arange(n, at::kLong).mul_(1021).to(at::kInt);  // wraps to every int32 pattern
+  at::Tensor x = bits.view(at::kFloat).contiguous();
+  struct Fn {
+    const char *name;
+    double (*ref)(double);
+    double bound;
+  } fns[] = {{"exp", [](double v) { return std::exp(v); }, 1.0},
+             {"erf", [](double v) { return std::erf(v); }, 1.5},
+             {"tanh", [](double v) { return std::tanh(v); }, 1.5},
+             {"sigmoid", [](double v) { return 1.0 / (1.0 + std::exp(-v)); }, 2.5}};
+  int bad = 0;
+  std::vector<Value> ins = {Value::tensor(x)};
+  for (const Fn &f : fns) {
+    check::Result r = check::run_text(g_engine, check::trace_text(ins, {std::string("%r = ") + f.name + "(%0)"}, "%r"), ins);
+    assert_int_equal(r.status, DYNAMO_OK);
+    const float *in = x.data_ptr<float>(), *out = r.outs[0].data_ptr<float>();
+    double worst = 0;
+    float worst_x = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double ref = f.ref((double)in[i]);
+      float got = out[i], rf = (float)ref;
+      double err;
+      if (std::isnan(ref) || std::isinf(rf)) err = (std::isnan(ref) ? std::isnan(got) : got == rf) ? 0 : INFINITY;
+      else {
+        int e;
+        std::frexp(std::fabs(ref) > 0 ? std::fabs(ref) : 1e-45, &e);
+        err = std::fabs((double)got - ref) / std::ldexp(1.0, std::max(e - 24, -149));
+      }
+      if (!(err <= worst)) worst = err, worst_x = in[i];
+    }
+    printf("%-8s max error %.3f ulp over %lld inputs (at %a; bound %.1f)\n", f.name, worst, (long long)n, worst_x, f.bound);
+    g_compared += 1;
+    bad += !(worst <= f.bound);
+  }
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   at::manual_seed(1234);
   if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
@@ -334,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_ops_with_parameters),
       cmocka_unit_test(test_special_values),
       cmocka_unit_test(test_every_op_half_types),
+      cmocka_unit_test(test_inline_math_ulp_bounds),
   };
   int rc = cmocka_run_group_tests_name("pointwise", tests, NULL, NULL);
   printf("pointwise: %d compiled results compared with eager; known unsupported: integer pow with a tensor exponent\n",
