@@ -1,9 +1,16 @@
-"""dynamo: a trace JIT for PyTorch programs. This package is the Python side of libdynamo.
+"""dynamo: a trace JIT for PyTorch programs.
 
-Today it exposes the native engine (dynamo.native): parse a trace, compile it into a frame,
-run it on torch tensors. The recording front end (dynamo.optimize) is issue 4.
+    import dynamo
+    fast = dynamo.optimize(model)       # or @dynamo.optimize on a function
+    with torch.no_grad():
+        y = fast(x)                     # first call records, later calls run native code
+
+dynamo.explain(fn, *args) shows what is compiled and why anything falls back;
+dynamo.counters() counts calls, native runs, recordings, aborts and compile time;
+dynamo.config holds the knobs; dynamo.native is the thin binding of the C API.
 """
 from ._capi import DynamoError, ABI_VERSION  # noqa: F401
-from . import native  # noqa: F401
+from . import config, native  # noqa: F401
+from .frontend import counters, disable, explain, optimize, report, reset  # noqa: F401
 
 __version__ = "0.1.0"

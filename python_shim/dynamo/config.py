@@ -1,0 +1,14 @@
+"""dynamo.config: the knobs of the front end (module attributes; set them before calls).
+
+hot_threshold  calls of a function before its next call is recorded (default 1: the first call
+               records, as torch.compile users expect compilation on first use).
+cache_limit    compiled traces kept per function (default 8); further variants run eagerly,
+               with one warning line on stderr.
+abort_limit    recordings of a function that may abort before it is left to CPython (default 3).
+verify         when True, every native run is also run eagerly and compared (allclose,
+               rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
+"""
+hot_threshold = 1
+cache_limit = 8
+abort_limit = 3
+verify = False

@@ -1,0 +1,397 @@
+"""dynamo.optimize and friends: per-function trace caches, the call path, counters, explain.
+
+One call of an optimized function:
+
+  1. for each compiled trace of the function (newest last): its Python guards fetch the tensor
+     inputs (or say no), then libdynamo checks tensor metadata natively and runs it, with
+     outputs allocated from the engine's recycled buffers;
+  2. on a miss everywhere: if the function is hot (config.hot_threshold calls) and under its
+     cache limit, the recording interpreter runs the call for real and records a trace, which
+     is compiled for the next call; otherwise CPython runs it.
+
+A call never returns anything eager PyTorch would not: anything we cannot record soundly ends
+the recording (the call still completes in the interpreter), and the reason is kept for
+dynamo.explain and the --report of `python -m dynamo`.
+"""
+import ctypes
+import functools
+import time
+import types
+
+import torch
+
+from . import config, native
+from ._capi import DynamoError
+from .guards import GuardSet
+from .interpreter import Interpreter, unsupported_reason
+from .recorder import Abort, Recorder
+
+_COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
+                  "side_traces_compiled", "guard_misses", "side_exits", "aborts", "recompiles",
+                  "compile_failures", "verify_failures", "compile_seconds")
+_counters = dict.fromkeys(_COUNTER_NAMES, 0)
+_counters["compile_seconds"] = 0.0
+_engine = None
+_all = []          # every OptimizedFunction, for reset() and the report
+_GUARD_MISS = 7    # DYNAMO_ERR_GUARD_MISS
+
+
+def counters():
+    """A copy of the global counters (reset by dynamo.reset())."""
+    return dict(_counters)
+
+
+def _bump(name, by=1):
+    _counters[name] += by
+
+
+def engine():
+    global _engine
+    if _engine is None:
+        _engine = native.Engine()
+    return _engine
+
+
+class Compiled:
+    """One compiled trace: its guards, the native entry, and how to rebuild the result."""
+
+    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined):
+        self.guards = guards
+        self.check = guards.compile()
+        self.text = text
+        self.entry = entry
+        self.handle = entry.handle
+        self.out_spec = out_spec
+        self.ops = ops
+        self.inlined = inlined
+        self.input_srcs = input_srcs
+        specs = entry.output_specs()
+        self.nout = len(specs)
+        self.shapes = [s for _, s in specs]
+        self.aliases = entry.output_aliases()
+        self.ptrs = (ctypes.c_void_p * max(self.nout, 1))()
+        self.stats = entry.stats()
+        self.runs = 0
+
+    def run(self, inputs):
+        """Runs natively; returns the flat outputs, or None on a native guard miss."""
+        args, keep = native.make_args(inputs)
+        st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), self.ptrs, self.nout)
+        if st == _GUARD_MISS:
+            return None
+        if st != 0:
+            native._check(st)
+        outs = []
+        for k in range(self.nout):
+            a = self.aliases[k]
+            if a is None:
+                outs.append(native.wrap_managed(self.ptrs[k]))
+            else:
+                src = inputs[a[0]]
+                outs.append(src.as_strided(self.shapes[k], a[2], src.storage_offset() + a[1]))
+        self.runs += 1
+        return outs
+
+
+def _flatten_result(result, rec):
+    """(spec, list of IR output names) for a return value; tensors must be trace values."""
+    names = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            n = rec.output_name(v)
+            if n is None:
+                raise Abort("returns a tensor that was not recorded")
+            names.append(n)
+            return ("T", len(names) - 1)
+        if type(v) in (tuple, list):
+            return (type(v).__name__, [walk(x) for x in v])
+        if type(v) is dict:
+            return ("dict", list(v.keys()), [walk(x) for x in v.values()])
+        if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
+            return ("C", v)
+        raise Abort(f"returns a {type(v).__name__}")
+
+    return walk(result), names
+
+
+def _rebuild(spec, outs):
+    kind = spec[0]
+    if kind == "T":
+        return outs[spec[1]]
+    if kind == "C":
+        return spec[1]
+    if kind == "tuple":
+        return tuple(_rebuild(s, outs) for s in spec[1])
+    if kind == "list":
+        return [_rebuild(s, outs) for s in spec[1]]
+    return {k: _rebuild(s, outs) for k, s in zip(spec[1], spec[2])}
+
+
+class Attempt:
+    """What one recording did: the trace (or why there is none)."""
+
+    def __init__(self, reason, compiled=None, ops=(), inlined=()):
+        self.reason = reason
+        self.compiled = compiled
+        self.ops = list(ops)
+        self.inlined = list(inlined)
+
+
+class OptimizedFunction:
+    def __init__(self, fn, nopython=False, owner=None):
+        self.fn = fn
+        self.owner = owner        # the module, for optimized nn.Module.forward
+        self.nopython = nopython
+        self.compiled = []
+        self.attempts = []
+        self.calls = 0
+        self.disabled_reason = None
+        self.frame = None
+        self.name = getattr(fn, "__qualname__", "fn")
+        functools.update_wrapper(self, fn)
+        _all.append(self)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
+
+    def _fallback(self, why):
+        if self.nopython:
+            raise RuntimeError(f"dynamo.optimize(nopython=True): cannot compile {self.name}: {why}")
+
+    def __call__(self, *args, **kwargs):
+        _bump("calls")
+        self.calls += 1
+        if self.owner is not None:
+            args = (self.owner,) + args
+        fn = self.fn
+        for c in self.compiled:
+            inputs = c.check(args, kwargs, fn.__globals__, fn)
+            if inputs is None:
+                continue
+            try:
+                outs = c.run(inputs)
+            except DynamoError as e:  # a run-time failure inside the trace: eager decides
+                self.attempts.append(Attempt(f"native run failed: {e}"))
+                break
+            if outs is None:
+                continue
+            _bump("native_runs")
+            result = _rebuild(c.out_spec, outs)
+            if config.verify:
+                self._verify(result, args, kwargs)
+            return result
+        if self.compiled:
+            _bump("guard_misses")
+        if self.disabled_reason is not None:
+            self._fallback(self.disabled_reason)
+            _bump("eager_runs")
+            return fn(*args, **kwargs)
+        if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
+            if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
+                self._warned = True
+                import sys
+                print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces); "
+                      f"further variants run eagerly", file=sys.stderr)
+            self._fallback("cache limit reached" if self.compiled else "not hot yet")
+            _bump("eager_runs")
+            return fn(*args, **kwargs)
+        return self._record(args, kwargs)
+
+    def _verify(self, result, args, kwargs):
+        want = self.fn(*args, **kwargs)
+        flat_r, flat_w = [], []
+        _flat_tensors(result, flat_r)
+        _flat_tensors(want, flat_w)
+        ok = len(flat_r) == len(flat_w) and all(
+            r.shape == w.shape and r.dtype == w.dtype and torch.allclose(r, w, rtol=1e-4, atol=1e-5, equal_nan=True)
+            for r, w in zip(flat_r, flat_w))
+        if not ok:
+            _bump("verify_failures")
+            raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
+
+    def _record(self, args, kwargs):
+        fn = self.fn
+        why = unsupported_reason(fn.__code__) if isinstance(fn, types.FunctionType) else "not a Python function"
+        if why is not None:
+            self.disabled_reason = f"{self.name} uses {why}"
+            self.attempts.append(Attempt(self.disabled_reason))
+            _bump("aborts")
+            self._fallback(self.disabled_reason)
+            _bump("eager_runs")
+            return fn(*args, **kwargs)
+        rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
+        gs = GuardSet()
+        gs.guard_state("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode")
+        gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
+        interp = Interpreter(rec, gs)
+        _bump("interpreted_runs")
+        with rec:
+            result = interp.run(fn, args, kwargs)
+        out_spec = names = None
+        if rec.abort_reason is None:
+            try:
+                if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
+                    raise Abort("autograd: grad mode is on and a tensor requires grad (compile under "
+                                "torch.no_grad() or torch.inference_mode())")
+                out_spec, names = _flatten_result(result, rec)
+            except Abort as e:
+                rec.abort(str(e))
+        if rec.abort_reason is not None:
+            _bump("aborts")
+            self.attempts.append(Attempt(rec.abort_reason, ops=rec.ops, inlined=interp.inlined))
+            if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
+                self.disabled_reason = f"recording aborted {config.abort_limit} times; last: {rec.abort_reason}"
+            self._fallback(rec.abort_reason)
+            return result
+        text = rec.text(names)
+        t0 = time.perf_counter()
+        try:
+            if self.frame is None:
+                self.frame = native.Frame(engine(), self.name)
+            entry = self.frame.compile(native.Trace(text))
+        except DynamoError as e:
+            _bump("compile_failures")
+            _bump("aborts")
+            reason = f"compile failed: {e.message}"
+            self.attempts.append(Attempt(reason, ops=rec.ops, inlined=interp.inlined))
+            if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
+                self.disabled_reason = reason
+            self._fallback(reason)
+            return result
+        finally:
+            _bump("compile_seconds", time.perf_counter() - t0)
+        c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined)
+        if self.compiled:
+            _bump("recompiles")
+        self.compiled.append(c)
+        self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
+        _bump("traces_compiled")
+        return result
+
+    def reset(self):
+        self.compiled = []
+        self.attempts = []
+        self.calls = 0
+        self.disabled_reason = None
+        if self.frame is not None:
+            self.frame.close()
+            self.frame = None
+
+
+def _flat_tensors(v, out):
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            _flat_tensors(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _flat_tensors(x, out)
+
+
+def optimize(fn_or_module=None, *, nopython=False):
+    """Returns a version of a function (or nn.Module) that records and compiles its hot paths.
+
+    Usable as `optimize(fn)`, `@optimize`, `@optimize(nopython=True)`. For an nn.Module, the
+    module itself is returned with its forward compiled (it stays the same module: attributes,
+    state_dict, train()/eval() all work; `self.training` is guarded).
+    """
+    if fn_or_module is None:
+        return lambda f: optimize(f, nopython=nopython)
+    if isinstance(fn_or_module, torch.nn.Module):
+        m = fn_or_module
+        if isinstance(m.__dict__.get("forward"), OptimizedFunction):
+            return m
+        m.forward = OptimizedFunction(type(m).forward, nopython=nopython, owner=m)
+        return m
+    if isinstance(fn_or_module, OptimizedFunction):
+        return fn_or_module
+    if not callable(fn_or_module):
+        raise TypeError(f"dynamo.optimize: expected a function or nn.Module, got {type(fn_or_module).__name__}")
+    return OptimizedFunction(fn_or_module, nopython=nopython)
+
+
+def disable(fn):
+    """Marks fn so that dynamo never compiles it nor inlines it (it runs eagerly, untraced)."""
+    target = fn.fn if isinstance(fn, OptimizedFunction) else fn
+    try:
+        target._dynamo_disable = True
+    except AttributeError:
+        pass
+    if isinstance(fn, OptimizedFunction):
+        fn.disabled_reason = "dynamo.disable"
+    return fn
+
+
+def reset():
+    """Drops every compiled trace and zeroes the counters."""
+    for f in _all:
+        f.reset()
+    for k in _counters:
+        _counters[k] = 0
+    _counters["compile_seconds"] = 0.0
+
+
+class Explanation:
+    """What dynamo did with one call: traces (ops, guards, inlined callees) and aborts."""
+
+    def __init__(self, name, attempts):
+        self.name = name
+        self.attempts = attempts
+        self.traces = [a.compiled for a in attempts if a.compiled is not None]
+        self.aborts = [a.reason for a in attempts if a.compiled is None]
+
+    def __str__(self):
+        out = [f"dynamo.explain({self.name}): {len(self.traces)} trace(s), {len(self.aborts)} abort(s)"]
+        for a in self.attempts:
+            if a.compiled is not None:
+                c = a.compiled
+                out.append(f"  trace: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
+                           f"{c.stats.num_externs} LibTorch call(s), compiled in {c.stats.compile_ms:.1f} ms")
+                if c.inlined:
+                    out.append("    inlined: " + ", ".join(dict.fromkeys(c.inlined)))
+                out.append("    ops: " + ", ".join(c.ops))
+                out.append("    guards:")
+                out.extend("      " + line for line in c.guards.source_text().splitlines())
+            else:
+                out.append(f"  aborted: {a.reason}")
+                if a.ops:
+                    out.append("    ops recorded before: " + ", ".join(a.ops))
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+
+def explain(fn, *args, **kwargs):
+    """Records fn(*args, **kwargs) once (running it for real) and reports what dynamo would
+    compile: traces with their ops and guards, or why it cannot."""
+    if isinstance(fn, torch.nn.Module):
+        of = OptimizedFunction(type(fn).forward, owner=fn)
+    else:
+        of = OptimizedFunction(fn.fn if isinstance(fn, OptimizedFunction) else fn)
+    _all.remove(of)
+    saved = dict(_counters)
+    of.calls = config.hot_threshold
+    of._record(((of.owner,) + args) if of.owner is not None else args, kwargs)
+    _counters.update(saved)
+    if of.disabled_reason and not of.attempts:
+        of.attempts.append(Attempt(of.disabled_reason))
+    return Explanation(of.name, of.attempts)
+
+
+def report():
+    """Text summary of every optimized function: compiled traces, fallbacks and why."""
+    lines = []
+    for f in _all:
+        lines.append(f"{f.name}: {f.calls} call(s), {len(f.compiled)} trace(s), "
+                     f"{sum(c.runs for c in f.compiled)} native run(s)")
+        for a in f.attempts:
+            if a.compiled is None:
+                lines.append(f"  fell back: {a.reason}")
+        if f.disabled_reason:
+            lines.append(f"  not compiled: {f.disabled_reason}")
+    c = counters()
+    lines.append("counters: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in c.items()))
+    return "\n".join(lines)

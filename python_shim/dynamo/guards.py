@@ -1,0 +1,128 @@
+"""Where recorded values come from (sources) and the Python-side guards built on them.
+
+A *source* is a path from the call's roots (the positional arguments `a`, keyword arguments
+`k`, the function's globals `g`, the function object `f`) to a value: `a[1]`,
+`g['scale']`, `a[0].linear.weight`, `f.__closure__[0].cell_contents`. Every value the
+recording interpreter reads from a source is guarded:
+
+  * tensors become trace inputs: the C library guards their dtype, shape, strides and
+    device natively; Python only checks the type and fetches them each call;
+  * None, bools, ints, floats, strings, dtypes, devices: by value (and exact type);
+  * tuples and lists: by type and length (elements are guarded when they are read);
+  * dicts: by type and key order;
+  * everything else (modules, functions, classes, objects): by identity.
+
+The guards of one trace are compiled into a single Python function, in the order they were
+recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed its own.
+"""
+import torch
+
+_BY_VALUE = (type(None), bool, int, float, str, torch.dtype, torch.device)
+
+
+class Source:
+    """A path to a value; `expr` is Python source evaluated with a, k, g, f in scope."""
+
+    __slots__ = ("expr", "base")
+
+    def __init__(self, expr, base=None):
+        self.expr = expr
+        self.base = base
+
+    def attr(self, name):
+        return Source(f"{self.expr}.{name}" if name.isidentifier() else f"getattr({self.expr}, {name!r})", self)
+
+    def item(self, key):
+        return Source(f"{self.expr}[{key!r}]", self)
+
+    def __repr__(self):
+        return self.expr
+
+
+ARG = Source("a")
+KWARG = Source("k")
+GLOBALS = Source("g")
+FUNC = Source("f")
+
+
+class GuardSet:
+    """The guards of one trace, in recording order, and the tensor inputs to fetch."""
+
+    def __init__(self):
+        self.lines = []          # (source expr, kind, description) for explain()
+        self._checks = []        # Python boolean expressions
+        self._consts = {}        # name -> object referenced by identity/value checks
+        self._seen = set()       # source exprs already guarded
+        self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
+        self._fn = None
+
+    def _const(self, obj):
+        name = f"c{len(self._consts)}"
+        self._consts[name] = obj
+        return name
+
+    def const_source(self, obj):
+        """A source that is obj itself (held by the guards): for objects whose identity is
+        fixed, such as a function's globals dict or a method's function."""
+        for name, o in self._consts.items():
+            if o is obj:
+                return Source(name)
+        return Source(self._const(obj))
+
+    def guard(self, src, value):
+        """Guards that src still evaluates to something equivalent to value."""
+        if src is None or src.expr in self._seen:
+            return
+        self._seen.add(src.expr)
+        e = src.expr
+        t = type(value)
+        if isinstance(value, torch.Tensor):
+            self._checks.append(f"isinstance({e}, Tensor)")
+            self.lines.append((e, "tensor", f"{tuple(value.shape)} {value.dtype} (checked natively)"))
+        elif t in _BY_VALUE:
+            c = self._const(value)
+            if value is None:
+                self._checks.append(f"{e} is None")
+            else:
+                self._checks.append(f"type({e}) is {self._const(t)} and {e} == {c}")
+            self.lines.append((e, "value", repr(value)))
+        elif t in (tuple, list, torch.Size):
+            self._checks.append(f"type({e}) is {self._const(t)} and len({e}) == {len(value)}")
+            self.lines.append((e, "length", f"{t.__name__} of {len(value)}"))
+        elif t is dict:
+            self._checks.append(f"type({e}) is dict and list({e}) == {self._const(list(value))}")
+            self.lines.append((e, "keys", repr(list(value))))
+        else:
+            self._checks.append(f"{e} is {self._const(value)}")
+            self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
+        self._fn = None
+
+    def guard_state(self, expr, value, what):
+        """A guard on global torch state, e.g. torch.is_grad_enabled()."""
+        if expr in self._seen:
+            return
+        self._seen.add(expr)
+        self._checks.append(f"{expr} == {self._const(value)}")
+        self.lines.append((expr, "state", f"{what} == {value!r}"))
+        self._fn = None
+
+    def add_tensor_input(self, src):
+        self.tensor_inputs.append(src.expr)
+        self._fn = None
+
+    def compile(self):
+        """Returns check(a, k, g, f) -> list of input tensors, or None when a guard fails."""
+        if self._fn is None:
+            body = ["def check(a, k, g, f):", "    try:"]
+            for c in self._checks:
+                body.append(f"        if not ({c}): return None")
+            body.append(f"        return [{', '.join(self.tensor_inputs)}]")
+            body.append("    except Exception:")
+            body.append("        return None")
+            env = dict(self._consts, Tensor=torch.Tensor, torch=torch)
+            exec(compile("\n".join(body), "<dynamo guards>", "exec"), env)
+            self._fn = env["check"]
+        return self._fn
+
+    def source_text(self):
+        return "\n".join(f"{e}: {kind} {desc}" for e, kind, desc in self.lines)

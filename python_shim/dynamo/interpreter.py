@@ -1,0 +1,733 @@
+"""The recording interpreter: runs CPython 3.11 bytecode on real values, with provenance.
+
+Each value on the interpreter's stack and in its locals is a pair (value, source): the real
+Python object, and where it was read from (guards.Source) or None for values computed during
+the call. Reading a sourced value installs its guard (guards.GuardSet.guard); tensors read
+from sources become trace inputs. Tensor work is recorded one level down, at ATen, by the
+Recorder (a TorchDispatchMode), so the trace holds exactly the ops eager runs.
+
+Python callees are inlined: functions, bound methods, closures, comprehensions,
+`nn.Module.__call__` (when the module has no hooks) and its `forward`. Calls into torch run
+for real with recording on. Pure builtins run for real. Anything else -- I/O, `print`,
+mutating an argument's list, setting attributes, code with try/except or generators -- also
+runs for real (the call must still be right) but ends the trace: `abort_reason` says why.
+
+The interpreter always finishes the call: an aborted recording keeps executing concretely
+with recording paused, so no effect is performed twice.
+"""
+import builtins
+import dis
+import inspect
+import operator
+import types
+
+import torch
+
+from .guards import ARG, FUNC, GLOBALS, KWARG, Source
+from .recorder import Abort
+
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
+
+_BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
+           operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub, operator.truediv,
+           operator.xor, operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+           operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
+           operator.itruediv, operator.ixor]
+_COMPARE = [operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge]
+
+# Builtins that only compute on their arguments.
+_PURE_BUILTINS = {getattr(builtins, n) for n in (
+    "abs", "all", "any", "bool", "callable", "dict", "divmod", "enumerate", "float", "format", "getattr",
+    "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
+    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
+_PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
+# Methods of containers that do not change them.
+_READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__",
+                 "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
+                 "replace"}
+
+_SUPPORTED = {
+    "NOP", "RESUME", "CACHE", "EXTENDED_ARG", "PUSH_NULL", "POP_TOP", "COPY", "SWAP", "LOAD_CONST", "LOAD_FAST",
+    "STORE_FAST", "DELETE_FAST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "LOAD_DEREF",
+    "STORE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "PRECALL", "KW_NAMES", "CALL",
+    "CALL_FUNCTION_EX", "MAKE_FUNCTION", "BINARY_OP", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT",
+    "UNARY_POSITIVE", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "BUILD_TUPLE",
+    "BUILD_LIST", "BUILD_MAP", "BUILD_SET", "BUILD_CONST_KEY_MAP", "BUILD_STRING", "BUILD_SLICE", "LIST_APPEND",
+    "LIST_EXTEND", "LIST_TO_TUPLE", "SET_ADD", "MAP_ADD", "DICT_MERGE", "DICT_UPDATE", "UNPACK_SEQUENCE",
+    "UNPACK_EX", "GET_ITER", "FOR_ITER", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
+    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
+    "FORMAT_VALUE", "RETURN_VALUE", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "GET_LEN",
+}
+
+_NULL = object()  # CPython's NULL stack entry
+MAX_DEPTH = 32
+MAX_STEPS = 200_000
+
+
+class _Code:
+    """Decoded instructions of a code object, cached."""
+
+    __slots__ = ("insts", "index", "unsupported", "names")
+    _cache = {}
+
+    def __init__(self, code):
+        self.insts = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        self.index = {ins.offset: k for k, ins in enumerate(self.insts)}
+        bad = sorted({i.opname for i in self.insts} - _SUPPORTED)
+        self.unsupported = None
+        if code.co_flags & CO_GENERATOR_LIKE:
+            self.unsupported = "generators and coroutines"
+        elif code.co_exceptiontable:
+            self.unsupported = "try/except/with blocks"
+        elif bad:
+            self.unsupported = "bytecode " + ", ".join(bad)
+        self.names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames] + \
+            list(code.co_freevars)
+
+    @classmethod
+    def of(cls, code):
+        c = cls._cache.get(code)
+        if c is None:
+            c = cls._cache[code] = cls(code)
+        return c
+
+
+def unsupported_reason(code):
+    return _Code.of(code).unsupported
+
+
+def _is_torch_callable(fn):
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "torch" or mod.startswith("torch."):
+        return not isinstance(fn, type) or fn is torch.Size
+    self_ = getattr(fn, "__self__", None)
+    if isinstance(self_, torch.Tensor):
+        return True
+    if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
+        return True
+    return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
+
+
+def _has_hooks(m):
+    from torch.nn.modules import module as mm
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
+                getattr(mm, "_global_forward_hooks", None) or getattr(mm, "_global_forward_pre_hooks", None) or
+                getattr(mm, "_global_backward_hooks", None))
+
+
+class _Frame:
+    __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec")
+
+    def __init__(self, code, fn, fn_src, glb):
+        self.code = code
+        self.fn = fn
+        self.fn_src = fn_src
+        self.globals = glb
+        self.dec = _Code.of(code)
+        self.locals = [(_NULL, None)] * len(self.dec.names)
+        self.stack = []
+        self.ip = 0
+        self.kw_names = ()
+
+
+class Interpreter:
+    def __init__(self, recorder, guards):
+        self.rec = recorder
+        self.guards = guards
+        self.local_objs = set()   # ids of containers/objects created during the call
+        self.keep = []
+        self.tensor_src = {}      # id(tensor) -> source expr it was registered under
+        self.steps = 0
+        self.depth = 0
+        self.inlined = []         # qualified names of inlined callees, for explain()
+        self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
+        self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
+        self._cell_src = {}       # id(cell) -> source of its contents
+
+    # -- recording state -----------------------------------------------------------------
+    @property
+    def recording(self):
+        return self.rec.abort_reason is None
+
+    def abort(self, reason):
+        self.rec.abort(reason)
+
+    def touch(self, v, src, depth=0):
+        """v was read from src: guard it (and register tensors as inputs)."""
+        if src is None or not self.recording:
+            return
+        try:
+            if isinstance(v, torch.Tensor):
+                prev = self.tensor_src.get(id(v))
+                if prev is not None and prev != src.expr:
+                    self.guards.guard_state(f"({src.expr}) is ({prev})", True, f"{src.expr} is the same tensor as {prev}")
+                    return
+                self.guards.guard(src, v)
+                if self.rec.add_input(v):
+                    self.guards.add_tensor_input(src)
+                    self.tensor_src[id(v)] = src.expr
+                return
+            self.guards.guard(src, v)
+        except Abort as e:
+            self.abort(str(e))
+
+    def touch_deep(self, v, src, depth=0):
+        """A sourced container escapes into a builtin: guard everything inside it."""
+        if src is None or depth > 4:
+            return
+        self.touch(v, src)
+        if type(v) in (list, tuple) and len(v) <= 64:
+            for i, x in enumerate(v):
+                self.touch_deep(x, src.item(i), depth + 1)
+        elif type(v) is dict and len(v) <= 64:
+            for key, x in v.items():
+                if isinstance(key, (str, int)):
+                    self.touch_deep(x, src.item(key), depth + 1)
+
+    def _mark_local(self, obj):
+        self.local_objs.add(id(obj))
+        self.keep.append(obj)
+        return obj
+
+    # -- entry ---------------------------------------------------------------------------
+    def run(self, fn, args, kwargs):
+        """Runs fn(*args, **kwargs) (fn a Python function) and returns its real result."""
+        a = [(v, ARG.item(i)) for i, v in enumerate(args)]
+        self.touch(kwargs, KWARG)
+        k = {name: (v, KWARG.item(name)) for name, v in kwargs.items()}
+        return self.call_function(fn, FUNC, a, k)[0]
+
+    def call_function(self, fn, fn_src, args, kwargs, self_pair=None):
+        code = fn.__code__
+        f = _Frame(code, fn, fn_src, fn.__globals__)
+        if self_pair is not None:
+            args = [self_pair] + list(args)
+        self._bind(f, fn, fn_src, args, kwargs)
+        if fn.__closure__:
+            f.locals = list(f.locals)
+        self.depth += 1
+        try:
+            return self._execute(f)
+        finally:
+            self.depth -= 1
+
+    def _bind(self, f, fn, fn_src, args, kwargs):
+        code = fn.__code__
+        n = code.co_argcount
+        nk = code.co_kwonlyargcount
+        names = code.co_varnames
+        loc = list(f.locals)
+        for i in range(min(n, len(args))):
+            loc[i] = args[i]
+        extra = list(args[n:])
+        pos = n + nk
+        if code.co_flags & CO_VARARGS:
+            t = tuple(v for v, _ in extra)
+            self._mark_local(t)
+            loc[pos] = (t, None)
+            self._tuple_srcs[id(t)] = [s for _, s in extra]
+            pos += 1
+        elif extra:
+            raise TypeError(f"{fn.__qualname__}() takes {n} positional arguments but {len(args)} were given")
+        kw = dict(kwargs)
+        for i in range(code.co_posonlyargcount, n + nk):
+            if names[i] in kw:
+                if loc[i][0] is not _NULL:
+                    raise TypeError(f"{fn.__qualname__}() got multiple values for argument '{names[i]}'")
+                loc[i] = kw.pop(names[i])
+        if code.co_flags & CO_VARKEYWORDS:
+            d = {name: v for name, (v, _) in kw.items()}
+            self._mark_local(d)
+            self._dict_srcs[id(d)] = {name: s for name, (_, s) in kw.items()}
+            loc[pos] = (d, None)
+        elif kw:
+            raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument '{next(iter(kw))}'")
+        defaults = fn.__defaults__ or ()
+        for i in range(n):
+            if loc[i][0] is _NULL:
+                j = i - (n - len(defaults))
+                if j < 0:
+                    raise TypeError(f"{fn.__qualname__}() missing required argument '{names[i]}'")
+                src = fn_src.attr("__defaults__").item(j) if fn_src is not None else None
+                loc[i] = (defaults[j], src)
+        kwdefaults = fn.__kwdefaults__ or {}
+        for i in range(n, n + nk):
+            if loc[i][0] is _NULL:
+                if names[i] not in kwdefaults:
+                    raise TypeError(f"{fn.__qualname__}() missing keyword-only argument '{names[i]}'")
+                src = fn_src.attr("__kwdefaults__").item(names[i]) if fn_src is not None else None
+                loc[i] = (kwdefaults[names[i]], src)
+        f.locals = loc
+
+    # -- calls ---------------------------------------------------------------------------
+    def call(self, fnp, args, kwargs):
+        """Calls fnp[0] with (value, source) pairs; returns a pair."""
+        fn, fsrc = fnp
+        if isinstance(fn, types.FunctionType):
+            return self._call_python(fn, fsrc, args, kwargs, None)
+        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+            return self._call_python(fn.__func__, None, args, kwargs, (fn.__self__, fsrc.base if fsrc else None))
+        if isinstance(fn, torch.nn.Module):
+            if _has_hooks(fn):
+                return self._opaque(fnp, args, kwargs, "module with hooks")
+            fwd = type(fn).forward
+            if isinstance(fwd, types.FunctionType):
+                return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
+        if _is_torch_callable(fn):
+            return self._concrete(fn, args, kwargs)
+        if fn in _PURE_BUILTINS:
+            for v, s in args:
+                self.touch_deep(v, s)
+            return self._concrete(fn, args, kwargs)
+        self_ = getattr(fn, "__self__", None)
+        if isinstance(fn, types.BuiltinMethodType) and isinstance(self_, (list, dict, set, tuple, str)):
+            if id(self_) in self.local_objs or fn.__name__ in _READ_METHODS:
+                return self._concrete(fn, args, kwargs)
+            return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
+                                                    f"from outside the function")
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    def _call_python(self, fn, fsrc, args, kwargs, self_pair):
+        if getattr(fn, "_dynamo_disable", False):
+            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is marked dynamo.disable",
+                                self_pair)
+        why = unsupported_reason(fn.__code__)
+        if why is None and self.depth >= MAX_DEPTH:
+            why = "inlining too deep"
+        if why is not None:
+            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} uses {why}", self_pair)
+        if self.recording:
+            self.inlined.append(fn.__qualname__)
+        if fsrc is None and id(fn) not in self.local_objs:
+            fsrc = self.guards.const_source(fn)  # reads of its closure and defaults stay guarded
+        return self.call_function(fn, fsrc, args, kwargs, self_pair)
+
+    def _concrete(self, fn, args, kwargs):
+        a = [v for v, _ in args]
+        k = {n: v for n, (v, _) in kwargs.items()}
+        r = fn(*a, **k)
+        if type(r) in (list, dict, set):
+            self._mark_local(r)
+        return (r, None)
+
+    def _opaque(self, fnp, args, kwargs, why, self_pair=None):
+        """Runs a call we cannot record, for real, and ends the trace."""
+        self.abort(why)
+        self.rec.paused += 1
+        try:
+            a = [v for v, _ in args]
+            if self_pair is not None:
+                a = [self_pair[0]] + a
+            return (fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()}), None)
+        finally:
+            self.rec.paused -= 1
+
+    # -- the loop ------------------------------------------------------------------------
+    def _jump(self, f, target):
+        f.ip = f.dec.index[target]
+
+    def _execute(self, f):
+        insts = f.dec.insts
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        while True:
+            ins = insts[f.ip]
+            f.ip += 1
+            self.steps += 1
+            if self.steps == MAX_STEPS:
+                self.abort(f"trace longer than {MAX_STEPS} bytecodes")
+            op = ins.opname
+            arg = ins.arg
+            if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
+                continue
+            if op == "LOAD_FAST":
+                p = f.locals[arg]
+                if p[0] is _NULL:
+                    raise UnboundLocalError(f"local variable '{ins.argval}' referenced before assignment")
+                self.touch(*p)
+                push(p)
+            elif op == "STORE_FAST":
+                f.locals[arg] = pop()
+            elif op == "LOAD_CONST":
+                push((ins.argval, None))
+            elif op == "POP_TOP":
+                pop()
+            elif op == "PUSH_NULL":
+                push((_NULL, None))
+            elif op == "DELETE_FAST":
+                f.locals[arg] = (_NULL, None)
+            elif op == "COPY":
+                push(stack[-arg])
+            elif op == "SWAP":
+                stack[-1], stack[-arg] = stack[-arg], stack[-1]
+            elif op == "LOAD_GLOBAL":
+                if arg & 1:
+                    push((_NULL, None))
+                name = ins.argval
+                if name in f.globals:
+                    v = f.globals[name]
+                    src = self._global_src(f, name)
+                else:
+                    b = f.globals.get("__builtins__", builtins)
+                    b = b if isinstance(b, dict) else b.__dict__
+                    if name not in b:
+                        raise NameError(f"name '{name}' is not defined")
+                    v, src = b[name], None
+                    self._guard_absent(f, name)  # a global of that name would shadow the builtin
+                self.touch(v, src)
+                push((v, src))
+            elif op in ("LOAD_ATTR", "LOAD_METHOD"):
+                obj, osrc = pop()
+                name = ins.argval
+                if op == "LOAD_METHOD":
+                    meth = getattr(type(obj), name, None)
+                    if isinstance(meth, types.FunctionType) and not isinstance(obj, type) and \
+                            name not in getattr(obj, "__dict__", {}):
+                        push((meth, None))
+                        push((obj, osrc))
+                        continue
+                    push((_NULL, None))
+                v = getattr(obj, name)
+                src = osrc.attr(name) if osrc is not None and not isinstance(obj, torch.Tensor) else None
+                if src is not None and (callable(v) and not isinstance(v, torch.nn.Module) and
+                                        isinstance(v, (types.BuiltinMethodType, types.MethodType))):
+                    src = Source(src.expr, osrc)  # a bound method: its identity changes per read
+                    push((v, src))
+                    continue
+                self.touch(v, src)
+                push((v, src))
+            elif op == "STORE_ATTR":
+                obj, _ = pop()
+                v, _ = pop()
+                if id(obj) not in self.local_objs:
+                    self.abort(f"sets attribute {ins.argval} of an object from outside the function")
+                setattr(obj, ins.argval, v)
+            elif op == "MAKE_CELL":
+                v = f.locals[arg]
+                cell = types.CellType() if v[0] is _NULL else types.CellType(v[0])
+                self._cell_src[id(cell)] = v[1]
+                self.keep.append(cell)
+                f.locals[arg] = (cell, None)
+            elif op == "COPY_FREE_VARS":
+                closure = f.fn.__closure__
+                base = len(f.dec.names) - arg
+                for i in range(arg):
+                    cell = closure[i]
+                    src = f.fn_src.attr("__closure__").item(i).attr("cell_contents") if f.fn_src is not None else None
+                    if id(cell) not in self._cell_src:
+                        self._cell_src[id(cell)] = src
+                    f.locals[base + i] = (cell, None)
+            elif op == "LOAD_CLOSURE":
+                push(f.locals[arg])
+            elif op == "LOAD_DEREF":
+                cell = f.locals[arg][0]
+                try:
+                    v = cell.cell_contents
+                except ValueError:
+                    raise NameError(f"free variable '{ins.argval}' referenced before assignment") from None
+                src = self._cell_src.get(id(cell))
+                self.touch(v, src)
+                push((v, src))
+            elif op == "STORE_DEREF":
+                cell = f.locals[arg][0]
+                v, src = pop()
+                if id(cell) not in self.local_objs and cell not in self.keep:
+                    self.abort("assigns a closure variable of an enclosing function")
+                cell.cell_contents = v
+                self._cell_src[id(cell)] = src
+            elif op == "KW_NAMES":
+                f.kw_names = ins.argval
+            elif op == "CALL":
+                n = arg
+                items = stack[len(stack) - n:]
+                del stack[len(stack) - n:]
+                second = pop()
+                first = pop()
+                if first[0] is _NULL:
+                    fnp = second
+                else:
+                    fnp = first
+                    items = [second] + items
+                kw = f.kw_names
+                f.kw_names = ()
+                if kw:
+                    pos, kwv = items[:len(items) - len(kw)], items[len(items) - len(kw):]
+                    kwargs = dict(zip(kw, kwv))
+                else:
+                    pos, kwargs = items, {}
+                push(self.call(fnp, pos, kwargs))
+            elif op == "CALL_FUNCTION_EX":
+                kwargs = {}
+                if arg & 1:
+                    d, dsrc = pop()
+                    srcs = self._dict_srcs.get(id(d), {})
+                    kwargs = {n: (v, srcs.get(n) or (dsrc.item(n) if dsrc else None)) for n, v in d.items()}
+                t, tsrc = pop()
+                srcs = self._tuple_srcs.get(id(t))
+                pos = [(v, (srcs[i] if srcs else (tsrc.item(i) if tsrc else None))) for i, v in enumerate(t)]
+                fnp = pop()
+                if stack and stack[-1][0] is _NULL:
+                    pop()
+                push(self.call(fnp, pos, kwargs))
+            elif op == "MAKE_FUNCTION":
+                code = pop()[0]
+                closure = pop()[0] if arg & 0x08 else None
+                if arg & 0x04:
+                    pop()
+                kwdefaults = pop()[0] if arg & 0x02 else None
+                defaults = pop()[0] if arg & 0x01 else None
+                fn = types.FunctionType(code, f.globals, code.co_name, defaults, closure)
+                if kwdefaults:
+                    fn.__kwdefaults__ = kwdefaults
+                fn.__qualname__ = code.co_qualname
+                self._mark_local(fn)
+                push((fn, None))
+            elif op == "BINARY_OP":
+                b = pop()
+                a = pop()
+                fn = _BINARY[arg]
+                if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
+                    self.abort("augmented assignment changes a container from outside the function")
+                push((fn(a[0], b[0]), None))
+            elif op == "COMPARE_OP":
+                b = pop()
+                a = pop()
+                push((_COMPARE[arg](a[0], b[0]), None))
+            elif op == "IS_OP":
+                b = pop()
+                a = pop()
+                push(((a[0] is not b[0]) if arg else (a[0] is b[0]), None))
+            elif op == "CONTAINS_OP":
+                b = pop()
+                a = pop()
+                self.touch_deep(*b)
+                r = a[0] in b[0]
+                push(((not r) if arg else r, None))
+            elif op == "UNARY_NEGATIVE":
+                push((-pop()[0], None))
+            elif op == "UNARY_POSITIVE":
+                push((+pop()[0], None))
+            elif op == "UNARY_INVERT":
+                push((~pop()[0], None))
+            elif op == "UNARY_NOT":
+                push((not pop()[0], None))
+            elif op == "BINARY_SUBSCR":
+                key = pop()
+                obj, osrc = pop()
+                v = obj[key[0]]
+                src = None
+                if osrc is not None and type(obj) in (list, tuple, dict) and isinstance(key[0], (int, str)) \
+                        and not isinstance(key[0], bool):
+                    src = osrc.item(key[0])
+                elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
+                    src = self._tuple_srcs[id(obj)][key[0]]
+                elif osrc is not None and not isinstance(obj, torch.Tensor):
+                    self.touch_deep(obj, osrc)
+                self.touch(v, src)
+                push((v, src))
+            elif op == "STORE_SUBSCR":
+                key = pop()
+                obj = pop()[0]
+                v = pop()[0]
+                if id(obj) not in self.local_objs:
+                    if isinstance(obj, torch.Tensor):
+                        pass  # an in-place tensor write: recorded at ATen
+                    else:
+                        self.abort("item assignment into an object from outside the function")
+                obj[key[0]] = v
+            elif op == "BUILD_TUPLE":
+                items = stack[len(stack) - arg:] if arg else []
+                del stack[len(stack) - arg:]
+                t = tuple(v for v, _ in items)
+                if any(s is not None for _, s in items):
+                    self._tuple_srcs[id(t)] = [s for _, s in items]
+                    self.keep.append(t)
+                push((t, None))
+            elif op == "BUILD_LIST":
+                items = stack[len(stack) - arg:] if arg else []
+                del stack[len(stack) - arg:]
+                push((self._mark_local([v for v, _ in items]), None))
+            elif op == "BUILD_SET":
+                items = stack[len(stack) - arg:] if arg else []
+                del stack[len(stack) - arg:]
+                push((self._mark_local({v for v, _ in items}), None))
+            elif op == "BUILD_MAP":
+                items = stack[len(stack) - 2 * arg:] if arg else []
+                del stack[len(stack) - 2 * arg:]
+                d = {items[2 * i][0]: items[2 * i + 1][0] for i in range(arg)}
+                push((self._mark_local(d), None))
+            elif op == "BUILD_CONST_KEY_MAP":
+                keys = pop()[0]
+                items = stack[len(stack) - arg:]
+                del stack[len(stack) - arg:]
+                push((self._mark_local(dict(zip(keys, (v for v, _ in items)))), None))
+            elif op == "BUILD_STRING":
+                items = stack[len(stack) - arg:] if arg else []
+                del stack[len(stack) - arg:]
+                push(("".join(v for v, _ in items), None))
+            elif op == "BUILD_SLICE":
+                items = [pop()[0] for _ in range(arg)][::-1]
+                push((slice(*items), None))
+            elif op == "LIST_APPEND":
+                v = pop()[0]
+                stack[-arg][0].append(v)
+            elif op == "SET_ADD":
+                v = pop()[0]
+                stack[-arg][0].add(v)
+            elif op == "MAP_ADD":
+                v = pop()[0]
+                k = pop()[0]
+                stack[-arg][0][k] = v
+            elif op == "LIST_EXTEND":
+                v, s = pop()
+                self.touch_deep(v, s)
+                stack[-arg][0].extend(v)
+            elif op in ("DICT_MERGE", "DICT_UPDATE"):
+                v, s = pop()
+                self.touch_deep(v, s)
+                d = stack[-arg][0]
+                if op == "DICT_MERGE":
+                    dup = set(d) & set(v)
+                    if dup:
+                        raise TypeError(f"got multiple values for keyword argument '{next(iter(dup))}'")
+                d.update(v)
+            elif op == "LIST_TO_TUPLE":
+                push((tuple(pop()[0]), None))
+            elif op == "UNPACK_SEQUENCE":
+                v, s = pop()
+                items = list(v)
+                if len(items) != arg:
+                    raise ValueError(f"expected {arg} values to unpack, got {len(items)}")
+                srcs = self._element_srcs(v, s, len(items))
+                for i in reversed(range(arg)):
+                    self.touch(items[i], srcs[i])
+                    push((items[i], srcs[i]))
+            elif op == "UNPACK_EX":
+                v, s = pop()
+                self.touch_deep(v, s)
+                items = list(v)
+                before, after = arg & 0xFF, arg >> 8
+                if len(items) < before + after:
+                    raise ValueError("not enough values to unpack")
+                for x in reversed(items[len(items) - after:]):
+                    push((x, None))
+                push((self._mark_local(items[before:len(items) - after]), None))
+                for x in reversed(items[:before]):
+                    push((x, None))
+            elif op == "GET_ITER":
+                v, s = pop()
+                if s is not None and type(v) in (list, tuple) and len(v) <= 256:
+                    srcs = self._element_srcs(v, s, len(v))
+                    push((_SourcedIter(list(v), srcs), None))
+                else:
+                    if type(v) is tuple and id(v) in self._tuple_srcs:
+                        push((_SourcedIter(list(v), self._tuple_srcs[id(v)]), None))
+                        continue
+                    self.touch_deep(v, s)
+                    push((iter(v), None))
+            elif op == "FOR_ITER":
+                it = stack[-1][0]
+                try:
+                    if isinstance(it, _SourcedIter):
+                        v, src = it.next_pair()
+                        self.touch(v, src)
+                        push((v, src))
+                    else:
+                        push((next(it), None))
+                except StopIteration:
+                    pop()
+                    self._jump(f, ins.argval)
+            elif op in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT"):
+                self._jump(f, ins.argval)
+            elif op.startswith("POP_JUMP"):
+                v = pop()[0]
+                if op.endswith("IF_FALSE"):
+                    take = not v
+                elif op.endswith("IF_TRUE"):
+                    take = bool(v)
+                elif op.endswith("IF_NOT_NONE"):
+                    take = v is not None
+                else:
+                    take = v is None
+                if take:
+                    self._jump(f, ins.argval)
+            elif op in ("JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"):
+                v = stack[-1][0]
+                if bool(v) == (op == "JUMP_IF_TRUE_OR_POP"):
+                    self._jump(f, ins.argval)
+                else:
+                    pop()
+            elif op == "FORMAT_VALUE":
+                spec = pop()[0] if (arg & 0x04) else ""
+                v = pop()[0]
+                conv = arg & 0x03
+                v = str(v) if conv == 1 else repr(v) if conv == 2 else ascii(v) if conv == 3 else v
+                push((format(v, spec), None))
+            elif op == "GET_LEN":
+                push((len(stack[-1][0]), None))
+            elif op == "RETURN_VALUE":
+                return pop()
+            elif op == "LOAD_ASSERTION_ERROR":
+                push((AssertionError, None))
+            elif op == "RAISE_VARARGS":
+                if arg == 0:
+                    raise RuntimeError("No active exception to reraise")
+                cause = pop()[0] if arg == 2 else None
+                exc = pop()[0]
+                if cause is not None:
+                    raise exc from cause
+                raise exc
+            else:  # pragma: no cover - excluded by the static check
+                raise RuntimeError(f"dynamo interpreter: unhandled {op}")
+
+    def _element_srcs(self, v, s, n):
+        if type(v) is tuple and id(v) in self._tuple_srcs:
+            return self._tuple_srcs[id(v)]
+        if s is not None and type(v) in (list, tuple, torch.Size):
+            return [s.item(i) for i in range(n)]
+        self.touch_deep(v, s)
+        return [None] * n
+
+    def _globals_source(self, f):
+        # A function's globals dict keeps its identity: guards read the current value from it.
+        return GLOBALS if f.fn_src is FUNC else self.guards.const_source(f.globals)
+
+    def _global_src(self, f, name):
+        return self._globals_source(f).item(name)
+
+    def _guard_absent(self, f, name):
+        expr = f"({name!r} not in {self._globals_source(f).expr})"
+        self.guards.guard_state(expr, True, f"no global named {name}")
+
+
+class _SourcedIter:
+    """Iteration over a sourced list/tuple: elements keep their sources (and guards)."""
+
+    __slots__ = ("items", "srcs", "i")
+
+    def __init__(self, items, srcs):
+        self.items, self.srcs, self.i = items, srcs, 0
+
+    def next_pair(self):
+        if self.i >= len(self.items):
+            raise StopIteration
+        k = self.i
+        self.i += 1
+        return self.items[k], self.srcs[k]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next_pair()[0]
+
+
+def signature_text(fn):
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
