@@ -33,7 +33,7 @@ _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
 _all = []          # every OptimizedFunction, for reset() and the report
-_GUARD_MISS = 7    # DYNAMO_ERR_GUARD_MISS
+_GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
 
 
 def counters():

@@ -440,7 +440,7 @@ class Interpreter:
                 cell.cell_contents = v
                 self._cell_src[id(cell)] = src
             elif op == "KW_NAMES":
-                f.kw_names = ins.argval
+                f.kw_names = f.code.co_consts[arg]
             elif op == "CALL":
                 n = arg
                 items = stack[len(stack) - n:]

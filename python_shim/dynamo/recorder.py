@@ -77,7 +77,8 @@ class Recorder(TorchDispatchMode):
             raise Abort("only dense strided tensors are supported")
         name = f"%i{len(self.inputs)}"
         strides = ",".join(str(s) for s in t.stride())
-        self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}")
+        rg = " requires_grad" if t.requires_grad else ""
+        self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}{rg}")
         self.vals[id(t)] = name
         self.input_names.add(name)
         self.keep.append(t)
