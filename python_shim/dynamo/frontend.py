@@ -69,14 +69,15 @@ class Compiled:
         self.nout = len(specs)
         self.shapes = [s for _, s in specs]
         self.aliases = entry.output_aliases()
-        self.ptrs = (ctypes.c_void_p * max(self.nout, 1))()
+        self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
         self.stats = entry.stats()
         self.runs = 0
 
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
         args, keep = native.make_args(inputs)
-        st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), self.ptrs, self.nout)
+        ptrs = self._ptrs_type()  # per call: the same trace may run on several threads
+        st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
         if st == _GUARD_MISS:
             return None
         if st != 0:
@@ -85,7 +86,7 @@ class Compiled:
         for k in range(self.nout):
             a = self.aliases[k]
             if a is None:
-                outs.append(native.wrap_managed(self.ptrs[k]))
+                outs.append(native.wrap_managed(ptrs[k]))
             else:
                 src = inputs[a[0]]
                 outs.append(src.as_strided(self.shapes[k], a[2], src.storage_offset() + a[1]))
