@@ -82,14 +82,7 @@ class Compiled:
             return None
         if st != 0:
             native._check(st)
-        outs = []
-        for k in range(self.nout):
-            a = self.aliases[k]
-            if a is None:
-                outs.append(native.wrap_managed(ptrs[k]))
-            else:
-                src = inputs[a[0]]
-                outs.append(src.as_strided(self.shapes[k], a[2], src.storage_offset() + a[1]))
+        outs = native.collect_outputs(ptrs, self.aliases, self.shapes, inputs)
         self.runs += 1
         return outs
 

@@ -116,6 +116,19 @@ def wrap_managed(ptr):
     return torch.utils.dlpack.from_dlpack(_capsule_new(ptr, b"dltensor", None))
 
 
+def collect_outputs(ptrs, aliases, shapes, inputs):
+    """Torch tensors for the outputs of dynamo_entry_run_alloc: engine buffers wrapped without a
+    copy; outputs that alias an input become views of that input, as eager returns them."""
+    outs = []
+    for k, alias in enumerate(aliases):
+        if alias is None:
+            outs.append(wrap_managed(ptrs[k]))
+        else:
+            src = inputs[alias[0]]
+            outs.append(src.as_strided(shapes[k], alias[2], src.storage_offset() + alias[1]))
+    return outs
+
+
 class Entry:
     def __init__(self, handle):
         self.handle = handle
@@ -171,14 +184,7 @@ class Frame:
         n = len(specs)
         ptrs = (ctypes.c_void_p * max(n, 1))()
         _check(lib().dynamo_entry_run_alloc(e, args, len(values), ptrs, n))
-        outs = []
-        for k, alias in enumerate(aliases):
-            if alias is None:
-                outs.append(wrap_managed(ptrs[k]))
-            else:
-                src = values[alias[0]]
-                outs.append(src.as_strided(specs[k][1], alias[2], src.storage_offset() + alias[1]))
-        return outs
+        return collect_outputs(ptrs, aliases, [s for _, s in specs], values)
 
     def close(self):
         if self.handle:
