@@ -2,6 +2,7 @@
 // pipeline, and per-entry resource trackers.
 #include "engine.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -9,9 +10,13 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/FileSystem.h>
 #include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 #include <llvm/Target/TargetMachine.h>
 
 namespace dynamo::jit {
@@ -29,6 +34,23 @@ std::string take(llvm::Error e) {
 
 [[noreturn]] void compile_fail(const std::string &what, llvm::Error e) {
   dynamo::jit::fail(ErrorCode::Compile, what + ": " + take(std::move(e)));
+}
+
+// DYNAMO_DUMP_DIR=dir: each compiled module is written there as <fn>.ll (as lowered),
+// <fn>.opt.ll (after the pass pipeline) and <fn>.s (host assembly), named by trace function.
+const char *dump_dir() {
+  const char *d = getenv("DYNAMO_DUMP_DIR");
+  return d && *d ? d : nullptr;
+}
+
+void dump_text(const std::string &path, const std::function<void(raw_ostream &)> &write) {
+  std::error_code ec;
+  raw_fd_ostream os(path, ec, sys::fs::OF_Text);
+  if (ec) {
+    errs() << "dynamo: cannot write " << path << ": " << ec.message() << "\n";
+    return;
+  }
+  write(os);
 }
 
 }  // namespace
@@ -101,6 +123,12 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   std::string verr;
   raw_string_ostream vos(verr);
   if (verifyModule(*mod, &vos)) dynamo::jit::fail(ErrorCode::Internal, "generated LLVM IR is invalid: " + vos.str());
+  const char *dump = dump_dir();
+  std::string stem = dump ? std::string(dump) + "/" + fn_name : "";
+  if (dump) {
+    sys::fs::create_directories(dump);
+    dump_text(stem + ".ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     LoopAnalysisManager lam;
@@ -117,6 +145,18 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
                                 ? pb.buildO0DefaultPipeline(OptimizationLevel::O0)
                                 : pb.buildPerModuleDefaultPipeline(impl_->level);
     mpm.run(*mod, mam);
+    if (dump) {
+      dump_text(stem + ".opt.ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
+      std::unique_ptr<Module> copy = CloneModule(*mod);
+      dump_text(stem + ".s", [&](raw_ostream &os) {
+        raw_pwrite_stream *ps = static_cast<raw_pwrite_stream *>(&os);
+        legacy::PassManager pm;
+        if (impl_->tm->addPassesToEmitFile(pm, *ps, nullptr, CodeGenFileType::AssemblyFile))
+          os << "; this target cannot emit assembly\n";
+        else
+          pm.run(*copy);
+      });
+    }
   }
   JITDylib &jd = impl_->jit->getMainJITDylib();
   ResourceTrackerSP rt = jd.createResourceTracker();

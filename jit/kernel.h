@@ -101,6 +101,10 @@ class KernelEmitter {
   void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1,
                   const Blocking *blk = nullptr);
   int copy_index = 0;  // which unrolled copy the body is emitting (independent accumulators)
+  // Row groups: later passes over a row (served from cache) prefetch the same position of the
+  // next row, so DRAM traffic stays in flight while a row is being finished.
+  bool prefetch_next_row = false;
+  void emit_prefetch_next_row();
   void emit_body(int lanes_now);
   Map identity() const;
 
@@ -179,10 +183,11 @@ class KernelEmitter {
   Value *f32c(double x);
   Value *i32c(int32_t x);
   Value *fma32(Value *a, Value *b, Value *c);
-  Value *min_c(Value *x, double c);
+  Value *min_c(Value *x, double c);  // min(x, c) and max(x, c); NaN x stays NaN
+  Value *max_c(Value *x, double c);
   Value *horner(Value *x, const float *c, int n);  // c[0] + x c[1] + ... + x^(n-1) c[n-1]
-  Value *add_exponent(Value *e, Value *n);
-  Value *exp2_int_scale(Value *p, Value *n);
+  Value *scale_pow2(Value *p, Value *n);           // p * 2^n, n integer-valued
+
   Value *exp_f32(Value *x);
   Value *erf_f32(Value *x);
   Value *tanh_f32(Value *x);

@@ -191,6 +191,7 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
       copy_index = u;
       jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * lanes_now)) : (Value *)j;
       if (row_base) rflat = B.CreateAdd(row_base, jidx);
+      if (prefetch_next_row && lanes_now == lanes) emit_prefetch_next_row();
       body(lanes_now);
     }
     copy_index = 0;

@@ -3,11 +3,13 @@
 // erf (GELU) and tanh (GELU-tanh). Each is a few FMA polynomials and a select between a small-
 // argument and a large-argument form, both computed (no data-dependent branches). Rules that
 // the error bounds rely on: every fma stays a real llvm.fma, no fast-math flags anywhere, and
-// clamps are compare+select (x86 min without nnan would cost three instructions).
+// clamps are compare+select in the operand order that maps to one x86 min/max and keeps NaN.
 // float64 and the rarer functions go to SLEEF (lower_cpu.cpp, KernelEmitter::sleef).
 //
 // Accuracy is checked against double-precision libm over every float32 input by
 // perf/math_accuracy.cpp (`make check-math`), and over a sample in tests/c/test_pointwise.cpp.
+#include <llvm/IR/IntrinsicsX86.h>
+
 #include "kernel.h"
 
 namespace dynamo::jit::detail {
@@ -19,9 +21,14 @@ Value *KernelEmitter::fma32(Value *a, Value *b, Value *c) {
   return B.CreateIntrinsic(Intrinsic::fma, {a->getType()}, {a, b, c});
 }
 
-// 2^n for integer-valued float n in [-150, 129]: two factors, each a normal float, so that
-// results in the denormal range and up to 2^128 * (p < 2) come out right.
-Value *KernelEmitter::exp2_int_scale(Value *p, Value *n) {
+// p * 2^n for integer-valued float n in [-150, 129], p in [0.5, 2) (or NaN). With AVX-512 one
+// vscalefps (a single rounding, right for denormal results); elsewhere two factors, each a
+// normal float built from exponent bits, so that denormal results and 2^128 * p come out right.
+Value *KernelEmitter::scale_pow2(Value *p, Value *n) {
+  if (L == 16 && opt.features.find("+avx512f") != std::string::npos) {
+    Value *all = B.getInt16(0xffff), *cur_direction = B.getInt32(4);
+    return B.CreateIntrinsic(Intrinsic::x86_avx512_mask_scalef_ps_512, {}, {p, n, p, all, cur_direction});
+  }
   llvm::Type *it = L == 1 ? (llvm::Type *)B.getInt32Ty() : FixedVectorType::get(B.getInt32Ty(), L);
   Value *ni = B.CreateFPToSI(n, it);
   Value *n1 = B.CreateAShr(ni, i32c(1));
@@ -30,12 +37,16 @@ Value *KernelEmitter::exp2_int_scale(Value *p, Value *n) {
   return B.CreateFMul(B.CreateFMul(p, pow2(n1)), pow2(n2));
 }
 
-// exp(x): n = round(x / ln 2), r = x - n ln 2 (two-part ln 2 with FMA, |r| <= 0.35), e^r by
-// its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^n. NaN passes through;
-// x > 88.8 gives inf and x < -104 gives 0 through the clamp.
+// Clamps that let NaN through in one x86 min/max: `c < x ? c : x` is minps(c, x), which
+// returns its second operand when either is NaN.
 Value *KernelEmitter::min_c(Value *x, double c) {
   Value *k = f32c(c);
-  return B.CreateSelect(B.CreateFCmpOLT(x, k), x, k);
+  return B.CreateSelect(B.CreateFCmpOLT(k, x), k, x);
+}
+
+Value *KernelEmitter::max_c(Value *x, double c) {
+  Value *k = f32c(c);
+  return B.CreateSelect(B.CreateFCmpOGT(k, x), k, x);
 }
 
 Value *KernelEmitter::horner(Value *x, const float *c, int n) {
@@ -44,24 +55,18 @@ Value *KernelEmitter::horner(Value *x, const float *c, int n) {
   return p;
 }
 
-// e * 2^n for integer-valued n whose result stays a normal float: add n to the exponent bits.
-Value *KernelEmitter::add_exponent(Value *e, Value *n) {
-  llvm::Type *it = L == 1 ? (llvm::Type *)B.getInt32Ty() : FixedVectorType::get(B.getInt32Ty(), L);
-  Value *sh = B.CreateShl(B.CreateFPToSI(n, it), i32c(23));
-  return B.CreateBitCast(B.CreateAdd(B.CreateBitCast(e, it), sh), e->getType());
-}
-
+// exp(x): n = round(x / ln 2), r = x - n ln 2 (two-part ln 2 with FMA, |r| <= 0.35), e^r by
+// its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^n. NaN passes through
+// every step; x > 88.8 gives inf and x < -104 gives 0 through the clamps.
 Value *KernelEmitter::exp_f32(Value *x) {
-  Value *xc = min_c(x, 88.8);
-  xc = B.CreateSelect(B.CreateFCmpOGT(xc, f32c(-104.0)), xc, f32c(-104.0));
+  Value *xc = max_c(min_c(x, 88.8), -104.0);
   Value *n = B.CreateUnaryIntrinsic(Intrinsic::roundeven, B.CreateFMul(xc, f32c(1.44269504088896341)));
   Value *r = fma32(n, f32c(-0.693145751953125), xc);  // ln 2 high part (exact in 16 bits)
   r = fma32(n, f32c(-1.428606765330187e-06), r);      // ln 2 low part
   static const double kInvFact[] = {1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
   Value *p = f32c(kInvFact[0]);
   for (int k = 1; k < 8; ++k) p = fma32(p, r, f32c(kInvFact[k]));
-  Value *res = exp2_int_scale(p, n);
-  return B.CreateSelect(fisnan(x), x, res);
+  return scale_pow2(p, n);
 }
 
 // erf(x) on t = |x|, then copysign (odd by construction; -0 and NaN pass through):
@@ -69,7 +74,7 @@ Value *KernelEmitter::exp_f32(Value *x) {
 //   t >  0.875: 1 - 2^Q(tc), tc = min(t, 4), Q = tc * R(tc) ~ log2(erfc(tc)) with R of degree 5;
 //               n = rint(Q), f = fma(R, tc, -n) in one rounding (Q has no constant term, which
 //               is what keeps every result within 1 ulp), 2^f by a degree-5 polynomial, times 2^n
-//               through the exponent bits (n in [-28, 0]). erfc(4) < 2^-25, so t >= 4 gives 1.
+//               (n in [-28, 0]). erfc(4) < 2^-25, so t >= 4 gives 1.
 // Every float32 input is within 1 ulp of the correctly rounded result (max 1.30 ulp of the
 // exact value; `make check-math`); about 7x cheaper than SLEEF's erf u10 here.
 Value *KernelEmitter::erf_f32(Value *x) {
@@ -84,7 +89,7 @@ Value *KernelEmitter::erf_f32(Value *x) {
   Value *r = horner(tc, kR, 6);
   Value *n = B.CreateUnaryIntrinsic(Intrinsic::rint, B.CreateFMul(r, tc));
   Value *f = fma32(r, tc, B.CreateFNeg(n));
-  Value *large = B.CreateFSub(f32c(1.0), add_exponent(horner(f, kE, 6), n));
+  Value *large = B.CreateFSub(f32c(1.0), scale_pow2(horner(f, kE, 6), n));
   Value *res = B.CreateSelect(B.CreateFCmpOGT(t, f32c(0.875)), large, small);
   return B.CreateBinaryIntrinsic(Intrinsic::copysign, res, x);
 }
@@ -92,8 +97,8 @@ Value *KernelEmitter::erf_f32(Value *x) {
 // tanh(x) on t = |x|, then copysign:
 //   t <= 0.625: t + t * (s * P(s)), s = t^2, P of degree 4 (tiny inputs return x exactly);
 //   t >  0.625: 1 - 2 / (e^(2 tc) + 1), tc = min(t, 9.5); e^(2 tc) = 2^(tc * 2/ln 2) with the
-//               2/ln 2 constant in two parts, a degree-6 polynomial for 2^f and the exponent
-//               bits for 2^n (n in [0, 28]). 1 - tanh(9.5) < 2^-25, so t >= 9.5 gives 1.
+//               2/ln 2 constant in two parts, a degree-6 polynomial for 2^f, times 2^n
+//               (n in [0, 28]). 1 - tanh(9.5) < 2^-25, so t >= 9.5 gives 1.
 // Every float32 input is within 1 ulp of the correctly rounded result (max 1.41 ulp of the
 // exact value); about 5x cheaper than SLEEF's tanh u10 here.
 Value *KernelEmitter::tanh_f32(Value *x) {
@@ -108,7 +113,7 @@ Value *KernelEmitter::tanh_f32(Value *x) {
   Value *n = B.CreateUnaryIntrinsic(Intrinsic::rint, B.CreateFMul(tc, khi));
   Value *f = fma32(tc, khi, B.CreateFNeg(n));
   f = fma32(tc, klo, f);
-  Value *e = add_exponent(horner(f, kF, 7), n);
+  Value *e = scale_pow2(horner(f, kF, 7), n);
   Value *large = B.CreateFSub(f32c(1.0), B.CreateFDiv(f32c(2.0), B.CreateFAdd(e, f32c(1.0))));
   Value *res = B.CreateSelect(B.CreateFCmpOGT(t, f32c(0.625)), large, small);
   return B.CreateBinaryIntrinsic(Intrinsic::copysign, res, x);

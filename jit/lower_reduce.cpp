@@ -241,6 +241,19 @@ void KernelEmitter::store_row_roots() {
   }
 }
 
+void KernelEmitter::emit_prefetch_next_row() {
+  if (n_outer == 0 || dims.size() != n_outer + 1) return;  // one collapsed reduced dim only
+  for (size_t k = 0; k < pats.size(); ++k) {
+    const Pattern &pt = pats[k];
+    bool is_store = pt.store || std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
+    int64_t next = pt.coef[n_outer - 1];
+    if (is_store || pt.coef.back() != 1 || next == 0 || hoisted.count((int32_t)k)) continue;
+    Value *off = B.CreateAdd(B.CreateAdd(outer_off[k], B.getInt64(pt.offset + next)), jidx);
+    Value *ptr = B.CreateGEP(mem_ty(pt.dt), base[pt.slot], off);  // may point past the tensor: a hint only
+    B.CreateIntrinsic(Intrinsic::prefetch, {B.getPtrTy()}, {ptr, B.getInt32(0), B.getInt32(2), B.getInt32(1)});  // read, into L2, data
+  }
+}
+
 void KernelEmitter::emit_row_body() {
   reg.clear();
   stage = 0;
@@ -261,6 +274,7 @@ void KernelEmitter::emit_row_body() {
           break;
         }
       }
+    prefetch_next_row = i > 0;
     if (partner >= 0) {
       emit_reduction(partner, r);
       done.insert(partner);
@@ -273,9 +287,11 @@ void KernelEmitter::emit_row_body() {
   store_row_roots();
   if (!g.roots.empty()) {
     rflat = B.getInt64(0);
+    prefetch_next_row = true;
     emit_r_loops(n_outer, [this](int l) { emit_body(l); });
     rflat = nullptr;
   }
+  prefetch_next_row = false;
   stage = -1;
 }
 
@@ -360,8 +376,12 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   };
 
   // State: [acc, comp|m2|idx] per width (vector lanes, scalar tail), plus welford counts.
+  // Float amax/amin accumulate with one x86 max/min that keeps a NaN already in the
+  // accumulator, plus a per-lane "saw NaN" mask for NaN inputs (3 instructions per vector
+  // instead of llvm.maximum's 6); the mask turns the lane into NaN when the state is read.
+  const bool nan_mask = fl && (op == Op::amax || op == Op::amin);
   struct Acc {
-    Value *a = nullptr, *b = nullptr, *n = nullptr;
+    Value *a = nullptr, *b = nullptr, *n = nullptr, *nan = nullptr;
   };
   constexpr int kCopies = 4;  // independent vector accumulators: hides the add/max latency
   Acc vs[kCopies], ss;
@@ -380,6 +400,11 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     if (welford) {
       s.n = alloca_at_entry(B.getInt64Ty());
       B.CreateStore(B.getInt64(0), s.n);
+    }
+    if (nan_mask) {
+      llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
+      s.nan = alloca_at_entry(mt);
+      B.CreateStore(Constant::getNullValue(mt), s.nan);
     }
   };
   for (Acc &a : vs) make(a, lanes);
@@ -426,6 +451,10 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       return {l == 1 ? n : B.CreateVectorSplat(l, n), va, B.CreateLoad(t1, a.b)};
     }
     if (index) return {va, B.CreateLoad(ty(DType::I64, l), a.b)};
+    if (nan_mask) {
+      llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
+      va = B.CreateSelect(B.CreateLoad(mt, a.nan), konst(adt, NAN, l), va);
+    }
     return {va};
   };
   auto merge2 = [&](const State &p, const State &q) -> State {
@@ -531,6 +560,11 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
         Value *bt = better(xv, xi, a, vi);
         B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
         B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
+      } else if (nan_mask) {  // maxps(x, a) = x > a ? x : a: a NaN accumulator stays
+        Value *take = op == Op::amax ? B.CreateFCmpOGT(xv, a) : B.CreateFCmpOLT(xv, a);
+        B.CreateStore(B.CreateSelect(take, xv, a), s.a);
+        llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
+        B.CreateStore(B.CreateOr(B.CreateLoad(mt, s.nan), fisnan(xv)), s.nan);
       } else {
         B.CreateStore(combine(a, xv), s.a);
       }

@@ -33,7 +33,9 @@ std::string trace(const std::vector<at::Tensor> &in, const std::string &body, co
 
 }  // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  // Optional argument: run only the cases whose name contains it (and skip the scaling table).
+  const char *only = argc > 1 ? argv[1] : nullptr;
   int threads = setup(false);
   at::manual_seed(0);
   printf("dynamo reduction suite: float32, %d thread(s) for eager and JIT (OMP_NUM_THREADS to change)\n", threads);
@@ -88,6 +90,10 @@ int main() {
   // Phase 1, end to end with the default allocator: eager as users run it (fresh temporaries,
   // page-faulted in when large) vs. the JIT with engine-allocated outputs (recycled buffers),
   // released after each call, as the Python binding returns them.
+  if (only)
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const Case &c) { return std::string(c.name).find(only) == std::string::npos; }),
+                cases.end());
   std::vector<std::unique_ptr<Compiled>> ks;
   std::vector<double> e2e_eager, e2e_jit;
   for (Case &c : cases) {
@@ -125,6 +131,10 @@ int main() {
   printf("geometric-mean speedup over eager: %.2fx end to end, %.2fx kernels (%d cases)\n\n", std::exp(log_e / n),
          std::exp(log_k / n), n);
 
+  if (only) {
+    dynamo_engine_destroy(engine);
+    return 0;
+  }
   // Time vs. size for one kernel (the 3-op chain): t = overhead + bytes / bandwidth.
   printf("scaling, 3-op chain (2 in, 1 out):\n%12s %12s %12s %10s\n", "elements", "eager us", "jit us", "jit GB/s");
   std::vector<double> xs, ts;
