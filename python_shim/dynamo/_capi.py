@@ -76,8 +76,13 @@ def _candidates():
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    return [
-        os.path.join(here, "libdynamo.so.0"),                       # installed next to the package
+    found = []
+    try:
+        from ._paths import LIBRARY  # written by `make install`
+        found.append(LIBRARY)
+    except ImportError:
+        pass
+    return found + [
         os.path.join(here, "..", "..", "build", "libdynamo.so.0"),  # source checkout after `make`
         "libdynamo.so.0",                                           # the system linker's path
     ]

@@ -15,6 +15,7 @@ dynamo.explain and the --report of `python -m dynamo`.
 """
 import ctypes
 import functools
+import os
 import time
 import types
 
@@ -34,6 +35,7 @@ _counters["compile_seconds"] = 0.0
 _engine = None
 _all = []          # every OptimizedFunction, for reset() and the report
 _GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
+EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 
 
 def counters():
@@ -154,11 +156,16 @@ class OptimizedFunction:
             raise RuntimeError(f"dynamo.optimize(nopython=True): cannot compile {self.name}: {why}")
 
     def __call__(self, *args, **kwargs):
-        _bump("calls")
-        self.calls += 1
         if self.owner is not None:
             args = (self.owner,) + args
-        fn = self.fn
+        result = self.call(self.fn, args, kwargs, in_frame=False)
+        return result
+
+    def call(self, fn, args, kwargs, in_frame):
+        """One call of fn (a function object of this code). in_frame: called from the frame
+        hook, which runs the frame itself when we return EAGER instead of a result."""
+        _bump("calls")
+        self.calls += 1
         for c in self.compiled:
             inputs = c.check(args, kwargs, fn.__globals__, fn)
             if inputs is None:
@@ -173,14 +180,13 @@ class OptimizedFunction:
             _bump("native_runs")
             result = _rebuild(c.out_spec, outs)
             if config.verify:
-                self._verify(result, args, kwargs)
+                self._verify(fn, result, args, kwargs)
             return result
         if self.compiled:
             _bump("guard_misses")
         if self.disabled_reason is not None:
             self._fallback(self.disabled_reason)
-            _bump("eager_runs")
-            return fn(*args, **kwargs)
+            return self._eager(fn, args, kwargs, in_frame)
         if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
             if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
                 self._warned = True
@@ -188,12 +194,16 @@ class OptimizedFunction:
                 print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces); "
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
-            _bump("eager_runs")
-            return fn(*args, **kwargs)
-        return self._record(args, kwargs)
+            return self._eager(fn, args, kwargs, in_frame)
+        return self._record(fn, args, kwargs, in_frame)
 
-    def _verify(self, result, args, kwargs):
-        want = self.fn(*args, **kwargs)
+    @staticmethod
+    def _eager(fn, args, kwargs, in_frame):
+        _bump("eager_runs")
+        return EAGER if in_frame else fn(*args, **kwargs)
+
+    def _verify(self, fn, result, args, kwargs):
+        want = fn(*args, **kwargs)
         flat_r, flat_w = [], []
         _flat_tensors(result, flat_r)
         _flat_tensors(want, flat_w)
@@ -204,16 +214,14 @@ class OptimizedFunction:
             _bump("verify_failures")
             raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
 
-    def _record(self, args, kwargs):
-        fn = self.fn
+    def _record(self, fn, args, kwargs, in_frame=False):
         why = unsupported_reason(fn.__code__) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             self.disabled_reason = f"{self.name} uses {why}"
             self.attempts.append(Attempt(self.disabled_reason))
             _bump("aborts")
             self._fallback(self.disabled_reason)
-            _bump("eager_runs")
-            return fn(*args, **kwargs)
+            return self._eager(fn, args, kwargs, in_frame)
         rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
         gs = GuardSet()
         gs.guard_state("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode")
@@ -229,6 +237,8 @@ class OptimizedFunction:
                     raise Abort("autograd: grad mode is on and a tensor requires grad (compile under "
                                 "torch.no_grad() or torch.inference_mode())")
                 out_spec, names = _flatten_result(result, rec)
+                if not rec.ops:
+                    raise Abort("no tensor operations on this path (nothing to compile)")
             except Abort as e:
                 rec.abort(str(e))
         if rec.abort_reason is not None:
@@ -287,12 +297,14 @@ def _flat_tensors(v, out):
 def optimize(fn_or_module=None, *, nopython=False):
     """Returns a version of a function (or nn.Module) that records and compiles its hot paths.
 
-    Usable as `optimize(fn)`, `@optimize`, `@optimize(nopython=True)`. For an nn.Module, the
-    module itself is returned with its forward compiled (it stays the same module: attributes,
-    state_dict, train()/eval() all work; `self.training` is guarded).
+    Usable as `optimize(fn)`, `@optimize`, `@optimize(nopython=True)`, and as
+    `with optimize():`, which compiles the frames that start inside the block (PEP 523 hook).
+    For an nn.Module, the module itself is returned with its forward compiled (it stays the same
+    module: attributes, state_dict, train()/eval() all work; `self.training` is guarded).
     """
     if fn_or_module is None:
-        return lambda f: optimize(f, nopython=nopython)
+        from .hook import OptimizeContext
+        return OptimizeContext(nopython=nopython)
     if isinstance(fn_or_module, torch.nn.Module):
         m = fn_or_module
         if isinstance(m.__dict__.get("forward"), OptimizedFunction):
@@ -320,6 +332,8 @@ def disable(fn):
 
 def reset():
     """Drops every compiled trace and zeroes the counters."""
+    from . import hook
+    hook.reset()
     for f in _all:
         f.reset()
     for k in _counters:
@@ -367,7 +381,7 @@ def explain(fn, *args, **kwargs):
     _all.remove(of)
     saved = dict(_counters)
     of.calls = config.hot_threshold
-    of._record(((of.owner,) + args) if of.owner is not None else args, kwargs)
+    of._record(of.fn, ((of.owner,) + args) if of.owner is not None else args, kwargs)
     _counters.update(saved)
     if of.disabled_reason and not of.attempts:
         of.attempts.append(Attempt(of.disabled_reason))
@@ -378,8 +392,13 @@ def report():
     """Text summary of every optimized function: compiled traces, fallbacks and why."""
     lines = []
     for f in _all:
-        lines.append(f"{f.name}: {f.calls} call(s), {len(f.compiled)} trace(s), "
+        code = getattr(f.fn, "__code__", None)
+        where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s), "
                      f"{sum(c.runs for c in f.compiled)} native run(s)")
+        for c in f.compiled:
+            lines.append(f"  compiled: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
+                         f"{c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
         for a in f.attempts:
             if a.compiled is None:
                 lines.append(f"  fell back: {a.reason}")

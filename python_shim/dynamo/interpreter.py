@@ -276,7 +276,7 @@ class Interpreter:
             fwd = type(fn).forward
             if isinstance(fwd, types.FunctionType):
                 return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
-        if _is_torch_callable(fn):
+        if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             return self._concrete(fn, args, kwargs)
         if fn in _PURE_BUILTINS:
             for v, s in args:
@@ -290,6 +290,17 @@ class Interpreter:
                                                     f"from outside the function")
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    @staticmethod
+    def _super_args(f):
+        """Zero-argument super() in frame f: (the __class__ cell's class, the first argument)."""
+        if "__class__" not in f.dec.names or not f.code.co_argcount:
+            raise RuntimeError("super(): __class__ cell not found")
+        cls = f.locals[f.dec.names.index("__class__")][0].cell_contents
+        first, src = f.locals[0]
+        if isinstance(first, types.CellType):  # the first argument is captured by a closure
+            first, src = first.cell_contents, None
+        return [(cls, None), (first, src)]
 
     def _call_python(self, fn, fsrc, args, kwargs, self_pair):
         if getattr(fn, "_dynamo_disable", False):
@@ -459,6 +470,8 @@ class Interpreter:
                     kwargs = dict(zip(kw, kwv))
                 else:
                     pos, kwargs = items, {}
+                if fnp[0] is super and not pos and not kwargs:
+                    pos = self._super_args(f)
                 push(self.call(fnp, pos, kwargs))
             elif op == "CALL_FUNCTION_EX":
                 kwargs = {}

@@ -1,0 +1,150 @@
+"""`with dynamo.optimize():` -- every Python frame that starts inside the block may be compiled.
+
+The PEP 523 hook (_evalframe.c) hands each new frame's function and bound arguments to
+`_handle`. Code from the standard library, torch and dynamo itself is marked skip once and never
+comes back; a frame whose arguments hold no tensor (and no nn.Module) runs in CPython, and the
+frames it calls come back here one by one. The others go through the same per-code
+OptimizedFunction as dynamo.optimize(fn): compiled traces with guards, recording when hot, and
+fallbacks that let CPython run the frame itself.
+"""
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import sys
+import sysconfig
+import threading
+
+import torch
+
+from . import frontend
+
+_ev = None
+_lock = threading.Lock()
+_by_code = {}   # code object -> OptimizedFunction (one per code; closures share it, guarded)
+_stack = []     # (previous handler, options) of the active `with` blocks
+
+
+def _load():
+    """The _evalframe extension: next to this file when installed, build/python in a checkout."""
+    global _ev
+    if _ev is not None:
+        return _ev
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here, os.path.join(here, "..", "..", "build", "python")]
+    lib = os.environ.get("DYNAMO_LIBRARY")
+    if lib:
+        dirs.insert(0, os.path.join(os.path.dirname(lib), "python"))
+    tried = []
+    for d in dirs:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(d, "_evalframe" + suffix)
+            if not os.path.exists(path):
+                continue
+            spec = importlib.util.spec_from_file_location("dynamo._evalframe", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            _ev = mod
+            return mod
+        tried.append(os.path.normpath(d))
+    raise ImportError("dynamo: the frame hook (_evalframe) was not found in " + ", ".join(tried) +
+                      ". Run `make` in the source tree (it builds build/python/_evalframe*.so).")
+
+
+def _library_roots():
+    roots = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
+             os.path.dirname(os.path.abspath(torch.__file__)),
+             os.path.dirname(os.path.abspath(__file__))}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
+_ROOTS = None
+_NEVER = frozenset(("__init__", "__new__", "__del__", "__repr__", "__str__", "__setattr__", "__getattr__"))
+
+
+def _user_code(code):
+    global _ROOTS
+    if _ROOTS is None:
+        _ROOTS = _library_roots()
+    f = code.co_filename
+    if f.startswith("<"):
+        return False
+    return not os.path.realpath(f).startswith(_ROOTS)
+
+
+def _has_tensor(v, depth=0):
+    if isinstance(v, (torch.Tensor, torch.nn.Module)):
+        return True
+    if depth < 2 and isinstance(v, (tuple, list)):
+        return any(_has_tensor(x, depth + 1) for x in v)
+    if depth < 2 and isinstance(v, dict):
+        return any(_has_tensor(x, depth + 1) for x in v.values())
+    return False
+
+
+def _split(code, bound):
+    """The frame's bound arguments back into (args, kwargs) for an equivalent call."""
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    args = list(bound[:npos])
+    kwargs = dict(zip(code.co_varnames[npos:npos + nkw], bound[npos:npos + nkw]))
+    k = npos + nkw
+    if code.co_flags & inspect.CO_VARARGS:
+        args.extend(bound[k])
+        k += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        kwargs.update(bound[k])
+    return tuple(args), kwargs
+
+
+def _handle(fn, bound):
+    code = fn.__code__
+    of = _by_code.get(code)
+    if of is None:
+        if not _user_code(code) or code.co_name in _NEVER or getattr(fn, "_dynamo_disable", False):
+            _ev.skip(code)
+            return _ev.SKIP
+        if not _has_tensor(bound):
+            return _ev.SKIP
+        opts = _stack[-1][1] if _stack else {}
+        of = frontend.OptimizedFunction(fn, nopython=opts.get("nopython", False))
+        _by_code[code] = of
+    elif not _has_tensor(bound):
+        return _ev.SKIP
+    args, kwargs = _split(code, bound)
+    result = of.call(fn, args, kwargs, in_frame=True)
+    if result is frontend.EAGER:
+        if of.disabled_reason is not None and not of.compiled:
+            _ev.skip(code)  # never compiled and never will be: stop asking
+        return _ev.SKIP
+    return result
+
+
+class OptimizeContext:
+    """What `dynamo.optimize(**options)` returns: a decorator, and a `with` block that installs
+    the frame hook for the code running inside it (any thread of this interpreter)."""
+
+    def __init__(self, **options):
+        self.options = options
+
+    def __call__(self, fn):
+        return frontend.optimize(fn, **self.options)
+
+    def __enter__(self):
+        ev = _load()
+        with _lock:
+            prev = ev.set_handler(_handle)
+            _stack.append((prev, self.options))
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            prev, _ = _stack.pop()
+            _ev.set_handler(prev)
+        return False
+
+
+def reset():
+    """Forgets every frame the hook has seen (dynamo.reset())."""
+    _by_code.clear()
+    if _ev is not None:
+        _ev.clear_skips()
