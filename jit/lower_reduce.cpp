@@ -341,6 +341,12 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   const bool fl = is_float(adt);
   int64_t extent = 1;
   for (int64_t d : g.rdims) extent *= g.domain[d];
+  // var/std of a row of up to 2^16 elements: shifted sums instead of Welford. With K the row's
+  // first element (0 if not finite), S1 = sum(x - K) and S2 = sum((x - K)^2) in float64 give
+  // M2 = S2 - S1^2 / n. Since K is one of the data, n (K - mean)^2 <= n M2, so the cancellation
+  // costs at most a factor n: relative error <= n^1.5 * 2^-53 < 2^-29 here -- and no division
+  // per element, which is what makes Welford compute-bound in layer norm.
+  const bool shifted = welford && split == Split::None && extent > 0 && extent <= 65536;
 
   auto ty = [&](DType d, int l) -> llvm::Type * {
     int keep = L;
@@ -384,6 +390,9 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     Value *a = nullptr, *b = nullptr, *n = nullptr, *nan = nullptr;
   };
   constexpr int kCopies = 4;  // independent vector accumulators: hides the add/max latency
+  // Welford's float64 state is already two vectors per lane group and has its own latency
+  // slack; four copies of it (plus a fused producer's constants) would spill registers.
+  const int copies = shifted ? 2 : welford ? 1 : kCopies;
   Acc vs[kCopies], ss;
   auto make = [&](Acc &s, int l) {
     s.a = alloca_at_entry(ty(adt, l));
@@ -397,7 +406,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       Value *mx = B.getInt64(INT64_MAX);
       B.CreateStore(l == 1 ? mx : B.CreateVectorSplat(l, mx), s.b);
     }
-    if (welford) {
+    if (welford && !shifted) {
       s.n = alloca_at_entry(B.getInt64Ty());
       B.CreateStore(B.getInt64(0), s.n);
     }
@@ -407,7 +416,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       B.CreateStore(Constant::getNullValue(mt), s.nan);
     }
   };
-  for (Acc &a : vs) make(a, lanes);
+  for (int c = 0; c < copies; ++c) make(vs[c], lanes);
   make(ss, 1);
 
   // better(x, xi) over (v, vi): the argmax/argmin order with NaN first and ties to the lower index.
@@ -446,6 +455,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     llvm::Type *t1 = ty(adt, l);
     Value *va = B.CreateLoad(t1, a.a);
     if (kahan) return {B.CreateFSub(va, B.CreateLoad(t1, a.b))};
+    if (shifted) return {va, B.CreateLoad(t1, a.b)};
     if (welford) {
       Value *n = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), a.n), st);
       return {l == 1 ? n : B.CreateVectorSplat(l, n), va, B.CreateLoad(t1, a.b)};
@@ -459,6 +469,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   };
   auto merge2 = [&](const State &p, const State &q) -> State {
     if (kahan) return {B.CreateFAdd(p[0], q[0])};
+    if (shifted) return {B.CreateFAdd(p[0], q[0]), B.CreateFAdd(p[1], q[1])};
     if (welford) {  // Chan et al.: combine (n, mean, M2) of two disjoint parts
       Value *n = B.CreateFAdd(p[0], q[0]);
       Value *zero = Constant::getNullValue(n->getType());
@@ -505,6 +516,16 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   } else {
     std::vector<Value *> saved = outer_off;
     rflat = B.getInt64(0);
+    Value *shift = nullptr;  // shifted sums: K, the row's first element
+    if (shifted) {
+      L = 1;
+      memo.clear();
+      hoisted.clear();
+      jidx = B.getInt64(0);
+      Value *k0 = cast(value(x, identity()), adt).v;
+      Value *finite = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, k0), konst(adt, INFINITY, 1));
+      shift = B.CreateSelect(finite, k0, konst(adt, 0, 1));
+    }
     // Kahan step: total (a, c) += x; the compensation is dropped at inf/NaN (as ATen's sum).
     auto kahan_add = [&](const Acc &s, Value *xv, int l) {
       llvm::Type *at = ty(adt, l);
@@ -540,6 +561,10 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       Value *a = B.CreateLoad(at, s.a);
       if (kahan) {
         kahan_add(s, xv, l);
+      } else if (shifted) {
+        Value *d = B.CreateFSub(xv, l == 1 ? shift : B.CreateVectorSplat(l, shift));
+        B.CreateStore(B.CreateFAdd(a, d), s.a);
+        B.CreateStore(B.CreateIntrinsic(Intrinsic::fma, {at}, {d, d, B.CreateLoad(at, s.b)}), s.b);
       } else if (welford) {  // Welford: every lane has seen the same count
         Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
         B.CreateStore(n, s.n);
@@ -568,12 +593,12 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       } else {
         B.CreateStore(combine(a, xv), s.a);
       }
-    }, kCopies, kahan ? &blocking : nullptr);
+    }, copies, kahan ? &blocking : nullptr);
     outer_off = saved;
     rflat = nullptr;
 
     std::vector<State> parts;
-    for (const Acc &a : vs) parts.push_back(load_state(a, lanes));
+    for (int c = 0; c < copies; ++c) parts.push_back(load_state(vs[c], lanes));
     while (parts.size() > 1) {  // pairwise
       std::vector<State> next;
       for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(merge2(parts[k], parts[k + 1]));
@@ -582,6 +607,12 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     }
     State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
     all = merge2(v, load_state(ss, 1));
+    if (shifted) {  // to Welford's (n, mean, M2)
+      Value *n = ConstantFP::get(st, (double)extent);
+      Value *m2 = B.CreateFSub(all[1], B.CreateFDiv(B.CreateFMul(all[0], all[0]), n));
+      m2 = B.CreateSelect(B.CreateFCmpOLT(m2, ConstantFP::get(st, 0.0)), ConstantFP::get(st, 0.0), m2);
+      all = {n, B.CreateFAdd(shift, B.CreateFDiv(all[0], n)), m2};
+    }
   }
   if (split == Split::Partial) {
     for (int k = 0; k < ncomp; ++k) B.CreateStore(pack(all[k]), part_ptr(split_chunk, k));
