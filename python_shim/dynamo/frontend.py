@@ -71,12 +71,28 @@ class Compiled:
         self.nout = len(specs)
         self.shapes = [s for _, s in specs]
         self.aliases = entry.output_aliases()
+        self.has_alias = any(a is not None for a in self.aliases)
         self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
         self.stats = entry.stats()
         self.runs = 0
 
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
+        fast = _fastcall()
+        if fast is not None:
+            outs = fast.run(self.handle.value, inputs, self.nout)
+            if outs is None:
+                return None
+            if type(outs) is int:
+                native._check(outs)
+            if self.has_alias:
+                outs = list(outs)
+                for k, alias in enumerate(self.aliases):
+                    if alias is not None:
+                        src = inputs[alias[0]]
+                        outs[k] = src.as_strided(self.shapes[k], alias[2], src.storage_offset() + alias[1])
+            self.runs += 1
+            return outs
         args, keep = native.make_args(inputs)
         ptrs = self._ptrs_type()  # per call: the same trace may run on several threads
         st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
@@ -89,6 +105,21 @@ class Compiled:
         return outs
 
 
+_fast = False
+
+
+def _fastcall():
+    """The native hot path (build/python/_fastcall*.so), or None: then ctypes does the call."""
+    global _fast
+    if _fast is False:
+        try:
+            from . import _ext
+            _fast = _ext.load("_fastcall")
+        except ImportError:
+            _fast = None
+    return _fast
+
+
 def _flatten_result(result, rec):
     """(spec, list of IR output names) for a return value; tensors must be trace values."""
     names = []
@@ -98,8 +129,9 @@ def _flatten_result(result, rec):
             n = rec.output_name(v)
             if n is None:
                 raise Abort("returns a tensor that was not recorded")
-            names.append(n)
-            return ("T", len(names) - 1)
+            if n not in names:  # the same tensor returned twice stays one tensor
+                names.append(n)
+            return ("T", names.index(n))
         if type(v) in (tuple, list):
             return (type(v).__name__, [walk(x) for x in v])
         if type(v) is dict:
@@ -173,7 +205,14 @@ class OptimizedFunction:
             try:
                 outs = c.run(inputs)
             except DynamoError as e:  # a run-time failure inside the trace: eager decides
-                self.attempts.append(Attempt(f"native run failed: {e}"))
+                # The trace goes (a user error comes back from eager; a broken trace must not
+                # be run, nor recorded again and again).
+                self.compiled.remove(c)
+                reason = f"native run failed: {e.message}"
+                self.attempts.append(Attempt(reason, ops=c.ops, inlined=c.inlined))
+                _bump("aborts")
+                if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
+                    self.disabled_reason = reason
                 break
             if outs is None:
                 continue

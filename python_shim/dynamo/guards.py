@@ -102,7 +102,7 @@ class GuardSet:
         if expr in self._seen:
             return
         self._seen.add(expr)
-        self._checks.append(f"{expr} == {self._const(value)}")
+        self._checks.append(f"({expr}) == {self._const(value)}")
         self.lines.append((expr, "state", f"{what} == {value!r}"))
         self._fn = None
 

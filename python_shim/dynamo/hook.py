@@ -7,8 +7,6 @@ frames it calls come back here one by one. The others go through the same per-co
 OptimizedFunction as dynamo.optimize(fn): compiled traces with guards, recording when hot, and
 fallbacks that let CPython run the frame itself.
 """
-import importlib.machinery
-import importlib.util
 import inspect
 import os
 import sys
@@ -17,7 +15,7 @@ import threading
 
 import torch
 
-from . import frontend
+from . import _ext, frontend
 
 _ev = None
 _lock = threading.Lock()
@@ -26,29 +24,11 @@ _stack = []     # (previous handler, options) of the active `with` blocks
 
 
 def _load():
-    """The _evalframe extension: next to this file when installed, build/python in a checkout."""
+    """The _evalframe extension (the PEP 523 hook)."""
     global _ev
-    if _ev is not None:
-        return _ev
-    here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [here, os.path.join(here, "..", "..", "build", "python")]
-    lib = os.environ.get("DYNAMO_LIBRARY")
-    if lib:
-        dirs.insert(0, os.path.join(os.path.dirname(lib), "python"))
-    tried = []
-    for d in dirs:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(d, "_evalframe" + suffix)
-            if not os.path.exists(path):
-                continue
-            spec = importlib.util.spec_from_file_location("dynamo._evalframe", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _ev = mod
-            return mod
-        tried.append(os.path.normpath(d))
-    raise ImportError("dynamo: the frame hook (_evalframe) was not found in " + ", ".join(tried) +
-                      ". Run `make` in the source tree (it builds build/python/_evalframe*.so).")
+    if _ev is None:
+        _ev = _ext.load("_evalframe")
+    return _ev
 
 
 def _library_roots():

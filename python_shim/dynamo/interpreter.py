@@ -18,6 +18,7 @@ with recording paused, so no effect is performed twice.
 import builtins
 import dis
 import inspect
+import math
 import operator
 import types
 
@@ -42,6 +43,10 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
     "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
 _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
+# math on Python numbers (a tensor argument would be read through .item(), which aborts).
+_PURE_BUILTINS |= {getattr(math, n) for n in (
+    "sqrt", "exp", "log", "log2", "log10", "pow", "sin", "cos", "tan", "tanh", "erf", "ceil", "floor", "trunc",
+    "fabs", "isfinite", "isinf", "isnan", "prod", "gcd", "isqrt", "copysign", "hypot", "atan2", "radians", "degrees")}
 # Methods of containers that do not change them.
 _READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__",
                  "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
@@ -536,6 +541,9 @@ class Interpreter:
                 if osrc is not None and type(obj) in (list, tuple, dict) and isinstance(key[0], (int, str)) \
                         and not isinstance(key[0], bool):
                     src = osrc.item(key[0])
+                elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
+                        isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
+                    src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
                 elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
                     src = self._tuple_srcs[id(obj)][key[0]]
                 elif osrc is not None and not isinstance(obj, torch.Tensor):
@@ -633,7 +641,11 @@ class Interpreter:
                     push((x, None))
             elif op == "GET_ITER":
                 v, s = pop()
-                if s is not None and type(v) in (list, tuple) and len(v) <= 256:
+                if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and \
+                        not _has_hooks(v):
+                    srcs = self._submodule_srcs(v, s)
+                    push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
+                elif s is not None and type(v) in (list, tuple) and len(v) <= 256:
                     srcs = self._element_srcs(v, s, len(v))
                     push((_SourcedIter(list(v), srcs), None))
                 else:
@@ -697,6 +709,14 @@ class Interpreter:
             else:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
 
+    def _submodule_srcs(self, m, src):
+        """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard
+        on the names (iteration order and indexing depend on them)."""
+        msrc = src.attr("_modules")
+        names = list(m._modules)
+        self.guards.guard_state(f"list({msrc.expr})", names, f"submodules of {src.expr}")
+        return {n: msrc.item(n) for n in names}
+
     def _element_srcs(self, v, s, n):
         if type(v) is tuple and id(v) in self._tuple_srcs:
             return self._tuple_srcs[id(v)]
@@ -715,6 +735,19 @@ class Interpreter:
     def _guard_absent(self, f, name):
         expr = f"({name!r} not in {self._globals_source(f).expr})"
         self.guards.guard_state(expr, True, f"no global named {name}")
+
+
+_MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+def _module_key(m, key):
+    """The child name m[key] reads (integer indexes count from the end when negative)."""
+    names = list(m._modules)
+    if isinstance(m, torch.nn.ModuleDict):
+        return key
+    if not isinstance(key, int) or not -len(names) <= key < len(names):
+        raise IndexError(f"index {key} is out of range")
+    return names[key]
 
 
 class _SourcedIter:

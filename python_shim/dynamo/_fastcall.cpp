@@ -1,0 +1,145 @@
+// _fastcall.cpp -- the front end's hot path in one native call: torch tensors and Python
+// scalars in, dynamo_entry_run_alloc, torch tensors out. The ctypes route (native.make_args)
+// builds a DLTensor per tensor in Python and costs ~20 us per call; this costs ~1 us.
+//
+//   run(entry, inputs, nout) -> tuple of outputs | None (native guard miss) | int (error status;
+//                               the message is dynamo_last_error() on this thread)
+// entry is the dynamo_entry handle as an int; inputs a list or tuple of tensors, bools, ints
+// and floats in trace-input order. An output that aliases an input comes back as None (the
+// caller makes the view). Tensors are borrowed for the call only; outputs own engine buffers
+// (released to the engine's pool when the tensor dies).
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <vector>
+
+#include "dynamo.h"
+
+namespace {
+
+constexpr uint8_t kDynamoDLBool = 6;  // the C API's code for bool (DLPack >= 0.8's kDLBool)
+
+bool dl_dtype(at::ScalarType s, DLDataType *out) {
+  out->lanes = 1;
+  switch (s) {
+    case at::kBool: *out = {kDynamoDLBool, 8, 1}; return true;
+    case at::kInt: *out = {kDLInt, 32, 1}; return true;
+    case at::kLong: *out = {kDLInt, 64, 1}; return true;
+    case at::kFloat: *out = {kDLFloat, 32, 1}; return true;
+    case at::kDouble: *out = {kDLFloat, 64, 1}; return true;
+    case at::kHalf: *out = {kDLFloat, 16, 1}; return true;
+    case at::kBFloat16: *out = {kDLBfloat, 16, 1}; return true;
+    default: return false;
+  }
+}
+
+PyObject *wrap_output(DLManagedTensor *m) {
+  bool is_bool = m->dl_tensor.dtype.code == kDynamoDLBool;
+  if (is_bool) m->dl_tensor.dtype = {kDLUInt, 8, 1};  // ATen 1.13 reads no bool from DLPack
+  at::Tensor t = at::fromDLPack(m);                    // takes ownership (calls the deleter)
+  if (is_bool) t = t.view(at::kBool);
+  return THPVariable_Wrap(std::move(t));
+}
+
+PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "run(entry, inputs, nout)");
+    return nullptr;
+  }
+  auto *entry = reinterpret_cast<dynamo_entry *>(PyLong_AsVoidPtr(args[0]));
+  Py_ssize_t nout = PyLong_AsSsize_t(args[2]);
+  if (PyErr_Occurred()) return nullptr;
+  PyObject *seq = PySequence_Fast(args[1], "run: inputs must be a list or tuple");
+  if (!seq) return nullptr;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject **items = PySequence_Fast_ITEMS(seq);
+  std::vector<dynamo_arg> argv((size_t)n);
+  std::vector<DLTensor> dls((size_t)n);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    PyObject *o = items[k];
+    dynamo_arg &a = argv[(size_t)k];
+    a = dynamo_arg{};
+    if (THPVariable_Check(o)) {
+      const at::Tensor &t = THPVariable_Unpack(o);
+      DLTensor &d = dls[(size_t)k];
+      if (!dl_dtype(t.scalar_type(), &d.dtype)) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_TypeError, "dynamo: unsupported dtype %s", c10::toString(t.scalar_type()));
+        return nullptr;
+      }
+      d.data = t.numel() ? t.data_ptr() : nullptr;
+      d.device = {t.is_cuda() ? kDLCUDA : kDLCPU, t.is_cuda() ? (int32_t)t.get_device() : 0};
+      d.ndim = (int32_t)t.dim();
+      d.shape = const_cast<int64_t *>(t.sizes().data());
+      d.strides = const_cast<int64_t *>(t.strides().data());
+      d.byte_offset = 0;
+      a.kind = DYNAMO_ARG_TENSOR;
+      a.flags = t.requires_grad() ? DYNAMO_ARG_FLAG_REQUIRES_GRAD : 0;
+      a.u.tensor = &d;
+    } else if (PyBool_Check(o)) {
+      a.kind = DYNAMO_ARG_BOOL;
+      a.u.b = o == Py_True;
+    } else if (PyLong_Check(o)) {
+      a.kind = DYNAMO_ARG_INT;
+      a.u.i = PyLong_AsLongLong(o);
+      if (PyErr_Occurred()) {
+        Py_DECREF(seq);
+        return nullptr;
+      }
+    } else if (PyFloat_Check(o)) {
+      a.kind = DYNAMO_ARG_FLOAT;
+      a.u.f = PyFloat_AS_DOUBLE(o);
+    } else {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_TypeError, "dynamo: cannot pass %s as a trace input", Py_TYPE(o)->tp_name);
+      return nullptr;
+    }
+  }
+  std::vector<DLManagedTensor *> outs((size_t)nout, nullptr);
+  dynamo_status st;
+  Py_BEGIN_ALLOW_THREADS
+  st = dynamo_entry_run_alloc(entry, argv.data(), (size_t)n, outs.data(), (size_t)nout);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(seq);  // the tensors stayed alive: the caller holds the inputs list
+  if (st == DYNAMO_ERR_GUARD_MISS) Py_RETURN_NONE;
+  if (st != DYNAMO_OK) return PyLong_FromLong((long)st);
+  PyObject *tuple = PyTuple_New(nout);
+  if (!tuple) return nullptr;
+  for (Py_ssize_t k = 0; k < nout; ++k) {
+    PyObject *v;
+    if (outs[(size_t)k] == nullptr) {
+      v = Py_None;
+      Py_INCREF(v);
+    } else {
+      try {
+        v = wrap_output(outs[(size_t)k]);
+      } catch (const std::exception &e) {
+        v = nullptr;
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+      }
+      outs[(size_t)k] = nullptr;
+      if (!v) {  // release what is left
+        for (Py_ssize_t j = k + 1; j < nout; ++j)
+          if (outs[(size_t)j]) outs[(size_t)j]->deleter(outs[(size_t)j]);
+        Py_DECREF(tuple);
+        return nullptr;
+      }
+    }
+    PyTuple_SET_ITEM(tuple, k, v);
+  }
+  return tuple;
+}
+
+PyMethodDef methods[] = {
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "run(entry, inputs, nout) -> outputs | None | status"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcall", "dynamo's per-call hot path.", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__fastcall(void) { return PyModule_Create(&module); }
