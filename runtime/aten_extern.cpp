@@ -6,8 +6,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "entry.h"
+#include "gemm.h"
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -61,6 +63,82 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
     }
     default: return c10::IValue();
   }
+}
+
+// -- matrix multiplies -------------------------------------------------------------------
+// aten::mm / addmm / bmm on float32 go to runtime/gemm.cpp when LibTorch was built with the
+// reference BLAS (BLAS_INFO=generic); DYNAMO_GEMM=0 or 1 overrides.
+bool own_gemm_enabled() {
+  static const bool on = [] {
+    const char *env = getenv("DYNAMO_GEMM");
+    if (env && *env) return env[0] != '0';
+    return at::show_config().find("BLAS_INFO=generic") != std::string::npos;
+  }();
+  return on;
+}
+
+void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
+  if (n <= grain || at::get_num_threads() == 1 || at::in_parallel_region()) {
+    body(0, n);
+    return;
+  }
+  at::parallel_for(0, n, grain, body);
+}
+
+MatView view_of(const at::Tensor &t) {
+  return {t.data_ptr<float>(), t.stride(-2), t.stride(-1)};
+}
+
+bool is_f32(const c10::IValue &v, int64_t dim) {
+  return v.isTensor() && v.toTensor().scalar_type() == at::kFloat && v.toTensor().dim() == dim;
+}
+
+bool is_one(const c10::IValue &v) {
+  return (v.isDouble() && v.toDouble() == 1.0) || (v.isInt() && v.toInt() == 1);
+}
+
+// Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
+bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
+  if (!own_gemm_enabled()) return false;
+  if (callee == "aten::mm" && st.size() == 2 && is_f32(st[0], 2) && is_f32(st[1], 2)) {
+    const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
+    if (a.size(1) != b.size(0)) return false;
+    *out = at::empty({a.size(0), b.size(1)});
+    sgemm(a.size(0), b.size(1), a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), b.size(1), false, parallel);
+    return true;
+  }
+  if (callee == "aten::addmm" && st.size() == 5 && st[0].isTensor() && st[0].toTensor().scalar_type() == at::kFloat &&
+      is_f32(st[1], 2) && is_f32(st[2], 2) && is_one(st[3]) && is_one(st[4])) {
+    const at::Tensor &a = st[1].toTensor(), &b = st[2].toTensor();
+    if (a.size(1) != b.size(0)) return false;
+    int64_t m = a.size(0), n = b.size(1);
+    *out = at::empty({m, n});
+    out->copy_(st[0].toTensor().expand({m, n}));  // a copy: the bias input is never written
+    sgemm(m, n, a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), n, true, parallel);
+    return true;
+  }
+  if (callee == "aten::bmm" && st.size() == 2 && is_f32(st[0], 3) && is_f32(st[1], 3)) {
+    const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
+    int64_t bt = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+    if (b.size(0) != bt || b.size(1) != k) return false;
+    *out = at::empty({bt, m, n});
+    float *c = out->data_ptr<float>();
+    auto one = [&](int64_t i, const ParallelFor &par) {
+      MatView va{a.data_ptr<float>() + i * a.stride(0), a.stride(1), a.stride(2)};
+      MatView vb{b.data_ptr<float>() + i * b.stride(0), b.stride(1), b.stride(2)};
+      sgemm(m, n, k, va, vb, c + i * m * n, n, false, par);
+    };
+    if (bt >= at::get_num_threads()) {  // whole matrices per thread
+      auto serial = [](int64_t n2, int64_t, const std::function<void(int64_t, int64_t)> &body) { body(0, n2); };
+      parallel(bt, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t i = b0; i < b1; ++i) one(i, serial);
+      });
+    } else {
+      for (int64_t i = 0; i < bt; ++i) one(i, parallel);
+    }
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -161,7 +239,13 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
     }
     for (size_t k = e.args.size(); k < schema.arguments().size(); ++k)
       stack.push_back(*schema.arguments()[k].default_value());
-    op.callBoxed(&stack);
+    at::Tensor own;
+    if (runtime::own_matmul(e.callee, stack, &own)) {
+      stack.clear();
+      stack.emplace_back(std::move(own));
+    } else {
+      op.callBoxed(&stack);
+    }
     if (stack.size() != e.result_values.size()) {
       ctx->error = "extern " + e.callee + " returned " + std::to_string(stack.size()) + " values";
       return DYNAMO_RT_EXTERN_FAILED;

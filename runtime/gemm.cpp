@@ -1,0 +1,128 @@
+// gemm.cpp -- packed float32 GEMM: B packed into panels of 32 columns, A into panels of 6 rows
+// per K block, and a 6x32 micro-kernel that keeps the 12 accumulator vectors in registers
+// (one broadcast of A and two loads of B per step). The micro-kernel is compiled for three ISA
+// levels (x86-64-v4: AVX-512, v3: AVX2+FMA, baseline) and the loader picks one (ifunc).
+// Accumulation order is plain k order per output, like a reference BLAS.
+#include "gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace dynamo::runtime {
+
+namespace {
+
+constexpr int MR = 6, NR = 32;
+constexpr int64_t KC = 256, MC = 96, NC = 256;
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+// c (mr x nr, row stride ldc) (+)= pa (kc x MR, packed) * pb (kc x NR, packed).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr, bool add) {
+  v16 acc[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = v16{};
+  for (int64_t k = 0; k < kc; ++k) {
+    v16 b0 = *reinterpret_cast<const v16 *>(pb + k * NR);
+    v16 b1 = *reinterpret_cast<const v16 *>(pb + k * NR + 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      float a = pa[k * MR + i];
+      acc[i][0] += a * b0;
+      acc[i][1] += a * b1;
+    }
+  }
+  if (mr == MR && nr == NR) {
+    for (int i = 0; i < MR; ++i) {
+      v16 *row = reinterpret_cast<v16 *>(c + i * ldc);
+      if (add) {
+        row[0] += acc[i][0];
+        row[1] += acc[i][1];
+      } else {
+        row[0] = acc[i][0];
+        row[1] = acc[i][1];
+      }
+    }
+    return;
+  }
+  float tile[MR][NR];
+  memcpy(tile, acc, sizeof tile);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = add ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+}
+
+// B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
+void pack_b(const MatView &B, int64_t k0, int64_t kc, int64_t N, float *out, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    float *dst = out + p * kc * NR;
+    int64_t j0 = p * NR, nr = std::min<int64_t>(NR, N - j0);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float *src = B.data + (k0 + k) * B.rs + j0 * B.cs;
+      float *d = dst + k * NR;
+      if (B.cs == 1) {
+        memcpy(d, src, nr * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < nr; ++j) d[j] = src[j * B.cs];
+      }
+      for (int64_t j = nr; j < NR; ++j) d[j] = 0.0f;
+    }
+  }
+}
+
+// A[i0 : i0 + mc, k0 : k0 + kc] into panels of MR rows (zero-padded), kc x MR each.
+void pack_a(const MatView &A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float *out) {
+  for (int64_t p = 0; p * MR < mc; ++p) {
+    float *dst = out + p * kc * MR;
+    int64_t r0 = i0 + p * MR, mr = std::min<int64_t>(MR, mc - p * MR);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float *src = A.data + r0 * A.rs + (k0 + k) * A.cs;
+      for (int64_t i = 0; i < mr; ++i) dst[k * MR + i] = src[i * A.rs];
+      for (int64_t i = mr; i < MR; ++i) dst[k * MR + i] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+           const ParallelFor &par) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  const int64_t npanels = (N + NR - 1) / NR;
+  std::vector<float> bp((size_t)(npanels * std::min(K, KC) * NR));
+  const int64_t mblocks = (M + MC - 1) / MC, nblocks = (N + NC - 1) / NC;
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t kc = std::min(KC, K - k0);
+    par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b(B, k0, kc, N, bp.data(), p0, p1); });
+    const bool add = accumulate || k0 > 0;
+    par(mblocks * nblocks, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<float> ap((size_t)(((MC + MR - 1) / MR) * MR * kc));
+      int64_t packed_m = -1;
+      for (int64_t t = t0; t < t1; ++t) {
+        int64_t mb = t / nblocks, nb = t % nblocks;
+        int64_t i0 = mb * MC, mc = std::min(MC, M - i0);
+        if (packed_m != mb) {
+          pack_a(A, i0, mc, k0, kc, ap.data());
+          packed_m = mb;
+        }
+        int64_t j0 = nb * NC, j1 = std::min(N, j0 + NC);
+        for (int64_t j = j0; j < j1; j += NR) {
+          const float *pb = bp.data() + (j / NR) * kc * NR;
+          int nr = (int)std::min<int64_t>(NR, N - j);
+          for (int64_t i = 0; i < mc; i += MR) {
+            int mr = (int)std::min<int64_t>(MR, mc - i);
+            micro_kernel(kc, ap.data() + (i / MR) * kc * MR, pb, C + (i0 + i) * ldc + j, ldc, mr, nr, add);
+          }
+        }
+      }
+    });
+  }
+}
+
+}  // namespace dynamo::runtime
