@@ -21,7 +21,8 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -V -j1 | grep -vE "^[0-9]+: (Test command|Working Directory|Environment variables|Test timeout|  )"
 
 bench: build
-	@$(BUILD)/perf/bench_pointwise && echo && $(BUILD)/perf/bench_reduce
+	@$(BUILD)/perf/bench_pointwise && echo && $(BUILD)/perf/bench_reduce && echo && \
+	  PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/bench_python.py
 
 # Every float32 input through the JIT's exp/sigmoid/erf/tanh vs. double libm (a few minutes).
 check-math: build
