@@ -10,3 +10,18 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 cmake -S "$src/examples/c" -B "$tmp/example" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/example" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/example/example"
+
+# The Python package as /usr/bin/python3 sees it after `make install`, from another directory:
+# it must find the installed library and both extensions without the source tree.
+cd "$tmp"
+env -u DYNAMO_LIBRARY PYTHONPATH="$tmp/prefix/lib/python3.11/dist-packages" "${PYTHON:-/usr/bin/python3}" - <<'PY'
+import torch, dynamo
+from dynamo import frontend, hook
+assert dynamo.__file__.startswith(__import__("os").getcwd()), dynamo.__file__
+f = dynamo.optimize(lambda x: torch.relu(x) * 2)
+x = torch.randn(10)
+f(x)
+assert torch.equal(f(x), torch.relu(x) * 2) and dynamo.counters()["native_runs"] == 1
+assert frontend._fastcall() is not None and hook._load() is not None
+print("installed Python package: import, compile, native run, extensions: ok")
+PY

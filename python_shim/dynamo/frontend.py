@@ -115,7 +115,10 @@ def _fastcall():
         try:
             from . import _ext
             _fast = _ext.load("_fastcall")
-        except ImportError:
+        except ImportError as e:
+            import sys
+            print(f"dynamo: the native call path is unavailable ({e}); calls go through ctypes "
+                  f"(about 20 us more per call)", file=sys.stderr)
             _fast = None
     return _fast
 
