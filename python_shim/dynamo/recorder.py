@@ -6,9 +6,19 @@ runs for real, and is written down with its operands resolved to trace values:
 
   * tensors the interpreter read from a source are trace inputs (registered beforehand);
   * tensors produced by recorded ops are trace values;
-  * zero-dim tensors of unknown origin are Python numbers wrapped by ATen's argument parser
-    (`x + 1`): they become literals;
+  * Python numbers, and zero-dim tensors of unknown origin (numbers ATen's argument parser
+    wrapped: `x + 1`), become literals. A literal cannot fill a Tensor argument of an extern
+    (torch 1.13 hands wrapped numbers to the mode as plain Python numbers), so such an op is
+    called through its Scalar overload (`floor_divide.Scalar`), or else the number becomes a
+    0-dim tensor made by `aten::scalar_tensor`; either replacement is run once while recording
+    and must give exactly eager's outputs (values, dtype, shape);
   * anything else (a tensor made by code we did not record) aborts the trace.
+
+Arguments the IR cannot spell are dropped when they equal what the runtime does without them
+(device=cpu, layout=torch.strided, pin_memory=False, memory_format=contiguous/preserve: every
+tensor the compiled code makes is dense, CPU and contiguous); other values abort. A creation op
+with a dtype the compiler lacks (batch norm's uint8 reserve buffer) is left out of the trace;
+only a use of its result aborts.
 
 View ops become IR views, in-place ops become the functional op plus `copy_` into the input,
 everything else an `extern aten::op.overload(...)` that the compiler either lowers into its
@@ -55,6 +65,7 @@ class Recorder(TorchDispatchMode):
         self.vals = {}          # id(tensor) -> IR value name
         self.keep = []          # tensors kept alive so that ids stay unique while recording
         self.viewed = set()     # value names that are views or have views taken of them
+        self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
         self.input_names = set()
         self.mutated = False    # an in-place op was recorded
         self.ops = []           # ATen op names, for explain()
@@ -87,6 +98,11 @@ class Recorder(TorchDispatchMode):
     def known(self, t):
         return id(t) in self.vals
 
+    def _wrapped(self, v):
+        """v is (taken to be) a Python number ATen's argument parser wrapped into a tensor."""
+        return isinstance(v, torch.Tensor) and id(v) not in self.vals and id(v) not in self.poison and \
+            v.dim() == 0 and v.device.type == "cpu"
+
     def abort(self, reason):
         if self.abort_reason is None:
             self.abort_reason = reason
@@ -97,12 +113,14 @@ class Recorder(TorchDispatchMode):
             name = self.vals.get(id(v))
             if name is not None:
                 return name
-            if v.dim() == 0 and v.device.type == "cpu":
+            if id(v) in self.poison:
+                raise Abort(self.poison[id(v)])
+            if self._wrapped(v):
                 # A Python number ATen wrapped into a tensor (`x + 2.5`).
                 x = v.item()
-                if isinstance(x, bool):
-                    return "true" if x else "false"
-                return _lit_float(x) if isinstance(x, float) else str(x)
+                if isinstance(x, complex):
+                    raise Abort("complex numbers are not supported")
+                return self._operand(x)
             raise Abort("a tensor of unknown origin reached an ATen op (made by code that was not recorded)")
         if v is None:
             return "none"
@@ -127,23 +145,29 @@ class Recorder(TorchDispatchMode):
         raise Abort(f"ATen op with a {type(v).__name__} argument is not supported")
 
     def _args(self, func, args, kwargs):
-        """Operands in schema order; missing trailing arguments are left to schema defaults."""
+        """Operands in schema order; missing trailing arguments are left to schema defaults.
+        Device, layout, pin_memory and memory_format arguments that change nothing in what the
+        runtime computes are dropped (left to the schema default); others abort."""
         schema = func._schema
+        all_cpu = all(t.device.type == "cpu" for t in _tensors_in((args, kwargs)))
         vals = []
         for i, a in enumerate(schema.arguments):
             if i < len(args):
-                vals.append(args[i])
+                v = args[i]
             elif a.name in kwargs:
-                vals.append(kwargs[a.name])
+                v = kwargs[a.name]
             else:
-                vals.append(_MISSING)
+                v = _MISSING
+            if v is not _MISSING and _implied(_sig(func), a, v, all_cpu):
+                v = _MISSING
+            vals.append(v)
         while vals and vals[-1] is _MISSING:
             vals.pop()
         for i, v in enumerate(vals):
             if v is _MISSING:
                 d = schema.arguments[i]
                 if not d.has_default_value():
-                    raise Abort(f"{schema.name}: argument {d.name} missing")
+                    raise Abort(f"{schema.name}: argument {d.name} missing (or not expressible in the IR)")
                 vals[i] = d.default_value
         return vals
 
@@ -194,35 +218,88 @@ class Recorder(TorchDispatchMode):
             self.viewed.update((src, res))
             self._bind(outs[0], res)
             return
+        seeded = torch.Tag.nondeterministic_seeded in func.tags
+        if not seeded and not _tensors_in(vals):
+            # A creation op (no tensor operands, no random numbers): where it runs does not
+            # matter, so one whose dtype the compiler lacks is left out; a use of it aborts.
+            bad = [o.dtype for o in outs if o.dtype not in DTYPE_NAMES]
+            if bad:
+                for o in outs:
+                    self.poison[id(o)] = f"{_sig(func)} made a {bad[0]} tensor: dtype {bad[0]} is not supported " \
+                                         "by the compiler"
+                    self.keep.append(o)
+                return
+        why = _hidden_write(func, vals) or _bool_scalar(func, vals, outs)
+        if why is not None:
+            raise Abort(why)
+        func, vals = self._scalar_args(func, vals, outs, check=not seeded)
+        self._extern(func, vals, outs)
+
+    def _extern(self, func, vals, outs, types=None):
         ops = ", ".join(self._operand(v) for v in vals)
+        types = types or ", ".join(type_text(o) for o in outs)
         names = [self._new() for _ in outs]
-        types = ", ".join(type_text(o) for o in outs)
-        sig = name if overload == "default" else f"{name}.{overload}"
-        self.lines.append(f"  {', '.join(names)} = extern {sig}({ops}) : {types}")
+        self.lines.append(f"  {', '.join(names)} = extern {_sig(func)}({ops}) : {types}")
         for o, n in zip(outs, names):
-            self._bind(o, n)
+            if o is not None:
+                self._bind(o, n)
+        return names
+
+    def _scalar_args(self, func, vals, outs, check):
+        """(func, vals) with no wrapped Python number left in a Tensor argument: the runtime
+        passes literals as numbers, which a Tensor argument rejects ('Expected Tensor but got
+        Int'). The op's Scalar overload takes them as ATen's Python binding would have; failing
+        that, each number becomes a 0-dim tensor of its own dtype, made by aten::scalar_tensor
+        (not a wrapped number, so type promotion can differ). check: run the replacement now and
+        require eager's outputs (dtype, shape, values); without it only the Scalar overload,
+        which wraps the number again inside ATen, is used."""
+        schema = func._schema
+        nums = {}
+        for i, v in enumerate(vals):
+            if i < len(schema.arguments) and _kind(schema.arguments[i].type)[0] == "TensorType":
+                # torch 1.13 hands wrapped numbers to __torch_dispatch__ as Python numbers
+                if self._wrapped(v):
+                    v = v.item()
+                if isinstance(v, complex):
+                    raise Abort(f"{_sig(func)}: complex numbers are not supported")
+                if isinstance(v, (bool, int, float)):
+                    nums[i] = v
+        pos = list(nums)
+        if not pos:
+            return func, vals
+        alt = _scalar_overload(func, pos, len(vals))
+        if alt is not None:
+            new = [nums[i] if i in nums else v for i, v in enumerate(vals)]
+            if check:
+                _same_result(alt, new, outs, f"{_sig(func)} as {_sig(alt)}")
+            return alt, new
+        argn = ", ".join(func._schema.arguments[i].name for i in pos)
+        if not check:
+            raise Abort(f"{_sig(func)}: a Python number as Tensor argument '{argn}' and no Scalar overload of the op")
+        reps = {i: torch.scalar_tensor(nums[i], dtype=_NUMBER_DTYPE[type(nums[i])]) for i in pos}
+        new = [reps[i] if i in reps else v for i, v in enumerate(vals)]
+        _same_result(func, new, outs, f"{_sig(func)} with '{argn}' as a 0-dim tensor")
+        for i, t in reps.items():
+            self._extern(_aten.scalar_tensor.default, [nums[i], t.dtype], [t])
+        return func, new
 
     def _record_inplace(self, func, vals, dst):
         """x.add_(y) -> %t = add(x, y); x = copy_(x, %t) on inputs; a rebinding on temporaries."""
         name = func._schema.name
         dname = self.vals.get(id(dst))
         if dname is None:
-            raise Abort(f"{name} writes into a tensor of unknown origin")
+            raise Abort(self.poison.get(id(dst)) or f"{name} writes into a tensor of unknown origin")
         if dname in self.viewed or dst._base is not None:
             raise Abort(f"{name} writes into a tensor that has views (aliasing through views is not traced yet)")
         if name == "aten::copy_":
             src = self._operand(vals[1])
             res = src
         else:
-            base = name[:-1]
-            overload = func._overloadname
-            fn = getattr(_aten, base.split("::")[1], None)
-            if fn is None or (overload not in fn.overloads()):
+            fn = _functional(func)
+            if fn is None:
                 raise Abort(f"{name}: no functional form")
-            ops = ", ".join(self._operand(v) for v in vals)
-            res = self._new()
-            sig = base if overload == "default" else f"{base}.{overload}"
-            self.lines.append(f"  {res} = extern {sig}({ops}) : {type_text(dst)}")
+            fn, vals = self._scalar_args(fn, vals, None, check=False)
+            res = self._extern(fn, vals, [None], types=type_text(dst))[0]
         if dname in self.input_names:
             new = self._new()
             self.lines.append(f"  {new} = copy_({dname}, {res}) : {type_text(dst)}")
@@ -274,6 +351,8 @@ class Recorder(TorchDispatchMode):
         return None
 
     def output_name(self, t):
+        if id(t) in self.poison:
+            raise Abort(self.poison[id(t)])
         return self.vals.get(id(t))
 
     def text(self, outputs):
@@ -282,3 +361,177 @@ class Recorder(TorchDispatchMode):
 
 
 _MISSING = object()
+_NUMBER_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}  # of a wrapped number
+
+
+def _sig(func):
+    """aten::name or aten::name.overload, as the IR's extern names it."""
+    name = func._schema.name
+    return name if func._overloadname == "default" else f"{name}.{func._overloadname}"
+
+
+def _tensors_in(v):
+    """The tensors in an argument value (nested lists, tuples and dicts)."""
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [t for x in v for t in _tensors_in(x)]
+    if isinstance(v, dict):
+        return [t for x in v.values() for t in _tensors_in(x)]
+    return []
+
+
+def _implied(op, arg, v, all_cpu):
+    """True if argument value v may be left to its schema default: it changes nothing in what
+    the compiled code computes (compiled code makes dense, contiguous CPU tensors; a default
+    device/layout is CPU/strided for a creation op and the input's for the others, and every
+    traced tensor is a dense CPU tensor). Aborts for values the compiler cannot honour; False
+    for ordinary arguments."""
+    if isinstance(v, torch.device):
+        if v.type == "cpu" and all_cpu:
+            return True
+        raise Abort(f"{op}: device={v} (this build compiles CPU tensors only)")
+    if isinstance(v, torch.layout):
+        if v == torch.strided:
+            return True
+        raise Abort(f"{op}: layout={v} (only dense strided tensors are supported)")
+    if isinstance(v, torch.memory_format):
+        if v in (torch.contiguous_format, torch.preserve_format):
+            return True  # same values; compiled results are contiguous either way
+        raise Abort(f"{op}: memory_format={v} is not supported (compiled results are contiguous)")
+    if arg.name == "pin_memory" and not isinstance(v, torch.Tensor):
+        if v is None or v is False:
+            return True
+        raise Abort(f"{op}: pin_memory=True is not supported")
+    return False
+
+
+def _kind(t):
+    """(element kind, optional) of a schema type."""
+    if t.kind() == "OptionalType":
+        return t.getElementType().kind(), True
+    return t.kind(), False
+
+
+def _scalar_overload(func, pos, given):
+    """The overload of func's op that takes Scalar where func takes the Tensor arguments at
+    positions pos, and is the same otherwise (names, types, defaults of arguments not given,
+    returns; no writes), or None."""
+    s = func._schema
+    packet = getattr(_aten, s.name.split("::")[1], None)
+    if packet is None:
+        return None
+    for ov in packet.overloads():
+        alt = getattr(packet, ov)
+        a = alt._schema
+        if alt is func or len(a.arguments) != len(s.arguments) or len(a.returns) != len(s.returns):
+            continue
+        if any(x.alias_info is not None for x in list(a.arguments) + list(a.returns)):
+            continue
+        if any(str(x.type) != str(y.type) for x, y in zip(s.returns, a.returns)):
+            continue
+        ok = True
+        for i, (x, y) in enumerate(zip(s.arguments, a.arguments)):
+            if x.name != y.name:
+                ok = False
+            elif i in pos:
+                (kx, ox), (ky, oy) = _kind(x.type), _kind(y.type)
+                ok = kx == "TensorType" and ky == "NumberType" and ox == oy
+            else:
+                ok = str(x.type) == str(y.type)
+                if ok and i >= given:
+                    ok = x.has_default_value() and y.has_default_value() and x.default_value == y.default_value
+            if not ok:
+                break
+        if ok:
+            return alt
+    return None
+
+
+def _call(func, vals):
+    """func called with vals in schema order (kwarg-only ones by name)."""
+    args, kwargs = [], {}
+    for a, v in zip(func._schema.arguments, vals):
+        if a.kwarg_only:
+            kwargs[a.name] = v
+        else:
+            args.append(v)
+    return func(*args, **kwargs)
+
+
+def _identical(a, b):
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+        return False
+    if a.is_floating_point():
+        return torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+    return torch.equal(a, b)
+
+
+def _same_result(func, vals, outs, what):
+    """Runs func(vals) (while recording: not recorded) and requires exactly eager's outputs."""
+    try:
+        got = _call(func, vals)
+    except Exception as e:  # noqa: BLE001 - any failure means: not the same op
+        raise Abort(f"{what} fails: {type(e).__name__}: {e}") from None
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    if len(got) != len(outs) or not all(_identical(g, o) for g, o in zip(got, outs)):
+        raise Abort(f"{what} does not reproduce eager's result (type promotion of a Python number)")
+
+
+def _functional(func):
+    """The functional overload of an in-place op (add_.Tensor -> add.Tensor,
+    floor_divide_.Tensor -> floor_divide): same argument names and types, or None."""
+    s = func._schema
+    packet = getattr(_aten, s.name.split("::")[1][:-1], None)
+    if packet is None:
+        return None
+    if func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return None
+    for ov in packet.overloads():
+        alt = getattr(packet, ov)
+        a = alt._schema
+        if len(a.arguments) == len(s.arguments) and len(a.returns) == len(s.returns) and \
+                not any(x.alias_info is not None for x in list(a.arguments) + list(a.returns)) and \
+                all(_same_arg(x, y) for x, y in zip(s.arguments, a.arguments)):
+            return alt
+    return None
+
+
+def _same_arg(x, y):
+    """Schema arguments x and y take the same values (alias annotations aside)."""
+    if x.name != y.name or str(x.type) != str(y.type) or x.has_default_value() != y.has_default_value():
+        return False
+    return not x.has_default_value() or x.default_value == y.default_value
+
+
+def _bool_scalar(func, vals, outs):
+    """torch 1.13 turns a Python bool given to a Scalar (or wrapped-number) argument of an op
+    called from Python into an int, so ops that take their dtype from it (torch.full(s, True),
+    bool_tensor + True) give int64 while recording where eager and the compiled code give bool.
+    Why that may have happened here, or None."""
+    if not any(o.dtype == torch.int64 for o in outs):
+        return None  # True and 1 are the same number: only the dtype can differ
+    for a, v in zip(func._schema.arguments, vals):
+        if isinstance(v, bool) and _kind(a.type)[0] in ("NumberType", "TensorType"):
+            return (f"{_sig(func)}: a Python bool as argument '{a.name}' (torch 1.13 dispatches it from Python as "
+                    "an int: the recorded result type can differ from eager's)")
+    return None
+
+
+def _hidden_write(func, vals):
+    """Why an op writes tensors its schema does not mark as written (torch 1.13), or None."""
+    name = func._schema.name
+    stats = None
+    if name == "aten::native_batch_norm" and len(vals) > 5 and vals[5]:
+        stats = vals[3:5]
+    elif name == "aten::batch_norm_update_stats":
+        stats = vals[1:3]
+    if stats is not None and any(t is not None for t in stats):
+        return (f"{name} in training mode updates running_mean/running_var in place, which its schema "
+                "does not declare (an extern must not write its inputs): batch norm with running "
+                "statistics compiles in eval mode only")
+    return None

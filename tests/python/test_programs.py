@@ -89,24 +89,7 @@ def ri(*shape, lo=-50, hi=50, dtype=torch.int64):
 
 
 # Why the xfail programs do not compile. test_compiled_program checks values before counters: all of
-# these give eager's results and fail only on the counters, except BOOL_OUTPUT, which raises.
-SCALAR_TENSOR = ("front end: a Python scalar in a tensor position (torch.where(c, x, 0.0)) or a creation op "
-                 "(torch.ones, zeros_like, full_like) records aten::scalar_tensor/ones/... with layout=/device= "
-                 "keyword arguments, and Recorder._operand aborts on any torch.layout or torch.device argument "
-                 "('ATen op with a layout argument is not supported yet')")
-FLOOR_DIVIDE = ("front end + runtime: `a // 2` records `extern aten::floor_divide(%a, 2)`; Recorder._operand turns "
-                "the wrapped-number 0-dim tensor into the literal 2, but aten::floor_divide's schema takes a Tensor, "
-                "so every native run fails ('Expected Tensor but got Int'); frontend.OptimizedFunction.call then "
-                "keeps the broken trace and records + compiles a new identical one on every call (native_runs "
-                "stays 0, traces_compiled grows to cache_limit)")
-BOOL_OUTPUT = ("native.wrap_managed: a bool tensor output comes back through DLPack with type code kDLBool (6), "
-               "which torch 1.13's from_dlpack rejects: the second call raises 'RuntimeError: Unsupported code 6' "
-               "instead of returning the result")
-MATH_SQRT = ("front end: math.sqrt (any function of the math module) is not in interpreter._PURE_BUILTINS, "
-             "so calling it on a Python int ends the trace ('call to sqrt is not traceable')")
-MEMORY_FORMAT = ("front end: reshape of a transposed tensor (and .contiguous()) records aten::clone with "
-                 "memory_format=torch.contiguous_format, and Recorder._operand aborts on torch.memory_format "
-                 "arguments ('ATen op with a memory_format argument is not supported yet')")
+# these give eager's results and fail only on the counters.
 DICT_METHODS = ("front end: dict.items()/values()/get() of an argument run as _READ_METHODS through "
                 "Interpreter._concrete, which neither guards the dict's contents nor gives the results a source, "
                 "so the tensors they yield are never trace inputs ('a tensor of unknown origin reached an ATen op')")
@@ -115,13 +98,6 @@ STAR_ARGS = ("front end: the *args tuple (Interpreter._bind) has source None and
              "UNPACK_SEQUENCE and CALL_FUNCTION_EX consult: xs[1:] (a slice) and builtins given the tuple "
              "(enumerate, sum, zip: Interpreter.call does touch_deep(xs, None)) yield tensors that are never "
              "trace inputs ('a tensor of unknown origin reached an ATen op')")
-BATCHNORM = ("front end: inside F.batch_norm the first ATen op recorded is aten::empty.memory_format with "
-             "dtype=torch.uint8 (the reserve buffer of aten::_batch_norm_impl_index); Recorder._operand aborts "
-             "on a uint8 dtype argument ('dtype torch.uint8 is not supported'), so no BatchNorm module compiles")
-ALIAS_GUARD = ("front end: guards.GuardSet.guard_state writes `{expr} == {value}`; for the aliasing guard "
-               "Interpreter.touch passes expr '(a[1]) is (a[0])', so the check reads "
-               "`(a[1]) is (a[0]) == True`, a chained comparison that evaluates `a[0] == True` (a tensor) and "
-               "fails: the trace never hits, every call records and compiles again until cache_limit")
 
 POINTWISE = [
     Prog("arith_chain", lambda x, y: (x + y) * 2.5 - y / 3 + 1, lambda: (rn(7, 33), rn(7, 33))),
@@ -134,7 +110,7 @@ POINTWISE = [
          lambda: (rn(40, 24),)),
     Prog("where_abs", lambda x, y: torch.where(x > 0, x, y.abs()) - torch.where(y < x, y, -y),
          lambda: (rn(8, 129), rn(8, 129))),
-    Prog("where_scalar_branch", lambda x: torch.where(x > 0, x, 0.0), lambda: (rn(8, 129),), xfail=SCALAR_TENSOR),
+    Prog("where_scalar_branch", lambda x: torch.where(x > 0, x, 0.0), lambda: (rn(8, 129),)),
     Prog("pow_sqrt_nan", lambda x: x.abs().pow(1.5) + x ** 2 + torch.sqrt(x) + x.pow(3),
          lambda: (rn(5, 31),)),  # sqrt of negatives gives NaN: NaNs must match
     Prog("div_reciprocal_rsqrt", lambda x, y: x / (y.abs() + 0.5) + torch.reciprocal(y) * 1e-3 +
@@ -159,14 +135,13 @@ POINTWISE = [
          lambda: (rn(3, 5, 4), rn(4, 3))),
     Prog("int64_arith", lambda a, b: (a * 3 + b - 1) % 7 + a.abs() - torch.maximum(a, b),
          lambda: (ri(10, 7), ri(10, 7))),
-    Prog("int64_floor_divide_scalar", lambda a: (a * 3 - 1) // 2, lambda: (ri(10, 7),), xfail=FLOOR_DIVIDE),
+    Prog("int64_floor_divide_scalar", lambda a: (a * 3 - 1) // 2, lambda: (ri(10, 7),)),
     Prog("float_floor_divide_tensor", lambda x, y: x // (y.abs() + 0.5), lambda: (rn(10, 7), rn(10, 7))),
     Prog("int32_arith", lambda a, b: a * b + a - 5, lambda: (ri(33, dtype=torch.int32), ri(33, dtype=torch.int32))),
     Prog("int_float_promotion", lambda a, x: a * x + a / 4, lambda: (ri(8, 9), rn(8, 9))),
     Prog("float64_chain", lambda x, y: torch.exp(-x * x) * torch.tanh(y) + 1e-12,
          lambda: (rn(17, 19, dtype=torch.float64), rn(17, 19, dtype=torch.float64))),
-    Prog("bool_mask_logic", lambda x, y: ((x > 0) & (y < 0.5)) | ~(x > y), lambda: (rn(31, 7), rn(31, 7)),
-         xfail=BOOL_OUTPUT),
+    Prog("bool_mask_logic", lambda x, y: ((x > 0) & (y < 0.5)) | ~(x > y), lambda: (rn(31, 7), rn(31, 7))),
     Prog("bool_mask_count", lambda x, y: (((x > 0) & (y < 0.5)) | ~(x > y)).sum(-1),
          lambda: (rn(31, 7), rn(31, 7))),
     Prog("bool_mask_apply", lambda x, m: x.masked_fill(m, 0.0) + torch.where(m, -x, x) * m.float(),
@@ -329,22 +304,15 @@ class ConvBlock(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
-NO_SOURCE = ("front end: submodules yielded by iterating/indexing an nn.Sequential or nn.ModuleList get no "
-             "source (interpreter.py GET_ITER/BINARY_SUBSCR on a Module: iter(v)/obj[key] push source None), "
-             "so their parameters are never registered as trace inputs and the recorder aborts with "
-             "'a tensor of unknown origin reached an ATen op'")
 
 BLOCKS = [
     Prog("attention_by_hand", attention, lambda: (rn(2, 10, 16), rn(2, 12, 16), rn(2, 12, 8))),
-    Prog("attention_math_sqrt", attention_math_sqrt, lambda: (rn(2, 10, 16), rn(2, 12, 16), rn(2, 12, 8)),
-         xfail=MATH_SQRT),
+    Prog("attention_math_sqrt", attention_math_sqrt, lambda: (rn(2, 10, 16), rn(2, 12, 16), rn(2, 12, 8))),
     Prog("attention_4d_heads", attention, lambda: (rn(2, 4, 9, 8), rn(2, 4, 11, 8), rn(2, 4, 11, 8))),
-    Prog("multi_head_split_heads", heads, lambda: (rn(2, 9, 32), rn(32, 32) / 6, rn(32, 32) / 6, rn(32, 32) / 6),
-         xfail=MEMORY_FORMAT),
+    Prog("multi_head_split_heads", heads, lambda: (rn(2, 9, 32), rn(32, 32) / 6, rn(32, 32) / 6, rn(32, 32) / 6)),
     Prog("multi_head_merge_heads", multi_head_merged, lambda: (rn(2, 9, 32), rn(32, 32) / 6, rn(32, 32) / 6,
-                                                               rn(32, 32) / 6), xfail=MEMORY_FORMAT),
-    Prog("causal_mask_attention", causal_attention, lambda: (rn(3, 6, 8), rn(3, 6, 8), rn(3, 6, 8)),
-         xfail=SCALAR_TENSOR),
+                                                               rn(32, 32) / 6)),
+    Prog("causal_mask_attention", causal_attention, lambda: (rn(3, 6, 8), rn(3, 6, 8), rn(3, 6, 8))),
     Prog("linear_functional", lambda x, w, b: F.gelu(F.linear(x, w, b)), lambda: (rn(8, 20), rn(12, 20), rn(12))),
     Prog("mlp_module", lambda: MLP(), lambda: (rn(6, 32),), module=True),
     Prog("mlp_module_3d_input", lambda: MLP(), lambda: (rn(2, 5, 32),), module=True),
@@ -354,12 +322,11 @@ BLOCKS = [
     Prog("module_tuple_loop", lambda: NamedStack(), lambda: (rn(5, 16),), module=True),
     Prog("conv_block_module", lambda: ConvBlock(), lambda: (rn(2, 3, 9, 9),), module=True),
     Prog("embedding_module", lambda: nn.Embedding(10, 6), lambda: (ri(3, 5, lo=0, hi=10),), module=True),
-    Prog("batchnorm_eval_module", lambda: nn.BatchNorm1d(8).eval(), lambda: (rn(5, 8),), module=True,
-         xfail=BATCHNORM),
+    Prog("batchnorm_eval_module", lambda: nn.BatchNorm1d(8).eval(), lambda: (rn(5, 8),), module=True),
     Prog("sequential_mlp", lambda: nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)),
-         lambda: (rn(4, 16),), module=True, xfail=NO_SOURCE),
-    Prog("modulelist_loop", lambda: Stack(), lambda: (rn(5, 16),), module=True, xfail=NO_SOURCE),
-    Prog("modulelist_index", lambda: Indexed(), lambda: (rn(5, 16),), module=True, xfail=NO_SOURCE),
+         lambda: (rn(4, 16),), module=True),
+    Prog("modulelist_loop", lambda: Stack(), lambda: (rn(5, 16),), module=True),
+    Prog("modulelist_index", lambda: Indexed(), lambda: (rn(5, 16),), module=True),
 ]
 
 
@@ -423,7 +390,7 @@ CONTAINERS = [
          xfail=STAR_ARGS),
     Prog("star_args_sum", lambda *xs: sum(xs[1:], xs[0]) / len(xs), lambda: (rn(5), rn(5), rn(5)),
          xfail=STAR_ARGS),
-    Prog("same_tensor_twice", lambda a, b: a * b + a, lambda: (lambda t: (t, t))(rn(6)), xfail=ALIAS_GUARD),
+    Prog("same_tensor_twice", lambda a, b: a * b + a, lambda: (lambda t: (t, t))(rn(6))),
     Prog("comprehension_out", lambda xs: [t.relu() * i for i, t in enumerate(xs)],
          lambda: ([rn(3, 3) for _ in range(3)],)),
 ]
@@ -1030,10 +997,6 @@ def test_view_outputs_alias_their_input_like_eager():
     assert dynamo.counters()["native_runs"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "front end: a tensor returned twice comes back as two separate buffers: _flatten_result appends "
-    "one IR output name per occurrence and native.collect_outputs wraps each output pointer "
-    "separately, so (y, y) loses its aliasing (eager returns the same tensor object twice)"))
 def test_tensor_returned_twice_stays_one_tensor():
     def f(x):
         y = x * 2
