@@ -314,6 +314,13 @@ class Interpreter:
         why = unsupported_reason(fn.__code__)
         if why is None and self.depth >= MAX_DEPTH:
             why = "inlining too deep"
+        if why is not None and (getattr(fn, "__module__", None) or "").startswith("torch.") and \
+                not (getattr(fn, "__module__", None) or "").startswith("torch.nn.modules"):
+            # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
+            # the ATen ops they perform are recorded; their arguments are all we pass them.
+            if self_pair is not None:
+                args = [self_pair] + list(args)
+            return self._concrete(fn, args, kwargs)
         if why is not None:
             return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} uses {why}", self_pair)
         if self.recording:

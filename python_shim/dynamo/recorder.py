@@ -210,6 +210,14 @@ class Recorder(TorchDispatchMode):
             self._record_inplace(func, vals, args[0])
             return
 
+        if func in _SPLITS:  # several views of one input: a slice (or select) each
+            src = self._operand(vals[0])
+            for o, text in zip(outs, _split_views(func, vals, outs, src)):
+                res = self._new()
+                self.lines.append(f"  {res} = {text} : {type_text(o)}")
+                self.viewed.update((src, res))
+                self._bind(o, res)
+            return
         view = self._view_text(func, vals, outs[0])
         if view is not None:
             src = self._operand(vals[0])
@@ -361,6 +369,23 @@ class Recorder(TorchDispatchMode):
 
 
 _MISSING = object()
+_SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int, _aten.unsafe_split.Tensor,
+           _aten.unsafe_split_with_sizes.default)
+
+
+def _split_views(func, v, outs, src):
+    """IR text of each output of a split/unbind of v[0] along its dim, as slice/select views."""
+    t = v[0]
+    if func is _aten.unbind.int:
+        dim = (v[1] if len(v) > 1 else 0) % max(t.dim(), 1)
+        return [f"select({src}, {dim}, {k})" for k in range(len(outs))]
+    dim = (v[2] if len(v) > 2 else 0) % max(t.dim(), 1)
+    texts, start = [], 0
+    for o in outs:
+        end = start + o.shape[dim]
+        texts.append(f"slice({src}, {dim}, {start}, {end}, 1)")
+        start = end
+    return texts
 _NUMBER_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}  # of a wrapped number
 
 
