@@ -304,8 +304,20 @@ class ConvBlock(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
+def qkv_chunk_attention(x, w):
+    q, k, v = (x @ w).chunk(3, dim=-1)
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-1) @ v
+
+
+def split_and_unbind(x):
+    p, q = x.split([2, 5], dim=0)
+    rows = x.unbind(1)
+    return p.sum(0) - q.mean(0), rows[0] * rows[-1]
+
 
 BLOCKS = [
+    Prog("qkv_chunk_attention", qkv_chunk_attention, lambda: (rn(2, 9, 16), rn(16, 48) / 4)),
+    Prog("split_and_unbind", split_and_unbind, lambda: (rn(7, 5),)),
     Prog("attention_by_hand", attention, lambda: (rn(2, 10, 16), rn(2, 12, 16), rn(2, 12, 8))),
     Prog("attention_math_sqrt", attention_math_sqrt, lambda: (rn(2, 10, 16), rn(2, 12, 16), rn(2, 12, 8))),
     Prog("attention_4d_heads", attention, lambda: (rn(2, 4, 9, 8), rn(2, 4, 11, 8), rn(2, 4, 11, 8))),
