@@ -4,7 +4,8 @@ hot_threshold  calls of a function before its next call is recorded (default 1: 
                records, as torch.compile users expect compilation on first use).
 cache_limit    compiled traces kept per function (default 8); further variants run eagerly,
                with one warning line on stderr.
-abort_limit    recordings of a function that may abort before it is left to CPython (default 3).
+abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
+               after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 """

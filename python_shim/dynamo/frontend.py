@@ -177,6 +177,7 @@ class OptimizedFunction:
         self.compiled = []
         self.attempts = []
         self.calls = 0
+        self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.frame = None
         self.name = getattr(fn, "__qualname__", "fn")
@@ -211,11 +212,7 @@ class OptimizedFunction:
                 # The trace goes (a user error comes back from eager; a broken trace must not
                 # be run, nor recorded again and again).
                 self.compiled.remove(c)
-                reason = f"native run failed: {e.message}"
-                self.attempts.append(Attempt(reason, ops=c.ops, inlined=c.inlined))
-                _bump("aborts")
-                if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
-                    self.disabled_reason = reason
+                self._aborted(f"native run failed: {e.message}", c.ops, c.inlined)
                 break
             if outs is None:
                 continue
@@ -229,6 +226,8 @@ class OptimizedFunction:
         if self.disabled_reason is not None:
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
+        if self.calls < self.retry_at:  # backing off after an abort
+            return self._eager(fn, args, kwargs, in_frame)
         if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
             if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
                 self._warned = True
@@ -238,6 +237,17 @@ class OptimizedFunction:
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
             return self._eager(fn, args, kwargs, in_frame)
         return self._record(fn, args, kwargs, in_frame)
+
+    def _aborted(self, reason, ops, inlined):
+        """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
+        recording is tried again; at config.abort_limit the function is left to CPython."""
+        _bump("aborts")
+        self.attempts.append(Attempt(reason, ops=ops, inlined=inlined))
+        k = len([a for a in self.attempts if a.compiled is None])
+        if k >= config.abort_limit:
+            self.disabled_reason = f"recording aborted {k} times; last: {reason}"
+        else:
+            self.retry_at = self.calls + 2 ** (k - 1)
 
     @staticmethod
     def _eager(fn, args, kwargs, in_frame):
@@ -284,10 +294,7 @@ class OptimizedFunction:
             except Abort as e:
                 rec.abort(str(e))
         if rec.abort_reason is not None:
-            _bump("aborts")
-            self.attempts.append(Attempt(rec.abort_reason, ops=rec.ops, inlined=interp.inlined))
-            if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
-                self.disabled_reason = f"recording aborted {config.abort_limit} times; last: {rec.abort_reason}"
+            self._aborted(rec.abort_reason, rec.ops, interp.inlined)
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names)
@@ -298,11 +305,8 @@ class OptimizedFunction:
             entry = self.frame.compile(native.Trace(text))
         except DynamoError as e:
             _bump("compile_failures")
-            _bump("aborts")
             reason = f"compile failed: {e.message}"
-            self.attempts.append(Attempt(reason, ops=rec.ops, inlined=interp.inlined))
-            if len([a for a in self.attempts if a.compiled is None]) >= config.abort_limit:
-                self.disabled_reason = reason
+            self._aborted(reason, rec.ops, interp.inlined)
             self._fallback(reason)
             return result
         finally:
@@ -319,6 +323,7 @@ class OptimizedFunction:
         self.compiled = []
         self.attempts = []
         self.calls = 0
+        self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         if self.frame is not None:
             self.frame.close()

@@ -933,9 +933,13 @@ def test_fallback_program(p, capsys):
 
 def test_fallback_disables_after_abort_limit():
     opt = dynamo.optimize(fb_item)
+    seen = []
     for call in range(6):
         x = seeded(lambda: (rn(5),), call)[0]
         assert_same(opt(x), fb_item(x))
+        seen.append(dynamo.counters()["aborts"])
+    # back-off: the 2nd abort makes the next call run in CPython before the 3rd try
+    assert seen[:4] == [1, 2, 2, 3], seen
     c = dynamo.counters()
     lim = dynamo.config.abort_limit
     assert c["aborts"] == lim and c["interpreted_runs"] == lim and c["eager_runs"] == 6 - lim, c
