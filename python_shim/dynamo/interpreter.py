@@ -284,12 +284,14 @@ class Interpreter:
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             return self._concrete(fn, args, kwargs)
         if fn in _PURE_BUILTINS:
-            for v, s in args:
-                self.touch_deep(v, s)
+            for v, s in list(args) + list(kwargs.values()):
+                self._touch_elements(v, s)
             return self._concrete(fn, args, kwargs)
         self_ = getattr(fn, "__self__", None)
         if isinstance(fn, types.BuiltinMethodType) and isinstance(self_, (list, dict, set, tuple, str)):
             if id(self_) in self.local_objs or fn.__name__ in _READ_METHODS:
+                if fsrc is not None and fsrc.base is not None:  # d.values(), d.get(k), ... of a sourced d
+                    self._touch_elements(self_, fsrc.base)
                 return self._concrete(fn, args, kwargs)
             return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                     f"from outside the function")
@@ -553,6 +555,9 @@ class Interpreter:
                     src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
                 elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
                     src = self._tuple_srcs[id(obj)][key[0]]
+                elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], slice):
+                    self._tuple_srcs[id(v)] = self._tuple_srcs[id(obj)][key[0]]
+                    self.keep.append(v)
                 elif osrc is not None and not isinstance(obj, torch.Tensor):
                     self.touch_deep(obj, osrc)
                 self.touch(v, src)
@@ -715,6 +720,19 @@ class Interpreter:
                 raise exc
             else:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
+
+    def _touch_elements(self, v, s):
+        """v (with source s, or a tuple whose element sources we know) goes into a builtin: guard
+        it and register its elements, so tensors reached through the builtin's result (sum,
+        zip, enumerate, dict.values() ...) are trace inputs."""
+        if type(v) is tuple and id(v) in self._tuple_srcs:
+            for x, xs in zip(v, self._tuple_srcs[id(v)]):
+                self.touch(x, xs)
+        elif type(v) is dict and id(v) in self._dict_srcs:
+            for key, x in v.items():
+                self.touch(x, self._dict_srcs[id(v)].get(key))
+        else:
+            self.touch_deep(v, s)
 
     def _submodule_srcs(self, m, src):
         """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard

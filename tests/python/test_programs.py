@@ -90,14 +90,6 @@ def ri(*shape, lo=-50, hi=50, dtype=torch.int64):
 
 # Why the xfail programs do not compile. test_compiled_program checks values before counters: all of
 # these give eager's results and fail only on the counters.
-DICT_METHODS = ("front end: dict.items()/values()/get() of an argument run as _READ_METHODS through "
-                "Interpreter._concrete, which neither guards the dict's contents nor gives the results a source, "
-                "so the tensors they yield are never trace inputs ('a tensor of unknown origin reached an ATen op')")
-STAR_ARGS = ("front end: the *args tuple (Interpreter._bind) has source None and keeps its element sources "
-             "only in Interpreter._tuple_srcs, which only BINARY_SUBSCR with an int key, GET_ITER, "
-             "UNPACK_SEQUENCE and CALL_FUNCTION_EX consult: xs[1:] (a slice) and builtins given the tuple "
-             "(enumerate, sum, zip: Interpreter.call does touch_deep(xs, None)) yield tensors that are never "
-             "trace inputs ('a tensor of unknown origin reached an ATen op')")
 
 POINTWISE = [
     Prog("arith_chain", lambda x, y: (x + y) * 2.5 - y / 3 + 1, lambda: (rn(7, 33), rn(7, 33))),
@@ -394,14 +386,11 @@ CONTAINERS = [
     Prog("dict_in_dict_out", f_dict_io, lambda: ({"x": rn(9), "y": rn(9)},)),
     Prog("list_of_constants_out", f_mixed_return, lambda: (rn(4, 6),)),
     Prog("dict_of_tuples_by_key", f_dict_keys, lambda: ({"p": (rn(3, 4), rn(4, 2)), "q": (rn(2, 2), rn(2, 5))},)),
-    Prog("dict_of_tuples_items", f_dict_items, lambda: ({"p": (rn(3, 4), rn(4, 2)), "q": (rn(2, 2), rn(2, 5))},),
-         xfail=DICT_METHODS),
-    Prog("dict_values_sum", lambda d: sum(d.values()), lambda: ({"a": rn(4), "b": rn(4)},), xfail=DICT_METHODS),
+    Prog("dict_of_tuples_items", f_dict_items, lambda: ({"p": (rn(3, 4), rn(4, 2)), "q": (rn(2, 2), rn(2, 5))},)),
+    Prog("dict_values_sum", lambda d: sum(d.values()), lambda: ({"a": rn(4), "b": rn(4)},)),
     Prog("star_args_for_loop", star_for, lambda: (rn(5), rn(5), rn(5))),
-    Prog("star_args_enumerate", lambda *xs: [t * i for i, t in enumerate(xs)], lambda: (rn(5), rn(5), rn(5)),
-         xfail=STAR_ARGS),
-    Prog("star_args_sum", lambda *xs: sum(xs[1:], xs[0]) / len(xs), lambda: (rn(5), rn(5), rn(5)),
-         xfail=STAR_ARGS),
+    Prog("star_args_enumerate", lambda *xs: [t * i for i, t in enumerate(xs)], lambda: (rn(5), rn(5), rn(5))),
+    Prog("star_args_sum", lambda *xs: sum(xs[1:], xs[0]) / len(xs), lambda: (rn(5), rn(5), rn(5))),
     Prog("same_tensor_twice", lambda a, b: a * b + a, lambda: (lambda t: (t, t))(rn(6))),
     Prog("comprehension_out", lambda xs: [t.relu() * i for i, t in enumerate(xs)],
          lambda: ([rn(3, 3) for _ in range(3)],)),
