@@ -9,7 +9,6 @@ fallbacks that let CPython run the frame itself.
 """
 import inspect
 import os
-import sys
 import sysconfig
 import threading
 
