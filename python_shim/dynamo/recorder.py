@@ -386,6 +386,8 @@ def _split_views(func, v, outs, src):
         texts.append(f"slice({src}, {dim}, {start}, {end}, 1)")
         start = end
     return texts
+
+
 _NUMBER_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}  # of a wrapped number
 
 
