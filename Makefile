@@ -3,6 +3,7 @@ PYTHON ?= /usr/bin/python3
 BUILD  ?= build
 PREFIX ?= /usr/local
 JOBS   ?= 2
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps configure build test bench check-math demo install uninstall clean
 
