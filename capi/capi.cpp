@@ -149,6 +149,7 @@ const char *dynamo_status_name(dynamo_status s) {
     case DYNAMO_ERR_NO_DEVICE: return "DYNAMO_ERR_NO_DEVICE";
     case DYNAMO_ERR_OUT_OF_MEMORY: return "DYNAMO_ERR_OUT_OF_MEMORY";
     case DYNAMO_ERR_INTERNAL: return "DYNAMO_ERR_INTERNAL";
+    case DYNAMO_EXIT: return "DYNAMO_EXIT";
   }
   return "DYNAMO_ERR_UNKNOWN";
 }
@@ -415,12 +416,42 @@ dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry, const dynamo_
   API_END
 }
 
+// The side exit of the last run on this thread that took one, until dynamo_take_exit.
+thread_local runtime::Exit t_exit;
+
 static dynamo_status run_entry(const dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
                                size_t nouts) {
   std::string msg;
-  dynamo_status s = entry->e->run(args, nargs, outs, nouts, entry->engine->pool.get(), &msg);
+  t_exit.clear();
+  dynamo_status s = entry->e->run(args, nargs, outs, nouts, entry->engine->pool.get(), &msg, &t_exit);
   if (s != DYNAMO_OK) return set_error(s, msg);
   return DYNAMO_OK;
+}
+
+dynamo_status dynamo_take_exit(int32_t *exit_id, DLManagedTensor **values, size_t capacity, size_t *num_values) {
+  CHECK_PTR(exit_id, "exit_id");
+  CHECK_PTR(num_values, "num_values");
+  if (capacity && !values) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_take_exit: values is NULL");
+  if (t_exit.id < 0) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_take_exit: no side exit is pending on this thread");
+  *num_values = t_exit.values.size();
+  if (capacity < t_exit.values.size())
+    return set_error(DYNAMO_ERR_ARGUMENT_MISMATCH, "dynamo_take_exit: the exit has " +
+                                                       std::to_string(t_exit.values.size()) +
+                                                       " live value(s), capacity is " + std::to_string(capacity));
+  *exit_id = t_exit.id;
+  for (size_t k = 0; k < t_exit.values.size(); ++k) values[k] = t_exit.values[k];
+  t_exit.values.clear();
+  t_exit.id = -1;
+  return DYNAMO_OK;
+}
+
+size_t dynamo_entry_num_exits(const dynamo_entry *entry) {
+  return entry && live(entry) ? (size_t)entry->e->num_exits : 0;
+}
+
+int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id) {
+  if (!entry || !live(entry) || exit_id < 0 || exit_id >= entry->e->num_exits) return -1;
+  return entry->e->exit_counts[exit_id].load(std::memory_order_relaxed);
 }
 
 dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,

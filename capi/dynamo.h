@@ -41,7 +41,10 @@ typedef enum dynamo_status {
   DYNAMO_ERR_UNSUPPORTED = 9,      /* valid request this build cannot do (e.g. GPU tensors) */
   DYNAMO_ERR_NO_DEVICE = 10,       /* a GPU was requested and no driver/device is present */
   DYNAMO_ERR_OUT_OF_MEMORY = 11,
-  DYNAMO_ERR_INTERNAL = 12         /* a bug in dynamo; the message says where */
+  DYNAMO_ERR_INTERNAL = 12,        /* a bug in dynamo; the message says where */
+  DYNAMO_EXIT = 13                 /* not an error: the run left through a side exit (a failing
+                                      dynamo::guard); outputs are not written; dynamo_take_exit()
+                                      hands over the exit id and its live values */
 } dynamo_status;
 
 /* Message for the last failing call on this thread; "" when none. Borrowed: valid until the
@@ -237,6 +240,27 @@ typedef struct dynamo_entry_stats {
 } dynamo_entry_stats;
 DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
                                                 dynamo_entry_stats *stats);
+
+/* -- Side exits -----------------------------------------------------------------------------
+ * A trace may contain mid-trace guards:
+ *     %g = extern dynamo::guard(%cond, true, 0, %a, %b) : bool[]
+ * %cond is a one-element bool tensor computed by the trace (a data-dependent branch); when it
+ * differs from the expected value the run stops there: in-place writes recorded before the
+ * guard have been done (and only those), outputs are not written, and the run returns
+ * DYNAMO_EXIT. Exit ids are 0 .. dynamo_entry_num_exits() - 1, one per guard; the operands
+ * after the id are the exit's live values (the state an interpreter resumes from). */
+
+/* After a run on this thread returned DYNAMO_EXIT: the exit's id and its live values, as
+ * DLManagedTensors (contiguous, CPU) the caller owns and releases with their deleter. At most
+ * `capacity` values are written; *num_values receives the count. A capacity too small returns
+ * DYNAMO_ERR_ARGUMENT_MISMATCH and takes nothing. Values not taken are freed by the next run
+ * on this thread. DYNAMO_ERR_INVALID_ARGUMENT when no exit is pending. */
+DYNAMO_API dynamo_status dynamo_take_exit(int32_t *exit_id, DLManagedTensor **values, size_t capacity,
+                                          size_t *num_values);
+/* Number of side exits of an entry (0 for a trace without dynamo::guard). */
+DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
+/* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */
+DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id);
 
 #ifdef __cplusplus
 } /* extern "C" */

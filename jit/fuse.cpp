@@ -6,6 +6,7 @@
 #include "fuse.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace dynamo::jit {
 
@@ -268,8 +269,15 @@ struct Planner {
     }
   }
 
-  void schedule_mutations() {
-    for (size_t k = 0; k < mutations.size(); ++k) {
+  // In-place writes are deferred to the end of the trace, except that the ones before a side
+  // exit (dynamo::guard) are flushed just before it: the interpreter resuming at the exit must
+  // find the inputs as eager left them at that point. After a flush, the written values are
+  // read from the input memory; a later read of the contents a flushed write replaced (the old
+  // input, or an inline expression of it) cannot be served and is refused.
+  size_t flushed = 0;  // mutations [0, flushed) are scheduled
+
+  void schedule_mutations(size_t upto = SIZE_MAX) {
+    for (size_t k = flushed; k < mutations.size() && k < upto; ++k) {
       int32_t c = mutations[k];
       int32_t g = open_group(false, t.types[c].sizes, {});
       Root r{c, mutation_dest[k].slot};
@@ -278,6 +286,57 @@ struct Planner {
       r.strided = true;
       r.dest = mutation_dest[k];
       p.groups[g].roots.push_back(r);
+      if (upto != SIZE_MAX && !p.materialized[c]) {  // later reads load the written memory
+        p.materialized[c] = 1;
+        p.buffer_backed[c] = 1;
+        p.views[c] = mutation_dest[k];
+        p.group_of[c] = g;
+      }
+      flushed = k + 1;
+    }
+  }
+
+  // Does reading value u after instruction `at` need memory of input slot s as it was before
+  // the writes flushed at `at`?
+  bool reads_old(int32_t u, int32_t s, int32_t at, std::vector<char> &seen) {
+    if (!t.types[u].tensor || seen[u]) return false;
+    seen[u] = 1;
+    const Inst &d = t.insts[t.def[u]];
+    OpKind kind = op_info(d.op).kind;
+    if (kind == OpKind::INPUT) return p.views[u].slot == s;
+    if (d.op == Op::copy_) {
+      for (size_t k = 0; k < flushed; ++k)
+        if (mutations[k] == u) return false;
+      return reads_old(d.args[1].value, s, at, seen);
+    }
+    if (kind == OpKind::VIEW) return reads_old(d.args[0].value, s, at, seen);
+    if (t.def[u] < at && (p.materialized[u] || kind == OpKind::EXTERN || kind == OpKind::REDUCTION)) return false;
+    for (const Operand &o : d.args)
+      if (o.kind == Operand::Value && reads_old(o.value, s, at, seen)) return true;
+    return false;
+  }
+
+  void flush_mutations_before(int32_t guard) {
+    size_t first = flushed, upto = flushed;
+    while (upto < mutations.size() && t.def[mutations[upto]] < guard) ++upto;
+    if (upto == first) return;
+    schedule_mutations(upto);
+    for (size_t k = first; k < upto; ++k) {
+      int32_t s = mutation_dest[k].slot;
+      for (size_t j = (size_t)guard; j < t.insts.size(); ++j)
+        for (const Operand &o : t.insts[j].args) {
+          std::vector<char> seen(t.types.size(), 0);
+          if (o.kind == Operand::Value && reads_old(o.value, s, guard, seen))
+            fail(ErrorCode::Unsupported, "instruction " + std::to_string(j) + " reads the old contents of input " +
+                                             std::to_string(s) + " after an in-place write into it and a side exit "
+                                             "(dynamo::guard); write the value to a fresh tensor first");
+        }
+      for (int32_t v : t.outputs) {
+        std::vector<char> seen(t.types.size(), 0);
+        if (t.def[v] >= guard && reads_old(v, s, guard, seen))
+          fail(ErrorCode::Unsupported, "an output reads the old contents of input " + std::to_string(s) +
+                                           " after an in-place write into it and a side exit");
+      }
     }
   }
 
@@ -544,6 +603,7 @@ struct Planner {
       const Inst &in = t.insts[i];
       if (in.op == Op::extern_) {
         cur = -1;
+        if (in.callee == kGuardCallee) flush_mutations_before((int32_t)i);
         add_extern((int32_t)i);
         for (const Operand &o : in.args)
           if (o.kind == Operand::Value && is_reduction(o.value)) need_mat[o.value] = 1;

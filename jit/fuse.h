@@ -66,6 +66,12 @@ struct ExternArg {       // how to build one argument of an extern call
   int32_t slot = -1;     // scalar inputs
 };
 
+// The side exit: `%g = extern dynamo::guard(%cond, expected, exit_id, %live...) : bool[]`.
+// %cond is a one-element bool tensor; when it differs from `expected` the trace stops there and
+// returns exit `exit_id` with copies of the %live tensors (the state the interpreter resumes
+// from). In-place writes before a guard are done before it.
+constexpr const char *kGuardCallee = "dynamo::guard";
+
 struct ExternStep {
   int32_t inst;                      // index into the trace
   std::string callee;

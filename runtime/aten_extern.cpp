@@ -5,8 +5,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <ATen/DLConvertor.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 
 #include "entry.h"
 #include "gemm.h"
@@ -17,7 +20,7 @@ namespace dynamo::runtime {
 using jit::ErrorCode;
 
 struct ExternOps {
-  std::vector<c10::OperatorHandle> ops;  // one per extern step
+  std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: dynamo::guard
 };
 
 namespace {
@@ -145,7 +148,35 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
 
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p) {
   auto ops = std::make_shared<ExternOps>();
+  std::vector<char> exit_seen;
+  int32_t num_guards = 0;
+  for (const jit::ExternStep &e : p.externs) num_guards += e.callee == jit::kGuardCallee;
   for (const jit::ExternStep &e : p.externs) {
+    if (e.callee == jit::kGuardCallee) {
+      auto bad = [&](const std::string &why) {
+        jit::fail(ErrorCode::Verify, std::string(jit::kGuardCallee) + " (instruction " + std::to_string(e.inst) +
+                                         "): " + why);
+      };
+      if (e.args.size() < 3) bad("expects (%cond, expected, exit_id, %live...)");
+      const jit::ExternArg &c = e.args[0];
+      if (!c.is_tensor || t.types[c.value].dtype != jit::DType::Bool || t.types[c.value].numel() != 1)
+        bad("the condition must be a one-element bool tensor");
+      if (e.args[1].is_tensor || e.args[1].is_scalar_slot || e.args[1].lit.kind != jit::Operand::Bool)
+        bad("the expected value must be true or false");
+      const jit::Operand &id = e.args[2].lit;
+      if (e.args[2].is_tensor || e.args[2].is_scalar_slot || id.kind != jit::Operand::Int || id.i < 0 ||
+          id.i >= num_guards)
+        bad("the exit id must be an integer in [0, number of guards = " + std::to_string(num_guards) + ")");
+      exit_seen.resize((size_t)num_guards, 0);
+      if (exit_seen[(size_t)id.i]++) bad("exit id " + std::to_string(id.i) + " is used twice");
+      for (size_t k = 3; k < e.args.size(); ++k)
+        if (!e.args[k].is_tensor) bad("live values (operands after the exit id) must be tensors");
+      if (e.result_values.size() != 1 || t.types[e.result_values[0]].dtype != jit::DType::Bool ||
+          t.types[e.result_values[0]].numel() != 1)
+        bad("returns one one-element bool value (the condition)");
+      ops->ops.push_back(std::nullopt);
+      continue;
+    }
     std::string name = e.callee, overload;
     size_t colons = name.find("::");
     size_t dot = name.find('.', colons == std::string::npos ? 0 : colons);
@@ -175,7 +206,6 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
       jit::fail(ErrorCode::Unsupported, "extern " + e.callee + " mutates its arguments; in-place externs are not supported yet");
     ops->ops.push_back(*h);
   }
-  (void)t;
   return ops;
 }
 
@@ -201,11 +231,52 @@ extern "C" int32_t dynamo_rt_parallel_for(void *vctx, dynamo_rt_kernel_fn kernel
   return status.load();
 }
 
+namespace {
+
+// A tensor over trace memory (no copy): the extern argument or guard operand `a`.
+at::Tensor arg_tensor(const runtime::Entry &en, void **slots, const jit::ExternArg &a) {
+  const jit::Type &ty = en.trace.types[a.value];
+  char *base = static_cast<char *>(slots[a.view.slot]);
+  int64_t es = jit::dtype_bytes(ty.dtype);
+  auto opts = at::TensorOptions().dtype(runtime::scalar_type_of(ty.dtype)).device(at::kCPU);
+  return at::from_blob(base + a.view.offset * es, ty.sizes, a.view.strides, opts);
+}
+
+// dynamo::guard: passes (result = the condition) or takes the side exit with copies of the
+// live values, which outlive the call's scratch memory.
+int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep &e) {
+  const runtime::Entry &en = *ctx->entry;
+  const jit::ExternArg &c = e.args[0];
+  const char *cond = static_cast<const char *>(slots[c.view.slot]) + c.view.offset;
+  slots[e.result_slots[0]] = const_cast<char *>(cond);
+  if ((*cond != 0) == (e.args[1].lit.i != 0)) return DYNAMO_RT_OK;
+  ctx->exit.clear();
+  ctx->exit.id = (int32_t)e.args[2].lit.i;
+  for (size_t k = 3; k < e.args.size(); ++k) {
+    at::Tensor v = arg_tensor(en, slots, e.args[k]).clone(at::MemoryFormat::Contiguous);
+    bool is_bool = v.scalar_type() == at::kBool;
+    DLManagedTensor *m = at::toDLPack(is_bool ? v.view(at::kByte) : v);
+    if (is_bool) m->dl_tensor.dtype = {6, 8, 1};  // the C API's bool (DLPack >= 0.8's kDLBool)
+    ctx->exit.values.push_back(m);
+  }
+  return DYNAMO_RT_SIDE_EXIT;
+}
+
+}  // namespace
+
 extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
   auto *ctx = static_cast<runtime::RunContext *>(vctx);
   const runtime::Entry &en = *ctx->entry;
   const jit::ExternStep &e = en.plan.externs[index];
-  const c10::OperatorHandle &op = en.externs->ops[index];
+  if (!en.externs->ops[index]) {
+    try {
+      return run_guard(ctx, slots, e);
+    } catch (const std::exception &ex) {
+      ctx->error = std::string("side exit: ") + ex.what();
+      return DYNAMO_RT_EXTERN_FAILED;
+    }
+  }
+  const c10::OperatorHandle &op = *en.externs->ops[index];
   const c10::FunctionSchema &schema = op.schema();
   try {
     torch::jit::Stack stack;
@@ -213,11 +284,7 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
       const jit::ExternArg &a = e.args[k];
       const c10::Argument *sa = &schema.arguments()[k];
       if (a.is_tensor) {
-        const jit::Type &ty = en.trace.types[a.value];
-        char *base = static_cast<char *>(slots[a.view.slot]);
-        int64_t es = jit::dtype_bytes(ty.dtype);
-        auto opts = at::TensorOptions().dtype(runtime::scalar_type_of(ty.dtype)).device(at::kCPU);
-        stack.emplace_back(at::from_blob(base + a.view.offset * es, ty.sizes, a.view.strides, opts));
+        stack.emplace_back(arg_tensor(en, slots, a));
       } else if (a.is_scalar_slot) {
         const jit::Type &ty = en.trace.types[a.value];
         int64_t bits;

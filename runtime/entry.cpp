@@ -1,6 +1,7 @@
 // entry.cpp -- compiling a trace into an entry, and running an entry on caller buffers.
 #include "entry.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,10 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->plan = jit::plan_trace(e->trace);
   e->guards = guards::guards_from_trace(e->trace);
   e->externs = resolve_externs(e->trace, e->plan);
+  for (const jit::ExternStep &x : e->plan.externs)
+    if (x.callee == jit::kGuardCallee) ++e->num_exits;
+  e->exit_counts = std::make_unique<std::atomic<int64_t>[]>((size_t)std::max(e->num_exits, 1));
+  for (int32_t k = 0; k < e->num_exits; ++k) e->exit_counts[k] = 0;
   e->num_threads = num_threads;
   int nk = 0;
   e->code = engine.compile(e->trace, e->plan, fn_name, &nk);
@@ -69,7 +74,7 @@ bool byte_range(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
 }  // namespace
 
 dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                         BufferPool *pool, std::string *msg) const {
+                         BufferPool *pool, std::string *msg, Exit *exit) const {
   const jit::Plan &p = plan;
   if (nouts != (size_t)p.num_outputs) {
     *msg = "expected " + std::to_string(p.num_outputs) + " output(s), got " + std::to_string(nouts);
@@ -190,6 +195,15 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     case DYNAMO_RT_OK: return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
+    case DYNAMO_RT_SIDE_EXIT:
+      exit_counts[ctx.exit.id].fetch_add(1, std::memory_order_relaxed);
+      *msg = "left through side exit " + std::to_string(ctx.exit.id);
+      if (exit) {
+        exit->clear();
+        exit->id = ctx.exit.id;
+        exit->values.swap(ctx.exit.values);
+      }
+      return DYNAMO_EXIT;
     default: *msg = "trace returned unknown code " + std::to_string(rc); return DYNAMO_ERR_INTERNAL;
   }
 }

@@ -2,6 +2,7 @@
 // operator handles, and the run path (validate, fill slots, call native code).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,12 +18,26 @@ namespace dynamo::runtime {
 
 struct ExternOps;  // resolved LibTorch operators (aten_extern.cpp)
 
+// A side exit taken by a run: its id and copies of its live values (owned until handed on).
+struct Exit {
+  int32_t id = -1;
+  std::vector<DLManagedTensor *> values;
+  void clear() {
+    for (DLManagedTensor *m : values)
+      if (m && m->deleter) m->deleter(m);
+    values.clear();
+    id = -1;
+  }
+  ~Exit() { clear(); }
+};
+
 // Per-call state handed to generated code as its `ctx`.
 struct RunContext {
   const struct Entry *entry = nullptr;
   std::vector<std::shared_ptr<void>> keep;  // extern results alive until the call returns
   std::string error;                        // set when a helper fails
   int num_threads = 0;                      // 0 = LibTorch's; 1 = serial
+  Exit exit;                                // set by a failing dynamo::guard
 };
 
 struct Entry {
@@ -33,11 +48,15 @@ struct Entry {
   std::shared_ptr<ExternOps> externs;
   int num_threads = 0;
   dynamo_entry_stats stats{};
+  // Side exits (dynamo::guard externs): ids are 0 .. num_exits - 1; how often each was taken.
+  int32_t num_exits = 0;
+  std::unique_ptr<std::atomic<int64_t>[]> exit_counts;
 
   // Runs with already-checked guards; returns a status and sets *msg on failure. Scratch
-  // memory comes from pool (may be null: plain allocation).
+  // memory comes from pool (may be null: plain allocation). DYNAMO_EXIT: a side exit was
+  // taken; its id and live values go to *exit (freed if exit is null), outputs are not written.
   dynamo_status run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                    BufferPool *pool, std::string *msg) const;
+                    BufferPool *pool, std::string *msg, Exit *exit = nullptr) const;
 };
 
 // Compiles a verified trace into an entry (throws jit::Error).
