@@ -68,6 +68,7 @@ class EntryStats(ctypes.Structure):
 
 
 ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3
+STATUS_GUARD_MISS, STATUS_EXIT = 6, 13
 ARG_FLAG_REQUIRES_GRAD = 1
 
 
@@ -142,6 +143,10 @@ def _declare(lib):
         "dynamo_entry_output_info": (st, [P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
         "dynamo_entry_get_stats": (st, [P, ctypes.POINTER(EntryStats)]),
         "dynamo_entry_output_alias": (st, [P, ctypes.c_size_t, ctypes.POINTER(OutputAlias)]),
+        "dynamo_take_exit": (st, [ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(P), ctypes.c_size_t,
+                                  ctypes.POINTER(ctypes.c_size_t)]),
+        "dynamo_entry_num_exits": (ctypes.c_size_t, [P]),
+        "dynamo_entry_exit_count": (ctypes.c_int64, [P, ctypes.c_int32]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -6,10 +6,15 @@ cache_limit    compiled traces kept per function (default 8); further variants r
                with one warning line on stderr.
 abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
+hotexit        times a side exit (a data-dependent branch leaving a trace) is taken before a side
+               trace is recorded from it (default 8); until then the call resumes in the interpreter.
+max_side_traces side traces kept per exit (default 4).
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 """
 hot_threshold = 1
 cache_limit = 8
 abort_limit = 3
+hotexit = 8
+max_side_traces = 4
 verify = False

@@ -21,14 +21,14 @@ import types
 
 import torch
 
-from . import config, native
+from . import _capi, config, native, snapshot
 from ._capi import DynamoError
 from .guards import GuardSet
 from .interpreter import Interpreter, unsupported_reason
 from .recorder import Abort, Recorder
 
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
-                  "side_traces_compiled", "guard_misses", "side_exits", "aborts", "recompiles",
+                  "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
                   "compile_failures", "verify_failures", "compile_seconds")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
@@ -57,8 +57,9 @@ def engine():
 class Compiled:
     """One compiled trace: its guards, the native entry, and how to rebuild the result."""
 
-    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined):
+    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=()):
         self.guards = guards
+        self.exits = list(exits)  # Snapshot per side exit id
         self.check = guards.compile()
         self.text = text
         self.entry = entry
@@ -84,6 +85,8 @@ class Compiled:
             if outs is None:
                 return None
             if type(outs) is int:
+                if outs == _capi.STATUS_EXIT:
+                    return SideExit(*native.take_exit())
                 native._check(outs)
             if self.has_alias:
                 outs = list(outs)
@@ -98,11 +101,22 @@ class Compiled:
         st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
         if st == _GUARD_MISS:
             return None
+        if st == _capi.STATUS_EXIT:
+            return SideExit(*native.take_exit())
         if st != 0:
             native._check(st)
         outs = native.collect_outputs(ptrs, self.aliases, self.shapes, inputs)
         self.runs += 1
         return outs
+
+
+class SideExit:
+    """A run that left its trace at a data-dependent branch: the exit id and its live values."""
+
+    __slots__ = ("id", "values")
+
+    def __init__(self, exit_id, values):
+        self.id, self.values = exit_id, values
 
 
 _fast = False
@@ -216,6 +230,8 @@ class OptimizedFunction:
                 break
             if outs is None:
                 continue
+            if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
+                return self._continue_at_exit(c, outs, fn, args, kwargs)
             _bump("native_runs")
             result = _rebuild(c.out_spec, outs)
             if config.verify:
@@ -237,6 +253,48 @@ class OptimizedFunction:
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
             return self._eager(fn, args, kwargs, in_frame)
         return self._record(fn, args, kwargs, in_frame)
+
+    def _continue_at_exit(self, c, ex, fn, args, kwargs):
+        """Trace c left through side exit ex: run a compiled side trace of that exit whose guards
+        pass; else, once the exit is hot, record one from the exit's snapshot; else resume the
+        rest of the call in the interpreter."""
+        _bump("side_exits")
+        snap = c.exits[ex.id]
+        snap.count += 1
+        for side in snap.sides:
+            inputs = side.check(args, kwargs, fn.__globals__, fn, ex.values)
+            if inputs is None:
+                continue
+            outs = side.run(inputs)
+            if outs is None:
+                continue
+            if isinstance(outs, SideExit):
+                return self._continue_at_exit(side, outs, fn, args, kwargs)
+            _bump("native_runs")
+            return _rebuild(side.out_spec, outs)
+        if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
+                len(snap.sides) < config.max_side_traces:
+            rec = Recorder(f"{self.name}_exit{ex.id}".replace(".", "_").replace("<", "").replace(">", ""))
+            gs = GuardSet()
+            gs._consts.update(snap.consts)  # the snapshot's source expressions name them
+            gs.guard_state("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode")
+            gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
+            interp = Interpreter(rec, gs)
+            _bump("interpreted_runs")
+            with rec:
+                result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
+            return self._compile(rec, gs, interp, result, side_of=snap)
+        _bump("exits_resumed")
+        return snapshot.resume(snap, fn, args, kwargs, ex.values)
+
+    def _side_aborted(self, snap, reason):
+        """A side-trace recording from snap failed: back off, then blacklist the exit."""
+        _bump("aborts")
+        snap.aborts.append(reason)
+        if len(snap.aborts) >= config.abort_limit:
+            snap.blacklisted = reason
+        else:
+            snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
     def _aborted(self, reason, ops, inlined):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
@@ -282,6 +340,11 @@ class OptimizedFunction:
         _bump("interpreted_runs")
         with rec:
             result = interp.run(fn, args, kwargs)
+        return self._compile(rec, gs, interp, result)
+
+    def _compile(self, rec, gs, interp, result, side_of=None):
+        """After a recording: compile its trace (a root, or a side trace of snapshot `side_of`)
+        or count why not. Returns the recorded call's result."""
         out_spec = names = None
         if rec.abort_reason is None:
             try:
@@ -294,6 +357,9 @@ class OptimizedFunction:
             except Abort as e:
                 rec.abort(str(e))
         if rec.abort_reason is not None:
+            if side_of is not None:
+                self._side_aborted(side_of, rec.abort_reason)
+                return result
             self._aborted(rec.abort_reason, rec.ops, interp.inlined)
             self._fallback(rec.abort_reason)
             return result
@@ -306,12 +372,19 @@ class OptimizedFunction:
         except DynamoError as e:
             _bump("compile_failures")
             reason = f"compile failed: {e.message}"
+            if side_of is not None:
+                self._side_aborted(side_of, reason)
+                return result
             self._aborted(reason, rec.ops, interp.inlined)
             self._fallback(reason)
             return result
         finally:
             _bump("compile_seconds", time.perf_counter() - t0)
-        c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined)
+        c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
+        if side_of is not None:
+            side_of.sides.append(c)
+            _bump("side_traces_compiled")
+            return result
         if self.compiled:
             _bump("recompiles")
         self.compiled.append(c)
@@ -388,6 +461,20 @@ def reset():
     _counters["compile_seconds"] = 0.0
 
 
+def _exit_tree(c, indent):
+    """Lines describing trace c's side exits and, under each, its side traces (recursively)."""
+    lines = []
+    for k, snap in enumerate(c.exits):
+        state = (f"blacklisted ({snap.blacklisted})" if snap.blacklisted else
+                 f"linked to {len(snap.sides)} side trace(s)" if snap.sides else "resumes in the interpreter")
+        lines.append(f"{indent}exit {k} at {snap.where}: taken {snap.count} time(s), {state}")
+        for side in snap.sides:
+            lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s), "
+                         f"{side.runs} run(s)")
+            lines.extend(_exit_tree(side, indent + "    "))
+    return lines
+
+
 class Explanation:
     """What dynamo did with one call: traces (ops, guards, inlined callees) and aborts."""
 
@@ -406,6 +493,7 @@ class Explanation:
                            f"{c.stats.num_externs} LibTorch call(s), compiled in {c.stats.compile_ms:.1f} ms")
                 if c.inlined:
                     out.append("    inlined: " + ", ".join(dict.fromkeys(c.inlined)))
+                out.extend(_exit_tree(c, "    "))
                 out.append("    ops: " + ", ".join(c.ops))
                 out.append("    guards:")
                 out.extend("      " + line for line in c.guards.source_text().splitlines())
@@ -446,6 +534,7 @@ def report():
         for c in f.compiled:
             lines.append(f"  compiled: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
                          f"{c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
+            lines.extend(_exit_tree(c, "    "))
         for a in f.attempts:
             if a.compiled is None:
                 lines.append(f"  fell back: {a.reason}")

@@ -43,6 +43,7 @@ ARG = Source("a")
 KWARG = Source("k")
 GLOBALS = Source("g")
 FUNC = Source("f")
+EXIT = Source("x")    # a side trace's inputs: the live values of the exit it starts from
 
 
 class GuardSet:
@@ -111,9 +112,10 @@ class GuardSet:
         self._fn = None
 
     def compile(self):
-        """Returns check(a, k, g, f) -> list of input tensors, or None when a guard fails."""
+        """Returns check(a, k, g, f, x=None) -> list of input tensors, or None when a guard fails
+        (x: the live values of the side exit a side trace starts from)."""
         if self._fn is None:
-            body = ["def check(a, k, g, f):", "    try:"]
+            body = ["def check(a, k, g, f, x=None):", "    try:"]
             for c in self._checks:
                 body.append(f"        if not ({c}): return None")
             body.append(f"        return [{', '.join(self.tensor_inputs)}]")

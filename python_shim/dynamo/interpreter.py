@@ -151,6 +151,7 @@ class Interpreter:
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
         self._cell_src = {}       # id(cell) -> source of its contents
+        self.frames = []          # the live frames, outermost first (snapshots at side exits)
 
     # -- recording state -----------------------------------------------------------------
     @property
@@ -214,9 +215,11 @@ class Interpreter:
         if fn.__closure__:
             f.locals = list(f.locals)
         self.depth += 1
+        self.frames.append(f)
         try:
             return self._execute(f)
         finally:
+            self.frames.pop()
             self.depth -= 1
 
     def _bind(self, f, fn, fn_src, args, kwargs):
@@ -682,6 +685,12 @@ class Interpreter:
                 self._jump(f, ins.argval)
             elif op.startswith("POP_JUMP"):
                 v = pop()[0]
+                if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
+                        self.rec.known(v):
+                    take = self._branch_on_tensor(f, v, op.endswith("IF_TRUE"), ins.argval)
+                    if take:
+                        self._jump(f, ins.argval)
+                    continue
                 if op.endswith("IF_FALSE"):
                     take = not v
                 elif op.endswith("IF_TRUE"):
@@ -733,6 +742,39 @@ class Interpreter:
                 self.touch(x, self._dict_srcs[id(v)].get(key))
         else:
             self.touch_deep(v, s)
+
+    def _branch_on_tensor(self, f, v, jump_if, target):
+        """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
+        a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
+        from .snapshot import FrameState, NoSnapshot, Snapshot, encode
+
+        self.rec.paused += 1
+        try:
+            truth = bool(v)  # as eager: raises for more than one element
+        finally:
+            self.rec.paused -= 1
+        take = truth == jump_if
+        resume_ip = f.ip if take else f.dec.index[target]
+        live, index = [], {}
+        try:
+            frames = []
+            for fr in self.frames:
+                if fr.fn_src is FUNC:
+                    fn_spec = ("func",)
+                elif fr.fn_src is not None:
+                    fn_spec = ("src", fr.fn_src.expr)
+                else:
+                    fn_spec = ("const", fr.fn)
+                enc = lambda pair: encode(self, pair[0], pair[1], live, index)  # noqa: E731
+                frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
+                                         [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
+        except NoSnapshot as e:
+            self.abort(f"data-dependent branch on a tensor: {e}")
+            return take
+        ins = f.dec.insts[f.ip - 1]
+        where = f"{f.code.co_filename.rsplit('/', 1)[-1]}:{ins.positions.lineno if ins.positions else '?'}"
+        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, where))
+        return take
 
     def _submodule_srcs(self, m, src):
         """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard

@@ -120,6 +120,20 @@ def wrap_managed(ptr):
     return torch.utils.dlpack.from_dlpack(_capsule_new(ptr, b"dltensor", None))
 
 
+def take_exit():
+    """(exit id, live values as tensors) of the side exit the last run on this thread took."""
+    L = lib()
+    eid, n = ctypes.c_int32(), ctypes.c_size_t()
+    st = L.dynamo_take_exit(ctypes.byref(eid), None, 0, ctypes.byref(n))
+    if st == 0:  # an exit without live values: taken already
+        return eid.value, []
+    if st != 7:  # 7: capacity too small; n says how many
+        _check(st)
+    vals = (ctypes.c_void_p * max(n.value, 1))()
+    _check(L.dynamo_take_exit(ctypes.byref(eid), vals, n.value, ctypes.byref(n)))
+    return eid.value, [wrap_managed(vals[k]) for k in range(n.value)]
+
+
 def collect_outputs(ptrs, aliases, shapes, inputs):
     """Torch tensors for the outputs of dynamo_entry_run_alloc: engine buffers wrapped without a
     copy; outputs that alias an input become views of that input, as eager returns them."""

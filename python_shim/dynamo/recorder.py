@@ -71,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self.ops = []           # ATen op names, for explain()
         self.paused = 0
         self.abort_reason = None
+        self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -357,6 +358,23 @@ class Recorder(TorchDispatchMode):
         if func is _aten.as_strided.default or func is _aten.unfold.default:
             raise Abort(f"{func._schema.name}: general strided views are not supported")
         return None
+
+    def side_exit(self, cond, truth, live, snapshot):
+        """Emits `dynamo::guard(cond, truth, id, live...)` for a branch on the one-element tensor
+        cond (a trace value) and returns the exit id; `live` are trace tensors the snapshot
+        refers to by position."""
+        c = self._operand(cond)
+        shape = ",".join(str(s) for s in cond.shape)
+        if cond.dtype != torch.bool:
+            b = self._new()
+            self.lines.append(f"  {b} = ne({c}, 0) : bool[{shape}]")
+            c = b
+        k = len(self.exits)
+        ops = [c, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
+        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
+        self.ops.append("dynamo::guard")
+        self.exits.append(snapshot)
+        return k
 
     def output_name(self, t):
         if id(t) in self.poison:

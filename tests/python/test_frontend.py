@@ -205,7 +205,7 @@ def test_side_effects_fall_back_and_happen_once(capsys):
     assert "print" in str(e) and e.traces == []
 
 
-def test_data_dependent_values_fall_back():
+def test_branch_on_tensor_is_a_side_exit():
     def f(x):
         if x.sum() > 0:
             return x * 2
@@ -213,6 +213,19 @@ def test_data_dependent_values_fall_back():
 
     opt = dynamo.optimize(f)
     for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
+        assert same(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["native_runs"] == 1 and c["side_exits"] == 1, c
+    assert "dynamo::guard" in str(dynamo.explain(f, torch.ones(3)))
+
+
+def test_item_value_falls_back():
+    def f(x):
+        n = int(x.sum().item())
+        return x * n
+
+    opt = dynamo.optimize(f)
+    for x in (torch.ones(3), 2 * torch.ones(3)):
         assert same(opt(x), f(x))
     assert "data-dependent" in str(dynamo.explain(f, torch.ones(3)))
 

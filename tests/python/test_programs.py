@@ -868,7 +868,6 @@ FALLBACKS = [
     Fallback("try_except", fb_try_except, lambda: (rn(4),), "try/except"),
     Fallback("with_block", fb_with_block, lambda: (rn(4),), "try/except/with"),
     Fallback("item_control_flow", fb_item, lambda: (rn(5),), "data-dependent"),
-    Fallback("if_tensor", fb_bool_tensor, lambda: (rn(5),), "data-dependent"),
     Fallback("int_of_tensor", fb_int_of_tensor, lambda: (rn(5),), "data-dependent"),
     Fallback("import_bytecode", fb_import, lambda: (rn(3),), "bytecode IMPORT_NAME"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),

@@ -1,0 +1,206 @@
+"""Snapshots at side exits, and resuming the interpreter from one.
+
+When the recording interpreter meets a data-dependent branch (`if t:` on a recorded tensor), the
+trace gets a mid-trace guard (dynamo::guard) and this module keeps what is needed to continue
+from the *other* branch: every live (inlined) Python frame with its code, the bytecode offset to
+resume at, its locals and value stack. Each entry is encoded so that it means the same thing on
+a later call with other inputs:
+
+  ("src", expr)      a value read from a guarded source: re-read from this call's a, k, g, f
+  ("live", i)        a tensor the trace computed: the exit's i-th live value
+  ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
+  ("tuple"|"list"|"dict", ...), ("cell", ...), ("siter", ...), ("seqiter", ...), ("null",)
+
+What cannot be encoded faithfully (a tensor made outside the trace, an object created inside the
+function, a closure over the recording's cells) makes the branch abort the recording instead.
+"""
+import types
+
+import torch
+
+
+class NoSnapshot(Exception):
+    """The interpreter state at a branch cannot be carried to a later call."""
+
+
+class FrameState:
+    __slots__ = ("code", "fn", "ip", "locals", "stack", "kw_names")
+
+    def __init__(self, code, fn, ip, locals_, stack, kw_names):
+        self.code, self.fn, self.ip = code, fn, ip
+        self.locals, self.stack, self.kw_names = locals_, stack, kw_names
+
+
+class Snapshot:
+    """The live frames at one side exit (outermost first) and the guard constants their
+    source expressions may name."""
+
+    def __init__(self, frames, consts, where):
+        self.frames = frames
+        self.consts = consts
+        self.where = where  # "file:line" of the branch, for explain()
+        self.count = 0      # times this exit was taken
+        self.sides = []     # compiled side traces starting here (frontend.Compiled)
+        self.aborts = []    # why side-trace recordings from here failed
+        self.retry_at = 0   # back-off: exit count before the next recording attempt
+        self.blacklisted = None
+
+
+_CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,
+                range, type, types.BuiltinFunctionType, types.ModuleType, type(Ellipsis))
+
+
+def encode(interp, x, src, live, live_index):
+    """The spec of interpreter value x (read from src, or None)."""
+    from .interpreter import _NULL, _SourcedIter
+
+    if x is _NULL:
+        return ("null",)
+    if isinstance(x, torch.Tensor):
+        name = interp.rec.vals.get(id(x))
+        if name is None:
+            raise NoSnapshot("a tensor made outside the trace is live")
+        if src is not None and name in interp.rec.input_names:
+            return ("src", src.expr)
+        if id(x) not in live_index:
+            live_index[id(x)] = len(live)
+            live.append(x)
+        return ("live", live_index[id(x)])
+    if src is not None:
+        return ("src", src.expr)
+    t = type(x)
+    if isinstance(x, _CONST_TYPES):
+        return ("const", x)
+    if t is types.FunctionType:
+        if x.__closure__ and id(x) in interp.local_objs:
+            raise NoSnapshot(f"a closure made inside the function ({x.__qualname__}) is live")
+        return ("const", x)
+    if t is tuple:
+        srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
+        return ("tuple", [encode(interp, e, s, live, live_index) for e, s in zip(x, srcs)])
+    if t is list:
+        return ("list", [encode(interp, e, None, live, live_index) for e in x])
+    if t is dict:
+        srcs = interp._dict_srcs.get(id(x), {})
+        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()])
+    if t is _SourcedIter:
+        rest = range(x.i, len(x.items))
+        return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
+    if t is types.CellType:
+        try:
+            v = x.cell_contents
+        except ValueError:
+            return ("cell_empty",)
+        return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index))
+    if t.__name__ in ("range_iterator", "list_iterator", "tuple_iterator"):
+        _, (seq,), state = x.__reduce__()
+        return ("seqiter", encode(interp, seq, None, live, live_index), state)
+    raise NoSnapshot(f"a {t.__name__} object is live at the branch")
+
+
+def decode(spec, env, live):
+    from .interpreter import _NULL, _SourcedIter
+
+    kind = spec[0]
+    if kind == "live":
+        return live[spec[1]]
+    if kind == "src":
+        return eval(spec[1], env)  # noqa: S307 -- our own guard expressions
+    if kind == "const":
+        return spec[1]
+    if kind == "null":
+        return _NULL
+    if kind == "tuple":
+        return tuple(decode(s, env, live) for s in spec[1])
+    if kind == "list":
+        return [decode(s, env, live) for s in spec[1]]
+    if kind == "dict":
+        return {k: decode(s, env, live) for k, s in spec[1]}
+    if kind == "siter":
+        items = [decode(s, env, live) for s in spec[1]]
+        return _SourcedIter(items, [None] * len(items))
+    if kind == "cell":
+        return types.CellType(decode(spec[1], env, live))
+    if kind == "cell_empty":
+        return types.CellType()
+    if kind == "seqiter":
+        it = iter(decode(spec[1], env, live))
+        it.__setstate__(spec[2])
+        return it
+    raise AssertionError(f"unknown snapshot spec {kind}")
+
+
+def _decode_pair(spec, env, live, interp):
+    """(value, source) for recording a side trace: sourced values keep their source, live
+    tensors become the side trace's inputs x[i]; both are guarded as they are read."""
+    from .guards import EXIT, Source
+
+    kind = spec[0]
+    if kind == "src":
+        v, src = eval(spec[1], env), Source(spec[1])  # noqa: S307
+    elif kind == "live":
+        v, src = live[spec[1]], EXIT.item(spec[1])
+    elif kind in ("tuple", "list", "siter"):
+        pairs = [_decode_pair(s, env, live, interp) for s in spec[1]]
+        if kind == "siter":
+            from .interpreter import _SourcedIter
+            return _SourcedIter([p[0] for p in pairs], [p[1] for p in pairs]), None
+        v = tuple(p[0] for p in pairs) if kind == "tuple" else interp._mark_local([p[0] for p in pairs])
+        if kind == "tuple":
+            interp._tuple_srcs[id(v)] = [p[1] for p in pairs]
+            interp.keep.append(v)
+        return v, None
+    elif kind == "dict":
+        pairs = {k: _decode_pair(s, env, live, interp) for k, s in spec[1]}
+        v = interp._mark_local({k: p[0] for k, p in pairs.items()})
+        interp._dict_srcs[id(v)] = {k: p[1] for k, p in pairs.items()}
+        return v, None
+    elif kind == "cell":
+        inner, isrc = _decode_pair(spec[1], env, live, interp)
+        cell = types.CellType(inner)
+        interp._cell_src[id(cell)] = isrc
+        interp.keep.append(cell)
+        return cell, None
+    else:
+        return decode(spec, env, live), None
+    interp.touch(v, src)
+    return v, src
+
+
+def resume(snap, fn, args, kwargs, live, interp=None):
+    """Runs the rest of the call from snapshot `snap` with this call's arguments and the exit's
+    live values; returns the call's result. Without `interp`, in a non-recording interpreter;
+    with a recording one (inside its Recorder), the run is recorded: a side trace."""
+    from .guards import FUNC, GuardSet, Source
+    from .interpreter import Interpreter, _Frame
+    from .recorder import Recorder
+
+    env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
+    if interp is None:
+        rec = Recorder("resume")
+        rec.abort("running on after a side exit")
+        interp = Interpreter(rec, GuardSet())
+        pair = lambda s: (decode(s, env, live), None)  # noqa: E731
+    else:
+        pair = lambda s: _decode_pair(s, env, live, interp)  # noqa: E731
+    frames = []
+    for fs in snap.frames:
+        if fs.fn == ("func",):
+            f_obj, f_src = fn, FUNC
+        elif fs.fn[0] == "src":
+            f_obj, f_src = eval(fs.fn[1], env), Source(fs.fn[1])  # noqa: S307
+        else:
+            f_obj, f_src = fs.fn[1], None
+        fr = _Frame(fs.code, f_obj, f_src, f_obj.__globals__)
+        fr.locals = [pair(s) for s in fs.locals]
+        fr.stack = [pair(s) for s in fs.stack]
+        fr.ip = fs.ip
+        fr.kw_names = fs.kw_names
+        frames.append(fr)
+    result = None
+    for depth, fr in enumerate(reversed(frames)):
+        if depth:
+            fr.stack.append(result)  # the inlined call's value, as its CALL would push it
+        interp.frames = frames[:len(frames) - depth]
+        result = interp._execute(fr)
+    return result[0]

@@ -1,0 +1,143 @@
+"""Data-dependent branches (`if t:` on a tensor the trace computed) become side exits: the trace
+goes on along the recorded branch behind a native dynamo::guard; a call that takes the other
+branch leaves the trace there and resumes in the interpreter from a snapshot of the Python state;
+a hot exit gets a side trace recorded from that snapshot, after which those calls run natively
+too. Every call must equal eager, mutations included."""
+import pytest
+import torch
+
+import dynamo
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    dynamo.reset()
+    yield
+    dynamo.reset()
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def run_calls(fn, make, n, inplace=False):
+    """Calls the compiled fn n times next to eager; returns the counters after each call."""
+    opt = dynamo.optimize(fn)
+    history = []
+    for i in range(n):
+        args = make(i)
+        e_args = [a.clone() for a in args]
+        c_args = [a.clone() for a in args]
+        want = fn(*e_args)
+        got = opt(*c_args)
+        assert same(got, want), f"call {i}"
+        if inplace:
+            assert all(torch.equal(c, e) for c, e in zip(c_args, e_args)), f"call {i}: mutated inputs differ"
+        history.append(dynamo.counters())
+    return history
+
+
+def assert_native_tail(history, tail=10):
+    first, last = history[-tail - 1], history[-1]
+    assert last["interpreted_runs"] == first["interpreted_runs"], (first, last)
+    assert last["exits_resumed"] == first["exits_resumed"], (first, last)
+    assert last["side_exits"] > first["side_exits"], (first, last)
+    assert last["native_runs"] - first["native_runs"] == tail, (first, last)
+
+
+def alternating(x, w):
+    h = x * w
+    if h.sum() > 0:
+        y = torch.relu(h) + 1
+    else:
+        y = torch.tanh(h) - 1
+    return y * 2
+
+
+def test_alternating_signs_become_native():
+    g = torch.Generator().manual_seed(0)
+
+    def make(i):
+        return (torch.randn(33, generator=g) + (3.0 if i % 2 == 0 else -3.0), torch.rand(33, generator=g) + 0.5)
+
+    h = run_calls(alternating, make, 40)
+    assert h[-1]["traces_compiled"] == 1 and h[-1]["side_traces_compiled"] == 1
+    assert_native_tail(h)
+    text = dynamo.report()
+    assert "exit 0 at test_side_exits.py" in text and "linked to 1 side trace" in text, text
+
+
+def helper(x):
+    if x.mean() > 0:
+        if x.amax() > 2.5:
+            return x.clamp(max=2.0)
+        return x * 3
+    return -x
+
+
+def nested(x, b):
+    return helper(x + b) + 1
+
+
+def test_nested_branches_inside_an_inlined_helper():
+    g = torch.Generator().manual_seed(1)
+    shifts = [4.0, 0.5, -3.0]
+
+    def make(i):
+        x = torch.rand(16, generator=g) + shifts[i % 3]
+        return x, torch.zeros(16)
+
+    h = run_calls(nested, make, 75)
+    assert h[-1]["side_traces_compiled"] >= 2
+    assert_native_tail(h)
+
+
+def mutate_then_branch(x):
+    x.add_(1.0)
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+def test_branch_after_inplace_write_never_applies_it_twice():
+    g = torch.Generator().manual_seed(2)
+
+    def make(i):
+        return (torch.randn(8, generator=g) + (2.0 if i % 2 == 0 else -4.0),)
+
+    h = run_calls(mutate_then_branch, make, 30, inplace=True)
+    assert h[-1]["side_exits"] > 0 and h[-1]["native_runs"] > 0
+    assert_native_tail(h)
+
+
+def any_positive(x):
+    if (x > 0).any():
+        return x.relu()
+    return -x
+
+
+def test_bool_tensor_condition():
+    def make(i):
+        return (torch.full((5,), 1.0 if i % 3 == 0 else -1.0),)
+
+    h = run_calls(any_positive, make, 40)
+    assert_native_tail(h)
+
+
+def noisy_branch(x):
+    if x.sum() > 0:
+        return x + 1
+    print("negative")  # the side path cannot be traced: its exit resumes in the interpreter
+    return x - 1
+
+
+def test_side_path_that_cannot_be_traced_is_blacklisted(capsys):
+    def make(i):
+        return (torch.ones(4) * (1 if i % 2 == 0 else -1),)
+
+    h = run_calls(noisy_branch, make, 60)
+    assert capsys.readouterr().out.count("negative") == 2 * 30
+    assert h[-1]["side_traces_compiled"] == 0 and h[-1]["exits_resumed"] > 0
+    assert "blacklisted" in dynamo.report()
