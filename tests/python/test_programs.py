@@ -804,12 +804,6 @@ def fb_item(x):
     return x - 1
 
 
-def fb_bool_tensor(x):
-    if (x > 0).any():
-        return x.relu()
-    return -x
-
-
 def fb_int_of_tensor(x):
     n = int(x.abs().argmax())
     return x * n
