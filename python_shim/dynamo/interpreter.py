@@ -47,6 +47,9 @@ _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, o
 _PURE_BUILTINS |= {getattr(math, n) for n in (
     "sqrt", "exp", "log", "log2", "log10", "pow", "sin", "cos", "tan", "tanh", "erf", "ceil", "floor", "trunc",
     "fabs", "isfinite", "isinf", "isnan", "prod", "gcd", "isqrt", "copysign", "hypot", "atan2", "radians", "degrees")}
+# Tensor methods that read contents into Python objects without dispatching an ATen op.
+_READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyped_storage", "_storage",
+                   "__reduce_ex__", "__getstate__", "__repr__", "__str__", "__format__"}
 # Methods of containers that do not change them.
 _READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__",
                  "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
@@ -274,6 +277,21 @@ class Interpreter:
     def call(self, fnp, args, kwargs):
         """Calls fnp[0] with (value, source) pairs; returns a pair."""
         fn, fsrc = fnp
+        # t.item(), int(t), float(t), bool(t) on a recorded one-element tensor: a guarded value
+        if not kwargs and self.recording and self.frames:
+            t = conv = None
+            if not args and getattr(fn, "__name__", None) == "item" and isinstance(getattr(fn, "__self__", None),
+                                                                                   torch.Tensor):
+                t, conv = fn.__self__, "item"
+            elif fn in (int, float, bool) and len(args) == 1 and isinstance(args[0][0], torch.Tensor):
+                t, conv = args[0][0], fn.__name__
+            if t is not None and self.rec.known(t) and t.numel() == 1:
+                return self._tensor_value(t, conv)
+        if isinstance(getattr(fn, "__self__", None), torch.Tensor) and \
+                getattr(fn, "__name__", None) in _READS_CONTENTS:
+            # these read the data without an ATen op the recorder could see
+            return self._opaque(fnp, args, kwargs, f"data-dependent value: Tensor.{fn.__name__}() reads a "
+                                                   f"tensor's contents")
         if isinstance(fn, types.FunctionType):
             return self._call_python(fn, fsrc, args, kwargs, None)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
@@ -746,7 +764,7 @@ class Interpreter:
     def _branch_on_tensor(self, f, v, jump_if, target):
         """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
         a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
-        from .snapshot import FrameState, NoSnapshot, Snapshot, encode
+        from .snapshot import NoSnapshot, Snapshot
 
         self.rec.paused += 1
         try:
@@ -757,24 +775,60 @@ class Interpreter:
         resume_ip = f.ip if take else f.dec.index[target]
         live, index = [], {}
         try:
-            frames = []
-            for fr in self.frames:
-                if fr.fn_src is FUNC:
-                    fn_spec = ("func",)
-                elif fr.fn_src is not None:
-                    fn_spec = ("src", fr.fn_src.expr)
-                else:
-                    fn_spec = ("const", fr.fn)
-                enc = lambda pair: encode(self, pair[0], pair[1], live, index)  # noqa: E731
-                frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
-                                         [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
+            frames = self._snapshot_frames(f, resume_ip, live, index)
         except NoSnapshot as e:
             self.abort(f"data-dependent branch on a tensor: {e}")
             return take
-        ins = f.dec.insts[f.ip - 1]
-        where = f"{f.code.co_filename.rsplit('/', 1)[-1]}:{ins.positions.lineno if ins.positions else '?'}"
-        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, where))
+        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, self._where(f)))
         return take
+
+    def _tensor_value(self, t, conv):
+        """A Python number read from recorded tensor t (t.item(), int(t), ...): the trace goes on
+        with this value, behind a side exit taken when t holds another one; the snapshot resumes
+        right after the call with the new value."""
+        from .snapshot import NoSnapshot, Snapshot
+
+        self.rec.paused += 1
+        try:
+            raw = t.item()
+            value = raw if conv == "item" else {"int": int, "float": float, "bool": bool}[conv](t)
+        finally:
+            self.rec.paused -= 1
+        f = self.frames[-1]
+        live, index = [], {}
+        try:
+            frames = self._snapshot_frames(f, f.ip, live, index)
+        except NoSnapshot as e:
+            self.abort(f"data-dependent value: {e}")
+            return (value, None)
+        if id(t) not in index:
+            index[id(t)] = len(live)
+            live.append(t)
+        frames[-1].stack.append(("item", index[id(t)], conv))
+        self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f)))
+        return (value, None)
+
+    def _snapshot_frames(self, f, resume_ip, live, index):
+        from .snapshot import FrameState, encode
+
+        frames = []
+        for fr in self.frames:
+            if fr.fn_src is FUNC:
+                fn_spec = ("func",)
+            elif fr.fn_src is not None:
+                fn_spec = ("src", fr.fn_src.expr)
+            else:
+                fn_spec = ("const", fr.fn)
+            enc = lambda pair: encode(self, pair[0], pair[1], live, index)  # noqa: E731
+            frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
+                                     [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
+        return frames
+
+    @staticmethod
+    def _where(f):
+        ins = f.dec.insts[f.ip - 1]
+        line = ins.positions.lineno if getattr(ins, "positions", None) else "?"
+        return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
 
     def _submodule_srcs(self, m, src):
         """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard

@@ -376,6 +376,19 @@ class Recorder(TorchDispatchMode):
         self.exits.append(snapshot)
         return k
 
+    def value_exit(self, t, value, live, snapshot):
+        """Emits `eq(t, value)` and a dynamo::guard on it: the trace relies on t holding value
+        (a number read by .item()). Returns the exit id."""
+        c = self._new()
+        shape = ",".join(str(s) for s in t.shape)
+        self.lines.append(f"  {c} = eq({self._operand(t)}, {self._operand(value)}) : bool[{shape}]")
+        k = len(self.exits)
+        ops = [c, "true", str(k)] + [self._operand(x) for x in live]
+        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
+        self.ops.append("dynamo::guard")
+        self.exits.append(snapshot)
+        return k
+
     def output_name(self, t):
         if id(t) in self.poison:
             raise Abort(self.poison[id(t)])

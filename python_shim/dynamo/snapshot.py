@@ -19,6 +19,13 @@ import types
 import torch
 
 
+_CONVERT_EXPR = {"item": "(lambda t: t.item())", "int": "int", "float": "float", "bool": "bool"}
+
+
+def _convert(t, conv):
+    return t.item() if conv == "item" else {"int": int, "float": float, "bool": bool}[conv](t)
+
+
 class NoSnapshot(Exception):
     """The interpreter state at a branch cannot be carried to a later call."""
 
@@ -58,10 +65,10 @@ def encode(interp, x, src, live, live_index):
         return ("null",)
     if isinstance(x, torch.Tensor):
         name = interp.rec.vals.get(id(x))
+        if src is not None and (name is None or name in interp.rec.input_names):
+            return ("src", src.expr)  # an input (perhaps not read yet): this call's own
         if name is None:
             raise NoSnapshot("a tensor made outside the trace is live")
-        if src is not None and name in interp.rec.input_names:
-            return ("src", src.expr)
         if id(x) not in live_index:
             live_index[id(x)] = len(live)
             live.append(x)
@@ -123,6 +130,8 @@ def decode(spec, env, live):
         return types.CellType(decode(spec[1], env, live))
     if kind == "cell_empty":
         return types.CellType()
+    if kind == "item":  # the number .item()/int()/float()/bool() read from a live tensor
+        return _convert(live[spec[1]], spec[2])
     if kind == "seqiter":
         it = iter(decode(spec[1], env, live))
         it.__setstate__(spec[2])
@@ -154,6 +163,17 @@ def _decode_pair(spec, env, live, interp):
         pairs = {k: _decode_pair(s, env, live, interp) for k, s in spec[1]}
         v = interp._mark_local({k: p[0] for k, p in pairs.items()})
         interp._dict_srcs[id(v)] = {k: p[1] for k, p in pairs.items()}
+        return v, None
+    elif kind == "item":
+        # The side trace specializes on this number: its guards read it back from x[i].
+        expr = f"{_CONVERT_EXPR[spec[2]]}(x[{spec[1]}])"
+        interp.rec.paused += 1  # reading the number is not part of the side trace
+        try:
+            v = _convert(live[spec[1]], spec[2])
+        finally:
+            interp.rec.paused -= 1
+        interp.touch(live[spec[1]], EXIT.item(spec[1]))
+        interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
         return v, None
     elif kind == "cell":
         inner, isrc = _decode_pair(spec[1], env, live, interp)

@@ -141,3 +141,31 @@ def test_side_path_that_cannot_be_traced_is_blacklisted(capsys):
     assert capsys.readouterr().out.count("negative") == 2 * 30
     assert h[-1]["side_traces_compiled"] == 0 and h[-1]["exits_resumed"] > 0
     assert "blacklisted" in dynamo.report()
+
+
+def repeat_by_count(x, counts):
+    n = int(counts.sum().item())  # a trip count read from the data
+    y = x
+    for _ in range(n):
+        y = y * 2 + 1
+    return y
+
+
+def test_loop_trip_count_from_item():
+    def make(i):
+        return torch.randn(8), torch.tensor([1.0, 1.0] if i % 2 == 0 else [1.0, 2.0])
+
+    h = run_calls(repeat_by_count, make, 40)
+    assert h[-1]["side_traces_compiled"] == 1
+    assert_native_tail(h)
+
+
+def scale_by_max(x):
+    m = x.abs().max().item()  # a float read from the data steers arithmetic
+    return x / m if m > 1.0 else x * 2
+
+
+def test_float_item_guards_its_value():
+    vals = [torch.tensor([0.5, -2.0, 1.0]), torch.tensor([0.5, -0.25, 0.125])]
+    h = run_calls(scale_by_max, lambda i: (vals[i % 2],), 40)
+    assert_native_tail(h)
