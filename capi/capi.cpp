@@ -24,6 +24,7 @@ struct dynamo_engine {
 struct dynamo_entry {
   std::unique_ptr<runtime::Entry> e;
   dynamo_engine *engine = nullptr;
+  const struct dynamo_frame *frame = nullptr;  // the frame that owns it
 };
 
 struct dynamo_frame {
@@ -369,6 +370,8 @@ dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trac
   auto e = std::make_unique<dynamo_entry>();
   e->e = runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
   e->engine = frame->engine;
+  e->frame = frame;
+  e->e->api_handle = e.get();
   dynamo_entry *h = e.get();
   {
     std::unique_lock<std::shared_mutex> l(frame->mu);
@@ -443,6 +446,45 @@ dynamo_status dynamo_take_exit(int32_t *exit_id, DLManagedTensor **values, size_
   t_exit.values.clear();
   t_exit.id = -1;
   return DYNAMO_OK;
+}
+
+const dynamo_entry *dynamo_exit_entry(void) {
+  return t_exit.id >= 0 && t_exit.entry ? static_cast<const dynamo_entry *>(t_exit.entry->api_handle) : nullptr;
+}
+
+dynamo_status dynamo_entry_link_exit(dynamo_entry *parent, int32_t exit_id, dynamo_entry *side) {
+  CHECK_HANDLE(parent, "parent");
+  CHECK_HANDLE(side, "side");
+  API_BEGIN
+  const runtime::Entry &P = *parent->e, &S = *side->e;
+  auto bad = [](const std::string &why) { return set_error(DYNAMO_ERR_ARGUMENT_MISMATCH, "dynamo_entry_link_exit: " + why); };
+  if (exit_id < 0 || exit_id >= P.num_exits)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_link_exit: exit " + std::to_string(exit_id) +
+                                                      " does not exist (the parent has " + std::to_string(P.num_exits) + ")");
+  if (&P == &S) return bad("an entry cannot be its own side trace");
+  if (parent->frame != side->frame) return bad("parent and side trace must be entries of the same frame");
+  size_t np = P.trace.inputs.size(), nl = (size_t)P.exit_live_count(exit_id);
+  if (S.trace.inputs.size() != np + nl)
+    return bad("the side trace takes " + std::to_string(S.trace.inputs.size()) + " input(s); linking needs the parent's " +
+               std::to_string(np) + " followed by the exit's " + std::to_string(nl) + " live value(s)");
+  for (size_t k = 0; k < np; ++k) {
+    const jit::Type &a = P.trace.types[P.trace.inputs[k]], &b = S.trace.types[S.trace.inputs[k]];
+    if (a.tensor != b.tensor || a.dtype != b.dtype || a.sizes != b.sizes)
+      return bad("input " + std::to_string(k) + " differs between the parent and the side trace");
+  }
+  if (S.trace.outputs.size() != P.trace.outputs.size()) return bad("the side trace returns a different number of outputs");
+  for (size_t k = 0; k < P.trace.outputs.size(); ++k) {
+    const jit::Type &a = P.trace.types[P.trace.outputs[k]], &b = S.trace.types[S.trace.outputs[k]];
+    if (a.dtype != b.dtype || a.sizes != b.sizes) return bad("output " + std::to_string(k) + " differs in dtype or shape");
+    if (P.plan.output_alias[k].input >= 0 || S.plan.output_alias[k].input >= 0)
+      return bad("output " + std::to_string(k) + " aliases an input (copy elision), which linking does not carry");
+  }
+  std::lock_guard<std::mutex> lock(P.link_mu);
+  auto next = std::make_shared<runtime::Entry::Links>(P.links ? *P.links : runtime::Entry::Links((size_t)P.num_exits));
+  (*next)[(size_t)exit_id].push_back(&S);
+  std::atomic_store(&P.links, std::shared_ptr<const runtime::Entry::Links>(next));
+  return DYNAMO_OK;
+  API_END
 }
 
 size_t dynamo_entry_num_exits(const dynamo_entry *entry) {

@@ -257,6 +257,16 @@ DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
  * on this thread. DYNAMO_ERR_INVALID_ARGUMENT when no exit is pending. */
 DYNAMO_API dynamo_status dynamo_take_exit(int32_t *exit_id, DLManagedTensor **values, size_t capacity,
                                           size_t *num_values);
+/* The entry whose side exit is pending on this thread (a linked side trace's when the exit
+ * was taken inside one), or NULL. Borrowed. */
+DYNAMO_API const dynamo_entry *dynamo_exit_entry(void);
+/* Attaches `side` (an entry of the same frame) to exit `exit_id` of `parent`: when that guard
+ * fails, the run continues natively in the first linked side trace whose guards accept the
+ * parent's arguments followed by the exit's live values (its inputs must be exactly those),
+ * writing the parent's outputs (same count, dtypes and shapes; no aliased outputs). If none
+ * accepts, the run returns DYNAMO_EXIT as before. A side trace may have exits and links of
+ * its own. Thread-safe against concurrent runs of the parent. */
+DYNAMO_API dynamo_status dynamo_entry_link_exit(dynamo_entry *parent, int32_t exit_id, dynamo_entry *side);
 /* Number of side exits of an entry (0 for a trace without dynamo::guard). */
 DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
 /* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */

@@ -49,6 +49,12 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   return e;
 }
 
+int32_t Entry::exit_live_count(int32_t id) const {
+  for (const jit::ExternStep &x : plan.externs)
+    if (x.callee == jit::kGuardCallee && x.args[2].lit.i == id) return (int32_t)x.args.size() - 3;
+  return -1;
+}
+
 namespace {
 
 // Byte range [lo, hi) a DLTensor can touch; empty when it has no elements.
@@ -195,15 +201,31 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     case DYNAMO_RT_OK: return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
-    case DYNAMO_RT_SIDE_EXIT:
+    case DYNAMO_RT_SIDE_EXIT: {
       exit_counts[ctx.exit.id].fetch_add(1, std::memory_order_relaxed);
+      std::shared_ptr<const Links> l = std::atomic_load(&links);
+      if (l && !(*l)[ctx.exit.id].empty()) {
+        // Linked side traces: this call's arguments, then the exit's live values.
+        std::vector<dynamo_arg> args2(args, args + nargs);
+        for (DLManagedTensor *m : ctx.exit.values) {
+          dynamo_arg a{};
+          a.kind = DYNAMO_ARG_TENSOR;
+          a.u.tensor = &m->dl_tensor;
+          args2.push_back(a);
+        }
+        for (const Entry *side : (*l)[ctx.exit.id])
+          if (guards::guards_pass(side->guards, args2.data(), args2.size()))
+            return side->run(args2.data(), args2.size(), outs, nouts, pool, msg, exit);
+      }
       *msg = "left through side exit " + std::to_string(ctx.exit.id);
       if (exit) {
         exit->clear();
+        exit->entry = this;
         exit->id = ctx.exit.id;
         exit->values.swap(ctx.exit.values);
       }
       return DYNAMO_EXIT;
+    }
     default: *msg = "trace returned unknown code " + std::to_string(rc); return DYNAMO_ERR_INTERNAL;
   }
 }

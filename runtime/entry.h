@@ -20,6 +20,7 @@ struct ExternOps;  // resolved LibTorch operators (aten_extern.cpp)
 
 // A side exit taken by a run: its id and copies of its live values (owned until handed on).
 struct Exit {
+  const struct Entry *entry = nullptr;  // the entry whose guard failed (a side trace's, when linked)
   int32_t id = -1;
   std::vector<DLManagedTensor *> values;
   void clear() {
@@ -27,6 +28,7 @@ struct Exit {
       if (m && m->deleter) m->deleter(m);
     values.clear();
     id = -1;
+    entry = nullptr;
   }
   ~Exit() { clear(); }
 };
@@ -51,6 +53,14 @@ struct Entry {
   // Side exits (dynamo::guard externs): ids are 0 .. num_exits - 1; how often each was taken.
   int32_t num_exits = 0;
   std::unique_ptr<std::atomic<int64_t>[]> exit_counts;
+  // Side traces linked to each exit: tried in order (their own guards decide) with this entry's
+  // arguments followed by the exit's live values; the first that accepts finishes the call.
+  // Copy-on-write so that runs read them without a lock.
+  using Links = std::vector<std::vector<const Entry *>>;
+  mutable std::shared_ptr<const Links> links;
+  mutable std::mutex link_mu;
+  const void *api_handle = nullptr;  // the C API's dynamo_entry for this entry
+  int32_t exit_live_count(int32_t id) const;  // live values of exit `id`
 
   // Runs with already-checked guards; returns a status and sets *msg on failure. Scratch
   // memory comes from pool (may be null: plain allocation). DYNAMO_EXIT: a side exit was

@@ -182,12 +182,67 @@ static void test_malformed_guards_are_rejected(void **state) {
   }
 }
 
+/* The other branch as a side trace: the parent's input, then the exit's live values (sum, x). */
+static const char *kSide =
+    "trace @side {\n"
+    "  %0 = input f32[8]\n"
+    "  %1 = input f32[]\n"
+    "  %2 = input f32[8]\n"
+    "  %3 = sub(%2, %1) : f32[8]\n"
+    "  return %3\n"
+    "}\n";
+
+static void test_linked_side_trace_finishes_the_call_natively(void **state) {
+  (void)state;
+  dynamo_frame *f = NULL, *other = NULL;
+  dynamo_entry *parent = NULL, *side = NULL, *foreign = NULL, *wrong = NULL;
+  assert_ok(compile_status(kBranch, &f, &parent));
+  dynamo_trace *t = NULL;
+  assert_ok(dynamo_trace_parse(kSide, strlen(kSide), &t));
+  assert_ok(dynamo_compile_frame(f, t, &side));
+  dynamo_trace_destroy(t);
+  assert_ok(compile_status(kSide, &other, &foreign));
+  const char *wrong_text = "trace @w {\n  %0 = input f32[8]\n  %1 = input f32[]\n  return %1\n}\n";
+  assert_ok(dynamo_trace_parse(wrong_text, strlen(wrong_text), &t));
+  assert_ok(dynamo_compile_frame(f, t, &wrong));
+  dynamo_trace_destroy(t);
+
+  assert_fails(dynamo_entry_link_exit(NULL, 0, side), DYNAMO_ERR_INVALID_ARGUMENT, "parent is NULL");
+  assert_fails(dynamo_entry_link_exit(parent, 0, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "side is NULL");
+  assert_fails(dynamo_entry_link_exit(parent, 1, side), DYNAMO_ERR_INVALID_ARGUMENT, "exit 1 does not exist");
+  assert_fails(dynamo_entry_link_exit(parent, 0, parent), DYNAMO_ERR_ARGUMENT_MISMATCH, "its own side trace");
+  assert_fails(dynamo_entry_link_exit(parent, 0, foreign), DYNAMO_ERR_ARGUMENT_MISMATCH, "same frame");
+  assert_fails(dynamo_entry_link_exit(parent, 0, wrong), DYNAMO_ERR_ARGUMENT_MISMATCH, "takes 2 input(s)");
+
+  float x[8], y[8];
+  static const int64_t s8[1] = {8};
+  test_tensor tx, ty;
+  tt_init(&tx, x, kDLFloat, 32, 1, s8, NULL);
+  tt_init(&ty, y, kDLFloat, 32, 1, s8, NULL);
+  dynamo_arg a = arg_tensor(&tx);
+  for (int i = 0; i < 8; ++i) x[i] = -(float)(i + 1);
+  assert_int_equal(dynamo_entry_run(parent, &a, 1, &ty.dl, 1), DYNAMO_EXIT);
+  assert_ptr_equal(dynamo_exit_entry(), parent);
+
+  assert_ok(dynamo_entry_link_exit(parent, 0, side));
+  assert_ok(dynamo_entry_run(parent, &a, 1, &ty.dl, 1)); /* native -> native */
+  for (int i = 0; i < 8; ++i) assert_true(y[i] == x[i] + 36.0f);
+  assert_null(dynamo_exit_entry());
+  assert_int_equal(dynamo_entry_exit_count(parent, 0), 2); /* counted natively either way */
+  for (int i = 0; i < 8; ++i) x[i] = 1.0f;
+  assert_ok(dynamo_entry_run(parent, &a, 1, &ty.dl, 1)); /* the recorded branch is unaffected */
+  for (int i = 0; i < 8; ++i) assert_true(y[i] == 2.0f);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_frame_destroy(other));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_guard_passes_or_exits_with_live_values),
       cmocka_unit_test(test_inplace_write_before_exit_happens_once),
       cmocka_unit_test(test_reading_replaced_contents_after_exit_is_refused),
       cmocka_unit_test(test_malformed_guards_are_rejected),
+      cmocka_unit_test(test_linked_side_trace_finishes_the_call_natively),
   };
   return cmocka_run_group_tests_name("exits", tests, group_setup, group_teardown);
 }
