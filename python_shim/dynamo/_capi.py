@@ -146,6 +146,8 @@ def _declare(lib):
         "dynamo_take_exit": (st, [ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(P), ctypes.c_size_t,
                                   ctypes.POINTER(ctypes.c_size_t)]),
         "dynamo_entry_num_exits": (ctypes.c_size_t, [P]),
+        "dynamo_exit_entry": (P, []),
+        "dynamo_entry_link_exit": (st, [P, ctypes.c_int32, P]),
         "dynamo_entry_exit_count": (ctypes.c_int64, [P, ctypes.c_int32]),
     }
     for name, (res, args) in sig.items():

@@ -23,7 +23,7 @@ import torch
 
 from . import _capi, config, native, snapshot
 from ._capi import DynamoError
-from .guards import GuardSet
+from .guards import EXIT, GuardSet, Source
 from .interpreter import Interpreter, unsupported_reason
 from .recorder import Abort, Recorder
 
@@ -35,12 +35,16 @@ _counters["compile_seconds"] = 0.0
 _engine = None
 _all = []          # every OptimizedFunction, for reset() and the report
 _GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
+_compiled_by_entry = {}  # native entry handle (int) -> Compiled
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 
 
 def counters():
-    """A copy of the global counters (reset by dynamo.reset())."""
-    return dict(_counters)
+    """A copy of the global counters (reset by dynamo.reset()). side_exits counts every failing
+    mid-trace guard, including those a natively linked side trace took over."""
+    c = dict(_counters)
+    c["side_exits"] += sum(t.exits_taken() for f in _all for t in f.compiled)
+    return c
 
 
 def _bump(name, by=1):
@@ -76,6 +80,14 @@ class Compiled:
         self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
         self.stats = entry.stats()
         self.runs = 0
+        self.sides_by_entry = {}  # native entry handle -> Compiled, for exits inside linked side traces
+        _compiled_by_entry[self.handle.value] = self
+
+    def exits_taken(self):
+        """Times this trace's guards failed (natively counted), its side traces' included."""
+        L = native.lib()
+        n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(len(self.exits)))
+        return n + sum(side.exits_taken() for snap in self.exits for side in snap.sides)
 
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
@@ -86,7 +98,7 @@ class Compiled:
                 return None
             if type(outs) is int:
                 if outs == _capi.STATUS_EXIT:
-                    return SideExit(*native.take_exit())
+                    return _side_exit()
                 native._check(outs)
             if self.has_alias:
                 outs = list(outs)
@@ -102,7 +114,7 @@ class Compiled:
         if st == _GUARD_MISS:
             return None
         if st == _capi.STATUS_EXIT:
-            return SideExit(*native.take_exit())
+            return _side_exit()
         if st != 0:
             native._check(st)
         outs = native.collect_outputs(ptrs, self.aliases, self.shapes, inputs)
@@ -111,12 +123,18 @@ class Compiled:
 
 
 class SideExit:
-    """A run that left its trace at a data-dependent branch: the exit id and its live values."""
+    """A run that left a trace at a data-dependent branch: the entry that left (a linked side
+    trace's, perhaps), the exit id and its live values."""
 
-    __slots__ = ("id", "values")
+    __slots__ = ("entry", "id", "values")
 
-    def __init__(self, exit_id, values):
-        self.id, self.values = exit_id, values
+    def __init__(self, entry, exit_id, values):
+        self.entry, self.id, self.values = entry, exit_id, values
+
+
+def _side_exit():
+    entry = native.lib().dynamo_exit_entry()  # before take_exit, which ends the pending exit
+    return SideExit(entry, *native.take_exit())
 
 
 _fast = False
@@ -231,7 +249,7 @@ class OptimizedFunction:
             if outs is None:
                 continue
             if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
-                return self._continue_at_exit(c, outs, fn, args, kwargs)
+                return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
             _bump("native_runs")
             result = _rebuild(c.out_spec, outs)
             if config.verify:
@@ -258,7 +276,6 @@ class OptimizedFunction:
         """Trace c left through side exit ex: run a compiled side trace of that exit whose guards
         pass; else, once the exit is hot, record one from the exit's snapshot; else resume the
         rest of the call in the interpreter."""
-        _bump("side_exits")
         snap = c.exits[ex.id]
         snap.count += 1
         for side in snap.sides:
@@ -269,7 +286,7 @@ class OptimizedFunction:
             if outs is None:
                 continue
             if isinstance(outs, SideExit):
-                return self._continue_at_exit(side, outs, fn, args, kwargs)
+                return self._continue_at_exit(_compiled_by_entry.get(outs.entry, side), outs, fn, args, kwargs)
             _bump("native_runs")
             return _rebuild(side.out_spec, outs)
         if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
@@ -281,11 +298,31 @@ class OptimizedFunction:
             gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
             interp = Interpreter(rec, gs)
             _bump("interpreted_runs")
+            env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
             with rec:
+                # Inputs in the order native linking needs: the parent's, then the live values.
+                for expr in c.input_srcs:
+                    interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
+                for i, t in enumerate(ex.values):
+                    interp.touch(t, EXIT.item(i))
                 result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
-            return self._compile(rec, gs, interp, result, side_of=snap)
+            return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
         _bump("exits_resumed")
         return snapshot.resume(snap, fn, args, kwargs, ex.values)
+
+    @staticmethod
+    def _link(parent, k, side):
+        """Links side to exit k of parent natively when that is exactly what the Python dispatch
+        would do: the same result structure, and no guard the parent's call did not check
+        (besides the live values being tensors, which they are)."""
+        own = set(parent.guards._checks)
+        extra = [chk for chk in side.guards._checks
+                 if chk not in own and not (chk.startswith("isinstance(x[") and chk.endswith(", Tensor)"))]
+        if extra or side.out_spec != parent.out_spec or side.has_alias or parent.has_alias:
+            return False
+        st = native.lib().dynamo_entry_link_exit(parent.handle, k, side.handle)
+        parent.exits[k].linked = st == 0
+        return st == 0
 
     def _side_aborted(self, snap, reason):
         """A side-trace recording from snap failed: back off, then blacklist the exit."""
@@ -343,8 +380,8 @@ class OptimizedFunction:
         return self._compile(rec, gs, interp, result)
 
     def _compile(self, rec, gs, interp, result, side_of=None):
-        """After a recording: compile its trace (a root, or a side trace of snapshot `side_of`)
-        or count why not. Returns the recorded call's result."""
+        """After a recording: compile its trace (a root, or a side trace of exit side_of =
+        (parent Compiled, exit id)) or count why not. Returns the recorded call's result."""
         out_spec = names = None
         if rec.abort_reason is None:
             try:
@@ -358,7 +395,7 @@ class OptimizedFunction:
                 rec.abort(str(e))
         if rec.abort_reason is not None:
             if side_of is not None:
-                self._side_aborted(side_of, rec.abort_reason)
+                self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason)
                 return result
             self._aborted(rec.abort_reason, rec.ops, interp.inlined)
             self._fallback(rec.abort_reason)
@@ -373,7 +410,7 @@ class OptimizedFunction:
             _bump("compile_failures")
             reason = f"compile failed: {e.message}"
             if side_of is not None:
-                self._side_aborted(side_of, reason)
+                self._side_aborted(side_of[0].exits[side_of[1]], reason)
                 return result
             self._aborted(reason, rec.ops, interp.inlined)
             self._fallback(reason)
@@ -382,8 +419,10 @@ class OptimizedFunction:
             _bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
         if side_of is not None:
-            side_of.sides.append(c)
+            parent, k = side_of
+            parent.exits[k].sides.append(c)
             _bump("side_traces_compiled")
+            self._link(parent, k, c)
             return result
         if self.compiled:
             _bump("recompiles")
@@ -456,6 +495,7 @@ def reset():
     hook.reset()
     for f in _all:
         f.reset()
+    _compiled_by_entry.clear()
     for k in _counters:
         _counters[k] = 0
     _counters["compile_seconds"] = 0.0
@@ -466,11 +506,13 @@ def _exit_tree(c, indent):
     lines = []
     for k, snap in enumerate(c.exits):
         state = (f"blacklisted ({snap.blacklisted})" if snap.blacklisted else
-                 f"linked to {len(snap.sides)} side trace(s)" if snap.sides else "resumes in the interpreter")
-        lines.append(f"{indent}exit {k} at {snap.where}: taken {snap.count} time(s), {state}")
+                 f"linked natively to {len(snap.sides)} side trace(s)" if snap.linked else
+                 f"{len(snap.sides)} side trace(s), dispatched from Python" if snap.sides else
+                 "resumes in the interpreter")
+        taken = native.lib().dynamo_entry_exit_count(c.handle, k)
+        lines.append(f"{indent}exit {k} at {snap.where}: taken {taken} time(s), {state}")
         for side in snap.sides:
-            lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s), "
-                         f"{side.runs} run(s)")
+            lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
             lines.extend(_exit_tree(side, indent + "    "))
     return lines
 

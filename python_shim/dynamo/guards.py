@@ -58,6 +58,9 @@ class GuardSet:
         self._fn = None
 
     def _const(self, obj):
+        for name, o in self._consts.items():  # an equal constant already named (shared with a parent trace)
+            if o is obj or (type(o) is type(obj) and isinstance(obj, _BY_VALUE) and o == obj):
+                return name
         name = f"c{len(self._consts)}"
         self._consts[name] = obj
         return name

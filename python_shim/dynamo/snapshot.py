@@ -51,6 +51,7 @@ class Snapshot:
         self.aborts = []    # why side-trace recordings from here failed
         self.retry_at = 0   # back-off: exit count before the next recording attempt
         self.blacklisted = None
+        self.linked = False  # a side trace is linked natively (the C API) to this exit
 
 
 _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,

@@ -66,7 +66,7 @@ def test_alternating_signs_become_native():
     assert h[-1]["traces_compiled"] == 1 and h[-1]["side_traces_compiled"] == 1
     assert_native_tail(h)
     text = dynamo.report()
-    assert "exit 0 at test_side_exits.py" in text and "linked to 1 side trace" in text, text
+    assert "exit 0 at test_side_exits.py" in text and "linked natively to 1 side trace" in text, text
 
 
 def helper(x):
