@@ -8,7 +8,8 @@ abort_limit    recordings of a function that may abort before it is left to CPyt
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
 hotexit        times a side exit (a data-dependent branch leaving a trace) is taken before a side
                trace is recorded from it (default 8); until then the call resumes in the interpreter.
-max_side_traces side traces kept per exit (default 4).
+max_side_traces side traces compiled under one root trace, at any depth (default 16); further
+               hot exits resume in the interpreter.
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 """
@@ -16,5 +17,5 @@ hot_threshold = 1
 cache_limit = 8
 abort_limit = 3
 hotexit = 8
-max_side_traces = 4
+max_side_traces = 16
 verify = False

@@ -80,7 +80,8 @@ class Compiled:
         self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
         self.stats = entry.stats()
         self.runs = 0
-        self.sides_by_entry = {}  # native entry handle -> Compiled, for exits inside linked side traces
+        self.root = self          # the root trace of a side-trace tree
+        self.side_count = 0       # roots: side traces compiled under this root (all depths)
         _compiled_by_entry[self.handle.value] = self
 
     def exits_taken(self):
@@ -290,7 +291,7 @@ class OptimizedFunction:
             _bump("native_runs")
             return _rebuild(side.out_spec, outs)
         if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
-                len(snap.sides) < config.max_side_traces:
+                c.root.side_count < config.max_side_traces:
             rec = Recorder(f"{self.name}_exit{ex.id}".replace(".", "_").replace("<", "").replace(">", ""))
             gs = GuardSet()
             gs._consts.update(snap.consts)  # the snapshot's source expressions name them
@@ -421,6 +422,8 @@ class OptimizedFunction:
         if side_of is not None:
             parent, k = side_of
             parent.exits[k].sides.append(c)
+            c.root = parent.root
+            c.root.side_count += 1
             _bump("side_traces_compiled")
             self._link(parent, k, c)
             return result

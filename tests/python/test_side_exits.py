@@ -169,3 +169,20 @@ def test_float_item_guards_its_value():
     vals = [torch.tensor([0.5, -2.0, 1.0]), torch.tensor([0.5, -0.25, 0.125])]
     h = run_calls(scale_by_max, lambda i: (vals[i % 2],), 40)
     assert_native_tail(h)
+
+
+def test_side_trace_limit_per_root():
+    g = torch.Generator().manual_seed(3)
+    shifts = [4.0, 0.5, -3.0]
+
+    def make(i):
+        return torch.rand(16, generator=g) + shifts[i % 3], torch.zeros(16)
+
+    old = dynamo.config.max_side_traces
+    dynamo.config.max_side_traces = 1
+    try:
+        h = run_calls(nested, make, 60)
+    finally:
+        dynamo.config.max_side_traces = old
+    assert h[-1]["side_traces_compiled"] == 1
+    assert h[-1]["exits_resumed"] > h[-11]["exits_resumed"]  # the other exit keeps resuming
