@@ -10,6 +10,8 @@ hotexit        times a side exit (a data-dependent branch leaving a trace) is ta
                trace is recorded from it (default 8); until then the call resumes in the interpreter.
 max_side_traces side traces compiled under one root trace, at any depth (default 16); further
                hot exits resume in the interpreter.
+max_trace_ops  IR instructions a trace may record (default 5000); a longer one is cut: it ends there
+               and the rest of the call continues from a snapshot (resumed, or as side traces).
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 """
@@ -18,4 +20,5 @@ cache_limit = 8
 abort_limit = 3
 hotexit = 8
 max_side_traces = 16
+max_trace_ops = 5000
 verify = False

@@ -80,6 +80,8 @@ class Compiled:
         self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
         self.stats = entry.stats()
         self.runs = 0
+        self.num_native_exits = len(self.exits)
+        self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
         self.root = self          # the root trace of a side-trace tree
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         _compiled_by_entry[self.handle.value] = self
@@ -87,7 +89,7 @@ class Compiled:
     def exits_taken(self):
         """Times this trace's guards failed (natively counted), its side traces' included."""
         L = native.lib()
-        n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(len(self.exits)))
+        n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(self.num_native_exits))
         return n + sum(side.exits_taken() for snap in self.exits for side in snap.sides)
 
     def run(self, inputs):
@@ -251,6 +253,8 @@ class OptimizedFunction:
                 continue
             if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
                 return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
+            if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
+                return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
             _bump("native_runs")
             result = _rebuild(c.out_spec, outs)
             if config.verify:
@@ -288,6 +292,8 @@ class OptimizedFunction:
                 continue
             if isinstance(outs, SideExit):
                 return self._continue_at_exit(_compiled_by_entry.get(outs.entry, side), outs, fn, args, kwargs)
+            if side.cut_id is not None:
+                return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
             _bump("native_runs")
             return _rebuild(side.out_spec, outs)
         if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
@@ -303,7 +309,8 @@ class OptimizedFunction:
             with rec:
                 # Inputs in the order native linking needs: the parent's, then the live values.
                 for expr in c.input_srcs:
-                    interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
+                    if not expr.startswith("x["):  # a side trace's own exit values are not in scope
+                        interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
                 for i, t in enumerate(ex.values):
                     interp.touch(t, EXIT.item(i))
                 result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
@@ -319,7 +326,8 @@ class OptimizedFunction:
         own = set(parent.guards._checks)
         extra = [chk for chk in side.guards._checks
                  if chk not in own and not (chk.startswith("isinstance(x[") and chk.endswith(", Tensor)"))]
-        if extra or side.out_spec != parent.out_spec or side.has_alias or parent.has_alias:
+        if extra or side.out_spec != parent.out_spec or side.has_alias or parent.has_alias or \
+                k >= parent.num_native_exits or side.cut_id is not None:
             return False
         st = native.lib().dynamo_entry_link_exit(parent.handle, k, side.handle)
         parent.exits[k].linked = st == 0
@@ -389,7 +397,11 @@ class OptimizedFunction:
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
                     raise Abort("autograd: grad mode is on and a tensor requires grad (compile under "
                                 "torch.no_grad() or torch.inference_mode())")
-                out_spec, names = _flatten_result(result, rec)
+                if rec.cut is not None:  # the trace's outputs are the live values at the cut
+                    names = [rec.output_name(t) for t in rec.cut[1]]
+                    out_spec = ("cut",)
+                else:
+                    out_spec, names = _flatten_result(result, rec)
                 if not rec.ops:
                     raise Abort("no tensor operations on this path (nothing to compile)")
             except Abort as e:
@@ -419,6 +431,9 @@ class OptimizedFunction:
         finally:
             _bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
+        if rec.cut is not None:
+            c.cut_id = len(c.exits)
+            c.exits.append(rec.cut[0])
         if side_of is not None:
             parent, k = side_of
             parent.exits[k].sides.append(c)
@@ -512,7 +527,9 @@ def _exit_tree(c, indent):
                  f"linked natively to {len(snap.sides)} side trace(s)" if snap.linked else
                  f"{len(snap.sides)} side trace(s), dispatched from Python" if snap.sides else
                  "resumes in the interpreter")
-        taken = native.lib().dynamo_entry_exit_count(c.handle, k)
+        taken = native.lib().dynamo_entry_exit_count(c.handle, k) if k < c.num_native_exits else snap.count
+        if k == c.cut_id:
+            state = "trace cut here (config.max_trace_ops); " + state
         lines.append(f"{indent}exit {k} at {snap.where}: taken {taken} time(s), {state}")
         for side in snap.sides:
             lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")

@@ -155,11 +155,13 @@ class Interpreter:
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
         self._cell_src = {}       # id(cell) -> source of its contents
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
+        from . import config
+        self.max_ops = config.max_trace_ops
 
     # -- recording state -----------------------------------------------------------------
     @property
     def recording(self):
-        return self.rec.abort_reason is None
+        return self.rec.abort_reason is None and self.rec.cut is None
 
     def abort(self, reason):
         self.rec.abort(reason)
@@ -386,6 +388,8 @@ class Interpreter:
             self.steps += 1
             if self.steps == MAX_STEPS:
                 self.abort(f"trace longer than {MAX_STEPS} bytecodes")
+            if len(self.rec.lines) >= self.max_ops and self.recording:
+                self._cut(f)
             op = ins.opname
             arg = ins.arg
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
@@ -807,6 +811,23 @@ class Interpreter:
         frames[-1].stack.append(("item", index[id(t)], conv))
         self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f)))
         return (value, None)
+
+    def _cut(self, f):
+        """The trace reached config.max_trace_ops: it ends before the current instruction and
+        hands its live values to a snapshot that continues from there (an exit always taken);
+        the call itself goes on unrecorded."""
+        from .snapshot import NoSnapshot, Snapshot
+
+        live, index = [], {}
+        try:
+            frames = self._snapshot_frames(f, f.ip - 1, live, index)
+        except NoSnapshot as e:
+            self.abort(f"trace longer than {self.max_ops} ops and not cut here: {e}")
+            return
+        if not live:
+            self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut")
+            return
+        self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f)), live)
 
     def _snapshot_frames(self, f, resume_ip, live, index):
         from .snapshot import FrameState, encode

@@ -72,6 +72,7 @@ class Recorder(TorchDispatchMode):
         self.paused = 0
         self.abort_reason = None
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
+        self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -176,7 +177,7 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.paused or self.abort_reason is not None:
+        if self.paused or self.abort_reason is not None or self.cut is not None:
             return out
         try:
             self._record(func, args, kwargs, out)

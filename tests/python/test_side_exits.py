@@ -186,3 +186,24 @@ def test_side_trace_limit_per_root():
         dynamo.config.max_side_traces = old
     assert h[-1]["side_traces_compiled"] == 1
     assert h[-1]["exits_resumed"] > h[-11]["exits_resumed"]  # the other exit keeps resuming
+
+
+def long_loop(x, w):
+    for i in range(10):
+        x = torch.tanh(x * w + i)
+    return x.sum(-1)
+
+
+def test_long_trace_is_cut_and_continues_in_side_traces():
+    old = dynamo.config.max_trace_ops
+    dynamo.config.max_trace_ops = 12  # 3 IR instructions per iteration: cut after 4
+    try:
+        h = run_calls(long_loop, lambda i: (torch.randn(4, 8), torch.randn(8)), 30)
+    finally:
+        dynamo.config.max_trace_ops = old
+    assert h[-1]["traces_compiled"] == 1 and h[-1]["side_traces_compiled"] == 2
+    first, last = h[-11], h[-1]
+    assert last["interpreted_runs"] == first["interpreted_runs"]
+    assert last["exits_resumed"] == first["exits_resumed"]
+    assert last["native_runs"] - first["native_runs"] == 10
+    assert "trace cut here" in dynamo.report()
