@@ -47,6 +47,10 @@ _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, o
 _PURE_BUILTINS |= {getattr(math, n) for n in (
     "sqrt", "exp", "log", "log2", "log10", "pow", "sin", "cos", "tan", "tanh", "erf", "ceil", "floor", "trunc",
     "fabs", "isfinite", "isinf", "isnan", "prod", "gcd", "isqrt", "copysign", "hypot", "atan2", "radians", "degrees")}
+# Bytecodes that may run torch operations (their start is where an op of data-dependent output
+# size resumes).
+_MAY_CALL_TORCH = {"CALL", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "UNARY_NEGATIVE",
+                   "UNARY_INVERT", "CONTAINS_OP"}
 # Tensor methods that read contents into Python objects without dispatching an ATen op.
 _READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyped_storage", "_storage",
                    "__reduce_ex__", "__getstate__", "__repr__", "__str__", "__format__"}
@@ -157,6 +161,8 @@ class Interpreter:
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
         from . import config
         self.max_ops = config.max_trace_ops
+        self._start = None        # (frame, ip, stack copy, kw_names, mutated) at the current bytecode's start
+        recorder.snapshot_here = self._snapshot_at_start
 
     # -- recording state -----------------------------------------------------------------
     @property
@@ -390,6 +396,8 @@ class Interpreter:
                 self.abort(f"trace longer than {MAX_STEPS} bytecodes")
             if len(self.rec.lines) >= self.max_ops and self.recording:
                 self._cut(f)
+            if ins.opname in _MAY_CALL_TORCH and self.recording:
+                self._start = (f, f.ip - 1, list(stack), f.kw_names, self.rec.mutated)
             op = ins.opname
             arg = ins.arg
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
@@ -811,6 +819,25 @@ class Interpreter:
         frames[-1].stack.append(("item", index[id(t)], conv))
         self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f)))
         return (value, None)
+
+    def _snapshot_at_start(self):
+        """(Snapshot, live tensors) that re-runs the current bytecode (for ops whose output size
+        depends on the data); NoSnapshot if it cannot be re-run."""
+        from .snapshot import NoSnapshot, Snapshot
+
+        if self._start is None or self._start[0] is not self.frames[-1]:
+            raise NoSnapshot("it is not called from a bytecode the interpreter can re-run")
+        f, ip, stack, kw_names, mutated = self._start
+        if self.rec.mutated != mutated:
+            raise NoSnapshot("an in-place write happened in the same call")
+        live, index = [], {}
+        saved_stack, saved_kw = f.stack, f.kw_names
+        f.stack, f.kw_names = stack, kw_names
+        try:
+            frames = self._snapshot_frames(f, ip, live, index)
+        finally:
+            f.stack, f.kw_names = saved_stack, saved_kw
+        return Snapshot(frames, self.guards._consts, self._where(f)), live
 
     def _cut(self, f):
         """The trace reached config.max_trace_ops: it ends before the current instruction and

@@ -73,6 +73,7 @@ class Recorder(TorchDispatchMode):
         self.abort_reason = None
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
+        self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -228,6 +229,8 @@ class Recorder(TorchDispatchMode):
             self.viewed.update((src, res))
             self._bind(outs[0], res)
             return
+        if torch.Tag.dynamic_output_shape in func.tags:
+            self._shape_exit(func, vals, outs)
         seeded = torch.Tag.nondeterministic_seeded in func.tags
         if not seeded and not _tensors_in(vals):
             # A creation op (no tensor operands, no random numbers): where it runs does not
@@ -376,6 +379,38 @@ class Recorder(TorchDispatchMode):
         self.ops.append("dynamo::guard")
         self.exits.append(snapshot)
         return k
+
+    def _shape_exit(self, func, vals, outs):
+        """An op whose output size depends on the data (nonzero, masked_select): the trace keeps
+        the size seen now, behind a side exit on the count of nonzero mask elements that resumes
+        at the start of the bytecode that called it (which CPython-side re-runs the op)."""
+        from .snapshot import NoSnapshot
+
+        name = _sig(func)
+        if func is _aten.nonzero.default:
+            mask, count = vals[0], outs[0].shape[0]
+        elif func is _aten.masked_select.default and isinstance(vals[1], torch.Tensor) and \
+                vals[1].shape == vals[0].shape:
+            mask, count = vals[1], outs[0].numel()
+        else:
+            raise Abort(f"{name}: the output size depends on the data (not traced for this op)")
+        if self.snapshot_here is None:
+            raise Abort(f"{name}: the output size depends on the data")
+        try:
+            snap, live = self.snapshot_here()
+        except NoSnapshot as e:
+            raise Abort(f"{name}: the output size depends on the data, and {e}") from None
+        m = self._operand(mask)
+        shape = ",".join(str(s) for s in mask.shape)
+        nz, total, c = self._new(), self._new(), self._new()
+        self.lines.append(f"  {nz} = ne({m}, 0) : bool[{shape}]")
+        self.lines.append(f"  {total} = sum({nz}, [], false) : i64[]")
+        self.lines.append(f"  {c} = eq({total}, {count}) : bool[]")
+        k = len(self.exits)
+        ops = [c, "true", str(k)] + [self._operand(x) for x in live]
+        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[]")
+        self.ops.append("dynamo::guard")
+        self.exits.append(snap)
 
     def value_exit(self, t, value, live, snapshot):
         """Emits `eq(t, value)` and a dynamo::guard on it: the trace relies on t holding value

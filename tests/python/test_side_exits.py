@@ -19,7 +19,9 @@ def fresh():
 def same(a, b):
     if isinstance(a, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
-    return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def run_calls(fn, make, n, inplace=False):
@@ -207,3 +209,16 @@ def test_long_trace_is_cut_and_continues_in_side_traces():
     assert last["exits_resumed"] == first["exits_resumed"]
     assert last["native_runs"] - first["native_runs"] == 10
     assert "trace cut here" in dynamo.report()
+
+
+def mask_dependent(x):
+    idx = torch.nonzero(x > 0)               # how many rows: the data decides
+    picked = torch.masked_select(x, x > 0.5)
+    return idx.float().sum() + picked.sum() * 2, idx.shape[0]
+
+
+def test_mask_dependent_shapes():
+    data = [torch.tensor([1.0, -1.0, 2.0, 0.7]), torch.tensor([1.0, 1.0, 2.0, 0.2])]
+    h = run_calls(mask_dependent, lambda i: (data[i % 2],), 40)
+    assert h[-1]["side_traces_compiled"] == 1
+    assert_native_tail(h)
