@@ -528,9 +528,8 @@ def _exit_tree(c, indent):
                  f"{len(snap.sides)} side trace(s), dispatched from Python" if snap.sides else
                  "resumes in the interpreter")
         taken = native.lib().dynamo_entry_exit_count(c.handle, k) if k < c.num_native_exits else snap.count
-        if k == c.cut_id:
-            state = "trace cut here (config.max_trace_ops); " + state
-        lines.append(f"{indent}exit {k} at {snap.where}: taken {taken} time(s), {state}")
+
+        lines.append(f"{indent}exit {k} at {snap.where} [{snap.guard}]: taken {taken} time(s), {state}")
         for side in snap.sides:
             lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
             lines.extend(_exit_tree(side, indent + "    "))
@@ -545,6 +544,7 @@ class Explanation:
         self.attempts = attempts
         self.traces = [a.compiled for a in attempts if a.compiled is not None]
         self.aborts = [a.reason for a in attempts if a.compiled is None]
+        self.live = []  # for an optimized function: its compiled trace tree as it runs now
 
     def __str__(self):
         out = [f"dynamo.explain({self.name}): {len(self.traces)} trace(s), {len(self.aborts)} abort(s)"]
@@ -563,6 +563,9 @@ class Explanation:
                 out.append(f"  aborted: {a.reason}")
                 if a.ops:
                     out.append("    ops recorded before: " + ", ".join(a.ops))
+        if self.live:
+            out.append(f"{self.name} as it runs now (roots, exits, side traces):")
+            out.extend(self.live)
         return "\n".join(out)
 
     __repr__ = __str__
@@ -582,7 +585,13 @@ def explain(fn, *args, **kwargs):
     _counters.update(saved)
     if of.disabled_reason and not of.attempts:
         of.attempts.append(Attempt(of.disabled_reason))
-    return Explanation(of.name, of.attempts)
+    e = Explanation(of.name, of.attempts)
+    live = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
+        for i, c in enumerate(live.compiled):
+            e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
+            e.live.extend(_exit_tree(c, "    "))
+    return e
 
 
 def report():

@@ -791,7 +791,8 @@ class Interpreter:
         except NoSnapshot as e:
             self.abort(f"data-dependent branch on a tensor: {e}")
             return take
-        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, self._where(f)))
+        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, self._where(f),
+                                                    f"branch on a tensor (recorded: {truth})"))
         return take
 
     def _tensor_value(self, t, conv):
@@ -817,7 +818,8 @@ class Interpreter:
             index[id(t)] = len(live)
             live.append(t)
         frames[-1].stack.append(("item", index[id(t)], conv))
-        self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f)))
+        self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f),
+                                                   f"{conv}() of a tensor == {raw!r}"))
         return (value, None)
 
     def _snapshot_at_start(self):
@@ -837,7 +839,7 @@ class Interpreter:
             frames = self._snapshot_frames(f, ip, live, index)
         finally:
             f.stack, f.kw_names = saved_stack, saved_kw
-        return Snapshot(frames, self.guards._consts, self._where(f)), live
+        return Snapshot(frames, self.guards._consts, self._where(f), "output size of a data-dependent op"), live
 
     def _cut(self, f):
         """The trace reached config.max_trace_ops: it ends before the current instruction and
@@ -854,7 +856,8 @@ class Interpreter:
         if not live:
             self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut")
             return
-        self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f)), live)
+        self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f), "trace cut (config.max_trace_ops)"),
+                        live)
 
     def _snapshot_frames(self, f, resume_ip, live, index):
         from .snapshot import FrameState, encode

@@ -42,10 +42,11 @@ class Snapshot:
     """The live frames at one side exit (outermost first) and the guard constants their
     source expressions may name."""
 
-    def __init__(self, frames, consts, where):
+    def __init__(self, frames, consts, where, guard="branch"):
         self.frames = frames
         self.consts = consts
         self.where = where  # "file:line" of the branch, for explain()
+        self.guard = guard  # what the exit's guard checks, for explain()
         self.count = 0      # times this exit was taken
         self.sides = []     # compiled side traces starting here (frontend.Compiled)
         self.aborts = []    # why side-trace recordings from here failed
