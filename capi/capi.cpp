@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "dynamo.h"
+#include "gpu/cuda_driver.h"
 #include "runtime/entry.h"
 
 using namespace dynamo;
@@ -483,6 +484,38 @@ dynamo_status dynamo_entry_link_exit(dynamo_entry *parent, int32_t exit_id, dyna
   auto next = std::make_shared<runtime::Entry::Links>(P.links ? *P.links : runtime::Entry::Links((size_t)P.num_exits));
   (*next)[(size_t)exit_id].push_back(&S);
   std::atomic_store(&P.links, std::shared_ptr<const runtime::Entry::Links>(next));
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_gpu_available(char *why, size_t why_len) {
+  API_BEGIN
+  std::string msg;
+  if (gpu::cuda_driver_available(&msg)) return DYNAMO_OK;
+  if (why && why_len) {
+    size_t n = std::min(why_len - 1, msg.size());
+    memcpy(why, msg.data(), n);
+    why[n] = 0;
+  }
+  return set_error(DYNAMO_ERR_NO_DEVICE, msg);
+  API_END
+}
+
+dynamo_status dynamo_trace_to_ptx(const dynamo_trace *trace, const char *gpu_name, char **ptx_out) {
+  CHECK_PTR(ptx_out, "ptx_out");
+  *ptx_out = nullptr;
+  CHECK_HANDLE(trace, "trace");
+  CHECK_PTR(gpu_name, "gpu_name");
+  API_BEGIN
+  jit::Trace t = trace->t;
+  jit::verify_trace(t);
+  jit::decompose_externs(t);
+  jit::simplify_trace(t);
+  jit::Plan p = jit::plan_trace(t);
+  std::string ptx = jit::lower_ptx(t, p, "dynamo_" + t.name, gpu_name, nullptr);
+  *ptx_out = static_cast<char *>(malloc(ptx.size() + 1));
+  if (!*ptx_out) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_trace_to_ptx: out of memory");
+  memcpy(*ptx_out, ptx.c_str(), ptx.size() + 1);
   return DYNAMO_OK;
   API_END
 }

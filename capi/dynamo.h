@@ -272,6 +272,16 @@ DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
 /* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */
 DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id);
 
+/* -- GPU ------------------------------------------------------------------------------------ */
+
+/* DYNAMO_OK if an NVIDIA driver (libcuda.so.1, opened at run time) is present; otherwise
+ * DYNAMO_ERR_NO_DEVICE, and why[0 .. why_len) (if why != NULL) says what was tried. */
+DYNAMO_API dynamo_status dynamo_gpu_available(char *why, size_t why_len);
+/* PTX for a trace (no device needed): its fused groups as `.entry` kernels for gpu_name
+ * ("sm_90"), each `(void **slots, int64 n, int32 *status)` over n outer indices. *ptx_out is
+ * owned by the caller (dynamo_string_free). Traces with extern ops: DYNAMO_ERR_UNSUPPORTED. */
+DYNAMO_API dynamo_status dynamo_trace_to_ptx(const dynamo_trace *trace, const char *gpu_name, char **ptx_out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,5 +1,7 @@
 // cuda_driver.cpp -- the CUDA driver, opened with dlopen at first use so the library loads and
 // all CPU features work on machines without a GPU. (The NVPTX backend is issue 6.)
+#include "cuda_driver.h"
+
 #include <dlfcn.h>
 
 #include <mutex>

@@ -364,6 +364,12 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
 
 Value *KernelEmitter::sleef(const char *fn, DType d, std::vector<Value *> args) {
   bool f32 = d != DType::F64;  // half types compute in float32
+  if (opt.gpu) {  // NVIDIA's libdevice (linked into the PTX module), scalar
+    llvm::Type *ety = f32 ? B.getFloatTy() : B.getDoubleTy();
+    std::string name = std::string("__nv_") + fn + (f32 ? "f" : "");
+    FunctionCallee callee = M.getOrInsertFunction(name, FunctionType::get(ety, std::vector<llvm::Type *>(args.size(), ety), false));
+    return B.CreateCall(callee, args);
+  }
   int native = std::max(1, opt.vector_bits / (f32 ? 32 : 64));
   int chunk = L == 1 ? 1 : std::min(L, native);
   llvm::Type *ety = f32 ? B.getFloatTy() : B.getDoubleTy();
@@ -600,7 +606,11 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
   }
 }
 
-static void set_target_attrs(Function *f, const LowerOptions &opt) {
+void set_target_attrs(Function *f, const LowerOptions &opt) {
+  if (opt.gpu) {
+    f->addFnAttr(Attribute::NoUnwind);
+    return;
+  }
   if (!opt.cpu.empty()) f->addFnAttr("target-cpu", opt.cpu);
   if (!opt.features.empty()) f->addFnAttr("target-features", opt.features);
   std::string w = std::to_string(opt.vector_bits);

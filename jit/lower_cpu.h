@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fuse.h"
 
@@ -18,6 +19,7 @@ struct LowerOptions {
   bool parallel = true;         // large kernels go through dynamo_rt_parallel_for
   int64_t parallel_min_elems = 1 << 16;
   std::string cpu, features;    // attached to every function (target-cpu/-features)
+  bool gpu = false;             // NVPTX: scalar code, libdevice math, no malloc'd row caches
 };
 
 // The trace function has the C signature
@@ -26,5 +28,12 @@ struct LowerOptions {
 std::unique_ptr<llvm::Module> lower_trace(const Trace &t, const Plan &p, llvm::LLVMContext &ctx,
                                           const std::string &fn_name, const LowerOptions &opt,
                                           int *num_kernels);
+
+// PTX for NVIDIA GPUs (gpu/lower_ptx.cpp): every fused group of a planned trace as a kernel
+//   .entry <fn>_k<i>(void **slots, int64 n, int32 *status)
+// over n outer indices (a grid-stride loop; one element, row or chunk per thread), in step
+// order. Traces with extern ops are unsupported (LibTorch here runs on the CPU only).
+std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name, const std::string &gpu_name,
+                      std::vector<std::string> *kernels);
 
 }  // namespace dynamo::jit

@@ -31,6 +31,7 @@ bool is_math(Op op) {
 }  // namespace
 
 void KernelEmitter::plan_row_cache() {
+  if (opt.gpu) return;  // recompute instead: no per-thread heap buffers on the GPU
   int64_t extent = 1;
   for (int64_t d : g.rdims) extent *= g.domain[d];
   const int64_t kMaxBytes = 1 << 20;  // keep the per-row buffers cache-resident

@@ -1,0 +1,178 @@
+// lower_ptx.cpp -- a planned trace to PTX through LLVM's NVPTX backend.
+//
+// Each fused group is emitted by the same KernelEmitter as on the CPU, in its scalar form
+// (LowerOptions::gpu: one lane, libdevice instead of SLEEF, no heap row caches), as an internal
+// function k(slots, begin, end) over the group's outer index. A `.entry` wrapper runs it on
+// one outer index per thread in a grid-stride loop and reports a non-zero status (integer
+// division by zero) through a global int. libdevice is linked in with only the functions used;
+// the module is optimized at O2 for the chosen sm_XX and printed as PTX.
+//
+// Performance notes (to do when a device is at hand): row groups run one row per thread and
+// whole-tensor reductions one chunk per thread; the target is one block per row with
+// warp shuffles.
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "jit/kernel.h"
+
+extern "C" {
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+}
+
+namespace dynamo::jit {
+
+namespace detail {
+void set_target_attrs(llvm::Function *f, const LowerOptions &opt);
+}
+
+using namespace llvm;
+
+namespace {
+
+const char *kTriple = "nvptx64-nvidia-cuda";
+
+std::string libdevice_path() {
+  const char *env = getenv("DYNAMO_LIBDEVICE");
+  if (env && *env) return env;
+  const char *cuda = getenv("CUDA_HOME");
+  return std::string(cuda && *cuda ? cuda : "/usr/local/cuda") + "/nvvm/libdevice/libdevice.10.bc";
+}
+
+// The .entry wrapper: for (i = global id; i < n; i += grid size) status |= k(slots, i, i + 1).
+void emit_entry(Module &M, Function *k, const std::string &name) {
+  LLVMContext &C = M.getContext();
+  IRBuilder<> B(C);
+  auto *fty = FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt64Ty(), B.getPtrTy()}, false);
+  Function *e = Function::Create(fty, Function::ExternalLinkage, name, M);
+  e->setCallingConv(CallingConv::PTX_Kernel);
+  e->addFnAttr(Attribute::NoUnwind);
+  BasicBlock *entry = BasicBlock::Create(C, "entry", e), *head = BasicBlock::Create(C, "head", e);
+  BasicBlock *body = BasicBlock::Create(C, "body", e), *bad = BasicBlock::Create(C, "bad", e);
+  BasicBlock *next = BasicBlock::Create(C, "next", e), *done = BasicBlock::Create(C, "done", e);
+  B.SetInsertPoint(entry);
+  auto sreg = [&](Intrinsic::ID id) { return B.CreateZExt(B.CreateIntrinsic(id, {}, {}), B.getInt64Ty()); };
+  Value *tid = sreg(Intrinsic::nvvm_read_ptx_sreg_tid_x), *ntid = sreg(Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  Value *ctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_ctaid_x), *nctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+  Value *start = B.CreateAdd(B.CreateMul(ctaid, ntid), tid), *stride = B.CreateMul(nctaid, ntid);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
+  i->addIncoming(start, entry);
+  B.CreateCondBr(B.CreateICmpSLT(i, e->getArg(1)), body, done);
+  B.SetInsertPoint(body);
+  Value *st = B.CreateCall(k, {e->getArg(0), i, B.CreateAdd(i, B.getInt64(1))});
+  B.CreateCondBr(B.CreateICmpNE(st, B.getInt32(0)), bad, next);
+  B.SetInsertPoint(bad);
+  B.CreateStore(st, e->getArg(2));
+  B.CreateBr(next);
+  B.SetInsertPoint(next);
+  i->addIncoming(B.CreateAdd(i, stride), next);
+  B.CreateBr(head);
+  B.SetInsertPoint(done);
+  B.CreateRetVoid();
+}
+
+}  // namespace
+
+std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name, const std::string &gpu_name,
+                      std::vector<std::string> *kernels) {
+  static std::once_flag init;
+  std::call_once(init, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  for (const Step &s : p.steps)
+    if (s.kind == Step::Extern)
+      fail(ErrorCode::Unsupported, "extern " + p.externs[s.index].callee +
+                                       " cannot run on the GPU: LibTorch in this build runs on the CPU only");
+  if (gpu_name.rfind("sm_", 0) != 0) fail(ErrorCode::Unsupported, "GPU name '" + gpu_name + "': expected sm_XX");
+
+  std::string err;
+  const Target *target = TargetRegistry::lookupTarget(kTriple, err);
+  if (!target) fail(ErrorCode::Compile, "NVPTX target: " + err);
+  std::unique_ptr<TargetMachine> tm(target->createTargetMachine(kTriple, gpu_name, "", TargetOptions(), std::nullopt));
+  if (!tm) fail(ErrorCode::Compile, "NVPTX target machine for " + gpu_name);
+
+  LLVMContext ctx;
+  auto mod = std::make_unique<Module>(fn_name, ctx);
+  mod->setTargetTriple(kTriple);
+  mod->setDataLayout(tm->createDataLayout());
+  LowerOptions opt;
+  opt.gpu = true;
+  opt.vector_bits = 32;  // one lane of float32 (and of float64)
+  opt.parallel = false;
+  for (const Step &s : p.steps) {
+    detail::KernelEmitter ke(*mod, t, p, s.index, opt);
+    std::string kname = fn_name + "_k" + std::to_string(s.index);
+    Function *k = ke.emit(kname + "_body");
+    if (!k) continue;
+    detail::set_target_attrs(k, opt);
+    if (Function *part = ke.partial()) {  // a split reduction: partial states, then the merge
+      detail::set_target_attrs(part, opt);
+      emit_entry(*mod, part, kname + "_part");
+      if (kernels) kernels->push_back(kname + "_part");
+    }
+    emit_entry(*mod, k, kname);
+    if (kernels) kernels->push_back(kname);
+  }
+
+  bool needs_libdevice = false;
+  for (Function &f : *mod) needs_libdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
+  if (needs_libdevice) {
+    auto buf = MemoryBuffer::getFile(libdevice_path());
+    if (!buf) fail(ErrorCode::Compile, "cannot read libdevice at " + libdevice_path() + " (set DYNAMO_LIBDEVICE)");
+    auto lib = parseBitcodeFile((*buf)->getMemBufferRef(), ctx);
+    if (!lib) fail(ErrorCode::Compile, "libdevice: " + toString(lib.takeError()));
+    (*lib)->setTargetTriple(kTriple);
+    (*lib)->setDataLayout(mod->getDataLayout());
+    if (Linker::linkModules(*mod, std::move(*lib), Linker::LinkOnlyNeeded))
+      fail(ErrorCode::Compile, "linking libdevice failed");
+  }
+  for (Function &f : *mod)  // only the entries are visible: the rest may be inlined and dropped
+    if (!f.isDeclaration() && f.getCallingConv() != CallingConv::PTX_Kernel) f.setLinkage(GlobalValue::InternalLinkage);
+  std::string verr;
+  raw_string_ostream vos(verr);
+  if (verifyModule(*mod, &vos)) fail(ErrorCode::Internal, "generated NVPTX IR is invalid: " + vos.str());
+
+  LoopAnalysisManager lam;
+  FunctionAnalysisManager fam;
+  CGSCCAnalysisManager cgam;
+  ModuleAnalysisManager mam;
+  PassBuilder pb(tm.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(OptimizationLevel::O2).run(*mod, mam);
+
+  SmallString<0> ptx;
+  raw_svector_ostream os(ptx);
+  legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile))
+    fail(ErrorCode::Compile, "the NVPTX backend cannot emit assembly");
+  pm.run(*mod);
+  return std::string(ptx.str());
+}
+
+}  // namespace dynamo::jit
