@@ -181,6 +181,24 @@ dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_eng
     if (o.vector_bits && o.vector_bits != 128 && o.vector_bits != 256 && o.vector_bits != 512)
       return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: vector_bits must be 0, 128, 256 or 512");
     if (o.reserved) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: reserved must be 0");
+    if (o.device_type != 0 && o.device_type != kDLCPU && o.device_type != kDLCUDA)
+      return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: device_type must be kDLCPU or kDLCUDA");
+    if (o.device_type == kDLCUDA) {
+      std::string why;
+      if (!gpu::cuda_driver_available(&why)) return set_error(DYNAMO_ERR_NO_DEVICE, "dynamo_engine_create: " + why);
+      std::shared_ptr<gpu::Device> dev;
+      try {
+        dev = gpu::Device::open(o.device_index);
+      } catch (const jit::Error &err) {
+        std::string m = err.what();
+        return set_error(m.rfind("no device", 0) == 0 ? DYNAMO_ERR_NO_DEVICE : status_of(err.code),
+                         "dynamo_engine_create: " + m);
+      }
+      return set_error(DYNAMO_ERR_UNSUPPORTED, "dynamo_engine_create: found CUDA device " +
+                                                   std::to_string(o.device_index) + " (" + dev->name() + ", " +
+                                                   dev->arch() + "), but running traces on the GPU is not built "
+                                                   "yet; dynamo_trace_to_ptx generates their kernels");
+    }
   }
   if (!o.pool_bytes) o.pool_bytes = uint64_t(1) << 30;
   auto e = std::make_unique<dynamo_engine>();

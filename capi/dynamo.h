@@ -76,6 +76,11 @@ typedef struct dynamo_engine_options {
   uint32_t reserved;    /* must be 0 */
   uint64_t pool_bytes;  /* cap on released output/scratch buffers the engine keeps for reuse;
                            0 = default (1 GiB); 1 = keep none */
+  int32_t device_type;  /* where traces run: 0 or kDLCPU (default); kDLCUDA asks for an NVIDIA GPU:
+                           DYNAMO_ERR_NO_DEVICE without a driver/device (the message says which),
+                           DYNAMO_ERR_UNSUPPORTED otherwise in this version (GPU execution is not
+                           built yet; dynamo_trace_to_ptx generates the kernels) */
+  int32_t device_index; /* CUDA device ordinal */
 } dynamo_engine_options;
 
 /* Fills *opts with the defaults. */

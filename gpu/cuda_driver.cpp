@@ -1,28 +1,211 @@
-// cuda_driver.cpp -- the CUDA driver, opened with dlopen at first use so the library loads and
-// all CPU features work on machines without a GPU. (The NVPTX backend is issue 6.)
+// cuda_driver.cpp -- the CUDA Driver API through dlopen (see cuda_driver.h). The few types and
+// constants used are declared here from the driver's documented ABI, so building needs no CUDA
+// headers either.
 #include "cuda_driver.h"
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
-#include <string>
+
+#include "jit/ir.h"
 
 namespace dynamo::gpu {
 
-// Returns true if libcuda.so.1 can be opened; otherwise *why says what happened.
-bool cuda_driver_available(std::string *why) {
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using Ptr = void *;
+constexpr int kComputeMajor = 75, kComputeMinor = 76;     // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+constexpr int kInfoLog = 3, kInfoLogSize = 4, kErrorLog = 5, kErrorLogSize = 6;  // CUjit_option
+
+// Entry points, by the names the driver exports (versioned where the API macro renames them).
+struct Api {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(Ptr *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(Ptr);
+  CUresult (*cuStreamCreate)(Ptr *, unsigned);
+  CUresult (*cuStreamDestroy_v2)(Ptr);
+  CUresult (*cuStreamSynchronize)(Ptr);
+  CUresult (*cuModuleLoadDataEx)(Ptr *, const void *, unsigned, int *, void **);
+  CUresult (*cuModuleUnload)(Ptr);
+  CUresult (*cuModuleGetFunction)(Ptr *, Ptr, const char *);
+  CUresult (*cuLaunchKernel)(Ptr, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Ptr, void **,
+                             void **);
+  CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree_v2)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+};
+
+struct Loaded {
+  Api api{};
+  std::string error;  // empty when usable
+};
+
+const Loaded &driver() {
+  static Loaded d;
   static std::once_flag once;
-  static void *handle = nullptr;
-  static std::string err;
   std::call_once(once, [] {
-    handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
+    const char *env = getenv("DYNAMO_LIBCUDA");
+    std::string path = env && *env ? env : "libcuda.so.1";
+    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
       const char *e = dlerror();
-      err = std::string("no device: cannot open libcuda.so.1 (") + (e ? e : "unknown error") + ")";
+      d.error = "no device: cannot open " + path + " (" + (e ? e : "unknown error") + ")";
+      return;
+    }
+    auto need = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn && d.error.empty()) d.error = "no device: " + path + " lacks " + name + " (driver too old?)";
+    };
+    Api &a = d.api;
+    need(a.cuInit, "cuInit");
+    need(a.cuDeviceGetCount, "cuDeviceGetCount");
+    need(a.cuDeviceGet, "cuDeviceGet");
+    need(a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    need(a.cuDeviceGetName, "cuDeviceGetName");
+    need(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    need(a.cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
+    need(a.cuCtxSetCurrent, "cuCtxSetCurrent");
+    need(a.cuStreamCreate, "cuStreamCreate");
+    need(a.cuStreamDestroy_v2, "cuStreamDestroy_v2");
+    need(a.cuStreamSynchronize, "cuStreamSynchronize");
+    need(a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
+    need(a.cuModuleUnload, "cuModuleUnload");
+    need(a.cuModuleGetFunction, "cuModuleGetFunction");
+    need(a.cuLaunchKernel, "cuLaunchKernel");
+    need(a.cuMemAlloc_v2, "cuMemAlloc_v2");
+    need(a.cuMemFree_v2, "cuMemFree_v2");
+    need(a.cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2");
+    need(a.cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2");
+    need(a.cuGetErrorString, "cuGetErrorString");
+    if (!d.error.empty()) return;
+    CUresult r = a.cuInit(0);
+    int n = 0;
+    if (r == 0) r = a.cuDeviceGetCount(&n);
+    if (r != 0 || n == 0) {
+      const char *s = nullptr;
+      if (r != 0) a.cuGetErrorString(r, &s);
+      d.error = "no device: cuInit/cuDeviceGetCount: " + std::string(r ? (s ? s : "error " + std::to_string(r)) : "0 devices");
     }
   });
-  if (!handle && why) *why = err;
-  return handle != nullptr;
+  return d;
+}
+
+const Api &api() {
+  const Loaded &d = driver();
+  if (!d.error.empty()) jit::fail(jit::ErrorCode::Unsupported, d.error);
+  return d.api;
+}
+
+void check(CUresult r, const char *call) {
+  if (r == 0) return;
+  const char *s = nullptr;
+  api().cuGetErrorString(r, &s);
+  jit::fail(jit::ErrorCode::Runtime, std::string(call) + " failed: " + (s ? s : "error " + std::to_string(r)));
+}
+
+}  // namespace
+
+bool cuda_driver_available(std::string *why) {
+  const Loaded &d = driver();
+  if (!d.error.empty() && why) *why = d.error;
+  return d.error.empty();
+}
+
+struct Device::Module {
+  std::shared_ptr<Device> keep;  // the context outlives the module
+  Ptr handle = nullptr;
+  ~Module() {
+    if (handle) api().cuModuleUnload(handle);
+  }
+};
+
+std::shared_ptr<Device> Device::open(int index) {
+  const Api &a = api();
+  int n = 0;
+  check(a.cuDeviceGetCount(&n), "cuDeviceGetCount");
+  if (index < 0 || index >= n)
+    jit::fail(jit::ErrorCode::Unsupported, "no device: CUDA device " + std::to_string(index) + " does not exist (" +
+                                               std::to_string(n) + " present)");
+  std::shared_ptr<Device> d(new Device());
+  d->index_ = index;
+  check(a.cuDeviceGet(&d->device_, index), "cuDeviceGet");
+  int major = 0, minor = 0;
+  check(a.cuDeviceGetAttribute(&major, kComputeMajor, d->device_), "cuDeviceGetAttribute");
+  check(a.cuDeviceGetAttribute(&minor, kComputeMinor, d->device_), "cuDeviceGetAttribute");
+  d->arch_ = "sm_" + std::to_string(major) + std::to_string(minor);
+  check(a.cuDevicePrimaryCtxRetain(&d->context_, d->device_), "cuDevicePrimaryCtxRetain");
+  check(a.cuCtxSetCurrent(d->context_), "cuCtxSetCurrent");
+  check(a.cuStreamCreate(&d->stream_, 0), "cuStreamCreate");
+  return d;
+}
+
+Device::~Device() {
+  const Loaded &d = driver();
+  if (!d.error.empty()) return;
+  if (stream_) d.api.cuStreamDestroy_v2(stream_);
+  if (context_) d.api.cuDevicePrimaryCtxRelease_v2(device_);
+}
+
+std::string Device::name() const {
+  char buf[256] = "";
+  check(api().cuDeviceGetName(buf, sizeof buf, device_), "cuDeviceGetName");
+  return buf;
+}
+
+std::shared_ptr<Device::Module> Device::load(const std::string &ptx) {
+  const Api &a = api();
+  check(a.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  char info[4096] = "", err[4096] = "";
+  int opts[4] = {kInfoLog, kInfoLogSize, kErrorLog, kErrorLogSize};
+  void *vals[4] = {info, reinterpret_cast<void *>(sizeof info), err, reinterpret_cast<void *>(sizeof err)};
+  auto m = std::make_shared<Module>();
+  CUresult r = a.cuModuleLoadDataEx(&m->handle, ptx.c_str(), 4, opts, vals);
+  if (r != 0) {
+    m->handle = nullptr;
+    const char *s = nullptr;
+    a.cuGetErrorString(r, &s);
+    jit::fail(jit::ErrorCode::Compile, std::string("cuModuleLoadDataEx failed: ") + (s ? s : std::to_string(r)) +
+                                           (err[0] ? std::string("\n") + err : std::string()));
+  }
+  return m;
+}
+
+void Device::launch(Module &m, const std::string &kernel, unsigned grid, unsigned block, std::vector<void *> params) {
+  const Api &a = api();
+  Ptr fn = nullptr;
+  check(a.cuModuleGetFunction(&fn, m.handle, kernel.c_str()), "cuModuleGetFunction");
+  check(a.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream_, params.data(), nullptr), "cuLaunchKernel");
+}
+
+void Device::synchronize() { check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+
+uint64_t Device::alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  check(api().cuMemAlloc_v2(&p, bytes ? bytes : 1), "cuMemAlloc_v2");
+  return p;
+}
+
+void Device::free(uint64_t dptr) {
+  if (dptr) check(api().cuMemFree_v2(dptr), "cuMemFree_v2");
+}
+
+void Device::copy_to_device(uint64_t dst, const void *src, size_t bytes) {
+  if (bytes) check(api().cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2");
+}
+
+void Device::copy_to_host(void *dst, uint64_t src, size_t bytes) {
+  if (bytes) check(api().cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2");
 }
 
 }  // namespace dynamo::gpu
