@@ -11,6 +11,16 @@ cmake -S "$src/examples/c" -B "$tmp/example" -DCMAKE_PREFIX_PATH="$tmp/prefix" >
 cmake --build "$tmp/example" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/example/example"
 
+# The same example built with pkg-config instead of CMake.
+if command -v pkg-config >/dev/null; then
+  flags=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags --libs dynamo)
+  cc -std=c99 -o "$tmp/example_pc" "$src/examples/c/main.c" $flags -lm
+  LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/example_pc" >/dev/null
+  echo "pkg-config build of examples/c: ok ($flags)"
+else
+  echo "pkg-config not installed: skipped the pkg-config build"
+fi
+
 # The Python package as /usr/bin/python3 sees it after `make install`, from another directory:
 # it must find the installed library and both extensions without the source tree.
 cd "$tmp"
