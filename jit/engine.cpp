@@ -2,12 +2,17 @@
 // pipeline, and per-entry resource trackers.
 #include "engine.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -53,6 +58,67 @@ void dump_text(const std::string &path, const std::function<void(raw_ostream &)>
   write(os);
 }
 
+// DYNAMO_PERF_MAP=1: every function of compiled code (trace functions and their kernels) is
+// appended to /tmp/perf-<pid>.map as "start size name", so that `perf report` names JIT code.
+class PerfMapPlugin : public ObjectLinkingLayer::Plugin {
+ public:
+  void modifyPassConfig(MaterializationResponsibility &, jitlink::LinkGraph &, jitlink::PassConfiguration &config) override {
+    config.PostFixupPasses.push_back([](jitlink::LinkGraph &g) -> llvm::Error {
+      static std::mutex mu;
+      std::lock_guard<std::mutex> lock(mu);
+      std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+      FILE *f = fopen(path.c_str(), "a");
+      if (!f) return llvm::Error::success();  // a profiling aid: never a reason to fail a compile
+      for (jitlink::Symbol *sym : g.defined_symbols()) {
+        if (sym->hasName() && sym->isCallable() && sym->getSize())
+          fprintf(f, "%llx %llx %s\n", (unsigned long long)sym->getAddress().getValue(),
+                  (unsigned long long)sym->getSize(), sym->getName().str().c_str());
+      }
+      fclose(f);
+      return llvm::Error::success();
+    });
+  }
+  llvm::Error notifyFailed(MaterializationResponsibility &) override { return llvm::Error::success(); }
+  llvm::Error notifyRemovingResources(JITDylib &, ResourceKey) override { return llvm::Error::success(); }
+  void notifyTransferringResources(JITDylib &, ResourceKey, ResourceKey) override {}
+};
+
+bool perf_map_enabled() {
+  const char *e = getenv("DYNAMO_PERF_MAP");
+  return e && *e && *e != '0';
+}
+
+// The fusion partition, one line per step, for DYNAMO_DUMP_DIR.
+std::string describe_plan(const Trace &t, const Plan &p) {
+  auto shape = [](const std::vector<int64_t> &v) {
+    std::string s = "[";
+    for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
+    return s + "]";
+  };
+  std::string out = "# " + std::to_string(p.steps.size()) + " step(s), " + std::to_string(p.num_slots) + " slot(s)\n";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &s = p.steps[i];
+    out += "step " + std::to_string(i) + ": ";
+    if (s.kind == Step::Extern) {
+      out += "extern " + p.externs[s.index].callee + "\n";
+      continue;
+    }
+    const Group &g = p.groups[s.index];
+    out += std::string(g.row ? "row kernel" : "kernel") + " k" + std::to_string(s.index) + " over " + shape(g.domain);
+    if (g.row) out += " reducing dims " + shape(g.rdims);
+    if (g.split_chunks) out += " (split into " + std::to_string(g.split_chunks) + " chunks)";
+    out += ": stores";
+    for (const Root &r : g.roots) out += " %" + std::to_string(r.value) + "->slot" + std::to_string(r.slot);
+    for (const Root &r : g.row_roots) out += " %" + std::to_string(r.value) + "->slot" + std::to_string(r.slot) + "(per row)";
+    if (!g.reductions.empty()) {
+      out += "; reduces";
+      for (int32_t r : g.reductions) out += " %" + std::to_string(r) + "=" + op_info(t.insts[t.def[r]].op).name;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -91,6 +157,9 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   auto jit = LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
   if (!jit) compile_fail("creating the LLJIT", jit.takeError());
   impl_->jit = std::move(*jit);
+  if (perf_map_enabled())
+    if (auto *oll = dynamic_cast<ObjectLinkingLayer *>(&impl_->jit->getObjLinkingLayer()))
+      oll->addPlugin(std::make_unique<PerfMapPlugin>());
   JITDylib &jd = impl_->jit->getMainJITDylib();
   const DataLayout &dl = impl_->jit->getDataLayout();
 
@@ -127,6 +196,8 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   std::string stem = dump ? std::string(dump) + "/" + fn_name : "";
   if (dump) {
     sys::fs::create_directories(dump);
+    dump_text(stem + ".trace", [&](raw_ostream &os) { os << print_trace(t); });
+    dump_text(stem + ".plan", [&](raw_ostream &os) { os << describe_plan(t, p); });
     dump_text(stem + ".ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
   }
   {

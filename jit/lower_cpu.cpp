@@ -99,7 +99,9 @@ void KernelEmitter::begin_function(const std::string &name) {
   scope_write = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "writes"));
 
   auto *fty = FunctionType::get(B.getInt32Ty(), {B.getPtrTy(), B.getInt64Ty(), B.getInt64Ty()}, false);
-  F = Function::Create(fty, Function::InternalLinkage, name, M);
+  // External (not internal) linkage keeps each kernel a named symbol in the object: perf maps
+  // and profilers then name it. Names are unique per trace function.
+  F = Function::Create(fty, Function::ExternalLinkage, name, M);
   F->addParamAttr(0, Attribute::NoAlias);
   BasicBlock *entry = BasicBlock::Create(C, "entry", F);
   B.SetInsertPoint(entry);

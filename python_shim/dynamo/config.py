@@ -12,6 +12,8 @@ max_side_traces side traces compiled under one root trace, at any depth (default
                hot exits resume in the interpreter.
 max_trace_ops  IR instructions a trace may record (default 5000); a longer one is cut: it ends there
                and the rest of the call continues from a snapshot (resumed, or as side traces).
+log            None (use $DYNAMO_LOG) or a set of categories to print to stderr: traces, guards,
+               exits, recompiles, aborts, perf; {"all"} for every one.
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 """
@@ -22,3 +24,4 @@ hotexit = 8
 max_side_traces = 16
 max_trace_ops = 5000
 verify = False
+log = None

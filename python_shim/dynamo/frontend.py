@@ -22,6 +22,7 @@ import types
 import torch
 
 from . import _capi, config, native, snapshot
+from .log import enabled as log_enabled, log
 from ._capi import DynamoError
 from .guards import EXIT, GuardSet, Source
 from .interpreter import Interpreter, unsupported_reason
@@ -262,6 +263,10 @@ class OptimizedFunction:
             return result
         if self.compiled:
             _bump("guard_misses")
+            if log_enabled("guards"):
+                for i, c in enumerate(self.compiled):
+                    why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
+                    log("guards", f"{self.name}: trace {i} rejected the call: {why}")
         if self.disabled_reason is not None:
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
@@ -283,6 +288,7 @@ class OptimizedFunction:
         rest of the call in the interpreter."""
         snap = c.exits[ex.id]
         snap.count += 1
+        log("exits", f"{self.name}: left a trace at {snap.where} [{snap.guard}] (exit {ex.id})")
         for side in snap.sides:
             inputs = side.check(args, kwargs, fn.__globals__, fn, ex.values)
             if inputs is None:
@@ -336,16 +342,18 @@ class OptimizedFunction:
     def _side_aborted(self, snap, reason):
         """A side-trace recording from snap failed: back off, then blacklist the exit."""
         _bump("aborts")
+        log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
         snap.aborts.append(reason)
         if len(snap.aborts) >= config.abort_limit:
             snap.blacklisted = reason
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
-    def _aborted(self, reason, ops, inlined):
+    def _aborted(self, reason, ops, inlined, where=None):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
         recording is tried again; at config.abort_limit the function is left to CPython."""
         _bump("aborts")
+        log("aborts", f"{self.name}: falls back{' at ' + where if where else ''}: {reason}")
         self.attempts.append(Attempt(reason, ops=ops, inlined=inlined))
         k = len([a for a in self.attempts if a.compiled is None])
         if k >= config.abort_limit:
@@ -384,8 +392,12 @@ class OptimizedFunction:
         gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
         interp = Interpreter(rec, gs)
         _bump("interpreted_runs")
+        if self.compiled:
+            log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
+        t0 = time.perf_counter()
         with rec:
             result = interp.run(fn, args, kwargs)
+        log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         return self._compile(rec, gs, interp, result)
 
     def _compile(self, rec, gs, interp, result, side_of=None):
@@ -410,7 +422,7 @@ class OptimizedFunction:
             if side_of is not None:
                 self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason)
                 return result
-            self._aborted(rec.abort_reason, rec.ops, interp.inlined)
+            self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where)
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names)
@@ -431,6 +443,10 @@ class OptimizedFunction:
         finally:
             _bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
+        kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
+        log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {len(rec.exits)} side exit(s) -> "
+                      f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s)")
+        log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
         if rec.cut is not None:
             c.cut_id = len(c.exits)
             c.exits.append(rec.cut[0])

@@ -129,5 +129,16 @@ class GuardSet:
             self._fn = env["check"]
         return self._fn
 
+    def first_failure(self, a, k, g, f, x=None):
+        """The first guard that rejects these arguments (for logs), or None."""
+        env = dict(self._consts, Tensor=torch.Tensor, torch=torch, a=a, k=k, g=g, f=f, x=x)
+        for c in self._checks:
+            try:
+                if not eval(c, env):  # noqa: S307 -- our own guard expressions
+                    return c
+            except Exception as e:  # noqa: BLE001 -- a guard that raises also rejects
+                return f"{c} (raised {type(e).__name__})"
+        return None
+
     def source_text(self):
         return "\n".join(f"{e}: {kind} {desc}" for e, kind, desc in self.lines)

@@ -170,6 +170,8 @@ class Interpreter:
         return self.rec.abort_reason is None and self.rec.cut is None
 
     def abort(self, reason):
+        if self.rec.abort_reason is None and self.frames:
+            self.rec.abort_where = self._where(self.frames[-1])
         self.rec.abort(reason)
 
     def touch(self, v, src, depth=0):

@@ -71,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self.ops = []           # ATen op names, for explain()
         self.paused = 0
         self.abort_reason = None
+        self.abort_where = None   # "file:line" of the bytecode where the recording ended
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
