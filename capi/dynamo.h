@@ -242,6 +242,7 @@ typedef struct dynamo_entry_stats {
   uint32_t num_externs;     /* LibTorch calls */
   uint32_t num_instructions;/* trace instructions after simplification */
   double compile_ms;        /* verify -> native, wall clock */
+  uint32_t from_cache;      /* 1: the object came from the on-disk cache (DYNAMO_CACHE_DIR) */
 } dynamo_entry_stats;
 DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
                                                 dynamo_entry_stats *stats);

@@ -2,7 +2,14 @@
 // pipeline, and per-entry resource trackers.
 #include "engine.h"
 
+#include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <sstream>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +19,8 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/ObjectCache.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -63,6 +72,8 @@ void dump_text(const std::string &path, const std::function<void(raw_ostream &)>
 class PerfMapPlugin : public ObjectLinkingLayer::Plugin {
  public:
   void modifyPassConfig(MaterializationResponsibility &, jitlink::LinkGraph &, jitlink::PassConfiguration &config) override {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC misreads llvm::unique_function's storage
     config.PostFixupPasses.push_back([](jitlink::LinkGraph &g) -> llvm::Error {
       static std::mutex mu;
       std::lock_guard<std::mutex> lock(mu);
@@ -77,6 +88,7 @@ class PerfMapPlugin : public ObjectLinkingLayer::Plugin {
       fclose(f);
       return llvm::Error::success();
     });
+#pragma GCC diagnostic pop
   }
   llvm::Error notifyFailed(MaterializationResponsibility &) override { return llvm::Error::success(); }
   llvm::Error notifyRemovingResources(JITDylib &, ResourceKey) override { return llvm::Error::success(); }
@@ -119,6 +131,94 @@ std::string describe_plan(const Trace &t, const Plan &p) {
   return out;
 }
 
+// -- on-disk cache of compiled objects (DYNAMO_CACHE_DIR) ------------------------------------
+// Key: the canonical trace text, the engine's code-generation settings and host CPU, and the
+// identity of this library file (path, size, mtime: a rebuilt library never reuses objects).
+// Files: <hash>.key (first line "<symbol> <kernels>", then the full key, compared on load) and
+// <hash>.o, each written to a temporary name and renamed (concurrent writers are safe). A file
+// that does not read back, match or link is ignored with one warning line, and recompiled.
+struct DiskCache : ObjectCache {
+  std::string dir;
+  uint64_t max_bytes = 512ull << 20;
+  std::mutex mu;
+  std::map<std::string, std::string> pending_key;  // module id -> key file contents to write
+
+  static std::string library_identity() {
+    Dl_info info{};
+    struct stat st {};
+    if (!dladdr(reinterpret_cast<void *>(&library_identity), &info) || !info.dli_fname || stat(info.dli_fname, &st))
+      return "unknown-library";
+    return std::string(info.dli_fname) + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);
+  }
+
+  static std::string hex_hash(const std::string &s) {
+    uint64_t h1 = 1469598103934665603ull, h2 = 0x9e3779b97f4a7c15ull;
+    for (unsigned char c : s) {
+      h1 = (h1 ^ c) * 1099511628211ull;
+      h2 = (h2 + c) * 0xff51afd7ed558ccdull ^ (h2 >> 29);
+    }
+    char buf[40];
+    snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
+    return buf;
+  }
+
+  static bool write_atomic(const std::string &path, const char *data, size_t n) {
+    static std::atomic<uint64_t> seq{0};
+    std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(seq++);
+    FILE *f = fopen(tmp.c_str(), "wb");
+    if (!f) return false;
+    bool ok = fwrite(data, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+      unlink(tmp.c_str());
+      return false;
+    }
+    return true;
+  }
+
+  void notifyObjectCompiled(const Module *m, MemoryBufferRef obj) override {
+    std::string id = m->getModuleIdentifier(), key;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = pending_key.find(id);
+      if (it == pending_key.end()) return;
+      key = std::move(it->second);
+      pending_key.erase(it);
+    }
+    // The object first: a reader that finds the key also finds a complete object.
+    if (write_atomic(dir + "/" + id + ".o", obj.getBufferStart(), obj.getBufferSize()))
+      write_atomic(dir + "/" + id + ".key", key.data(), key.size());
+    trim();
+  }
+  std::unique_ptr<MemoryBuffer> getObject(const Module *) override { return nullptr; }
+
+  // Keeps the directory under max_bytes by removing the least recently written entries.
+  void trim() {
+    std::vector<std::pair<time_t, std::string>> files;
+    uint64_t total = 0;
+    std::error_code ec;
+    for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
+      struct stat st {};
+      if (stat(it->path().c_str(), &st) == 0) {
+        total += (uint64_t)st.st_size;
+        files.push_back({st.st_mtime, it->path()});
+      }
+    }
+    if (total <= max_bytes) return;
+    std::sort(files.begin(), files.end());
+    for (auto &[t, path] : files) {
+      if (total <= max_bytes * 8 / 10) break;
+      struct stat st {};
+      if (stat(path.c_str(), &st) == 0 && unlink(path.c_str()) == 0) total -= (uint64_t)st.st_size;
+    }
+  }
+};
+
+void warn_cache(const std::string &msg) {
+  static std::atomic<int> warned{0};
+  if (warned++ < 3) errs() << "dynamo: ignoring a cache entry: " << msg << "\n";
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -126,6 +226,9 @@ struct Engine::Impl {
   std::unique_ptr<TargetMachine> tm;
   OptimizationLevel level = OptimizationLevel::O2;
   std::mutex mu;  // serializes the optimizer's use of tm
+  std::shared_ptr<DiskCache> cache;  // null: DYNAMO_CACHE_DIR unset
+  std::string cache_salt;            // settings and library identity, part of every key
+  std::atomic<uint64_t> next_dylib{0};
 };
 
 Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &host_symbols)
@@ -154,7 +257,24 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   if (!tm) compile_fail("creating the target machine", tm.takeError());
   impl_->tm = std::move(*tm);
 
-  auto jit = LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  const char *cdir = getenv("DYNAMO_CACHE_DIR");
+  if (cdir && *cdir && !sys::fs::create_directories(cdir)) {
+    impl_->cache = std::make_shared<DiskCache>();
+    impl_->cache->dir = cdir;
+    if (const char *mb = getenv("DYNAMO_CACHE_MAX_MB")) impl_->cache->max_bytes = std::max(1ull, strtoull(mb, nullptr, 10)) << 20;
+    impl_->cache_salt = "dynamo-cache-v1\n" + DiskCache::library_identity() + "\nllvm " LLVM_VERSION_STRING "\n" +
+                        lower_opt_.cpu + " " + features + "\nO" + std::to_string(lvl) + " " +
+                        std::to_string(lower_opt_.vector_bits) + "\n";
+  }
+  LLJITBuilder builder;
+  builder.setJITTargetMachineBuilder(std::move(*jtmb));
+  if (impl_->cache) {
+    ObjectCache *oc = impl_->cache.get();
+    builder.setCompileFunctionCreator([oc](JITTargetMachineBuilder b) -> Expected<std::unique_ptr<IRCompileLayer::IRCompiler>> {
+      return std::make_unique<ConcurrentIRCompiler>(std::move(b), oc);
+    });
+  }
+  auto jit = builder.create();
   if (!jit) compile_fail("creating the LLJIT", jit.takeError());
   impl_->jit = std::move(*jit);
   if (perf_map_enabled())
@@ -184,7 +304,72 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
 
 Engine::~Engine() = default;
 
-CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels) {
+// A JITDylib of its own per entry (its symbols may repeat another entry's: a cached object
+// keeps the name it was compiled under); runtime, SLEEF and libc symbols come from the main one.
+JITDylib &Engine::new_dylib() {
+  ExecutionSession &es = impl_->jit->getExecutionSession();
+  JITDylib &jd = es.createBareJITDylib("dynamo_entry_" + std::to_string(impl_->next_dylib++));
+  jd.addToLinkOrder(impl_->jit->getMainJITDylib());
+  return jd;
+}
+
+CompiledCode Engine::finish(JITDylib &jd, const std::string &symbol, std::string *error) {
+  auto sym = impl_->jit->lookup(jd, symbol);
+  ExecutionSession &es = impl_->jit->getExecutionSession();
+  if (!sym) {
+    *error = take(sym.takeError());
+    if (auto e = es.removeJITDylib(jd)) take(std::move(e));
+    return {};
+  }
+  CompiledCode cc;
+  cc.fn = sym->toPtr<void *>();
+  // The dylib (and its code) is removed when the last owner lets go.
+  JITDylib *j = &jd;
+  cc.tracker = std::shared_ptr<void>(j, [&es](void *p) {
+    if (auto e = es.removeJITDylib(*static_cast<JITDylib *>(p))) take(std::move(e));
+  });
+  return cc;
+}
+
+CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
+                             bool *from_cache) {
+  if (from_cache) *from_cache = false;
+  std::string key, id;
+  if (impl_->cache) {
+    key = impl_->cache_salt + print_trace(t);
+    id = DiskCache::hex_hash(key);
+    std::ifstream kf(impl_->cache->dir + "/" + id + ".key", std::ios::binary);
+    if (kf) {
+      std::stringstream ss;
+      ss << kf.rdbuf();
+      std::string stored = ss.str(), symbol;
+      int nk = -1;
+      size_t nl = stored.find('\n');
+      std::istringstream head(stored.substr(0, nl == std::string::npos ? 0 : nl));
+      head >> symbol >> nk;
+      auto obj = MemoryBuffer::getFile(impl_->cache->dir + "/" + id + ".o");
+      if (nl == std::string::npos || stored.compare(nl + 1, std::string::npos, key) != 0 || symbol.empty() || nk < 0) {
+        warn_cache(id + ".key does not match this trace and build");
+      } else if (!obj) {
+        warn_cache(id + ".o cannot be read: " + obj.getError().message());
+      } else {
+        JITDylib &jd = new_dylib();
+        std::string why;
+        if (auto err = impl_->jit->addObjectFile(jd, std::move(*obj))) {
+          warn_cache(id + ".o: " + take(std::move(err)));
+          if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
+        } else {
+          CompiledCode cc = finish(jd, symbol, &why);
+          if (cc.fn) {
+            if (num_kernels) *num_kernels = nk;
+            if (from_cache) *from_cache = true;
+            return cc;
+          }
+          warn_cache(id + ".o does not link: " + why);
+        }
+      }
+    }
+  }
   auto ctx = std::make_unique<LLVMContext>();
   std::unique_ptr<Module> mod = lower_trace(t, p, *ctx, fn_name, lower_opt_, num_kernels);
   mod->setDataLayout(impl_->jit->getDataLayout());
@@ -229,25 +414,19 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
       });
     }
   }
-  JITDylib &jd = impl_->jit->getMainJITDylib();
-  ResourceTrackerSP rt = jd.createResourceTracker();
-  if (auto err = impl_->jit->addIRModule(rt, ThreadSafeModule(std::move(mod), std::move(ctx))))
-    compile_fail("adding the module", std::move(err));
-  auto sym = impl_->jit->lookup(fn_name);
-  if (!sym) {
-    std::string msg = take(sym.takeError());
-    if (auto e2 = rt->remove()) take(std::move(e2));
-    dynamo::jit::fail(ErrorCode::Compile, "compiling " + fn_name + ": " + msg);
+  if (impl_->cache) {  // the object is written when the compile layer produces it
+    mod->setModuleIdentifier(id);
+    std::lock_guard<std::mutex> lock(impl_->cache->mu);
+    impl_->cache->pending_key[id] = fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + "\n" + key;
   }
-  CompiledCode cc;
-  cc.fn = sym->toPtr<void *>();
-  // The tracker is released (and the code freed) when the last owner lets go.
-  auto *holder = new ResourceTrackerSP(rt);
-  cc.tracker = std::shared_ptr<void>(holder, [](void *h) {
-    auto *r = static_cast<ResourceTrackerSP *>(h);
-    if (auto e = (*r)->remove()) take(std::move(e));
-    delete r;
-  });
+  JITDylib &jd = new_dylib();  // its default tracker owns the code; removing the dylib frees it
+  if (auto err = impl_->jit->addIRModule(jd, ThreadSafeModule(std::move(mod), std::move(ctx)))) {
+    if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
+    compile_fail("adding the module", std::move(err));
+  }
+  std::string why;
+  CompiledCode cc = finish(jd, fn_name, &why);
+  if (!cc.fn) dynamo::jit::fail(ErrorCode::Compile, "compiling " + fn_name + ": " + why);
   return cc;
 }
 

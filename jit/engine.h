@@ -9,6 +9,10 @@
 
 #include "lower_cpu.h"
 
+namespace llvm::orc {
+class JITDylib;
+}  // namespace llvm::orc
+
 namespace dynamo::jit {
 
 struct EngineOptions {
@@ -29,11 +33,16 @@ class Engine {
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
 
-  // Lowers, optimizes and compiles a planned trace; thread-safe.
-  CompiledCode compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels);
+  // Lowers, optimizes and compiles a planned trace; thread-safe. With DYNAMO_CACHE_DIR set, an
+  // object compiled earlier (by any process) for the same trace and build is loaded instead
+  // (*from_cache = true), and new objects are written there.
+  CompiledCode compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
+                       bool *from_cache = nullptr);
   const LowerOptions &lower_options() const { return lower_opt_; }
 
  private:
+  llvm::orc::JITDylib &new_dylib();
+  CompiledCode finish(llvm::orc::JITDylib &jd, const std::string &symbol, std::string *error);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   LowerOptions lower_opt_;

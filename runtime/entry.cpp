@@ -40,11 +40,13 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   for (int32_t k = 0; k < e->num_exits; ++k) e->exit_counts[k] = 0;
   e->num_threads = num_threads;
   int nk = 0;
-  e->code = engine.compile(e->trace, e->plan, fn_name, &nk);
+  bool cached = false;
+  e->code = engine.compile(e->trace, e->plan, fn_name, &nk, &cached);
   e->stats.struct_size = sizeof(dynamo_entry_stats);
   e->stats.num_kernels = (uint32_t)nk;
   e->stats.num_externs = (uint32_t)e->plan.externs.size();
   e->stats.num_instructions = (uint32_t)e->trace.insts.size();
+  e->stats.from_cache = cached ? 1 : 0;
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }

@@ -64,7 +64,7 @@ class OutputAlias(ctypes.Structure):
 class EntryStats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_kernels", ctypes.c_uint32),
                 ("num_externs", ctypes.c_uint32), ("num_instructions", ctypes.c_uint32),
-                ("compile_ms", ctypes.c_double)]
+                ("compile_ms", ctypes.c_double), ("from_cache", ctypes.c_uint32)]
 
 
 ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3

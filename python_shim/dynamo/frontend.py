@@ -30,7 +30,7 @@ from .recorder import Abort, Recorder
 
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                   "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
-                  "compile_failures", "verify_failures", "compile_seconds")
+                  "compile_failures", "verify_failures", "cache_hits", "compile_seconds")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
@@ -444,6 +444,8 @@ class OptimizedFunction:
             _bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
+        if c.stats.from_cache:
+            _bump("cache_hits")
         log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {len(rec.exits)} side exit(s) -> "
                       f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s)")
         log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
