@@ -35,8 +35,15 @@ demo: build
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
+# Removes what `make install` wrote (the manifest), and the Python package's directory with the
+# __pycache__ Python made in it.
 uninstall:
-	@if [ -f $(BUILD)/install_manifest.txt ]; then xargs rm -f < $(BUILD)/install_manifest.txt && echo "removed files listed in $(BUILD)/install_manifest.txt"; else echo "nothing installed from $(BUILD)"; fi
+	@if [ -f $(BUILD)/install_manifest.txt ]; then \
+	  pkg=$$(grep '/dynamo/__init__.py$$' $(BUILD)/install_manifest.txt | head -1); \
+	  xargs rm -f < $(BUILD)/install_manifest.txt; \
+	  if [ -n "$$pkg" ]; then rm -rf "$$(dirname "$$pkg")"; fi; \
+	  echo "removed files listed in $(BUILD)/install_manifest.txt"; \
+	else echo "nothing installed from $(BUILD)"; fi
 
 clean:
 	@rm -rf $(BUILD)

@@ -531,6 +531,13 @@ dynamo_status dynamo_trace_to_ptx(const dynamo_trace *trace, const char *gpu_nam
   jit::simplify_trace(t);
   jit::Plan p = jit::plan_trace(t);
   std::string ptx = jit::lower_ptx(t, p, "dynamo_" + t.name, gpu_name, nullptr);
+  if (const char *dump = getenv("DYNAMO_DUMP_DIR"); dump && *dump) {  // next to the CPU dumps
+    std::string path = std::string(dump) + "/dynamo_" + t.name + "." + gpu_name + ".ptx";
+    if (FILE *f = fopen(path.c_str(), "w")) {
+      fwrite(ptx.data(), 1, ptx.size(), f);
+      fclose(f);
+    }
+  }
   *ptx_out = static_cast<char *>(malloc(ptx.size() + 1));
   if (!*ptx_out) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_trace_to_ptx: out of memory");
   memcpy(*ptx_out, ptx.c_str(), ptx.size() + 1);
