@@ -42,6 +42,8 @@ uninstall:
 	  pkg=$$(grep '/dynamo/__init__.py$$' $(BUILD)/install_manifest.txt | head -1); \
 	  xargs rm -f < $(BUILD)/install_manifest.txt; \
 	  if [ -n "$$pkg" ]; then rm -rf "$$(dirname "$$pkg")"; fi; \
+	  for d in $$(xargs -n1 dirname < $(BUILD)/install_manifest.txt | sort -u | grep '/dynamo$$'); do \
+	    rmdir "$$d" 2>/dev/null || true; done; \
 	  echo "removed files listed in $(BUILD)/install_manifest.txt"; \
 	else echo "nothing installed from $(BUILD)"; fi
 
