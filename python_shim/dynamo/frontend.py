@@ -446,8 +446,10 @@ class OptimizedFunction:
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
         if c.stats.from_cache:
             _bump("cache_hits")
-        log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {len(rec.exits)} side exit(s) -> "
-                      f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s)")
+        log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {c.stats.num_instructions} IR "
+                      f"instruction(s), {len(rec.exits)} side exit(s) -> {c.stats.num_kernels} fused kernel(s), "
+                      f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
+                      f"{' (from the disk cache)' if c.stats.from_cache else ''}")
         log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
         if rec.cut is not None:
             c.cut_id = len(c.exits)
