@@ -37,6 +37,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   for (const jit::ExternStep &x : e->plan.externs)
     if (x.callee == jit::kGuardCallee) ++e->num_exits;
   e->exit_counts = std::make_unique<std::atomic<int64_t>[]>((size_t)std::max(e->num_exits, 1));
+  e->stats.num_externs = (uint32_t)(e->plan.externs.size() - (size_t)e->num_exits);  // LibTorch calls only
   for (int32_t k = 0; k < e->num_exits; ++k) e->exit_counts[k] = 0;
   e->num_threads = num_threads;
   int nk = 0;
@@ -44,7 +45,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->code = engine.compile(e->trace, e->plan, fn_name, &nk, &cached);
   e->stats.struct_size = sizeof(dynamo_entry_stats);
   e->stats.num_kernels = (uint32_t)nk;
-  e->stats.num_externs = (uint32_t)e->plan.externs.size();
+
   e->stats.num_instructions = (uint32_t)e->trace.insts.size();
   e->stats.from_cache = cached ? 1 : 0;
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
