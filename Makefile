@@ -4,6 +4,9 @@ BUILD  ?= build
 PREFIX ?= /usr/local
 JOBS   ?= 2
 MAKEFLAGS += --no-print-directory
+# bash with pipefail: `ctest | grep` must fail when ctest fails.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 
 .PHONY: all deps configure build test bench check-math demo install uninstall clean
 

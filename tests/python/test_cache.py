@@ -88,12 +88,12 @@ def test_second_process_reuses_compiled_objects(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate_object", "foreign_key"])
 def test_bad_cache_files_are_ignored(tmp_path, damage):
     cold, _ = run(tmp_path)
-    key = next(p for p in tmp_path.iterdir() if p.suffix == ".key")
-    obj = key.with_suffix(".o")
-    if damage == "truncate_object":
-        obj.write_bytes(obj.read_bytes()[:200])
-    else:
-        key.write_text("dynamo_trace_9_9 1\nsomething else entirely\n")
+    for key in [p for p in tmp_path.iterdir() if p.suffix == ".key"]:  # every cached trace
+        obj = key.with_suffix(".o")
+        if damage == "truncate_object":
+            obj.write_bytes(obj.read_bytes()[:200])
+        else:
+            key.write_text("dynamo_trace_9_9 1\nsomething else entirely\n")
     again, err = run(tmp_path)
     assert again["from_cache"] == 0 and again["ok"] and again["sum"] == cold["sum"]
     assert "dynamo: ignoring a cache entry" in err, err
