@@ -8,7 +8,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test bench check-math demo install uninstall clean
+.PHONY: all deps configure build test soak bench check-math demo install uninstall clean
 
 all: build
 
@@ -23,6 +23,11 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -V -j1 | grep -vE "^[0-9]+: (Test command|Working Directory|Environment variables|Test timeout|  )"
+
+# The long soak: 10^5 compiled calls and 300 compile/reset cycles, memory figures printed.
+soak: build
+	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 DYNAMO_SOAK_CALLS=100000 DYNAMO_SOAK_CYCLES=300 \
+	  $(PYTHON) -m pytest -q tests/python/test_soak.py
 
 bench: build
 	@$(BUILD)/perf/bench_pointwise && echo && $(BUILD)/perf/bench_reduce && echo && \

@@ -23,3 +23,12 @@ def frame(engine):
     f = native.Frame(engine, "pytest")
     yield f
     f.close()
+
+
+# Figures tests want shown (soak memory readings): printed after the run, past pytest's capture.
+REPORT = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in REPORT:
+        terminalreporter.write_line(line)
