@@ -214,6 +214,10 @@ struct DiskCache : ObjectCache {
   }
 };
 
+// What ORC reports out of band while linking (e.g. "Symbols not found: [...]"), so that a failed
+// lookup can say why. Linking runs on the compiling thread.
+thread_local std::string t_orc_error;
+
 void warn_cache(const std::string &msg) {
   static std::atomic<int> warned{0};
   if (warned++ < 3) errs() << "dynamo: ignoring a cache entry: " << msg << "\n";
@@ -277,6 +281,10 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   auto jit = builder.create();
   if (!jit) compile_fail("creating the LLJIT", jit.takeError());
   impl_->jit = std::move(*jit);
+  impl_->jit->getExecutionSession().setErrorReporter([](llvm::Error e) {
+    std::string m = take(std::move(e));
+    t_orc_error += (t_orc_error.empty() ? "" : "; ") + m;
+  });
   if (perf_map_enabled())
     if (auto *oll = dynamic_cast<ObjectLinkingLayer *>(&impl_->jit->getObjLinkingLayer()))
       oll->addPlugin(std::make_unique<PerfMapPlugin>());
@@ -314,10 +322,11 @@ JITDylib &Engine::new_dylib() {
 }
 
 CompiledCode Engine::finish(JITDylib &jd, const std::string &symbol, std::string *error) {
+  t_orc_error.clear();
   auto sym = impl_->jit->lookup(jd, symbol);
   ExecutionSession &es = impl_->jit->getExecutionSession();
   if (!sym) {
-    *error = take(sym.takeError());
+    *error = t_orc_error.empty() ? take(sym.takeError()) : t_orc_error + " (" + take(sym.takeError()) + ")";
     if (auto e = es.removeJITDylib(jd)) take(std::move(e));
     return {};
   }
@@ -334,6 +343,7 @@ CompiledCode Engine::finish(JITDylib &jd, const std::string &symbol, std::string
 CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
                              bool *from_cache) {
   if (from_cache) *from_cache = false;
+  if (fault_injected("compile")) dynamo::jit::fail(ErrorCode::Compile, "injected fault: LLVM compilation failed");
   std::string key, id;
   if (impl_->cache) {
     key = impl_->cache_salt + print_trace(t);

@@ -1,6 +1,8 @@
 // ir.cpp -- tables generated from ops.def, dtype names, small helpers of the trace IR.
 #include "ir.h"
 
+#include <cstdlib>
+
 #include <cstring>
 #include <string_view>
 
@@ -58,5 +60,12 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes) {
 }
 
 void fail(ErrorCode c, const std::string &msg) { throw Error(c, msg); }
+
+bool fault_injected(const char *name) {
+  const char *env = getenv("DYNAMO_FAULT");
+  if (!env || !*env) return false;
+  std::string all = std::string(",") + env + ",";
+  return all.find(std::string(",") + name + ",") != std::string::npos;
+}
 
 }  // namespace dynamo::jit

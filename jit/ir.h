@@ -111,6 +111,8 @@ struct Error : std::runtime_error {
   Error(ErrorCode c, const std::string &m) : std::runtime_error(m), code(c) {}
 };
 [[noreturn]] void fail(ErrorCode c, const std::string &msg);
+// Failure injection for tests: DYNAMO_FAULT=<name>[,<name>...] ("compile", "sleef", "alloc").
+bool fault_injected(const char *name);
 
 /* -- Stages (one file each, in pipeline order) -- */
 std::string print_trace(const Trace &t);                        // text.cpp

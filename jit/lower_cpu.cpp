@@ -378,6 +378,7 @@ Value *KernelEmitter::sleef(const char *fn, DType d, std::vector<Value *> args) 
   llvm::Type *cty = chunk == 1 ? ety : (llvm::Type *)FixedVectorType::get(ety, chunk);
   std::string width = chunk == 1 ? "" : (f32 ? "" : "d") + std::to_string(chunk);
   std::string name = std::string("Sleef_") + fn + (f32 ? "f" : "") + width + "_u10";
+  if (fault_injected("sleef")) name += "_missing";  // tests: a SLEEF symbol the JIT cannot resolve
   std::vector<llvm::Type *> ptys(args.size(), cty);
   FunctionCallee callee = M.getOrInsertFunction(name, FunctionType::get(cty, ptys, false));
   if (auto *cf = dyn_cast<Function>(callee.getCallee())) {

@@ -1,6 +1,8 @@
 // buffer_pool.cpp -- see buffer_pool.h.
 #include "buffer_pool.h"
 
+#include "jit/ir.h"
+
 #include <cstdlib>
 
 namespace dynamo::runtime {
@@ -18,6 +20,7 @@ BufferPool::~BufferPool() {
 
 Buffer BufferPool::acquire(size_t bytes) {
   size_t cap = round_capacity(bytes ? bytes : 1);
+  if (jit::fault_injected("alloc")) return Buffer{nullptr, cap};  // tests: allocation failure
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = free_.lower_bound(cap);
