@@ -8,7 +8,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test soak bench check-math demo install uninstall clean
+.PHONY: all deps configure build test test-asan soak bench check-math demo install uninstall clean
 
 all: build
 
@@ -23,6 +23,21 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -V -j1 | grep -vE "^[0-9]+: (Test command|Working Directory|Environment variables|Test timeout|  )"
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/) of the library and the C
+# suites that use only the public API, run with leak checks off (LLVM and LibTorch keep
+# process-lifetime allocations).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_TESTS := test_text test_capi test_guards test_exits test_threads test_gpu_driver
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(PYTHON) \
+	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
+	  -DCMAKE_EXE_LINKER_FLAGS="$(ASAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(ASAN_FLAGS)" >/dev/null
+	@cmake --build build-asan -j$(JOBS) --target $(ASAN_TESTS) fake_cuda fake_cuda_old
+	@export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1; \
+	for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; build-asan/tests/$$t 2>&1 | tail -2; done; \
+	GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1 | tail -1; \
+	echo "test-asan: clean"
 
 # The long soak: 10^5 compiled calls and 300 compile/reset cycles, memory figures printed.
 soak: build
