@@ -8,7 +8,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test test-asan soak bench check-math demo install uninstall clean
+.PHONY: all deps configure build test test-asan fuzz soak bench check-math demo install uninstall clean
 
 all: build
 
@@ -38,6 +38,23 @@ test-asan: deps
 	for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; build-asan/tests/$$t 2>&1 | tail -2; done; \
 	GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1 | tail -1; \
 	echo "test-asan: clean"
+
+# libFuzzer (clang): the IR parser/printer/verifier, and the C API run path with random
+# argument metadata; FUZZ_SECONDS each (default 60), starting from tests/fuzz/corpus/*.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined
+fuzz: build
+	@command -v clang++ >/dev/null || { echo "fuzz: clang++ not installed (Debian: clang, libclang-rt-dev)"; exit 1; }
+	@clang++ $(FUZZ_FLAGS) -Ijit tests/fuzz/fuzz_trace.cpp jit/ir.cpp jit/text.cpp jit/verify.cpp \
+	  jit/passes.cpp jit/decompose.cpp -o $(BUILD)/fuzz_trace
+	@clang++ $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_run.cpp -o $(BUILD)/fuzz_run -L$(BUILD) -ldynamo \
+	  -Wl,-rpath,$(CURDIR)/$(BUILD)
+	@for t in trace run; do \
+	  work=$$(mktemp -d); cp tests/fuzz/corpus/$$t/* $$work/; \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	  (cd $$work && $(CURDIR)/$(BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 . 2>&1 \
+	    | grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY"); \
+	  rm -rf $$work; done; echo "fuzz: clean"
 
 # The long soak: 10^5 compiled calls and 300 compile/reset cycles, memory figures printed.
 soak: build

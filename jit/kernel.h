@@ -187,7 +187,6 @@ class KernelEmitter {
   Value *max_c(Value *x, double c);
   Value *horner(Value *x, const float *c, int n);  // c[0] + x c[1] + ... + x^(n-1) c[n-1]
   Value *scale_pow2(Value *p, Value *n);           // p * 2^n, n integer-valued
-
   Value *exp_f32(Value *x);
   Value *erf_f32(Value *x);
   Value *tanh_f32(Value *x);
