@@ -230,8 +230,7 @@ class OptimizedFunction:
     def __call__(self, *args, **kwargs):
         if self.owner is not None:
             args = (self.owner,) + args
-        result = self.call(self.fn, args, kwargs, in_frame=False)
-        return result
+        return self.call(self.fn, args, kwargs, in_frame=False)
 
     def call(self, fn, args, kwargs, in_frame):
         """One call of fn (a function object of this code). in_frame: called from the frame
