@@ -287,7 +287,8 @@ class OptimizedFunction:
         rest of the call in the interpreter."""
         snap = c.exits[ex.id]
         snap.count += 1
-        log("exits", f"{self.name}: left a trace at {snap.where} [{snap.guard}] (exit {ex.id})")
+        if log_enabled("exits"):  # a hot path: no message built unless asked for
+            log("exits", f"{self.name}: left a trace at {snap.where} [{snap.guard}] (exit {ex.id})")
         for side in snap.sides:
             inputs = side.check(args, kwargs, fn.__globals__, fn, ex.values)
             if inputs is None:

@@ -9,15 +9,22 @@ from . import config
 CATEGORIES = ("traces", "guards", "exits", "recompiles", "aborts", "perf")
 
 
+_memo = (None, None, frozenset())  # (config.log, $DYNAMO_LOG) -> categories: checks on hot paths are cheap
+
+
 def _enabled_set():
+    global _memo
+    key = (frozenset(config.log) if config.log is not None else None, os.environ.get("DYNAMO_LOG", ""))
+    if key[:2] == _memo[:2]:
+        return _memo[2]
     chosen = config.log
     if chosen is None:
         env = os.environ.get("DYNAMO_LOG", "")
         chosen = {c.strip() for c in env.split(",") if c.strip()}
     chosen = set(chosen)
-    if "all" in chosen:
-        return set(CATEGORIES)
-    return chosen & set(CATEGORIES)
+    result = frozenset(CATEGORIES) if "all" in chosen else frozenset(chosen & set(CATEGORIES))
+    _memo = (key[0], key[1], result)
+    return result
 
 
 def enabled(category):

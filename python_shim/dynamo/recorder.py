@@ -364,22 +364,26 @@ class Recorder(TorchDispatchMode):
             raise Abort(f"{func._schema.name}: general strided views are not supported")
         return None
 
+    def _guard(self, cond_name, shape, truth, live, snapshot):
+        """Emits `dynamo::guard(cond, truth, id, live...)` (cond: an IR bool of `shape`, one
+        element) and registers the exit's snapshot; `live` are trace tensors the snapshot refers
+        to by position. Returns the exit id."""
+        k = len(self.exits)
+        ops = [cond_name, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
+        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
+        self.ops.append("dynamo::guard")
+        self.exits.append(snapshot)
+        return k
+
     def side_exit(self, cond, truth, live, snapshot):
-        """Emits `dynamo::guard(cond, truth, id, live...)` for a branch on the one-element tensor
-        cond (a trace value) and returns the exit id; `live` are trace tensors the snapshot
-        refers to by position."""
+        """A branch on the one-element trace tensor cond, taken as bool, recorded as `truth`."""
         c = self._operand(cond)
         shape = ",".join(str(s) for s in cond.shape)
         if cond.dtype != torch.bool:
             b = self._new()
             self.lines.append(f"  {b} = ne({c}, 0) : bool[{shape}]")
             c = b
-        k = len(self.exits)
-        ops = [c, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
-        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
-        self.ops.append("dynamo::guard")
-        self.exits.append(snapshot)
-        return k
+        return self._guard(c, shape, truth, live, snapshot)
 
     def _shape_exit(self, func, vals, outs):
         """An op whose output size depends on the data (nonzero, masked_select): the trace keeps
@@ -407,24 +411,15 @@ class Recorder(TorchDispatchMode):
         self.lines.append(f"  {nz} = ne({m}, 0) : bool[{shape}]")
         self.lines.append(f"  {total} = sum({nz}, [], false) : i64[]")
         self.lines.append(f"  {c} = eq({total}, {count}) : bool[]")
-        k = len(self.exits)
-        ops = [c, "true", str(k)] + [self._operand(x) for x in live]
-        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[]")
-        self.ops.append("dynamo::guard")
-        self.exits.append(snap)
+        self._guard(c, "", True, live, snap)
 
     def value_exit(self, t, value, live, snapshot):
-        """Emits `eq(t, value)` and a dynamo::guard on it: the trace relies on t holding value
-        (a number read by .item()). Returns the exit id."""
+        """`eq(t, value)` behind a guard: the trace relies on t holding value (a number read by
+        .item()). Returns the exit id."""
         c = self._new()
         shape = ",".join(str(s) for s in t.shape)
         self.lines.append(f"  {c} = eq({self._operand(t)}, {self._operand(value)}) : bool[{shape}]")
-        k = len(self.exits)
-        ops = [c, "true", str(k)] + [self._operand(x) for x in live]
-        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
-        self.ops.append("dynamo::guard")
-        self.exits.append(snapshot)
-        return k
+        return self._guard(c, shape, True, live, snapshot)
 
     def output_name(self, t):
         if id(t) in self.poison:
