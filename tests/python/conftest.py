@@ -5,6 +5,15 @@ import dynamo
 from dynamo import native
 
 
+@pytest.fixture(autouse=True)
+def fresh():
+    """Every test starts and ends with no compiled traces and zeroed counters (test files may
+    override this fixture to do more)."""
+    dynamo.reset()
+    yield
+    dynamo.reset()
+
+
 @pytest.fixture(scope="session")
 def lib():
     L = native.lib()

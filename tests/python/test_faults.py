@@ -7,13 +7,6 @@ import torch
 import dynamo
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    dynamo.reset()
-    yield
-    dynamo.reset()
-
-
 def f(x):
     return torch.log1p(x.abs()) * 2 + 1  # log1p goes through SLEEF
 

@@ -10,13 +10,6 @@ import dynamo
 SCALE = 2.0
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    dynamo.reset()
-    yield
-    dynamo.reset()
-
-
 def same(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and \

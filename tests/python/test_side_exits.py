@@ -3,17 +3,9 @@ goes on along the recorded branch behind a native dynamo::guard; a call that tak
 branch leaves the trace there and resumes in the interpreter from a snapshot of the Python state;
 a hot exit gets a side trace recorded from that snapshot, after which those calls run natively
 too. Every call must equal eager, mutations included."""
-import pytest
 import torch
 
 import dynamo
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    dynamo.reset()
-    yield
-    dynamo.reset()
 
 
 def same(a, b):
