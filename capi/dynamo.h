@@ -193,7 +193,9 @@ DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
  * the dtype and shape given by dynamo_entry_output_info; data may be NULL for outputs that alias
  * an input, see dynamo_entry_output_alias). The guards are checked first (a miss returns
  * DYNAMO_ERR_GUARD_MISS). Inputs are modified only by in-place ops in the trace (copy_), after
- * every read of their old contents. args, outs: borrowed. */
+ * every read of their old contents (writes recorded before a side exit are done before it).
+ * A trace with dynamo::guard may return DYNAMO_EXIT: outputs are not written, see
+ * dynamo_take_exit. args, outs: borrowed. */
 DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args,
                                           size_t nargs, const DLTensor *outs, size_t nouts);
 /* Like dynamo_entry_run, but the engine allocates the outputs. out_tensors[k] receives a
@@ -201,8 +203,8 @@ DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg 
  * out_tensors[k]->deleter(out_tensors[k]) (it may outlive the entry, frame and engine). Its
  * memory returns to the engine's buffer pool, so a later call reuses it instead of taking
  * fresh pages from the kernel. For an output that aliases an input (dynamo_entry_output_alias)
- * out_tensors[k] is set to NULL and the caller makes the view. On failure every out_tensors[k]
- * is NULL. */
+ * out_tensors[k] is set to NULL and the caller makes the view. On failure (and on DYNAMO_EXIT)
+ * every out_tensors[k] is NULL. */
 DYNAMO_API dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args,
                                                 size_t nargs, DLManagedTensor **out_tensors,
                                                 size_t nouts);

@@ -57,7 +57,7 @@ const char *dump_dir() {
   return d && *d ? d : nullptr;
 }
 
-void dump_text(const std::string &path, const std::function<void(raw_ostream &)> &write) {
+void dump_text(const std::string &path, const std::function<void(raw_fd_ostream &)> &write) {
   std::error_code ec;
   raw_fd_ostream os(path, ec, sys::fs::OF_Text);
   if (ec) {
@@ -414,10 +414,9 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     if (dump) {
       dump_text(stem + ".opt.ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
       std::unique_ptr<Module> copy = CloneModule(*mod);
-      dump_text(stem + ".s", [&](raw_ostream &os) {
-        raw_pwrite_stream *ps = static_cast<raw_pwrite_stream *>(&os);
+      dump_text(stem + ".s", [&](raw_fd_ostream &os) {
         legacy::PassManager pm;
-        if (impl_->tm->addPassesToEmitFile(pm, *ps, nullptr, CodeGenFileType::AssemblyFile))
+        if (impl_->tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile))
           os << "; this target cannot emit assembly\n";
         else
           pm.run(*copy);
