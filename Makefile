@@ -8,7 +8,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test test-asan fuzz soak bench check-math demo install uninstall clean
+.PHONY: all deps configure build test test-asan fuzz soak bench check-math demo install uninstall clean gpu-bundle
 
 all: build
 
@@ -68,6 +68,19 @@ bench: build
 # Every float32 input through the JIT's exp/sigmoid/erf/tanh vs. double libm (a few minutes).
 check-math: build
 	@$(BUILD)/perf/math_accuracy
+
+# The GPU suite + benchmark for a machine with an NVIDIA driver (no LLVM or LibTorch needed
+# there): gpu_bundle/ holds a static gpu_check, libdevice, and the CPU engine's results for the
+# same traces. Run it there with `bash gpu_bundle/run.sh` (docs/GPU.md).
+gpu-bundle: build
+	@cmake --build $(BUILD) -j$(JOBS) --target gpu_check gpu_refs
+	@rm -rf gpu_bundle && mkdir -p gpu_bundle/refs
+	@strip -o gpu_bundle/gpu_check $(BUILD)/gpu_check
+	@cp $${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc gpu_bundle/
+	@cp scripts/gpu_run.sh gpu_bundle/run.sh
+	@echo "gpu-bundle: CPU results for $$(grep -c '^      {"' tests/gpu/cases.h) traces (the large ones take a minute)"
+	@$(BUILD)/tests/gpu_refs gpu_bundle/refs | tail -3
+	@du -sh gpu_bundle | sed 's/^/gpu-bundle: /'
 
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py

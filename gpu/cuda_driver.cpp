@@ -43,6 +43,8 @@ struct Api {
   CUresult (*cuMemFree_v2)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 };
 
@@ -87,6 +89,8 @@ const Loaded &driver() {
     need(a.cuMemFree_v2, "cuMemFree_v2");
     need(a.cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2");
     need(a.cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2");
+    need(a.cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2");
+    need(a.cuMemsetD8_v2, "cuMemsetD8_v2");
     need(a.cuGetErrorString, "cuGetErrorString");
     if (!d.error.empty()) return;
     CUresult r = a.cuInit(0);
@@ -206,6 +210,14 @@ void Device::copy_to_device(uint64_t dst, const void *src, size_t bytes) {
 
 void Device::copy_to_host(void *dst, uint64_t src, size_t bytes) {
   if (bytes) check(api().cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2");
+}
+
+void Device::copy_on_device(uint64_t dst, uint64_t src, size_t bytes) {
+  if (bytes) check(api().cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2");
+}
+
+void Device::zero(uint64_t dst, size_t bytes) {
+  if (bytes) check(api().cuMemsetD8_v2(dst, 0, bytes), "cuMemsetD8_v2");
 }
 
 }  // namespace dynamo::gpu

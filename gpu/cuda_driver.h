@@ -35,6 +35,8 @@ class Device {
   void free(uint64_t dptr);
   void copy_to_device(uint64_t dst, const void *src, size_t bytes);
   void copy_to_host(void *dst, uint64_t src, size_t bytes);
+  void copy_on_device(uint64_t dst, uint64_t src, size_t bytes);
+  void zero(uint64_t dst, size_t bytes);
 
  private:
   Device() = default;

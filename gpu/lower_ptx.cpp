@@ -7,9 +7,10 @@
 // division by zero) through a global int. libdevice is linked in with only the functions used;
 // the module is optimized at O2 for the chosen sm_XX and printed as PTX.
 //
-// Performance notes (to do when a device is at hand): row groups run one row per thread and
-// whole-tensor reductions one chunk per thread; the target is one block per row with
-// warp shuffles.
+// Work split: pointwise groups one element per thread; row groups with a long innermost
+// reduced dim one block per row (KernelEmitter::block_merge: warp shuffles + shared memory),
+// short rows one row per thread; split whole-tensor reductions one chunk per thread, then a
+// one-thread merge (not tuned: a tree over blocks would be the next step).
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -56,8 +57,9 @@ std::string libdevice_path() {
   return std::string(cuda && *cuda ? cuda : "/usr/local/cuda") + "/nvvm/libdevice/libdevice.10.bc";
 }
 
-// The .entry wrapper: for (i = global id; i < n; i += grid size) status |= k(slots, i, i + 1).
-void emit_entry(Module &M, Function *k, const std::string &name) {
+// The .entry wrapper: for (i = global id; i < n; i += grid size) status |= k(slots, i, i + 1),
+// or with per_block, for (i = block id; i < n; i += grid blocks) (the whole block on item i).
+void emit_entry(Module &M, Function *k, const std::string &name, bool per_block) {
   LLVMContext &C = M.getContext();
   IRBuilder<> B(C);
   auto *fty = FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt64Ty(), B.getPtrTy()}, false);
@@ -71,7 +73,8 @@ void emit_entry(Module &M, Function *k, const std::string &name) {
   auto sreg = [&](Intrinsic::ID id) { return B.CreateZExt(B.CreateIntrinsic(id, {}, {}), B.getInt64Ty()); };
   Value *tid = sreg(Intrinsic::nvvm_read_ptx_sreg_tid_x), *ntid = sreg(Intrinsic::nvvm_read_ptx_sreg_ntid_x);
   Value *ctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_ctaid_x), *nctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
-  Value *start = B.CreateAdd(B.CreateMul(ctaid, ntid), tid), *stride = B.CreateMul(nctaid, ntid);
+  Value *start = per_block ? ctaid : B.CreateAdd(B.CreateMul(ctaid, ntid), tid);
+  Value *stride = per_block ? nctaid : B.CreateMul(nctaid, ntid);
   B.CreateBr(head);
   B.SetInsertPoint(head);
   PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
@@ -93,7 +96,7 @@ void emit_entry(Module &M, Function *k, const std::string &name) {
 }  // namespace
 
 std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name, const std::string &gpu_name,
-                      std::vector<std::string> *kernels) {
+                      std::vector<GpuKernel> *kernels) {
   static std::once_flag init;
   std::call_once(init, [] {
     LLVMInitializeNVPTXTargetInfo();
@@ -129,11 +132,16 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
     detail::set_target_attrs(k, opt);
     if (Function *part = ke.partial()) {  // a split reduction: partial states, then the merge
       detail::set_target_attrs(part, opt);
-      emit_entry(*mod, part, kname + "_part");
-      if (kernels) kernels->push_back(kname + "_part");
+      emit_entry(*mod, part, kname + "_part", false);
+      emit_entry(*mod, k, kname, false);
+      if (kernels) {
+        kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, 0, -1});
+        kernels->push_back({kname, 1, 0, -1});
+      }
+      continue;
     }
-    emit_entry(*mod, k, kname);
-    if (kernels) kernels->push_back(kname);
+    emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0);
+    if (kernels) kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot});
   }
 
   bool needs_libdevice = false;

@@ -41,6 +41,10 @@ class KernelEmitter {
   int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
   int64_t numel() const { return total; }
   Function *partial() const { return part_fn; }  // split reductions: the parallel partial kernel
+  // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
+  // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
+  int gpu_block_threads() const { return gpu_block; }
+  int64_t gpu_items() const { return gpu_n; }
 
  private:
   struct Dim {
@@ -107,6 +111,22 @@ class KernelEmitter {
   void emit_prefetch_next_row();
   void emit_body(int lanes_now);
   Map identity() const;
+
+  // -- GPU forms (LowerOptions::gpu) --
+  // Pointwise groups run one element per thread (the flat index is split into the collapsed
+  // dims); row groups with a long reduced dim run one block of gpu_block threads per row, each
+  // thread striding the innermost reduced dim by the block size, then a warp-shuffle and
+  // shared-memory merge of the per-thread states.
+  int gpu_block = 0;
+  int64_t gpu_n = 0;
+  Value *gpu_tid = nullptr;
+  void emit_gpu_flat();
+  Value *gpu_lane_first();  // tid.x (read in the kernel's entry block)
+  using MergeFn = std::function<std::vector<Value *>(const std::vector<Value *> &, const std::vector<Value *> &)>;
+  using PackFn = std::function<Value *(Value *)>;               // a state component -> i64 bits
+  using UnpackFn = std::function<Value *(Value *, llvm::Type *)>;
+  std::vector<Value *> block_merge(std::vector<Value *> s, const MergeFn &merge2, const PackFn &pack,
+                                   const UnpackFn &unpack);
 
   // -- row groups (lower_reduce.cpp) --
   size_t n_outer = 0;                                // dims[0, n_outer) are kept, the rest reduced

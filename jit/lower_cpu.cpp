@@ -10,6 +10,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -125,11 +126,60 @@ Function *KernelEmitter::emit(const std::string &name) {
   collapse();
   if (total == 0) return nullptr;
   begin_function(name);
+  if (opt.gpu) {  // one element per thread
+    emit_gpu_flat();
+    B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
+    return F;
+  }
   size_t last = dims.size() - 1;
   emit_nest(0, last, F->getArg(1), F->getArg(2),
             [&](Value *b, Value *e) { emit_inner(last, b, e, [this](int l) { emit_body(l); }); });
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   return F;
+}
+
+// GPU pointwise: [begin, end) are flat indices of the collapsed domain (row-major); each is
+// split into its dims' indices, so neighbouring threads touch neighbouring elements of every
+// contiguous access whatever the domain's rank.
+void KernelEmitter::emit_gpu_flat() {
+  gpu_n = 1;
+  for (const Dim &d : dims) gpu_n *= d.size;
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "flat", F), *body = BasicBlock::Create(C, "flat_body", F);
+  BasicBlock *exit = BasicBlock::Create(C, "flat_exit", F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
+  j->addIncoming(F->getArg(1), pre);
+  B.CreateCondBr(B.CreateICmpSLT(j, F->getArg(2)), body, exit);
+  B.SetInsertPoint(body);
+  std::vector<Value *> saved = outer_off;
+  Value *rem = j;
+  for (size_t d = dims.size(); d-- > 0;) {
+    Value *idx = d == 0 ? rem : B.CreateURem(rem, B.getInt64(dims[d].size));
+    if (d > 0) rem = B.CreateUDiv(rem, B.getInt64(dims[d].size));
+    if (d + 1 == dims.size()) {
+      jidx = idx;
+      continue;
+    }
+    for (size_t k = 0; k < pats.size(); ++k)
+      if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(outer_off[k], B.CreateMul(idx, B.getInt64(pats[k].coef[d])));
+  }
+  hoisted.clear();
+  rflat = nullptr;
+  emit_body(1);
+  outer_off = saved;
+  j->addIncoming(B.CreateAdd(j, B.getInt64(1)), B.GetInsertBlock());
+  B.CreateBr(head);
+  B.SetInsertPoint(exit);
+}
+
+Value *KernelEmitter::gpu_lane_first() {
+  if (!gpu_tid) {
+    IRBuilder<> eb(&F->getEntryBlock(), F->getEntryBlock().begin());
+    gpu_tid = eb.CreateZExt(eb.CreateIntrinsic(Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), eb.getInt64Ty());
+  }
+  return gpu_tid;
 }
 
 // Outer loops: dim 0 runs [begin, end) (the parallel range); the others run fully.
@@ -204,6 +254,29 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     return j;
   };
   Value *after = begin;
+  if (gpu_block && d + 1 == dims.size()) {
+    // One block per row: thread t takes elements t, t + threads, ... of the innermost
+    // reduced dim (coalesced across the block); the same split in every pass over the row.
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "blk_row", F), *bb = BasicBlock::Create(C, "blk_row_body", F);
+    BasicBlock *exit = BasicBlock::Create(C, "blk_row_exit", F);
+    Value *from = B.CreateAdd(begin, gpu_lane_first());
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
+    j->addIncoming(from, pre);
+    B.CreateCondBr(B.CreateICmpSLT(j, end), bb, exit);
+    B.SetInsertPoint(bb);
+    copy_index = 0;
+    jidx = j;
+    if (row_base) rflat = B.CreateAdd(row_base, jidx);
+    body(1);
+    j->addIncoming(B.CreateAdd(j, B.getInt64(gpu_block)), B.GetInsertBlock());
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    rflat = row_base;
+    return;
+  }
   if (blk && lanes > 1 && dims[d].size >= (int64_t)lanes * unroll * blk->iters) {
     // Blocks: an outer loop over whole blocks, each an inner loop of blk->iters unrolled steps.
     int64_t step = (int64_t)lanes * unroll, bsize = step * blk->iters;

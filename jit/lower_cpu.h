@@ -29,11 +29,21 @@ std::unique_ptr<llvm::Module> lower_trace(const Trace &t, const Plan &p, llvm::L
                                           const std::string &fn_name, const LowerOptions &opt,
                                           int *num_kernels);
 
+// One GPU kernel of a trace, in launch order: `items` work items over a grid-stride loop, one
+// per thread (block_threads == 0: elements of a pointwise group, rows of a short-row group,
+// chunks of a split reduction) or one per block of block_threads threads (long rows).
+struct GpuKernel {
+  std::string name;
+  int64_t items = 0;
+  int block_threads = 0;
+  int32_t optional_slot = -1;  // skipped when this output slot is NULL (as on the CPU)
+};
+
 // PTX for NVIDIA GPUs (gpu/lower_ptx.cpp): every fused group of a planned trace as a kernel
 //   .entry <fn>_k<i>(void **slots, int64 n, int32 *status)
-// over n outer indices (a grid-stride loop; one element, row or chunk per thread), in step
-// order. Traces with extern ops are unsupported (LibTorch here runs on the CPU only).
+// in step order (a split reduction: <fn>_k<i>_part, then <fn>_k<i>). Traces with extern ops
+// are unsupported (LibTorch here runs on the CPU only).
 std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name, const std::string &gpu_name,
-                      std::vector<std::string> *kernels);
+                      std::vector<GpuKernel> *kernels);
 
 }  // namespace dynamo::jit

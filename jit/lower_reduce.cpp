@@ -6,6 +6,8 @@
 #include <cmath>
 #include <set>
 
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
 #include "kernel.h"
 
 namespace dynamo::jit::detail {
@@ -137,6 +139,16 @@ Function *KernelEmitter::emit_row(const std::string &name) {
   collapse_row();
   if (outer_n == 0) return nullptr;  // no rows; an empty reduced extent still yields results
   if (g.split_chunks > 0) return emit_split(name);
+  if (opt.gpu) {
+    gpu_n = n_outer ? dims[0].size : 1;
+    // A block per row once the innermost reduced dim is long enough to share out; the
+    // per-thread partial states are merged in registers (shuffles) and shared memory.
+    int64_t inner = dims.back().size;
+    if (dims.size() > n_outer && inner >= 64) {
+      gpu_block = 64;
+      while (gpu_block < 512 && (int64_t)gpu_block * 8 <= inner) gpu_block *= 2;
+    }
+  }
   begin_function(name);
   plan_row_cache();
   emit_nest(0, n_outer, F->getArg(1), F->getArg(2), [this](Value *, Value *) { emit_row_body(); });
@@ -229,6 +241,13 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
 
 // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
 void KernelEmitter::store_row_roots() {
+  BasicBlock *skip = nullptr;
+  if (gpu_block && !g.row_roots.empty()) {  // every thread holds the row's results; one stores
+    BasicBlock *st = BasicBlock::Create(C, "row_store", F);
+    skip = BasicBlock::Create(C, "row_stored", F);
+    B.CreateCondBr(B.CreateICmpEQ(gpu_lane_first(), B.getInt64(0)), st, skip);
+    B.SetInsertPoint(st);
+  }
   for (size_t k = 0; k < g.row_roots.size(); ++k) {
     const Root &rr = g.row_roots[k];
     L = 1;
@@ -240,10 +259,14 @@ void KernelEmitter::store_row_roots() {
     Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[pk]);
     decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true);
   }
+  if (skip) {
+    B.CreateBr(skip);
+    B.SetInsertPoint(skip);
+  }
 }
 
 void KernelEmitter::emit_prefetch_next_row() {
-  if (n_outer == 0 || dims.size() != n_outer + 1) return;  // one collapsed reduced dim only
+  if (opt.gpu || n_outer == 0 || dims.size() != n_outer + 1) return;  // one collapsed reduced dim only
   for (size_t k = 0; k < pats.size(); ++k) {
     const Pattern &pt = pats[k];
     bool is_store = pt.store || std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
@@ -322,6 +345,67 @@ State tree(IRBuilder<> &B, State s, const std::function<State(const State &, con
 }
 
 }  // namespace
+
+// GPU block per row: each thread's state (all lanes of every component) merged across the
+// block. A butterfly of warp shuffles leaves the warp's merge in every lane; lane 0 of each
+// warp parks it in shared memory; after a barrier every thread merges the warps' states in
+// warp order (so all threads agree on the result bit for bit), and a second barrier frees the
+// shared slots for the next reduction.
+std::vector<Value *> KernelEmitter::block_merge(std::vector<Value *> s, const MergeFn &merge2, const PackFn &pack,
+                                                const UnpackFn &unpack) {
+  llvm::Type *i32 = B.getInt32Ty(), *i64 = B.getInt64Ty();
+  auto shfl = [&](Value *v, int off) -> Value * {
+    auto one = [&](Value *x) {
+      return B.CreateIntrinsic(Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                               {B.getInt32(-1), x, B.getInt32(off), B.getInt32(0x1f)});
+    };
+    llvm::Type *vt = v->getType();
+    unsigned bits = vt->getPrimitiveSizeInBits();
+    if (bits == 64) {
+      Value *x = B.CreateBitCast(v, i64);
+      Value *lo = one(B.CreateTrunc(x, i32)), *hi = one(B.CreateTrunc(B.CreateLShr(x, 32), i32));
+      return B.CreateBitCast(B.CreateOr(B.CreateZExt(lo, i64), B.CreateShl(B.CreateZExt(hi, i64), 32)), vt);
+    }
+    if (bits == 32) return B.CreateBitCast(one(B.CreateBitCast(v, i32)), vt);
+    return B.CreateTrunc(one(B.CreateZExt(v, i32)), vt);
+  };
+  for (int off = 16; off >= 1; off /= 2) {
+    std::vector<Value *> o;
+    for (Value *v : s) o.push_back(shfl(v, off));
+    s = merge2(s, o);
+  }
+  constexpr int kMaxWarps = 32, kMaxComps = 4;
+  GlobalVariable *sm = M.getNamedGlobal("dynamo_block_states");
+  auto *at = ArrayType::get(i64, kMaxWarps * kMaxComps);
+  if (!sm) {
+    sm = new GlobalVariable(M, at, false, GlobalValue::InternalLinkage, UndefValue::get(at), "dynamo_block_states",
+                            nullptr, GlobalValue::NotThreadLocal, 3);
+    sm->setAlignment(Align(8));
+  }
+  Value *tid = gpu_lane_first();
+  Value *warp = B.CreateLShr(tid, 5);
+  BasicBlock *wr = BasicBlock::Create(C, "park", F), *parked = BasicBlock::Create(C, "parked", F);
+  B.CreateCondBr(B.CreateICmpEQ(B.CreateAnd(tid, 31), B.getInt64(0)), wr, parked);
+  B.SetInsertPoint(wr);
+  for (size_t k = 0; k < s.size(); ++k) {
+    Value *idx = B.CreateAdd(B.CreateMul(warp, B.getInt64(kMaxComps)), B.getInt64((int64_t)k));
+    B.CreateStore(pack(s[k]), B.CreateInBoundsGEP(at, sm, {B.getInt64(0), idx}));
+  }
+  B.CreateBr(parked);
+  B.SetInsertPoint(parked);
+  B.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+  std::vector<Value *> res;
+  for (int w = 0; w < gpu_block / 32; ++w) {
+    std::vector<Value *> sw;
+    for (size_t k = 0; k < s.size(); ++k) {
+      Value *p = B.CreateInBoundsGEP(at, sm, {B.getInt64(0), B.getInt64(w * kMaxComps + (int64_t)k)});
+      sw.push_back(unpack(B.CreateLoad(i64, p), s[k]->getType()));
+    }
+    res = w == 0 ? sw : merge2(res, sw);
+  }
+  B.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+  return res;
+}
 
 void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   const Inst &in = t.insts[t.def[r]];
@@ -608,6 +692,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     }
     State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
     all = merge2(v, load_state(ss, 1));
+    if (gpu_block) all = block_merge(all, merge2, pack, unpack);
     if (shifted) {  // to Welford's (n, mean, M2)
       Value *n = ConstantFP::get(st, (double)extent);
       Value *m2 = B.CreateFSub(all[1], B.CreateFDiv(B.CreateFMul(all[0], all[0]), n));

@@ -38,6 +38,8 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) { (void)n; *p = 0; retur
 CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
 CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { (void)d; (void)s; (void)n; return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+CUresult cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { (void)d; (void)v; (void)n; return 0; }
 CUresult cuGetErrorString(CUresult r, const char **s) {
   *s = r == 218 ? "a PTX JIT compilation failed" : "fake driver error";
   return 0;

@@ -1,0 +1,54 @@
+// program.h -- a trace compiled for one NVIDIA GPU and how it runs: the PTX module (loaded once
+// through the driver) and its kernels in launch order, over the plan's slots as device
+// pointers. The engine's CUDA entries and tools/gpu_check both run traces through this.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda_driver.h"
+#include "jit/lower_cpu.h"
+
+namespace dynamo::gpu {
+
+struct Program {
+  std::string arch;                        // "sm_90"
+  std::string ptx;
+  std::vector<jit::GpuKernel> kernels;     // launch order
+  int32_t num_slots = 0;
+  std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
+};
+
+// Lowers a planned trace for `arch` (throws jit::Error: Unsupported for extern ops).
+Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::string &fn_name,
+                        const std::string &arch);
+
+// A program loaded on a device: the module plus the slot table, scratch and status word it
+// launches with. run() is not reentrant (one slot table); callers serialize per loaded program.
+class Loaded {
+ public:
+  Loaded(std::shared_ptr<Device> dev, const Program &prog);
+  ~Loaded();
+  Loaded(const Loaded &) = delete;
+  Loaded &operator=(const Loaded &) = delete;
+
+  // slots[k] for inputs, outputs (0 = NULL for an elided optional output) and scalar slots
+  // (device pointers to the value); scratch slots are filled here. Launches every kernel on
+  // the device's stream and waits. Returns the trace's runtime status (DYNAMO_RT_*).
+  int32_t run(std::vector<uint64_t> slots);
+  // Launches without waiting or reading the status (benchmarks: time many runs, then sync).
+  void launch(std::vector<uint64_t> slots);
+  Device &device() { return *dev_; }
+
+ private:
+  std::shared_ptr<Device> dev_;
+  const Program prog_;
+  std::shared_ptr<Device::Module> mod_;
+  uint64_t slot_table_ = 0, status_ = 0;
+  std::vector<uint64_t> scratch_;  // by slot
+  std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device
+};
+
+}  // namespace dynamo::gpu

@@ -1,0 +1,266 @@
+// gpu_check.cpp -- the GPU suite and benchmark, run on a machine with an NVIDIA GPU.
+//
+// Every case of cases.h goes through the same pipeline as dynamo_trace_to_ptx (verify,
+// decompose, simplify, plan), is lowered to PTX for the arch of the device found, loaded and
+// launched through the CUDA driver (gpu/program.cpp), and its outputs are compared with the
+// CPU engine's results for the same trace and inputs (<refdir>/<case>.ref, written by
+// gpu_refs on the build machine). Bench cases are then timed and their GB/s printed next to a
+// device-to-device copy measured in the same run.
+//
+// Built as one static executable (make gpu-bundle) so that it runs on a machine that has the
+// NVIDIA driver but neither LLVM nor LibTorch. Usage: gpu_check REFDIR [--no-bench] [CASE...]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "gpu/program.h"
+#include "jit/fuse.h"
+#include "jit/rt_abi.h"
+
+using namespace dynamo;
+using namespace gpu_cases;
+
+namespace {
+
+std::string dt_name(jit::DType d) {
+  switch (d) {
+    case jit::DType::F32: return "f32";
+    case jit::DType::F64: return "f64";
+    case jit::DType::F16: return "f16";
+    case jit::DType::BF16: return "bf16";
+    case jit::DType::I32: return "i32";
+    case jit::DType::I64: return "i64";
+    case jit::DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Buffers {
+  gpu::Device *dev;
+  std::vector<uint64_t> ptrs;
+  ~Buffers() {
+    for (uint64_t p : ptrs) dev->free(p);
+  }
+};
+
+struct Result {
+  bool ok = false;
+  double ms = 0, bytes = 0;
+};
+
+std::string launch_shape(const gpu::Program &prog) {
+  std::string s;
+  for (const jit::GpuKernel &k : prog.kernels) {
+    if (!s.empty()) s += ", ";
+    s += k.block_threads ? std::to_string(k.items) + " rows x block " + std::to_string(k.block_threads)
+                         : std::to_string(k.items) + " items";
+  }
+  return s;
+}
+
+Result run_case(const std::shared_ptr<gpu::Device> &dev, const Case &c, const std::string &refdir, bool bench) {
+  Result res;
+  jit::Trace t = jit::parse_trace(c.trace);
+  jit::verify_trace(t);
+  jit::decompose_externs(t);
+  jit::simplify_trace(t);
+  jit::Plan p = jit::plan_trace(t);
+  double t0 = now_ms();
+  gpu::Program prog = gpu::compile_program(t, p, std::string("dynamo_") + c.name, dev->arch());
+  double t1 = now_ms();
+  gpu::Loaded loaded(dev, prog);
+  double t2 = now_ms();
+
+  Buffers bufs{dev.get(), {}};
+  std::vector<uint64_t> slots((size_t)p.num_slots, 0);
+  std::vector<InputSpec> specs = input_specs(c.trace);
+  if ((int32_t)specs.size() != p.num_inputs) {
+    printf("FAIL %-20s %zu inputs in the text, %d in the plan\n", c.name, specs.size(), p.num_inputs);
+    return res;
+  }
+  for (size_t k = 0; k < specs.size(); ++k) {
+    std::vector<uint8_t> host = make_input(specs[k], (int)k);
+    size_t bytes = (size_t)specs[k].storage * (size_t)elem_bytes(specs[k].dtype);
+    uint64_t d = dev->alloc(bytes);
+    bufs.ptrs.push_back(d);
+    dev->copy_to_device(d, host.data(), bytes);
+    slots[k] = d;
+    res.bytes += (double)bytes;
+  }
+  std::vector<size_t> out_bytes;
+  for (size_t k = 0; k < t.outputs.size(); ++k) {
+    const jit::Type &ty = t.types[t.outputs[k]];
+    int64_t n = 1;
+    for (int64_t s : ty.sizes) n *= s;
+    size_t bytes = (size_t)n * (size_t)jit::dtype_bytes(ty.dtype);
+    uint64_t d = dev->alloc(bytes);
+    bufs.ptrs.push_back(d);
+    slots[(size_t)p.num_inputs + k] = d;
+    out_bytes.push_back(bytes);
+    res.bytes += (double)bytes;
+  }
+  int32_t st = loaded.run(slots);
+  if (st != DYNAMO_RT_OK) {
+    printf("FAIL %-20s runtime status %d\n", c.name, st);
+    return res;
+  }
+
+  std::vector<Ref> refs;
+  if (!read_refs(refdir + "/" + c.name + ".ref", &refs) || refs.size() != t.outputs.size()) {
+    printf("FAIL %-20s no reference (%s/%s.ref) with %zu outputs\n", c.name, refdir.c_str(), c.name,
+           t.outputs.size());
+    return res;
+  }
+  double max_err = 0;
+  int64_t bad = 0, checked = 0;
+  std::string first_bad;
+  for (size_t k = 0; k < t.outputs.size(); ++k) {
+    std::vector<uint8_t> host(out_bytes[k] + 1);
+    dev->copy_to_host(host.data(), slots[(size_t)p.num_inputs + k], out_bytes[k]);
+    std::string dt = dt_name(t.types[t.outputs[k]].dtype);
+    const Ref &r = refs[k];
+    for (size_t s = 0; s < r.values.size(); ++s) {
+      int64_t i = (int64_t)s * r.step;
+      double g = element(host.data(), dt, i), want = r.values[s];
+      ++checked;
+      bool same = (std::isnan(g) && std::isnan(want)) || g == want;
+      double err = same ? 0 : std::fabs(g - want);
+      if (!same && !(err <= c.atol + c.rtol * std::fabs(want))) {
+        if (!bad++) {
+          char buf[200];
+          snprintf(buf, sizeof buf, "output %zu element %lld: gpu %.9g cpu %.9g", k, (long long)i, g, want);
+          first_bad = buf;
+        }
+      }
+      if (!std::isnan(err)) max_err = std::max(max_err, err);
+    }
+  }
+  if (bad) {
+    printf("FAIL %-20s %lld of %lld elements differ (%s)\n", c.name, (long long)bad, (long long)checked,
+           first_bad.c_str());
+    return res;
+  }
+  printf("ok   %-20s %lld elements match the CPU (max abs diff %.2e); PTX %.0f ms, load %.0f ms; %s\n", c.name,
+         (long long)checked, max_err, t1 - t0, t2 - t1, launch_shape(prog).c_str());
+  res.ok = true;
+  if (bench && c.bench) {
+    for (int w = 0; w < 3; ++w) loaded.launch(slots);
+    dev->synchronize();
+    const int iters = 20;
+    double b = now_ms();
+    for (int w = 0; w < iters; ++w) loaded.launch(slots);
+    dev->synchronize();
+    res.ms = (now_ms() - b) / iters;
+  }
+  return res;
+}
+
+// Device-to-device copy of `bytes`: GB/s counting bytes read and written.
+double copy_gbs(gpu::Device &dev, size_t bytes) {
+  uint64_t a = dev.alloc(bytes), b = dev.alloc(bytes);
+  dev.zero(a, bytes);
+  for (int w = 0; w < 3; ++w) dev.copy_on_device(b, a, bytes);
+  dev.synchronize();
+  const int iters = 20;
+  double t0 = now_ms();
+  for (int w = 0; w < iters; ++w) dev.copy_on_device(b, a, bytes);
+  dev.synchronize();
+  double ms = (now_ms() - t0) / iters;
+  dev.free(a);
+  dev.free(b);
+  return 2.0 * (double)bytes / (ms * 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: gpu_check REFDIR [--no-bench] [CASE...]\n");
+    return 2;
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string refdir = argv[1];
+  bool bench = true;
+  std::vector<std::string> only;
+  for (int k = 2; k < argc; ++k) {
+    std::string a = argv[k];
+    if (a == "--no-bench") bench = false;
+    else only.push_back(a);
+  }
+  if (refdir == "--lower-only") {  // gpu_check --lower-only DUMPDIR: PTX for sm_90, no device
+    std::string dir = argc > 2 ? argv[2] : ".";
+    int bad = 0;
+    for (const Case &c : cases()) {
+      try {
+        jit::Trace t = jit::parse_trace(c.trace);
+        jit::verify_trace(t);
+        jit::decompose_externs(t);
+        jit::simplify_trace(t);
+        jit::Plan p = jit::plan_trace(t);
+        gpu::Program prog = gpu::compile_program(t, p, std::string("dynamo_") + c.name, "sm_90");
+        std::string path = dir + "/" + c.name + ".ptx";
+        if (FILE *f = fopen(path.c_str(), "w")) {
+          fwrite(prog.ptx.data(), 1, prog.ptx.size(), f);
+          fclose(f);
+        }
+        printf("%-20s %s\n", c.name, launch_shape(prog).c_str());
+      } catch (const std::exception &e) {
+        printf("FAIL %-20s %s\n", c.name, e.what());
+        ++bad;
+      }
+    }
+    return bad ? 1 : 0;
+  }
+  std::string why;
+  if (!gpu::cuda_driver_available(&why)) {
+    printf("gpu_check: SKIPPED: %s\n", why.c_str());
+    return 3;
+  }
+  std::shared_ptr<gpu::Device> dev;
+  try {
+    dev = gpu::Device::open(0);
+  } catch (const std::exception &e) {
+    printf("gpu_check: cannot open device 0: %s\n", e.what());
+    return 1;
+  }
+  printf("gpu_check: %s (%s)\n", dev->name().c_str(), dev->arch().c_str());
+  int failed = 0, passed = 0;
+  struct Row {
+    std::string name;
+    double ms, gbs;
+  };
+  std::vector<Row> rows;
+  size_t max_tensor = 0;
+  for (const Case &c : cases()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
+    try {
+      Result r = run_case(dev, c, refdir, bench);
+      (r.ok ? passed : failed)++;
+      if (r.ok && r.ms > 0) {
+        rows.push_back({c.name, r.ms, r.bytes / (r.ms * 1e6)});
+        for (const InputSpec &s : input_specs(c.trace))
+          max_tensor = std::max(max_tensor, (size_t)s.storage * (size_t)elem_bytes(s.dtype));
+      }
+    } catch (const std::exception &e) {
+      printf("FAIL %-20s %s\n", c.name, e.what());
+      ++failed;
+    }
+  }
+  printf("gpu_check: %d passed, %d failed\n", passed, failed);
+  if (!rows.empty()) {
+    double copy = copy_gbs(*dev, max_tensor);
+    printf("\nbandwidth (bytes of inputs read + outputs written, once each; 20 runs after 3 warm-ups)\n");
+    printf("  %-20s %10s %10s %10s\n", "case", "ms", "GB/s", "% of copy");
+    printf("  %-20s %10s %10.0f %10s\n", "device copy (D2D)", "", copy, "100%");
+    for (const Row &r : rows) printf("  %-20s %10.3f %10.0f %9.0f%%\n", r.name.c_str(), r.ms, r.gbs, 100 * r.gbs / copy);
+  }
+  return failed ? 1 : 0;
+}
