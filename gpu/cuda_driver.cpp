@@ -43,9 +43,14 @@ struct Api {
   CUresult (*cuMemFree_v2)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
-  CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, Ptr);
   CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuEventCreate)(Ptr *, unsigned);
+  CUresult (*cuEventRecord)(Ptr, Ptr);
+  CUresult (*cuEventSynchronize)(Ptr);
+  CUresult (*cuEventElapsedTime)(float *, Ptr, Ptr);
+  CUresult (*cuEventDestroy_v2)(Ptr);
 };
 
 struct Loaded {
@@ -89,9 +94,14 @@ const Loaded &driver() {
     need(a.cuMemFree_v2, "cuMemFree_v2");
     need(a.cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2");
     need(a.cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2");
-    need(a.cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2");
+    need(a.cuMemcpyDtoDAsync_v2, "cuMemcpyDtoDAsync_v2");
     need(a.cuMemsetD8_v2, "cuMemsetD8_v2");
     need(a.cuGetErrorString, "cuGetErrorString");
+    need(a.cuEventCreate, "cuEventCreate");
+    need(a.cuEventRecord, "cuEventRecord");
+    need(a.cuEventSynchronize, "cuEventSynchronize");
+    need(a.cuEventElapsedTime, "cuEventElapsedTime");
+    need(a.cuEventDestroy_v2, "cuEventDestroy_v2");
     if (!d.error.empty()) return;
     CUresult r = a.cuInit(0);
     int n = 0;
@@ -185,11 +195,40 @@ std::shared_ptr<Device::Module> Device::load(const std::string &ptx) {
   return m;
 }
 
-void Device::launch(Module &m, const std::string &kernel, unsigned grid, unsigned block, std::vector<void *> params) {
-  const Api &a = api();
+void *Device::function(Module &m, const std::string &kernel) {
   Ptr fn = nullptr;
-  check(a.cuModuleGetFunction(&fn, m.handle, kernel.c_str()), "cuModuleGetFunction");
-  check(a.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream_, params.data(), nullptr), "cuLaunchKernel");
+  check(api().cuModuleGetFunction(&fn, m.handle, kernel.c_str()), ("cuModuleGetFunction(" + kernel + ")").c_str());
+  return fn;
+}
+
+void Device::launch(void *fn, unsigned grid, unsigned block, std::vector<void *> params) {
+  check(api().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream_, params.data(), nullptr), "cuLaunchKernel");
+}
+
+void Device::launch(Module &m, const std::string &kernel, unsigned grid, unsigned block, std::vector<void *> params) {
+  launch(function(m, kernel), grid, block, std::move(params));
+}
+
+double Device::time_ms(const std::function<void()> &enqueue) {
+  const Api &a = api();
+  Ptr start = nullptr, stop = nullptr;
+  check(a.cuEventCreate(&start, 0), "cuEventCreate");
+  check(a.cuEventCreate(&stop, 0), "cuEventCreate");
+  float ms = 0;
+  try {
+    check(a.cuEventRecord(start, stream_), "cuEventRecord");
+    enqueue();
+    check(a.cuEventRecord(stop, stream_), "cuEventRecord");
+    check(a.cuEventSynchronize(stop), "cuEventSynchronize");
+    check(a.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  } catch (...) {
+    a.cuEventDestroy_v2(start);
+    a.cuEventDestroy_v2(stop);
+    throw;
+  }
+  a.cuEventDestroy_v2(start);
+  a.cuEventDestroy_v2(stop);
+  return ms;
 }
 
 void Device::synchronize() { check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
@@ -213,7 +252,7 @@ void Device::copy_to_host(void *dst, uint64_t src, size_t bytes) {
 }
 
 void Device::copy_on_device(uint64_t dst, uint64_t src, size_t bytes) {
-  if (bytes) check(api().cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2");
+  if (bytes) check(api().cuMemcpyDtoDAsync_v2(dst, src, bytes, stream_), "cuMemcpyDtoDAsync_v2");  // ordered with launches
 }
 
 void Device::zero(uint64_t dst, size_t bytes) {

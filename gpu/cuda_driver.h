@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,12 +31,16 @@ class Device {
   std::shared_ptr<Module> load(const std::string &ptx);
   // Launches `kernel` of `m` with its .entry parameters packed as pointers to their values.
   void launch(Module &m, const std::string &kernel, unsigned grid, unsigned block, std::vector<void *> params);
+  void *function(Module &m, const std::string &kernel);  // a kernel's handle, to launch repeatedly
+  void launch(void *function, unsigned grid, unsigned block, std::vector<void *> params);
+  // Milliseconds of device time taken by the work enqueue() puts on the stream (CUDA events).
+  double time_ms(const std::function<void()> &enqueue);
   void synchronize();
   uint64_t alloc(size_t bytes);
   void free(uint64_t dptr);
   void copy_to_device(uint64_t dst, const void *src, size_t bytes);
   void copy_to_host(void *dst, uint64_t src, size_t bytes);
-  void copy_on_device(uint64_t dst, uint64_t src, size_t bytes);
+  void copy_on_device(uint64_t dst, uint64_t src, size_t bytes);  // on the stream (synchronize() waits)
   void zero(uint64_t dst, size_t bytes);
 
  private:

@@ -124,6 +124,12 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
   opt.gpu = true;
   opt.vector_bits = 32;  // one lane of float32 (and of float64)
   opt.parallel = false;
+  // Tuning knobs (gpu_check sweeps them): DYNAMO_GPU_ROW_BLOCK, DYNAMO_GPU_UNROLL.
+  if (const char *e = getenv("DYNAMO_GPU_ROW_BLOCK"); e && *e) opt.gpu_row_block = atoi(e);
+  if (const char *e = getenv("DYNAMO_GPU_UNROLL"); e && *e) opt.gpu_unroll = atoi(e);
+  if (opt.gpu_row_block && (opt.gpu_row_block < 32 || opt.gpu_row_block > 1024 || opt.gpu_row_block % 32))
+    fail(ErrorCode::Unsupported, "DYNAMO_GPU_ROW_BLOCK must be a multiple of 32 in [32, 1024]");
+  if (opt.gpu_unroll < 0 || opt.gpu_unroll > 16) fail(ErrorCode::Unsupported, "DYNAMO_GPU_UNROLL must be in [0, 16]");
   for (const Step &s : p.steps) {
     detail::KernelEmitter ke(*mod, t, p, s.index, opt);
     std::string kname = fn_name + "_k" + std::to_string(s.index);

@@ -20,6 +20,7 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
 
 Loaded::Loaded(std::shared_ptr<Device> dev, const Program &prog) : dev_(std::move(dev)), prog_(prog) {
   mod_ = dev_->load(prog_.ptx);
+  for (const jit::GpuKernel &k : prog_.kernels) functions_.push_back(dev_->function(*mod_, k.name));
   slot_table_ = dev_->alloc(sizeof(uint64_t) * (size_t)std::max<int32_t>(1, prog_.num_slots));
   status_ = dev_->alloc(sizeof(int32_t));
   scratch_.assign((size_t)prog_.num_slots, 0);
@@ -46,7 +47,8 @@ void Loaded::launch(std::vector<uint64_t> slots) {
     dev_->copy_to_device(slot_table_, slots.data(), sizeof(uint64_t) * slots.size());
     uploaded_ = slots;
   }
-  for (const jit::GpuKernel &k : prog_.kernels) {
+  for (size_t ki = 0; ki < prog_.kernels.size(); ++ki) {
+    const jit::GpuKernel &k = prog_.kernels[ki];
     if (k.items <= 0) continue;
     if (k.optional_slot >= 0 && slots[(size_t)k.optional_slot] == 0) continue;  // elided output
     int64_t items = k.items;
@@ -59,7 +61,7 @@ void Loaded::launch(std::vector<uint64_t> slots) {
       grid = (unsigned)std::min<int64_t>((items + block - 1) / block, 1 << 20);
     }
     uint64_t table = slot_table_, status = status_;
-    dev_->launch(*mod_, k.name, grid, block, {&table, &items, &status});
+    dev_->launch(functions_[ki], grid, block, {&table, &items, &status});
   }
 }
 

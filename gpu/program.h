@@ -46,6 +46,7 @@ class Loaded {
   std::shared_ptr<Device> dev_;
   const Program prog_;
   std::shared_ptr<Device::Module> mod_;
+  std::vector<void *> functions_;  // by kernel
   uint64_t slot_table_ = 0, status_ = 0;
   std::vector<uint64_t> scratch_;  // by slot
   std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device

@@ -102,6 +102,7 @@ class KernelEmitter {
     std::function<void()> begin, end;
   };
   bool in_block = false;
+  bool gpu_copies = false;  // GPU row loop unrolled: scalar bodies use the per-copy accumulators
   void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1,
                   const Blocking *blk = nullptr);
   int copy_index = 0;  // which unrolled copy the body is emitting (independent accumulators)

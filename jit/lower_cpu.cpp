@@ -142,8 +142,13 @@ Function *KernelEmitter::emit(const std::string &name) {
 // split into its dims' indices, so neighbouring threads touch neighbouring elements of every
 // contiguous access whatever the domain's rank.
 void KernelEmitter::emit_gpu_flat() {
-  gpu_n = 1;
-  for (const Dim &d : dims) gpu_n *= d.size;
+  int64_t n = 1;
+  for (const Dim &d : dims) n *= d.size;
+  // `unroll` elements per thread, n / unroll apart (each copy coalesced across the warp); the
+  // loads of all copies can be in flight together.
+  int unroll = opt.gpu_unroll ? opt.gpu_unroll : 4;
+  while (unroll > 1 && (n % unroll || n / unroll < 32768)) unroll /= 2;
+  gpu_n = n / unroll;
   BasicBlock *pre = B.GetInsertBlock();
   BasicBlock *head = BasicBlock::Create(C, "flat", F), *body = BasicBlock::Create(C, "flat_body", F);
   BasicBlock *exit = BasicBlock::Create(C, "flat_exit", F);
@@ -154,21 +159,23 @@ void KernelEmitter::emit_gpu_flat() {
   B.CreateCondBr(B.CreateICmpSLT(j, F->getArg(2)), body, exit);
   B.SetInsertPoint(body);
   std::vector<Value *> saved = outer_off;
-  Value *rem = j;
-  for (size_t d = dims.size(); d-- > 0;) {
-    Value *idx = d == 0 ? rem : B.CreateURem(rem, B.getInt64(dims[d].size));
-    if (d > 0) rem = B.CreateUDiv(rem, B.getInt64(dims[d].size));
-    if (d + 1 == dims.size()) {
-      jidx = idx;
-      continue;
-    }
-    for (size_t k = 0; k < pats.size(); ++k)
-      if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(outer_off[k], B.CreateMul(idx, B.getInt64(pats[k].coef[d])));
-  }
   hoisted.clear();
   rflat = nullptr;
-  emit_body(1);
-  outer_off = saved;
+  for (int u = 0; u < unroll; ++u) {
+    Value *rem = u ? B.CreateAdd(j, B.getInt64(u * gpu_n)) : (Value *)j;
+    for (size_t d = dims.size(); d-- > 0;) {
+      Value *idx = d == 0 ? rem : B.CreateURem(rem, B.getInt64(dims[d].size));
+      if (d > 0) rem = B.CreateUDiv(rem, B.getInt64(dims[d].size));
+      if (d + 1 == dims.size()) {
+        jidx = idx;
+        continue;
+      }
+      for (size_t k = 0; k < pats.size(); ++k)
+        if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(outer_off[k], B.CreateMul(idx, B.getInt64(pats[k].coef[d])));
+    }
+    emit_body(1);
+    outer_off = saved;
+  }
   j->addIncoming(B.CreateAdd(j, B.getInt64(1)), B.GetInsertBlock());
   B.CreateBr(head);
   B.SetInsertPoint(exit);
@@ -257,23 +264,38 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
   if (gpu_block && d + 1 == dims.size()) {
     // One block per row: thread t takes elements t, t + threads, ... of the innermost
     // reduced dim (coalesced across the block); the same split in every pass over the row.
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, "blk_row", F), *bb = BasicBlock::Create(C, "blk_row_body", F);
-    BasicBlock *exit = BasicBlock::Create(C, "blk_row_exit", F);
-    Value *from = B.CreateAdd(begin, gpu_lane_first());
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
-    j->addIncoming(from, pre);
-    B.CreateCondBr(B.CreateICmpSLT(j, end), bb, exit);
-    B.SetInsertPoint(bb);
-    copy_index = 0;
-    jidx = j;
-    if (row_base) rflat = B.CreateAdd(row_base, jidx);
-    body(1);
-    j->addIncoming(B.CreateAdd(j, B.getInt64(gpu_block)), B.GetInsertBlock());
-    B.CreateBr(head);
-    B.SetInsertPoint(exit);
+    // `unroll` of them per iteration (independent accumulators: their loads overlap), then
+    // the rest one at a time.
+    // (`unroll` is the caller's number of accumulator copies; store passes pass 4.)
+    const int per_iter = std::max(1, std::min(unroll, 4));
+    auto strided = [&](Value *from, int copies, const char *nm) -> Value * {
+      BasicBlock *pre = B.GetInsertBlock();
+      BasicBlock *head = BasicBlock::Create(C, nm, F), *bb = BasicBlock::Create(C, std::string(nm) + "_body", F);
+      BasicBlock *exit = BasicBlock::Create(C, std::string(nm) + "_exit", F);
+      B.CreateBr(head);
+      B.SetInsertPoint(head);
+      PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
+      j->addIncoming(from, pre);
+      Value *last = copies == 1 ? (Value *)j : B.CreateAdd(j, B.getInt64((int64_t)(copies - 1) * gpu_block));
+      B.CreateCondBr(B.CreateICmpSLT(last, end), bb, exit);
+      B.SetInsertPoint(bb);
+      gpu_copies = copies > 1;
+      for (int u = 0; u < copies; ++u) {
+        copy_index = u;
+        jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * gpu_block)) : (Value *)j;
+        if (row_base) rflat = B.CreateAdd(row_base, jidx);
+        body(1);
+      }
+      gpu_copies = false;
+      copy_index = 0;
+      j->addIncoming(B.CreateAdd(j, B.getInt64((int64_t)copies * gpu_block)), B.GetInsertBlock());
+      B.CreateBr(head);
+      B.SetInsertPoint(exit);
+      return j;
+    };
+    Value *j = B.CreateAdd(begin, gpu_lane_first());
+    if (per_iter > 1 && dims[d].size >= (int64_t)per_iter * gpu_block) j = strided(j, per_iter, "blk_row_u");
+    strided(j, 1, "blk_row");
     rflat = row_base;
     return;
   }

@@ -20,6 +20,8 @@ struct LowerOptions {
   int64_t parallel_min_elems = 1 << 16;
   std::string cpu, features;    // attached to every function (target-cpu/-features)
   bool gpu = false;             // NVPTX: scalar code, libdevice math, no malloc'd row caches
+  int gpu_row_block = 0;        // threads per block-per-row kernel; 0 = by row length
+  int gpu_unroll = 0;           // elements per thread in pointwise kernels; 0 = automatic
 };
 
 // The trace function has the C signature

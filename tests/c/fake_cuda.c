@@ -38,8 +38,15 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) { (void)n; *p = 0; retur
 CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
 CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { (void)d; (void)s; (void)n; return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { (void)d; (void)s; (void)n; return 0; }
-CUresult cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) { (void)d; (void)s; (void)n; return 0; }
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
+  (void)d; (void)s; (void)n; (void)st; return 0;
+}
 CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { (void)d; (void)v; (void)n; return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = (void *)0x3; return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 0; }
+CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 CUresult cuGetErrorString(CUresult r, const char **s) {
   *s = r == 218 ? "a PTX JIT compilation failed" : "fake driver error";
   return 0;
