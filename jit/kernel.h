@@ -44,6 +44,7 @@ class KernelEmitter {
   // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
   // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
   int gpu_block_threads() const { return gpu_block; }
+  int gpu_partial_block_threads() const { return gpu_part_block; }  // split reductions' partial kernel
   int64_t gpu_items() const { return gpu_n; }
 
  private:
@@ -103,6 +104,11 @@ class KernelEmitter {
   };
   bool in_block = false;
   bool gpu_copies = false;  // GPU row loop unrolled: scalar bodies use the per-copy accumulators
+  // GPU rows that split evenly over the block (at most 32 elements per thread) are walked by
+  // straight-line code; element `gpu_elem` of this thread's share is loaded once per pattern
+  // and kept in registers for the later passes over the row (softmax reads x once, not 3x).
+  int gpu_elem = -1;
+  std::map<std::pair<int32_t, int>, Value *> row_regs;
   void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1,
                   const Blocking *blk = nullptr);
   int copy_index = 0;  // which unrolled copy the body is emitting (independent accumulators)
@@ -118,7 +124,7 @@ class KernelEmitter {
   // dims); row groups with a long reduced dim run one block of gpu_block threads per row, each
   // thread striding the innermost reduced dim by the block size, then a warp-shuffle and
   // shared-memory merge of the per-thread states.
-  int gpu_block = 0;
+  int gpu_block = 0, gpu_part_block = 0;
   int64_t gpu_n = 0;
   Value *gpu_tid = nullptr;
   void emit_gpu_flat();

@@ -103,6 +103,7 @@ void KernelEmitter::begin_function(const std::string &name) {
   // External (not internal) linkage keeps each kernel a named symbol in the object: perf maps
   // and profilers then name it. Names are unique per trace function.
   F = Function::Create(fty, Function::ExternalLinkage, name, M);
+  gpu_tid = nullptr;  // read again in this function's entry block
   F->addParamAttr(0, Attribute::NoAlias);
   BasicBlock *entry = BasicBlock::Create(C, "entry", F);
   B.SetInsertPoint(entry);
@@ -112,7 +113,9 @@ void KernelEmitter::begin_function(const std::string &name) {
   for (const Pattern &pt : pats) {
     if (base.count(pt.slot)) continue;
     Value *addr = B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, pt.slot);
-    base[pt.slot] = B.CreateLoad(B.getPtrTy(), addr, "slot" + std::to_string(pt.slot));
+    Value *b = B.CreateLoad(B.getPtrTy(), addr, "slot" + std::to_string(pt.slot));
+    // GPU: tensors are in global memory; saying so gives ld/st.global instead of generic ones.
+    base[pt.slot] = opt.gpu ? B.CreateAddrSpaceCast(b, PointerType::get(C, 1)) : b;
   }
   outer_off.assign(pats.size(), B.getInt64(0));
 }
@@ -146,7 +149,7 @@ void KernelEmitter::emit_gpu_flat() {
   for (const Dim &d : dims) n *= d.size;
   // `unroll` elements per thread, n / unroll apart (each copy coalesced across the warp); the
   // loads of all copies can be in flight together.
-  int unroll = opt.gpu_unroll ? opt.gpu_unroll : 4;
+  int unroll = opt.gpu_unroll ? opt.gpu_unroll : 2;  // 2: best of 1/2/4/8 on an H200 (a 6-op chain)
   while (unroll > 1 && (n % unroll || n / unroll < 32768)) unroll /= 2;
   gpu_n = n / unroll;
   BasicBlock *pre = B.GetInsertBlock();
@@ -294,7 +297,24 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
       return j;
     };
     Value *j = B.CreateAdd(begin, gpu_lane_first());
-    if (per_iter > 1 && dims[d].size >= (int64_t)per_iter * gpu_block) j = strided(j, per_iter, "blk_row_u");
+    int64_t per_thread = dims[d].size / gpu_block;
+    if (split == Split::None && dims.size() == n_outer + 1 && dims[d].size % gpu_block == 0 && per_thread <= 32) {
+      for (int64_t k = 0; k < per_thread; ++k) {  // registers across passes (row_regs)
+        gpu_copies = per_iter > 1;
+        copy_index = (int)(k % per_iter);
+        gpu_elem = (int)k;
+        jidx = k ? B.CreateAdd(j, B.getInt64(k * gpu_block)) : j;
+        if (row_base) rflat = B.CreateAdd(row_base, jidx);
+        body(1);
+      }
+      gpu_elem = -1;
+      gpu_copies = false;
+      copy_index = 0;
+      rflat = row_base;
+      return;
+    }
+    if (per_iter > 1 && split == Split::None && dims[d].size >= (int64_t)per_iter * gpu_block)
+      j = strided(j, per_iter, "blk_row_u");
     strided(j, 1, "blk_row");
     rflat = row_base;
     return;
@@ -362,6 +382,8 @@ EVal KernelEmitter::load(int32_t k) {
   if (hit != hoisted.end()) {
     return {splat(hit->second), pt.dt};
   }
+  if (gpu_elem >= 0 && !pt.store)
+    if (auto r = row_regs.find({k, gpu_elem}); r != row_regs.end()) return {r->second, pt.dt};
   int64_t c = pt.coef.back();
   Value *off = B.CreateAdd(outer_off[k], B.getInt64(pt.offset));
   if (c == 1 || L == 1) {
@@ -383,6 +405,7 @@ EVal KernelEmitter::load(int32_t k) {
   }
   if (pt.dt == DType::Bool) v = B.CreateICmpNE(v, Constant::getNullValue(v->getType()));
   if (is_half(pt.dt)) v = B.CreateFPExt(v, vec_ty(pt.dt));
+  if (gpu_elem >= 0 && !pt.store) row_regs[{k, gpu_elem}] = v;
   return {v, pt.dt};
 }
 

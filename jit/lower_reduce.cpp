@@ -165,6 +165,8 @@ Function *KernelEmitter::emit_row(const std::string &name) {
 Function *KernelEmitter::emit_split(const std::string &name) {
   int64_t n = dims[n_outer].size;
   split = Split::Partial;
+  // GPU: a block per chunk, its threads striding the chunk (then merged as a row's are).
+  if (opt.gpu && dims.size() == n_outer + 1) gpu_block = gpu_part_block = opt.gpu_row_block ? opt.gpu_row_block : 256;
   begin_function(name + "_part");
   BasicBlock *pre = B.GetInsertBlock();
   BasicBlock *head = BasicBlock::Create(C, "chunk", F), *body = BasicBlock::Create(C, "chunk_body", F);
@@ -191,6 +193,8 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   part_fn = F;
 
   split = Split::Merge;  // the main kernel: merge, finalize, store
+  gpu_block = 0;
+  gpu_tid = nullptr;
   base.clear();
   begin_function(name);
   reg.clear();
@@ -281,6 +285,7 @@ void KernelEmitter::emit_prefetch_next_row() {
 
 void KernelEmitter::emit_row_body() {
   reg.clear();
+  row_regs.clear();
   stage = 0;
   // A mean and a var/std of the same input (layer norm, var_mean) share one Welford pass.
   // `stage` stays the planned index of each reduction (the row cache's stores and loads use it).

@@ -106,6 +106,14 @@ inline const std::vector<Case> &cases() {
        "trace @bench_softmax {\n  %0 = input f32[16384,4096]\n"
        "  %1 = extern aten::_softmax(%0, 1, false) : f32[16384,4096]\n  return %1\n}\n",
        1e-5, 1e-8, true},
+      {"bench_bias_gelu",
+       "trace @bench_bias_gelu {\n  %0 = input f32[16384,4096]\n  %1 = input f32[4096]\n  %2 = add(%0, %1)\n"
+       "  %3 = gelu(%2)\n  return %3\n}\n",
+       1e-5, 1e-6, true},
+      {"bench_sum",
+       "trace @bench_sum {\n  %0 = input f32[67108864]\n  %1 = sum(%0, [], false)\n  %2 = amax(%0, [], false)\n"
+       "  return %1, %2\n}\n",
+       1e-5, 1e-3, true},
       {"bench_layer_norm",
        "trace @bench_layer_norm {\n  %0 = input f32[65536,1024]\n  %1 = input f32[1024]\n  %2 = input f32[1024]\n"
        "  %3 = extern aten::layer_norm(%0, [1024], %1, %2, 1e-05, false) : f32[65536,1024]\n  return %3\n}\n",
