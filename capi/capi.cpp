@@ -9,6 +9,7 @@
 
 #include "dynamo.h"
 #include "gpu/cuda_driver.h"
+#include "gpu/program.h"
 #include "runtime/entry.h"
 
 using namespace dynamo;
@@ -529,7 +530,7 @@ dynamo_status dynamo_trace_to_ptx(const dynamo_trace *trace, const char *gpu_nam
   jit::verify_trace(t);
   jit::decompose_externs(t);
   jit::simplify_trace(t);
-  jit::Plan p = jit::plan_trace(t);
+  jit::Plan p = gpu::plan_for_gpu(t);
   std::string ptx = jit::lower_ptx(t, p, "dynamo_" + t.name, gpu_name, nullptr);
   if (const char *dump = getenv("DYNAMO_DUMP_DIR"); dump && *dump) {  // next to the CPU dumps
     std::string path = std::string(dump) + "/dynamo_" + t.name + "." + gpu_name + ".ptx";

@@ -12,6 +12,8 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
   Program g;
   g.arch = arch;
   g.ptx = jit::lower_ptx(t, p, fn_name, arch, &g.kernels);
+  g.num_inputs = p.num_inputs;
+  g.num_outputs = p.num_outputs;
   g.num_slots = p.num_slots;
   g.scratch_bytes = p.scratch_bytes;
   g.scratch_bytes.resize((size_t)p.num_slots, 0);

@@ -13,15 +13,21 @@
 
 namespace dynamo::gpu {
 
+// Whole-tensor reductions are cut into this many chunks on the GPU (a block each; a few per
+// multiprocessor), then merged by one thread.
+constexpr int32_t kSplitChunks = 512;
+inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, jit::PlanOptions{kSplitChunks}); }
+
 struct Program {
   std::string arch;                        // "sm_90"
   std::string ptx;
   std::vector<jit::GpuKernel> kernels;     // launch order
-  int32_t num_slots = 0;
+  int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
 };
 
-// Lowers a planned trace for `arch` (throws jit::Error: Unsupported for extern ops).
+// Lowers a trace planned by plan_for_gpu for `arch` (throws jit::Error: Unsupported for
+// extern ops).
 Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::string &fn_name,
                         const std::string &arch);
 

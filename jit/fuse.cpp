@@ -82,7 +82,8 @@ struct Planner {
   std::vector<int32_t> copy_slot;    // value -> contiguous copy slot made for a reshape
   std::vector<std::vector<Root>> roots_at;  // inst index -> roots to compute after it
 
-  explicit Planner(const Trace &tr) : t(tr) {}
+  PlanOptions opt;
+  Planner(const Trace &tr, const PlanOptions &o) : t(tr), opt(o) {}
 
   int32_t new_slot(int64_t bytes) {
     p.scratch_bytes.push_back(bytes);
@@ -135,7 +136,7 @@ struct Planner {
   // Whole-tensor reductions big enough to share among threads: split into partial reductions.
   void plan_splits() {
     const int64_t kMinElems = 1 << 18;
-    const int32_t kChunks = 32;
+    const int32_t kChunks = opt.split_chunks;
     for (int32_t g = 0; g < (int32_t)p.groups.size(); ++g) {
       Group &gr = p.groups[g];
       if (!gr.row || !gr.roots.empty() || gr.optional_slot >= 0) continue;
@@ -645,8 +646,8 @@ struct Planner {
 
 }  // namespace
 
-Plan plan_trace(const Trace &t) {
-  Planner pl(t);
+Plan plan_trace(const Trace &t, const PlanOptions &opt) {
+  Planner pl(t, opt);
   pl.run();
   return std::move(pl.p);
 }

@@ -102,8 +102,14 @@ struct Plan {
   std::vector<OutputAlias> output_alias;    // by output
 };
 
+struct PlanOptions {
+  // Whole-tensor reductions of 2^18+ elements are cut into this many partial reductions
+  // (CPU: a few per thread; GPU: a few per multiprocessor, gpu::kSplitChunks).
+  int32_t split_chunks = 32;
+};
+
 // Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),
 // then scratch buffers and extern results.
-Plan plan_trace(const Trace &t);
+Plan plan_trace(const Trace &t, const PlanOptions &opt = {});
 
 }  // namespace dynamo::jit

@@ -149,7 +149,7 @@ void KernelEmitter::emit_gpu_flat() {
   for (const Dim &d : dims) n *= d.size;
   // `unroll` elements per thread, n / unroll apart (each copy coalesced across the warp); the
   // loads of all copies can be in flight together.
-  int unroll = opt.gpu_unroll ? opt.gpu_unroll : 2;  // 2: best of 1/2/4/8 on an H200 (a 6-op chain)
+  int unroll = opt.gpu_unroll ? opt.gpu_unroll : 4;
   while (unroll > 1 && (n % unroll || n / unroll < 32768)) unroll /= 2;
   gpu_n = n / unroll;
   BasicBlock *pre = B.GetInsertBlock();
@@ -164,11 +164,16 @@ void KernelEmitter::emit_gpu_flat() {
   std::vector<Value *> saved = outer_off;
   hoisted.clear();
   rflat = nullptr;
+  // Index arithmetic in 32 bits when it fits (64-bit division is a long sequence on GPUs).
+  const bool narrow = n <= INT32_MAX;
+  llvm::Type *ity = narrow ? B.getInt32Ty() : B.getInt64Ty();
   for (int u = 0; u < unroll; ++u) {
     Value *rem = u ? B.CreateAdd(j, B.getInt64(u * gpu_n)) : (Value *)j;
+    if (narrow && dims.size() > 1) rem = B.CreateTrunc(rem, ity);
     for (size_t d = dims.size(); d-- > 0;) {
-      Value *idx = d == 0 ? rem : B.CreateURem(rem, B.getInt64(dims[d].size));
-      if (d > 0) rem = B.CreateUDiv(rem, B.getInt64(dims[d].size));
+      Value *idx = d == 0 ? rem : B.CreateURem(rem, ConstantInt::get(ity, dims[d].size));
+      if (d > 0) rem = B.CreateUDiv(rem, ConstantInt::get(ity, dims[d].size));
+      idx = B.CreateZExt(idx, B.getInt64Ty());  // no-op when already 64-bit
       if (d + 1 == dims.size()) {
         jidx = idx;
         continue;

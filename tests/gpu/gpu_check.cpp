@@ -73,7 +73,7 @@ Result run_case(const std::shared_ptr<gpu::Device> &dev, const Case &c, const st
   jit::verify_trace(t);
   jit::decompose_externs(t);
   jit::simplify_trace(t);
-  jit::Plan p = jit::plan_trace(t);
+  jit::Plan p = gpu::plan_for_gpu(t);
   double t0 = now_ms();
   gpu::Program prog = gpu::compile_program(t, p, std::string("dynamo_") + c.name, dev->arch());
   double t1 = now_ms();
@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
         jit::verify_trace(t);
         jit::decompose_externs(t);
         jit::simplify_trace(t);
-        jit::Plan p = jit::plan_trace(t);
+        jit::Plan p = gpu::plan_for_gpu(t);
         gpu::Program prog = gpu::compile_program(t, p, std::string("dynamo_") + c.name, "sm_90");
         std::string path = dir + "/" + c.name + ".ptx";
         if (FILE *f = fopen(path.c_str(), "w")) {
