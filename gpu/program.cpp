@@ -59,7 +59,7 @@ void Loaded::launch(std::vector<uint64_t> slots) {
       block = (unsigned)k.block_threads;
       grid = (unsigned)std::min<int64_t>(items, 1 << 20);
     } else {
-      block = 256;
+      block = jit::kGpuThreads;
       grid = (unsigned)std::min<int64_t>((items + block - 1) / block, 1 << 20);
     }
     uint64_t table = slot_table_, status = status_;

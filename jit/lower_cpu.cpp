@@ -147,11 +147,14 @@ Function *KernelEmitter::emit(const std::string &name) {
 void KernelEmitter::emit_gpu_flat() {
   int64_t n = 1;
   for (const Dim &d : dims) n *= d.size;
-  // `unroll` elements per thread, n / unroll apart (each copy coalesced across the warp); the
-  // loads of all copies can be in flight together.
+  // `unroll` elements per thread, whose loads can all be in flight together. When n splits into
+  // whole tiles of unroll x kGpuThreads elements, thread t of tile b takes b*tile + u*threads + t
+  // (a block streams one contiguous tile); otherwise the copies are n / unroll apart.
   int unroll = opt.gpu_unroll ? opt.gpu_unroll : 4;
   while (unroll > 1 && (n % unroll || n / unroll < 32768)) unroll /= 2;
   gpu_n = n / unroll;
+  const int64_t tile = (int64_t)unroll * kGpuThreads;
+  const bool tiled = unroll > 1 && n % tile == 0;
   BasicBlock *pre = B.GetInsertBlock();
   BasicBlock *head = BasicBlock::Create(C, "flat", F), *body = BasicBlock::Create(C, "flat_body", F);
   BasicBlock *exit = BasicBlock::Create(C, "flat_exit", F);
@@ -167,8 +170,15 @@ void KernelEmitter::emit_gpu_flat() {
   // Index arithmetic in 32 bits when it fits (64-bit division is a long sequence on GPUs).
   const bool narrow = n <= INT32_MAX;
   llvm::Type *ity = narrow ? B.getInt32Ty() : B.getInt64Ty();
+  Value *tile_base = nullptr, *lane = nullptr;
+  if (tiled) {
+    tile_base = B.CreateMul(B.CreateUDiv(j, B.getInt64(kGpuThreads)), B.getInt64(tile));
+    lane = B.CreateURem(j, B.getInt64(kGpuThreads));
+  }
   for (int u = 0; u < unroll; ++u) {
-    Value *rem = u ? B.CreateAdd(j, B.getInt64(u * gpu_n)) : (Value *)j;
+    Value *rem = tiled ? B.CreateAdd(tile_base, B.CreateAdd(lane, B.getInt64((int64_t)u * kGpuThreads)))
+                 : u   ? B.CreateAdd(j, B.getInt64(u * gpu_n))
+                       : (Value *)j;
     if (narrow && dims.size() > 1) rem = B.CreateTrunc(rem, ity);
     for (size_t d = dims.size(); d-- > 0;) {
       Value *idx = d == 0 ? rem : B.CreateURem(rem, ConstantInt::get(ity, dims[d].size));
@@ -318,7 +328,7 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
       rflat = row_base;
       return;
     }
-    if (per_iter > 1 && split == Split::None && dims[d].size >= (int64_t)per_iter * gpu_block)
+    if (per_iter > 1 && (split != Split::None || dims[d].size >= (int64_t)per_iter * gpu_block))
       j = strided(j, per_iter, "blk_row_u");
     strided(j, 1, "blk_row");
     rflat = row_base;

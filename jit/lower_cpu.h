@@ -31,6 +31,10 @@ std::unique_ptr<llvm::Module> lower_trace(const Trace &t, const Plan &p, llvm::L
                                           const std::string &fn_name, const LowerOptions &opt,
                                           int *num_kernels);
 
+// Threads per block of the GPU kernels that take one item per thread (the launcher uses it,
+// and pointwise kernels lay out their unrolled elements in tiles of this many).
+constexpr int kGpuThreads = 256;
+
 // One GPU kernel of a trace, in launch order: `items` work items over a grid-stride loop, one
 // per thread (block_threads == 0: elements of a pointwise group, rows of a short-row group,
 // chunks of a split reduction) or one per block of block_threads threads (long rows).

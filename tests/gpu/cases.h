@@ -37,6 +37,10 @@ inline const std::vector<Case> &cases() {
        "trace @chain_f64 {\n  %0 = input f64[4097]\n  %1 = input f64[4097]\n  %2 = exp(%0)\n  %3 = log(%2)\n"
        "  %4 = mul(%3, %1)\n  %5 = tanh(%4)\n  %6 = gelu_tanh(%1)\n  %7 = add(%5, %6)\n  return %7\n}\n",
        1e-12, 1e-12, false},
+      {"tiled_bias",
+       "trace @tiled_bias {\n  %0 = input f32[512,1024]\n  %1 = input f32[1024]\n  %2 = add(%0, %1)\n"
+       "  %3 = silu(%2)\n  return %3\n}\n",
+       1e-6, 1e-6, false},
       {"broadcast",
        "trace @broadcast {\n  %0 = input f32[64,1,7]\n  %1 = input f32[33,7]\n  %2 = input f32[7]\n"
        "  %3 = add(%0, %1)\n  %4 = mul(%3, %2)\n  %5 = relu(%4)\n  %6 = maximum(%5, %1)\n  return %6\n}\n",
