@@ -139,10 +139,10 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
     if (Function *part = ke.partial()) {  // a split reduction: partial states, then the merge
       detail::set_target_attrs(part, opt);
       emit_entry(*mod, part, kname + "_part", ke.gpu_partial_block_threads() > 0);
-      emit_entry(*mod, k, kname, false);
+      emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0);
       if (kernels) {
         kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.gpu_partial_block_threads(), -1});
-        kernels->push_back({kname, 1, 0, -1});
+        kernels->push_back({kname, 1, ke.gpu_block_threads(), -1});
       }
       continue;
     }

@@ -193,7 +193,8 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   part_fn = F;
 
   split = Split::Merge;  // the main kernel: merge, finalize, store
-  gpu_block = 0;
+  // GPU: one block of split_chunks threads, thread c holding chunk c's state (a tree merge).
+  gpu_block = opt.gpu && g.split_chunks % 32 == 0 && g.split_chunks <= 1024 ? g.split_chunks : 0;
   gpu_tid = nullptr;
   base.clear();
   begin_function(name);
@@ -599,10 +600,16 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     std::vector<llvm::Type *> types;
     State proto = load_state(ss, 1);
     for (Value *v : proto) types.push_back(v->getType());
-    for (int c = 0; c < g.split_chunks; ++c) {
+    if (gpu_block) {
       State st_c;
-      for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(B.getInt64(c), k)), types[k]));
-      all = c == 0 ? st_c : merge2(all, st_c);
+      for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(gpu_lane_first(), k)), types[k]));
+      all = block_merge(st_c, merge2, pack, unpack);
+    } else {
+      for (int c = 0; c < g.split_chunks; ++c) {
+        State st_c;
+        for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(B.getInt64(c), k)), types[k]));
+        all = c == 0 ? st_c : merge2(all, st_c);
+      }
     }
   } else {
     std::vector<Value *> saved = outer_off;
