@@ -59,13 +59,18 @@ std::string libdevice_path() {
 
 // The .entry wrapper: for (i = global id; i < n; i += grid size) status |= k(slots, i, i + 1),
 // or with per_block, for (i = block id; i < n; i += grid blocks) (the whole block on item i).
-void emit_entry(Module &M, Function *k, const std::string &name, bool per_block) {
+// threads: the block size it is launched with, declared as .maxntid so that ptxas keeps the
+// registers per thread within what a block of that size can have.
+void emit_entry(Module &M, Function *k, const std::string &name, bool per_block, int threads) {
   LLVMContext &C = M.getContext();
   IRBuilder<> B(C);
   auto *fty = FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt64Ty(), B.getPtrTy()}, false);
   Function *e = Function::Create(fty, Function::ExternalLinkage, name, M);
   e->setCallingConv(CallingConv::PTX_Kernel);
   e->addFnAttr(Attribute::NoUnwind);
+  M.getOrInsertNamedMetadata("nvvm.annotations")
+      ->addOperand(MDNode::get(C, {ValueAsMetadata::get(e), MDString::get(C, "maxntidx"),
+                                   ConstantAsMetadata::get(B.getInt32(threads))}));
   BasicBlock *entry = BasicBlock::Create(C, "entry", e), *head = BasicBlock::Create(C, "head", e);
   BasicBlock *body = BasicBlock::Create(C, "body", e), *bad = BasicBlock::Create(C, "bad", e);
   BasicBlock *next = BasicBlock::Create(C, "next", e), *done = BasicBlock::Create(C, "done", e);
@@ -138,15 +143,17 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
     detail::set_target_attrs(k, opt);
     if (Function *part = ke.partial()) {  // a split reduction: partial states, then the merge
       detail::set_target_attrs(part, opt);
-      emit_entry(*mod, part, kname + "_part", ke.gpu_partial_block_threads() > 0);
-      emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0);
+      int pb = ke.gpu_partial_block_threads(), mb = ke.gpu_block_threads();
+      emit_entry(*mod, part, kname + "_part", pb > 0, pb > 0 ? pb : kGpuThreads);
+      emit_entry(*mod, k, kname, mb > 0, mb > 0 ? mb : kGpuThreads);
       if (kernels) {
         kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.gpu_partial_block_threads(), -1});
         kernels->push_back({kname, 1, ke.gpu_block_threads(), -1});
       }
       continue;
     }
-    emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0);
+    emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0,
+               ke.gpu_block_threads() > 0 ? ke.gpu_block_threads() : kGpuThreads);
     if (kernels) kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot});
   }
 

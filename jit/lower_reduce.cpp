@@ -166,7 +166,7 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   int64_t n = dims[n_outer].size;
   split = Split::Partial;
   // GPU: a block per chunk, its threads striding the chunk (then merged as a row's are).
-  if (opt.gpu && dims.size() == n_outer + 1) gpu_block = gpu_part_block = opt.gpu_row_block ? opt.gpu_row_block : 256;
+  if (opt.gpu && dims.size() == n_outer + 1) gpu_block = gpu_part_block = opt.gpu_row_block ? opt.gpu_row_block : 512;
   begin_function(name + "_part");
   BasicBlock *pre = B.GetInsertBlock();
   BasicBlock *head = BasicBlock::Create(C, "chunk", F), *body = BasicBlock::Create(C, "chunk_body", F);
@@ -193,8 +193,15 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   part_fn = F;
 
   split = Split::Merge;  // the main kernel: merge, finalize, store
-  // GPU: one block of split_chunks threads, thread c holding chunk c's state (a tree merge).
-  gpu_block = opt.gpu && g.split_chunks % 32 == 0 && g.split_chunks <= 1024 ? g.split_chunks : 0;
+  // GPU: one block; thread t merges chunks t, t + threads, ... in order, then the block merges
+  // the threads' states (a tree).
+  gpu_block = 0;
+  if (opt.gpu)
+    for (int b : {256, 128, 64, 32})
+      if (g.split_chunks % b == 0) {
+        gpu_block = b;
+        break;
+      }
   gpu_tid = nullptr;
   base.clear();
   begin_function(name);
@@ -601,9 +608,13 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     State proto = load_state(ss, 1);
     for (Value *v : proto) types.push_back(v->getType());
     if (gpu_block) {
-      State st_c;
-      for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(gpu_lane_first(), k)), types[k]));
-      all = block_merge(st_c, merge2, pack, unpack);
+      for (int c = 0; c < g.split_chunks / gpu_block; ++c) {
+        Value *chunk = B.CreateAdd(gpu_lane_first(), B.getInt64((int64_t)c * gpu_block));
+        State st_c;
+        for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(chunk, k)), types[k]));
+        all = c == 0 ? st_c : merge2(all, st_c);
+      }
+      all = block_merge(all, merge2, pack, unpack);
     } else {
       for (int c = 0; c < g.split_chunks; ++c) {
         State st_c;
