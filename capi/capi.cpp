@@ -18,6 +18,7 @@ using namespace dynamo;
 
 struct dynamo_engine {
   dynamo_engine_options opts;
+  std::shared_ptr<dynamo::gpu::Device> device;  // device_type kDLCUDA: where entries run
   std::unique_ptr<jit::Engine> engine;
   std::shared_ptr<runtime::BufferPool> pool;  // shared with outputs still held by callers
   std::atomic<int> frames{0};
@@ -172,6 +173,7 @@ dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_eng
   API_BEGIN
   dynamo_engine_options o;
   dynamo_engine_options_init(&o);
+  std::shared_ptr<gpu::Device> dev;
   if (opts) {
     if (opts->struct_size < sizeof(uint32_t) * 4 || opts->struct_size > sizeof o)
       return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_engine_create: opts->struct_size is " +
@@ -187,7 +189,6 @@ dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_eng
     if (o.device_type == kDLCUDA) {
       std::string why;
       if (!gpu::cuda_driver_available(&why)) return set_error(DYNAMO_ERR_NO_DEVICE, "dynamo_engine_create: " + why);
-      std::shared_ptr<gpu::Device> dev;
       try {
         dev = gpu::Device::open(o.device_index);
       } catch (const jit::Error &err) {
@@ -195,15 +196,12 @@ dynamo_status dynamo_engine_create(const dynamo_engine_options *opts, dynamo_eng
         return set_error(m.rfind("no device", 0) == 0 ? DYNAMO_ERR_NO_DEVICE : status_of(err.code),
                          "dynamo_engine_create: " + m);
       }
-      return set_error(DYNAMO_ERR_UNSUPPORTED, "dynamo_engine_create: found CUDA device " +
-                                                   std::to_string(o.device_index) + " (" + dev->name() + ", " +
-                                                   dev->arch() + "), but running traces on the GPU is not built "
-                                                   "yet; dynamo_trace_to_ptx generates their kernels");
     }
   }
   if (!o.pool_bytes) o.pool_bytes = uint64_t(1) << 30;
   auto e = std::make_unique<dynamo_engine>();
   e->opts = o;
+  e->device = dev;
   jit::EngineOptions eo;
   eo.opt_level = (int)o.opt_level;
   eo.vector_bits = (int)o.vector_bits;
@@ -388,7 +386,8 @@ dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trac
   std::string fn = "dynamo_trace_" + std::to_string(frame->id) + "_" + std::to_string(g_next_id++);
   int threads = (int)frame->engine->opts.num_threads;
   auto e = std::make_unique<dynamo_entry>();
-  e->e = runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
+  e->e = frame->engine->device ? runtime::compile_gpu_entry(frame->engine->device, trace->t, fn)
+                               : runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
   e->engine = frame->engine;
   e->frame = frame;
   e->e->api_handle = e.get();
@@ -582,6 +581,24 @@ void pooled_tensor_deleter(DLManagedTensor *self) {
   if (self) delete static_cast<PooledTensor *>(self->manager_ctx);
 }
 
+// An output in device memory (CUDA entries); the device stays open while one is held.
+struct DeviceTensor {
+  DLManagedTensor m{};
+  int64_t shape[16] = {};
+  std::shared_ptr<gpu::Device> dev;
+  uint64_t ptr = 0;
+  ~DeviceTensor() {
+    try {
+      dev->free(ptr);
+    } catch (...) {  // the driver failed while freeing; nothing else to do
+    }
+  }
+};
+
+void device_tensor_deleter(DLManagedTensor *self) {
+  if (self) delete static_cast<DeviceTensor *>(self->manager_ctx);
+}
+
 }  // namespace
 
 dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args, size_t nargs,
@@ -598,6 +615,33 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
                                                        std::to_string(nouts));
   if (!guards::guards_pass(E.guards, args, nargs))
     return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(E.guards, args, nargs));
+  if (E.gpu_device) {  // outputs in device memory
+    std::vector<std::unique_ptr<DeviceTensor>> dheld(nouts);
+    std::vector<DLTensor> douts(nouts);
+    for (size_t k = 0; k < nouts; ++k) {
+      const jit::Type &ty = E.trace.types[E.trace.outputs[k]];
+      DLTensor &o = douts[k];
+      o = DLTensor{};
+      o.device = DLDevice{kDLCUDA, E.gpu_device->index()};
+      guards::dl_type_of(ty.dtype, &o.dtype.code, &o.dtype.bits);
+      o.dtype.lanes = 1;
+      o.ndim = ty.rank();
+      auto d = std::make_unique<DeviceTensor>();
+      d->dev = E.gpu_device;
+      for (int i = 0; i < o.ndim; ++i) d->shape[i] = ty.sizes[i];
+      d->ptr = d->dev->alloc((size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8));
+      o.data = reinterpret_cast<void *>((uintptr_t)d->ptr);
+      o.shape = d->shape;
+      d->m.dl_tensor = o;
+      d->m.manager_ctx = d.get();
+      d->m.deleter = device_tensor_deleter;
+      dheld[k] = std::move(d);
+    }
+    dynamo_status s = run_entry(entry, args, nargs, douts.data(), nouts);
+    if (s != DYNAMO_OK) return s;
+    for (size_t k = 0; k < nouts; ++k) out_tensors[k] = &dheld[k].release()->m;
+    return DYNAMO_OK;
+  }
   std::vector<std::unique_ptr<PooledTensor>> held(nouts);
   std::vector<DLTensor> outs(nouts);  // on any failure `held` hands the buffers back
   for (size_t k = 0; k < nouts; ++k) {

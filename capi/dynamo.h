@@ -76,10 +76,12 @@ typedef struct dynamo_engine_options {
   uint32_t reserved;    /* must be 0 */
   uint64_t pool_bytes;  /* cap on released output/scratch buffers the engine keeps for reuse;
                            0 = default (1 GiB); 1 = keep none */
-  int32_t device_type;  /* where traces run: 0 or kDLCPU (default); kDLCUDA asks for an NVIDIA GPU:
-                           DYNAMO_ERR_NO_DEVICE without a driver/device (the message says which),
-                           DYNAMO_ERR_UNSUPPORTED otherwise in this version (GPU execution is not
-                           built yet; dynamo_trace_to_ptx generates the kernels) */
+  int32_t device_type;  /* where traces run: 0 or kDLCPU (default); kDLCUDA: an NVIDIA GPU through
+                           the CUDA driver (opened at run time; DYNAMO_ERR_NO_DEVICE, saying why, when
+                           there is no driver or device). A CUDA engine's traces take and return
+                           tensors on that device (inputs declared `cuda:N`; guards check the device);
+                           traces with extern ops (LibTorch, dynamo::guard) are UNSUPPORTED there, and
+                           dynamo_entry_run_alloc returns device memory */
   int32_t device_index; /* CUDA device ordinal */
 } dynamo_engine_options;
 

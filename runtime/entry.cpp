@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gpu/program.h"
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -22,7 +23,8 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
     const jit::Type &ty = e->trace.types[v];
     if (ty.tensor && ty.device.kind != jit::DeviceKind::CPU)
       jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) +
-                                            " is on a CUDA device; this build compiles CPU traces only");
+                                            " is on a CUDA device; this engine runs on the CPU (create one with "
+                                            "device_type kDLCUDA for CUDA tensors)");
     if (ty.tensor && ty.rank() > 16)
       jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than 16 dimensions");
   }
@@ -48,6 +50,53 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
 
   e->stats.num_instructions = (uint32_t)e->trace.insts.size();
   e->stats.from_cache = cached ? 1 : 0;
+  e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return e;
+}
+
+Entry::~Entry() = default;
+
+std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev, const jit::Trace &trace,
+                                         const std::string &fn_name) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto e = std::make_unique<Entry>();
+  e->trace = trace;
+  jit::verify_trace(e->trace);
+  const std::string here = "cuda:" + std::to_string(dev->index());
+  for (int32_t v : e->trace.inputs) {
+    const jit::Type &ty = e->trace.types[v];
+    if (ty.tensor && (ty.device.kind != jit::DeviceKind::CUDA || ty.device.index != dev->index()))
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " is declared on " +
+                                            (ty.device.kind == jit::DeviceKind::CPU ? std::string("the CPU")
+                                                                                    : "cuda:" + std::to_string(ty.device.index)) +
+                                            "; this engine runs on " + here + " (inputs must be there too)");
+    if (ty.tensor && ty.rank() > 16)
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than 16 dimensions");
+  }
+  jit::decompose_externs(e->trace);
+  jit::simplify_trace(e->trace);
+  e->plan = gpu::plan_for_gpu(e->trace);
+  for (const jit::ExternStep &x : e->plan.externs)
+    jit::fail(ErrorCode::Unsupported, x.callee == jit::kGuardCallee
+                                          ? std::string("side exits (dynamo::guard) are not supported on the GPU yet")
+                                          : "extern " + x.callee + " cannot run on the GPU: LibTorch in this build "
+                                                                   "runs on the CPU only");
+  e->guards = guards::guards_from_trace(e->trace);
+  e->exit_counts = std::make_unique<std::atomic<int64_t>[]>(1);
+  e->exit_counts[0] = 0;
+  gpu::Program prog = gpu::compile_program(e->trace, e->plan, fn_name, dev->arch());
+  if (const char *dump = getenv("DYNAMO_DUMP_DIR"); dump && *dump) {
+    std::string path = std::string(dump) + "/" + fn_name + "." + dev->arch() + ".ptx";
+    if (FILE *f = fopen(path.c_str(), "w")) {
+      fwrite(prog.ptx.data(), 1, prog.ptx.size(), f);
+      fclose(f);
+    }
+  }
+  e->gpu_device = dev;
+  e->gpu = std::make_shared<gpu::Loaded>(dev, prog);
+  e->stats.struct_size = sizeof(dynamo_entry_stats);
+  e->stats.num_kernels = (uint32_t)prog.kernels.size();
+  e->stats.num_instructions = (uint32_t)e->trace.insts.size();
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }
@@ -105,7 +154,11 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
              guards::dl_type_name(o.dtype.code, o.dtype.bits);
       return DYNAMO_ERR_ARGUMENT_MISMATCH;
     }
-    if (o.device.device_type != kDLCPU) { *msg = pre + "must be a CPU tensor"; return DYNAMO_ERR_ARGUMENT_MISMATCH; }
+    if (!gpu && o.device.device_type != kDLCPU) { *msg = pre + "must be a CPU tensor"; return DYNAMO_ERR_ARGUMENT_MISMATCH; }
+    if (gpu && (o.device.device_type != kDLCUDA || o.device.device_id != gpu_device->index())) {
+      *msg = pre + "must be a CUDA tensor on cuda:" + std::to_string(gpu_device->index());
+      return DYNAMO_ERR_ARGUMENT_MISMATCH;
+    }
     if (o.ndim != ty.rank()) {
       *msg = pre + "rank mismatch: expected " + std::to_string(ty.rank()) + ", got " + std::to_string(o.ndim);
       return DYNAMO_ERR_ARGUMENT_MISMATCH;
@@ -159,6 +212,33 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
         return DYNAMO_ERR_ARGUMENT_MISMATCH;
       }
     }
+  }
+
+  if (gpu) {  // the slot table as device pointers and scalar bits; scratch lives with the program
+    std::vector<uint64_t> slots64((size_t)p.num_slots, 0);
+    for (size_t k = 0; k < nargs; ++k) {
+      const dynamo_arg &a = args[k];
+      switch (a.kind) {
+        case DYNAMO_ARG_TENSOR: slots64[k] = (uint64_t)(uintptr_t)a.u.tensor->data + a.u.tensor->byte_offset; break;
+        case DYNAMO_ARG_INT: memcpy(&slots64[k], &a.u.i, 8); break;
+        case DYNAMO_ARG_FLOAT: memcpy(&slots64[k], &a.u.f, 8); break;
+        default: slots64[k] = a.u.b != 0;
+      }
+    }
+    for (size_t k = 0; k < nouts; ++k)
+      slots64[p.num_inputs + k] = outs[k].data ? (uint64_t)(uintptr_t)outs[k].data + outs[k].byte_offset : 0;
+    int32_t rc;
+    try {
+      std::lock_guard<std::mutex> lock(gpu_mu);
+      rc = gpu->run(std::move(slots64));
+    } catch (const jit::Error &err) {
+      *msg = err.what();
+      return DYNAMO_ERR_RUNTIME;
+    }
+    if (rc == DYNAMO_RT_OK) return DYNAMO_OK;
+    *msg = rc == DYNAMO_RT_INT_DIV_BY_ZERO ? "ZeroDivisionError: integer floor division by zero"
+                                           : "GPU program returned status " + std::to_string(rc);
+    return DYNAMO_ERR_RUNTIME;
   }
 
   // Slots: inputs, outputs, then scratch (one allocation) and extern results.

@@ -14,6 +14,11 @@
 #include "jit/fuse.h"
 #include "runtime/buffer_pool.h"
 
+namespace dynamo::gpu {
+class Device;
+class Loaded;
+}  // namespace dynamo::gpu
+
 namespace dynamo::runtime {
 
 struct ExternOps;  // resolved LibTorch operators (aten_extern.cpp)
@@ -60,6 +65,12 @@ struct Entry {
   mutable std::shared_ptr<const Links> links;
   mutable std::mutex link_mu;
   const void *api_handle = nullptr;  // the C API's dynamo_entry for this entry
+  // A CUDA entry (engine created with device_type kDLCUDA): its program loaded on the device;
+  // runs take the device's tensors and are serialized per entry (one slot table).
+  std::shared_ptr<gpu::Device> gpu_device;
+  std::shared_ptr<gpu::Loaded> gpu;
+  mutable std::mutex gpu_mu;
+  ~Entry();
   int32_t exit_live_count(int32_t id) const;  // live values of exit `id`
 
   // Runs with already-checked guards; returns a status and sets *msg on failure. Scratch
@@ -72,6 +83,10 @@ struct Entry {
 // Compiles a verified trace into an entry (throws jit::Error).
 std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trace,
                                      const std::string &fn_name, int num_threads);
+// The same for a CUDA device: PTX for the device's arch, loaded as a module. Inputs must be
+// declared on that device; traces with extern ops (LibTorch, side exits) are Unsupported.
+std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev, const jit::Trace &trace,
+                                         const std::string &fn_name);
 
 // LibTorch side (aten_extern.cpp).
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p);

@@ -1,7 +1,10 @@
 /* fake_cuda.c -- a stand-in for libcuda.so.1 on machines without NVIDIA's driver, to test how
- * dynamo loads the driver (versioned names, missing entry points, no device, one device). It
- * runs nothing. FAKE_CUDA_DEVICES: number of devices (default 1). Built twice: with
- * -DFAKE_CUDA_OLD it lacks cuMemAlloc_v2, like a driver older than the API dynamo uses. */
+ * dynamo loads the driver (versioned names, missing entry points, no device, one device) and
+ * drives it (module load, launch shapes, memory). It runs no kernels. FAKE_CUDA_DEVICES: number
+ * of devices (default 1). Built twice: with -DFAKE_CUDA_OLD it lacks cuMemAlloc_v2, like a
+ * driver older than the API dynamo uses. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,27 +24,50 @@ CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+/* Modules "load" when the image is PTX with an .entry (FAKE_CUDA_BAD_PTX=1: refused, with a
+ * JIT log); functions are their names; launches run nothing and are appended to a log that
+ * tests read with fake_cuda_log(). Device memory is host memory, so copies are memcpy. */
+static char g_log[1 << 16];
+const char *fake_cuda_log(void) { return g_log; }
+void fake_cuda_clear_log(void) { g_log[0] = 0; }
 CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *o, void **v) {
-  (void)m; (void)img; (void)n; (void)o; (void)v;
-  return 218; /* CUDA_ERROR_INVALID_PTX: this stand-in compiles nothing */
+  if (getenv("FAKE_CUDA_BAD_PTX") || !strstr((const char *)img, ".entry")) {
+    for (unsigned k = 0; k < n; ++k)
+      if (o[k] == 5) strncpy((char *)v[k], "ptxas fatal   : fake JIT failure for the test", 64);
+    return 218; /* CUDA_ERROR_INVALID_PTX */
+  }
+  *m = (void *)0x4;
+  return 0;
 }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) { (void)f; (void)m; (void)name; return 500; }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+  (void)m;
+  *f = strdup(name);
+  return 0;
+}
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned h,
                         void *s, void **p, void **x) {
-  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)h; (void)s; (void)p; (void)x;
-  return 500;
+  (void)b; (void)c; (void)e; (void)g; (void)h; (void)s; (void)x;
+  size_t at = strlen(g_log);
+  snprintf(g_log + at, sizeof g_log - at, "%s grid=%u block=%u n=%lld\n", (const char *)f, a, d, *(long long *)p[1]);
+  return 0;
 }
 #ifndef FAKE_CUDA_OLD
-CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) { (void)n; *p = 0; return 2; }
-#endif
-CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
-CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { (void)d; (void)s; (void)n; return 0; }
-CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { (void)d; (void)s; (void)n; return 0; }
-CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
-  (void)d; (void)s; (void)n; (void)st; return 0;
+CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
+  void *m = malloc(n ? n : 1);
+  *p = (unsigned long long)(uintptr_t)m;
+  return m ? 0 : 2;
 }
-CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { (void)d; (void)v; (void)n; return 0; }
+#endif
+CUresult cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
+  (void)st;
+  memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+  return 0;
+}
+CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = (void *)0x3; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }

@@ -1,7 +1,13 @@
-/* test_gpu_driver.c -- loading the CUDA driver without a GPU: with no libcuda.so.1, with a
- * stand-in that reports no device, with one lacking a versioned entry point, and with one that
- * reports a device. Each asks dynamo_gpu_available and for a CUDA engine and checks the status
- * and the message. Run once per case (ctest sets DYNAMO_LIBCUDA and GPU_CASE). */
+/* test_gpu_driver.c -- the CUDA driver without a GPU: with no libcuda.so.1, with a stand-in
+ * that reports no device, with one lacking a versioned entry point, and with one that reports a
+ * device (tests/c/fake_cuda.c: host memory as device memory, kernels logged, not run). The
+ * first three check dynamo_gpu_available and the CUDA engine's status and message; the last
+ * drives a CUDA engine through the C API: compile (PTX loaded as a module), guards on the
+ * device, launch shapes, device outputs, refusals. Whether the kernels compute the right values
+ * is tests/gpu/gpu_check's job, on a real GPU. Run once per case (ctest sets DYNAMO_LIBCUDA and
+ * GPU_CASE). */
+#include <dlfcn.h>
+
 #include "helpers.h"
 
 static void expect_engine(dynamo_status want, const char *needle) {
@@ -32,7 +38,6 @@ static void test_driver_case(void **state) {
     assert_non_null(strstr(why, "lacks cuMemAlloc_v2"));
   } else {
     assert_int_equal(dynamo_gpu_available(why, sizeof why), DYNAMO_OK);
-    expect_engine(DYNAMO_ERR_UNSUPPORTED, "Fake GPU, sm_90");
     dynamo_engine_options o;
     dynamo_engine_options_init(&o);
     o.device_type = kDLCUDA;
@@ -46,7 +51,126 @@ static void test_driver_case(void **state) {
   dynamo_engine_destroy(cpu);
 }
 
+static dynamo_trace *parse(const char *text) {
+  dynamo_trace *t = NULL;
+  assert_ok(dynamo_trace_parse(text, (size_t)-1, &t));
+  return t;
+}
+
+static const char *(*g_log)(void);
+static void (*g_clear)(void);
+
+static DLTensor tensor(float *data, int64_t *shape, int ndim, int32_t dev_type) {
+  DLTensor d;
+  memset(&d, 0, sizeof d);
+  d.data = data;
+  d.device.device_type = dev_type;
+  d.device.device_id = 0;
+  d.ndim = ndim;
+  d.dtype.code = kDLFloat;
+  d.dtype.bits = 32;
+  d.dtype.lanes = 1;
+  d.shape = shape;
+  return d;
+}
+
+static void test_cuda_engine_with_stand_in(void **state) {
+  (void)state;
+  const char *c = getenv("GPU_CASE");
+  if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
+  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  *(void **)&g_log = dlsym(h, "fake_cuda_log");
+  *(void **)&g_clear = dlsym(h, "fake_cuda_clear_log");
+  assert_non_null(g_log);
+
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.device_type = kDLCUDA;
+  dynamo_engine *eng = NULL;
+  assert_ok(dynamo_engine_create(&o, &eng));
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(eng, "gpu", &f));
+
+  /* A pointwise trace on cuda:0: compiled to PTX, loaded, one kernel of 1000 items. */
+  dynamo_trace *t = parse("trace @g {\n  %0 = input f32[1000] cuda:0\n  %1 = input f32[1000] cuda:0\n"
+                          "  %2 = add(%0, %1)\n  %3 = exp(%2)\n  return %3\n}\n");
+  dynamo_entry *e = NULL;
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  dynamo_entry_stats st;
+  st.struct_size = sizeof st;
+  assert_ok(dynamo_entry_get_stats(e, &st));
+  assert_int_equal(st.num_kernels, 1);
+
+  static float a[1000], b[1000], out[1000];
+  int64_t shape[1] = {1000};
+  DLTensor ta = tensor(a, shape, 1, kDLCUDA), tb = tensor(b, shape, 1, kDLCUDA), to = tensor(out, shape, 1, kDLCUDA);
+  dynamo_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = args[1].kind = DYNAMO_ARG_TENSOR;
+  args[0].u.tensor = &ta;
+  args[1].u.tensor = &tb;
+  g_clear();
+  assert_ok(dynamo_entry_run(e, args, 2, &to, 1));
+  assert_non_null(strstr(g_log(), "_k0 grid=4 block=256 n=1000"));
+
+  /* The guards check the device: CPU tensors miss, naming it. */
+  DLTensor ca = tensor(a, shape, 1, kDLCPU);
+  args[0].u.tensor = &ca;
+  assert_status_msg(dynamo_entry_run(e, args, 2, &to, 1), DYNAMO_ERR_GUARD_MISS, "device mismatch");
+  args[0].u.tensor = &ta;
+  /* Outputs must be on the device too. */
+  DLTensor co = tensor(out, shape, 1, kDLCPU);
+  assert_status_msg(dynamo_entry_run(e, args, 2, &co, 1), DYNAMO_ERR_ARGUMENT_MISMATCH, "must be a CUDA tensor on cuda:0");
+  /* Engine-allocated outputs are device tensors. */
+  DLManagedTensor *m = NULL;
+  assert_ok(dynamo_entry_run_alloc(e, args, 2, &m, 1));
+  assert_non_null(m);
+  assert_int_equal(m->dl_tensor.device.device_type, kDLCUDA);
+  assert_int_equal(m->dl_tensor.shape[0], 1000);
+  m->deleter(m);
+
+  /* Softmax rows: one block of 256 threads per row of 4096. */
+  t = parse("trace @sm {\n  %0 = input f32[64,4096] cuda:0\n"
+            "  %1 = extern aten::_softmax(%0, 1, false) : f32[64,4096]\n  return %1\n}\n");
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  static float x[64 * 4096], y[64 * 4096];
+  int64_t s2[2] = {64, 4096};
+  DLTensor tx = tensor(x, s2, 2, kDLCUDA), ty = tensor(y, s2, 2, kDLCUDA);
+  args[0].u.tensor = &tx;
+  g_clear();
+  assert_ok(dynamo_entry_run(e, args, 1, &ty, 1));
+  assert_non_null(strstr(g_log(), "grid=64 block=256 n=64"));
+
+  /* Refusals, with reasons: LibTorch ops, CPU inputs, a JIT failure with the driver's log. */
+  t = parse("trace @mm {\n  %0 = input f32[8,3] cuda:0\n  %1 = input f32[3,5] cuda:0\n"
+            "  %2 = extern aten::mm(%0, %1) : f32[8,5]\n  return %2\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "aten::mm cannot run on the GPU");
+  dynamo_trace_destroy(t);
+  t = parse("trace @cpu {\n  %0 = input f32[4]\n  %1 = neg(%0)\n  return %1\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "declared on the CPU");
+  dynamo_trace_destroy(t);
+  t = parse("trace @bad {\n  %0 = input f32[4] cuda:0\n  %1 = neg(%0)\n  return %1\n}\n");
+  setenv("FAKE_CUDA_BAD_PTX", "1", 1);
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_COMPILE, "fake JIT failure");
+  unsetenv("FAKE_CUDA_BAD_PTX");
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+
+  /* A CPU engine refuses CUDA inputs, pointing at the CUDA engine. */
+  assert_ok(dynamo_engine_create(NULL, &eng));
+  assert_ok(dynamo_frame_create(eng, "cpu", &f));
+  t = parse("trace @g {\n  %0 = input f32[4] cuda:0\n  %1 = neg(%0)\n  return %1\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "device_type kDLCUDA");
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case), cmocka_unit_test(test_cuda_engine_with_stand_in)};
   return cmocka_run_group_tests_name("gpu_driver", tests, NULL, NULL);
 }
