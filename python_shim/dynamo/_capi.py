@@ -67,6 +67,13 @@ class EntryStats(ctypes.Structure):
                 ("compile_ms", ctypes.c_double), ("from_cache", ctypes.c_uint32)]
 
 
+class EngineOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("opt_level", ctypes.c_uint32), ("vector_bits", ctypes.c_uint32),
+                ("num_threads", ctypes.c_uint32), ("reserved", ctypes.c_uint32), ("pool_bytes", ctypes.c_uint64),
+                ("device_type", ctypes.c_int32), ("device_index", ctypes.c_int32)]
+
+
+KDL_CPU, KDL_CUDA = 1, 2
 ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3
 STATUS_GUARD_MISS, STATUS_EXIT = 6, 13
 ARG_FLAG_REQUIRES_GRAD = 1
@@ -122,7 +129,9 @@ def _declare(lib):
         "dynamo_abi_version": (ctypes.c_uint32, []),
         "dynamo_version_string": (ctypes.c_char_p, []),
         "dynamo_string_free": (None, [P]),
-        "dynamo_engine_create": (st, [P, ctypes.POINTER(P)]),
+        "dynamo_engine_options_init": (None, [ctypes.POINTER(EngineOptions)]),
+        "dynamo_engine_create": (st, [ctypes.POINTER(EngineOptions), ctypes.POINTER(P)]),
+        "dynamo_gpu_available": (st, [ctypes.c_char_p, ctypes.c_size_t]),
         "dynamo_engine_destroy": (st, [P]),
         "dynamo_trace_parse": (st, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(P)]),
         "dynamo_trace_print": (st, [P, ctypes.POINTER(P)]),

@@ -16,6 +16,9 @@ log            None (use $DYNAMO_LOG) or a set of categories to print to stderr:
                exits, recompiles, aborts, perf; {"all"} for every one.
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
+gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
+               that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
+               back to eager with the driver's reason). False: CUDA tensors always run eagerly.
 """
 hot_threshold = 1
 cache_limit = 8
@@ -25,3 +28,4 @@ max_side_traces = 16
 max_trace_ops = 5000
 verify = False
 log = None
+gpu = True

@@ -52,8 +52,16 @@ def _bump(name, by=1):
     _counters[name] += by
 
 
-def engine():
+_gpu_engines = {}  # torch.device -> native.Engine
+
+
+def engine(device=None):
+    """The CPU engine, or the CUDA engine of `device` (raises DynamoError without a GPU)."""
     global _engine
+    if device is not None:
+        if device not in _gpu_engines:
+            _gpu_engines[device] = native.Engine(device)
+        return _gpu_engines[device]
     if _engine is None:
         _engine = native.Engine()
     return _engine
@@ -215,7 +223,7 @@ class OptimizedFunction:
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
-        self.frame = None
+        self.frames = {}          # device (None: CPU) -> native.Frame
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
         _all.append(self)
@@ -428,9 +436,7 @@ class OptimizedFunction:
         text = rec.text(names)
         t0 = time.perf_counter()
         try:
-            if self.frame is None:
-                self.frame = native.Frame(engine(), self.name)
-            entry = self.frame.compile(native.Trace(text))
+            entry = self._frame_for(rec.device).compile(native.Trace(text))
         except DynamoError as e:
             _bump("compile_failures")
             reason = f"compile failed: {e.message}"
@@ -475,9 +481,15 @@ class OptimizedFunction:
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
-        if self.frame is not None:
-            self.frame.close()
-            self.frame = None
+        for f in self.frames.values():
+            f.close()
+        self.frames = {}
+
+    def _frame_for(self, device):
+        """This function's frame on the CPU engine (device None) or a CUDA device's engine."""
+        if device not in self.frames:
+            self.frames[device] = native.Frame(engine(device), self.name)
+        return self.frames[device]
 
 
 def _flat_tensors(v, out):

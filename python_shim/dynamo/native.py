@@ -75,10 +75,19 @@ def make_args(values):
 
 
 class Engine:
-    def __init__(self):
+    """An engine for the CPU (device None) or a CUDA device (torch.device('cuda', i)): raises
+    DynamoError (DYNAMO_ERR_NO_DEVICE, saying why) when there is no driver or device."""
+
+    def __init__(self, device=None):
         h = ctypes.c_void_p()
-        _check(lib().dynamo_engine_create(None, ctypes.byref(h)))
+        opts = None
+        if device is not None and device.type == "cuda":
+            opts = _capi.EngineOptions()
+            lib().dynamo_engine_options_init(ctypes.byref(opts))
+            opts.device_type, opts.device_index = _capi.KDL_CUDA, device.index or 0
+        _check(lib().dynamo_engine_create(ctypes.byref(opts) if opts is not None else None, ctypes.byref(h)))
         self.handle = h
+        self.device = device
 
     def close(self):
         if self.handle:

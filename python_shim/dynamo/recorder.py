@@ -64,6 +64,7 @@ class Recorder(TorchDispatchMode):
         self.lines = []         # IR instructions
         self.vals = {}          # id(tensor) -> IR value name
         self.keep = []          # tensors kept alive so that ids stay unique while recording
+        self.device = None      # torch.device of the CUDA inputs (None: a CPU trace)
         self.viewed = set()     # value names that are views or have views taken of them
         self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
         self.input_names = set()
@@ -86,14 +87,28 @@ class Recorder(TorchDispatchMode):
         """Registers tensor t (read from a guarded source) as the next trace input."""
         if id(t) in self.vals:
             return False
-        if t.device.type != "cpu":
-            raise Abort(f"tensor on {t.device}: this build compiles CPU tensors only")
+        where = ""
+        if t.device.type == "cuda":
+            from . import config
+            if not config.gpu:
+                raise Abort(f"tensor on {t.device}: dynamo.config.gpu is False")
+            dev = torch.device("cuda", t.device.index or 0)
+            if self.device is not None and self.device != dev:
+                raise Abort(f"tensors on several devices ({self.device} and {dev})")
+            if self.device is None and self.inputs:
+                raise Abort(f"CPU and CUDA tensors mixed in one call ({dev})")
+            self.device = dev
+            where = f" cuda:{dev.index}"
+        elif t.device.type != "cpu":
+            raise Abort(f"tensor on {t.device}: dynamo compiles CPU and CUDA tensors only")
+        elif self.device is not None:
+            raise Abort(f"CPU and CUDA tensors mixed in one call ({self.device})")
         if t.layout != torch.strided or t.is_quantized or t.is_sparse:
             raise Abort("only dense strided tensors are supported")
         name = f"%i{len(self.inputs)}"
         strides = ",".join(str(s) for s in t.stride())
         rg = " requires_grad" if t.requires_grad else ""
-        self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}{rg}")
+        self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}{where}{rg}")
         self.vals[id(t)] = name
         self.input_names.add(name)
         self.keep.append(t)

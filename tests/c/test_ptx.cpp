@@ -114,6 +114,16 @@ void test_reductions_and_norms(void **) {
       "  %3 = floordiv(%2, 3.0)\n  return %3\n}\n",
   };
   for (const char *t : traces) check_trace(t);
+
+  // Long rows run a block per row: warp shuffles, a barrier around the shared-memory merge, and
+  // the block size declared to ptxas.
+  dynamo_status st;
+  std::string ptx = to_ptx(traces[0], &st);
+  assert_int_equal(st, DYNAMO_OK);
+  assert_non_null(strstr(ptx.c_str(), "shfl.sync.bfly"));
+  assert_non_null(strstr(ptx.c_str(), "bar.sync"));
+  assert_non_null(strstr(ptx.c_str(), ".maxntid"));
+  assert_non_null(strstr(ptx.c_str(), "ld.global"));  // tensors in the global address space
 }
 
 void test_refusals_and_no_device(void **) {
