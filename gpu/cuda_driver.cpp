@@ -31,6 +31,7 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxRetain)(Ptr *, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
   CUresult (*cuCtxSetCurrent)(Ptr);
+  CUresult (*cuCtxGetCurrent)(Ptr *);
   CUresult (*cuStreamCreate)(Ptr *, unsigned);
   CUresult (*cuStreamDestroy_v2)(Ptr);
   CUresult (*cuStreamSynchronize)(Ptr);
@@ -83,6 +84,7 @@ const Loaded &driver() {
     need(a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     need(a.cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
     need(a.cuCtxSetCurrent, "cuCtxSetCurrent");
+    need(a.cuCtxGetCurrent, "cuCtxGetCurrent");
     need(a.cuStreamCreate, "cuStreamCreate");
     need(a.cuStreamDestroy_v2, "cuStreamDestroy_v2");
     need(a.cuStreamSynchronize, "cuStreamSynchronize");
@@ -128,6 +130,14 @@ void check(CUresult r, const char *call) {
   jit::fail(jit::ErrorCode::Runtime, std::string(call) + " failed: " + (s ? s : "error " + std::to_string(r)));
 }
 
+// The driver keeps the current context per thread, and other code on the thread (torch, other
+// devices) may change it: every Device call makes its own context current first.
+void make_current(Ptr ctx) {
+  Ptr cur = nullptr;
+  if (api().cuCtxGetCurrent(&cur) == 0 && cur == ctx) return;
+  check(api().cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
 }  // namespace
 
 bool cuda_driver_available(std::string *why) {
@@ -159,7 +169,7 @@ std::shared_ptr<Device> Device::open(int index) {
   check(a.cuDeviceGetAttribute(&minor, kComputeMinor, d->device_), "cuDeviceGetAttribute");
   d->arch_ = "sm_" + std::to_string(major) + std::to_string(minor);
   check(a.cuDevicePrimaryCtxRetain(&d->context_, d->device_), "cuDevicePrimaryCtxRetain");
-  check(a.cuCtxSetCurrent(d->context_), "cuCtxSetCurrent");
+  make_current(d->context_);
   check(a.cuStreamCreate(&d->stream_, 0), "cuStreamCreate");
   return d;
 }
@@ -167,6 +177,7 @@ std::shared_ptr<Device> Device::open(int index) {
 Device::~Device() {
   const Loaded &d = driver();
   if (!d.error.empty()) return;
+  if (context_) d.api.cuCtxSetCurrent(context_);  // the stream is destroyed in its own context
   if (stream_) d.api.cuStreamDestroy_v2(stream_);
   if (context_) d.api.cuDevicePrimaryCtxRelease_v2(device_);
 }
@@ -179,7 +190,7 @@ std::string Device::name() const {
 
 std::shared_ptr<Device::Module> Device::load(const std::string &ptx) {
   const Api &a = api();
-  check(a.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  make_current(context_);
   char info[4096] = "", err[4096] = "";
   int opts[4] = {kInfoLog, kInfoLogSize, kErrorLog, kErrorLogSize};
   void *vals[4] = {info, reinterpret_cast<void *>(sizeof info), err, reinterpret_cast<void *>(sizeof err)};
@@ -196,12 +207,14 @@ std::shared_ptr<Device::Module> Device::load(const std::string &ptx) {
 }
 
 void *Device::function(Module &m, const std::string &kernel) {
+  make_current(context_);
   Ptr fn = nullptr;
   check(api().cuModuleGetFunction(&fn, m.handle, kernel.c_str()), ("cuModuleGetFunction(" + kernel + ")").c_str());
   return fn;
 }
 
 void Device::launch(void *fn, unsigned grid, unsigned block, std::vector<void *> params) {
+  make_current(context_);
   check(api().cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream_, params.data(), nullptr), "cuLaunchKernel");
 }
 
@@ -211,6 +224,7 @@ void Device::launch(Module &m, const std::string &kernel, unsigned grid, unsigne
 
 double Device::time_ms(const std::function<void()> &enqueue) {
   const Api &a = api();
+  make_current(context_);
   Ptr start = nullptr, stop = nullptr;
   check(a.cuEventCreate(&start, 0), "cuEventCreate");
   check(a.cuEventCreate(&stop, 0), "cuEventCreate");
@@ -231,31 +245,40 @@ double Device::time_ms(const std::function<void()> &enqueue) {
   return ms;
 }
 
-void Device::synchronize() { check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+void Device::synchronize() {
+  make_current(context_);
+  check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
 
 uint64_t Device::alloc(size_t bytes) {
+  make_current(context_);
   CUdeviceptr p = 0;
   check(api().cuMemAlloc_v2(&p, bytes ? bytes : 1), "cuMemAlloc_v2");
   return p;
 }
 
 void Device::free(uint64_t dptr) {
+  make_current(context_);
   if (dptr) check(api().cuMemFree_v2(dptr), "cuMemFree_v2");
 }
 
 void Device::copy_to_device(uint64_t dst, const void *src, size_t bytes) {
+  make_current(context_);
   if (bytes) check(api().cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2");
 }
 
 void Device::copy_to_host(void *dst, uint64_t src, size_t bytes) {
+  make_current(context_);
   if (bytes) check(api().cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2");
 }
 
 void Device::copy_on_device(uint64_t dst, uint64_t src, size_t bytes) {
+  make_current(context_);
   if (bytes) check(api().cuMemcpyDtoDAsync_v2(dst, src, bytes, stream_), "cuMemcpyDtoDAsync_v2");  // ordered with launches
 }
 
 void Device::zero(uint64_t dst, size_t bytes) {
+  make_current(context_);
   if (bytes) check(api().cuMemsetD8_v2(dst, 0, bytes), "cuMemsetD8_v2");
 }
 

@@ -20,7 +20,12 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int d) { (void)d; *v = attr == 7
 CUresult cuDeviceGetName(char *buf, int len, int d) { (void)d; strncpy(buf, "Fake GPU", (size_t)len); return 0; }
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = (void *)0x1; return 0; }
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
-CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+/* The current context is per thread, as in the driver; calls that need one fail without it
+ * (CUDA_ERROR_INVALID_CONTEXT), so a Device used from a new thread must make it current. */
+static __thread void *g_current;
+#define NEED_CONTEXT() do { if (!g_current) return 201; } while (0)
+CUresult cuCtxSetCurrent(void *c) { g_current = c; return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = g_current; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
@@ -47,6 +52,7 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 }
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned h,
                         void *s, void **p, void **x) {
+  NEED_CONTEXT();
   (void)b; (void)c; (void)e; (void)g; (void)h; (void)s; (void)x;
   size_t at = strlen(g_log);
   snprintf(g_log + at, sizeof g_log - at, "%s grid=%u block=%u n=%lld\n", (const char *)f, a, d, *(long long *)p[1]);
@@ -54,13 +60,14 @@ CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d,
 }
 #ifndef FAKE_CUDA_OLD
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
+  NEED_CONTEXT();
   void *m = malloc(n ? n : 1);
   *p = (unsigned long long)(uintptr_t)m;
   return m ? 0 : 2;
 }
 #endif
 CUresult cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); return 0; }
-CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { NEED_CONTEXT(); memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
   (void)st;

@@ -7,6 +7,7 @@
  * is tests/gpu/gpu_check's job, on a real GPU. Run once per case (ctest sets DYNAMO_LIBCUDA and
  * GPU_CASE). */
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "helpers.h"
 
@@ -74,6 +75,19 @@ static DLTensor tensor(float *data, int64_t *shape, int ndim, int32_t dev_type) 
   return d;
 }
 
+struct run_job {
+  dynamo_entry *e;
+  dynamo_arg *args;
+  DLTensor *out;
+  dynamo_status status;
+};
+
+static void *run_on_thread(void *p) {
+  struct run_job *j = (struct run_job *)p;
+  j->status = dynamo_entry_run(j->e, j->args, 2, j->out, 1);
+  return NULL;
+}
+
 static void test_cuda_engine_with_stand_in(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
@@ -114,6 +128,13 @@ static void test_cuda_engine_with_stand_in(void **state) {
   g_clear();
   assert_ok(dynamo_entry_run(e, args, 2, &to, 1));
   assert_non_null(strstr(g_log(), "_k0 grid=4 block=256 n=1000"));
+
+  /* From another thread (the driver's current context is per thread). */
+  struct run_job job = {e, args, &to, -1};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, run_on_thread, &job), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(job.status, DYNAMO_OK);
 
   /* The guards check the device: CPU tensors miss, naming it. */
   DLTensor ca = tensor(a, shape, 1, kDLCPU);
