@@ -1,16 +1,17 @@
 // lower_ptx.cpp -- a planned trace to PTX through LLVM's NVPTX backend.
 //
-// Each fused group is emitted by the same KernelEmitter as on the CPU, in its scalar form
-// (LowerOptions::gpu: one lane, libdevice instead of SLEEF, no heap row caches), as an internal
-// function k(slots, begin, end) over the group's outer index. A `.entry` wrapper runs it on
-// one outer index per thread in a grid-stride loop and reports a non-zero status (integer
-// division by zero) through a global int. libdevice is linked in with only the functions used;
-// the module is optimized at O2 for the chosen sm_XX and printed as PTX.
+// Each fused group is emitted by the same KernelEmitter as on the CPU, in its GPU form
+// (LowerOptions::gpu: one lane, libdevice instead of SLEEF, no heap row caches, global address
+// space), as an internal function k(slots, begin, end) over the group's work items. A `.entry`
+// wrapper runs it on one item per thread (or per block) in a grid-stride loop and reports a
+// non-zero status (integer division by zero) through a global int. libdevice is linked in with
+// only the functions used; the module is optimized at O2 for the chosen sm_XX and printed as PTX.
 //
-// Work split: pointwise groups one element per thread; row groups with a long innermost
-// reduced dim one block per row (KernelEmitter::block_merge: warp shuffles + shared memory),
-// short rows one row per thread; split whole-tensor reductions one chunk per thread, then a
-// one-thread merge (not tuned: a tree over blocks would be the next step).
+// Work split (docs/GPU.md has the measurements behind it): pointwise groups up to 8 elements
+// per thread in contiguous tiles; row groups with a long innermost reduced dim one block per
+// row (KernelEmitter::block_merge: warp shuffles + shared memory; rows that split evenly stay
+// in registers across passes), short rows one row per thread; split whole-tensor reductions a
+// block per chunk, then one block merging the chunks' states.
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
