@@ -619,7 +619,7 @@ struct Planner {
     ExternStep e;
     e.inst = i;
     e.callee = in.callee;
-    for (const Operand &o : in.args) {
+    auto arg_of = [&](const Operand &o) {
       ExternArg a;
       if (o.kind == Operand::Value && t.types[o.value].tensor) {
         a.is_tensor = true;
@@ -633,7 +633,17 @@ struct Planner {
       } else {
         a.lit = o;
       }
-      e.args.push_back(a);
+      return a;
+    };
+    for (size_t k = 0; k < in.args.size(); ++k) {
+      if (in.args[k].kind == Operand::TensorList) {  // one argument: the marker's elements
+        ExternArg a;
+        a.is_list = true;
+        for (int64_t n = in.args[k].i; n > 0; --n) a.elems.push_back(arg_of(in.args[++k]));
+        e.args.push_back(std::move(a));
+        continue;
+      }
+      e.args.push_back(arg_of(in.args[k]));
     }
     for (int32_t r : in.results) {
       e.result_values.push_back(r);

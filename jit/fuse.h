@@ -59,6 +59,8 @@ Map row_map(const Group &g, const std::vector<int64_t> &shape);
 
 struct ExternArg {       // how to build one argument of an extern call
   Operand lit;           // literal operands (kind != Value)
+  bool is_list = false;  // a tensor list: its elements (tensors, or None literals) in `elems`
+  std::vector<ExternArg> elems;
   bool is_tensor = false;
   bool is_scalar_slot = false;
   int32_t value = -1;

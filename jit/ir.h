@@ -65,9 +65,12 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes);
 
 /* -- Operands -- */
 struct Operand {
-  enum Kind : uint8_t { Value, Int, Float, Bool, None, IntList, Ident, Str } kind = None;
+  // TensorList: an extern's list argument (`[%a, %b]`, ATen's Tensor[] / Tensor?[]) is this
+  // marker, with i = n, followed in args by its n elements (Value or None operands), so every
+  // pass that walks operands sees the values the list uses.
+  enum Kind : uint8_t { Value, Int, Float, Bool, None, IntList, Ident, Str, TensorList } kind = None;
   int32_t value = -1;         // Value
-  int64_t i = 0;              // Int, Bool
+  int64_t i = 0;              // Int, Bool, TensorList (element count)
   double f = 0;               // Float
   std::vector<int64_t> list;  // IntList
   std::string s;              // Ident, Str

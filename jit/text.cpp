@@ -38,6 +38,7 @@ std::string print_operand(const Operand &o) {
     case Operand::Bool: return o.i ? "true" : "false";
     case Operand::None: return "none";
     case Operand::IntList: return "[" + join_ints(o.list) + "]";
+    case Operand::TensorList: return "[" + std::to_string(o.i) + " tensors]";  // printed whole by print_trace
     case Operand::Ident: return o.s;
     case Operand::Str: {
       std::string s = "\"";
@@ -80,7 +81,17 @@ std::string print_trace(const Trace &t) {
     os << op_info(in.op).name;
     if (in.op == Op::extern_) os << " " << in.callee;
     os << "(";
-    for (size_t a = 0; a < in.args.size(); ++a) os << (a ? ", " : "") << print_operand(in.args[a]);
+    for (size_t a = 0; a < in.args.size(); ++a) {
+      os << (a ? ", " : "");
+      if (in.args[a].kind == Operand::TensorList) {  // the marker, then its elements
+        size_t n = (size_t)in.args[a].i;
+        os << "[";
+        for (size_t e = 0; e < n && a + 1 < in.args.size(); ++e) os << (e ? ", " : "") << print_operand(in.args[++a]);
+        os << "]";
+      } else {
+        os << print_operand(in.args[a]);
+      }
+    }
     os << ") : ";
     for (size_t r = 0; r < in.results.size(); ++r)
       os << (r ? ", " : "") << print_type(t.types[in.results[r]], false);
@@ -228,6 +239,15 @@ struct Parser {
     return ty;
   }
 
+  // At '[' followed by %value or none (an int list has digits).
+  bool tensor_list_ahead() {
+    skip_space();
+    if (pos >= src.size() || src[pos] != '[') return false;
+    size_t q = pos + 1;
+    while (q < src.size() && (src[q] == ' ' || src[q] == '\t')) ++q;
+    return q < src.size() && (src[q] == '%' || src.compare(q, 4, "none") == 0);
+  }
+
   Operand operand() {
     skip_space();
     if (pos >= src.size()) error("an operand");
@@ -314,7 +334,25 @@ struct Parser {
       }
       expect('(', "'('");
       if (!accept(')')) {
-        do in.args.push_back(operand()); while (accept(','));
+        do {
+          if (tensor_list_ahead()) {  // [%a, %b, none]: a TensorList marker and its elements
+            if (in.op != Op::extern_) error("a list of values (only extern arguments take tensor lists)");
+            ++pos;
+            Operand head;
+            head.kind = Operand::TensorList;
+            size_t at = in.args.size();
+            in.args.push_back(head);
+            do {
+              Operand e = operand();
+              if (e.kind != Operand::Value && e.kind != Operand::None) error("a %value or none in a tensor list");
+              in.args.push_back(e);
+            } while (accept(','));
+            expect(']', "',' or ']'");
+            in.args[at].i = (int64_t)(in.args.size() - at - 1);
+          } else {
+            in.args.push_back(operand());
+          }
+        } while (accept(','));
         expect(')', "',' or ')'");
       }
       skip_space(false);

@@ -409,6 +409,19 @@ void verify_trace(const Trace &t) {
         vfail(where, "result type does not match its operands");
     }
     if (in.op == Op::extern_ && in.results.empty()) vfail(where, "an extern needs at least one result");
+    for (size_t a = 0; a < in.args.size(); ++a) {
+      if (in.args[a].kind != Operand::TensorList) continue;
+      if (in.op != Op::extern_) vfail(where, "only externs take tensor lists");
+      int64_t n = in.args[a].i;
+      if (n < 0 || a + (size_t)n >= in.args.size())
+        vfail(where, "tensor list of " + std::to_string(n) + " elements runs past the operands");
+      for (int64_t e = 1; e <= n; ++e) {
+        const Operand &o = in.args[a + (size_t)e];
+        if (!(o.kind == Operand::None || (o.kind == Operand::Value && t.types[o.value].tensor)))
+          vfail(where, "tensor list elements must be tensor values or none");
+      }
+      a += (size_t)n;
+    }
     for (int32_t r : in.results) {
       if (r != defined) vfail(where, "results must be numbered in order of definition");
       ++defined;

@@ -192,6 +192,12 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
     if (e.args.size() > s.arguments().size())
       jit::fail(ErrorCode::Verify, "extern " + e.callee + ": " + std::to_string(e.args.size()) +
                                        " arguments given, the schema takes " + std::to_string(s.arguments().size()));
+    for (size_t k = 0; k < e.args.size(); ++k) {
+      bool list_param = s.arguments()[k].type()->kind() == c10::TypeKind::ListType;
+      if (e.args[k].is_list && !list_param)
+        jit::fail(ErrorCode::Verify, "extern " + e.callee + ": argument '" + s.arguments()[k].name() +
+                                         "' is not a list, the trace passes a tensor list");
+    }
     for (size_t k = e.args.size(); k < s.arguments().size(); ++k)
       if (!s.arguments()[k].default_value())
         jit::fail(ErrorCode::Verify, "extern " + e.callee + ": argument '" + s.arguments()[k].name() +
@@ -283,7 +289,27 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
     for (size_t k = 0; k < e.args.size(); ++k) {
       const jit::ExternArg &a = e.args[k];
       const c10::Argument *sa = &schema.arguments()[k];
-      if (a.is_tensor) {
+      if (a.is_list) {  // Tensor[] or Tensor?[] (schema says which)
+        const c10::TypePtr &lt = sa->type();
+        bool optional = lt->kind() == c10::TypeKind::ListType &&
+                        lt->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
+        if (optional) {
+          c10::List<c10::optional<at::Tensor>> l;
+          for (const jit::ExternArg &x : a.elems)
+            l.push_back(x.is_tensor ? c10::optional<at::Tensor>(arg_tensor(en, slots, x)) : c10::nullopt);
+          stack.emplace_back(std::move(l));
+        } else {
+          c10::List<at::Tensor> l;
+          for (const jit::ExternArg &x : a.elems) {
+            if (!x.is_tensor) {
+              ctx->error = "extern " + e.callee + ": argument '" + sa->name() + "' takes tensors, not none";
+              return DYNAMO_RT_EXTERN_FAILED;
+            }
+            l.push_back(arg_tensor(en, slots, x));
+          }
+          stack.emplace_back(std::move(l));
+        }
+      } else if (a.is_tensor) {
         stack.emplace_back(arg_tensor(en, slots, a));
       } else if (a.is_scalar_slot) {
         const jit::Type &ty = en.trace.types[a.value];

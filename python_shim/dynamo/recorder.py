@@ -158,7 +158,11 @@ class Recorder(TorchDispatchMode):
         if isinstance(v, (list, tuple)):
             if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 return "[" + ",".join(str(x) for x in v) + "]"
-            raise Abort("ATen op with a list argument of tensors or floats (e.g. torch.cat) is not supported yet")
+            if v and all(x is None or isinstance(x, torch.Tensor) for x in v) and \
+                    any(isinstance(x, torch.Tensor) for x in v):
+                # Tensor[] / Tensor?[] (torch.cat, torch.stack, indexing by tensors): a tensor list
+                return "[" + ", ".join(self._operand(x) for x in v) + "]"
+            raise Abort("ATen op with a list argument of floats or mixed values is not supported yet")
         if isinstance(v, (torch.device, torch.layout, torch.memory_format)):
             raise Abort(f"ATen op with a {type(v).__name__} argument is not supported yet")
         raise Abort(f"ATen op with a {type(v).__name__} argument is not supported")
@@ -245,7 +249,7 @@ class Recorder(TorchDispatchMode):
             self.viewed.update((src, res))
             self._bind(outs[0], res)
             return
-        if torch.Tag.dynamic_output_shape in func.tags:
+        if torch.Tag.dynamic_output_shape in func.tags and not _static_index(func, vals):
             self._shape_exit(func, vals, outs)
         seeded = torch.Tag.nondeterministic_seeded in func.tags
         if not seeded and not _tensors_in(vals):
@@ -485,6 +489,15 @@ def _tensors_in(v):
         return [t for x in v.values() for t in _tensors_in(x)]
     return []
 
+
+
+def _static_index(func, vals):
+    """aten::index.Tensor by integer index tensors: the output size follows the index shapes
+    (only boolean masks make it depend on the data), so it is traced like any op."""
+    if func is not _aten.index.Tensor or len(vals) < 2 or not isinstance(vals[1], (list, tuple)):
+        return False
+    return all(i is None or (isinstance(i, torch.Tensor) and not i.is_floating_point() and not i.is_complex()
+                             and i.dtype not in (torch.bool, torch.uint8)) for i in vals[1])
 
 def _implied(op, arg, v, all_cpu):
     """True if argument value v may be left to its schema default: it changes nothing in what

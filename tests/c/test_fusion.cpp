@@ -155,6 +155,23 @@ static void test_extern_ops_between_fused_groups(void **state) {
   EXPECT_OK(r);
   assert_true(check::same(r.outs[0], at::mm(x.t(), x), "extern on a view", 1e-4, 1e-4));
 
+  // Tensor lists (Tensor[] and Tensor?[]): fused values, views and inputs as elements.
+  at::Tensor idx = at::tensor({4, 0, 16}, at::kLong);
+  std::vector<Value> ins3 = {Value::tensor(x), Value::tensor(x * 3), Value::tensor(idx)};
+  r = run(ins3,
+          {"%e = exp(%0)", "%t = transpose(%1, 0, 1)", "%tt = transpose(%t, 0, 1)",
+           "%c = extern aten::cat([%e, %tt, %0], 1) : f32[17,99]", "%s = extern aten::stack([%0, %1], 2) : f32[17,33,2]",
+           "%g = extern aten::index.Tensor(%c, [%2, none]) : f32[3,99]", "%o = mul(%g, 2.0)"},
+          "%o, %s");
+  EXPECT_OK(r);
+  at::Tensor cat = at::cat({at::exp(x), x * 3, x}, 1);
+  assert_true(check::same(r.outs[0], cat.index({idx}) * 2, "cat -> index", 1e-5, 1e-6));
+  assert_true(check::same(r.outs[1], at::stack({x, x * 3}, 2), "stack", 0, 0));
+  // A tensor list where the operator takes one tensor is refused at compile time.
+  r = run(ins, {"%m = extern aten::relu([%0]) : f32[17,33]"}, "%m");
+  assert_int_equal(r.status, DYNAMO_ERR_VERIFY);
+  assert_non_null(strstr(r.error.c_str(), "the trace passes a tensor list"));
+
   // An extern whose real result differs from the trace's declaration is caught at run time.
   r = run(ins, {"%m = extern aten::mm(%0, %1) : f32[17,8]"}, "%m");
   assert_int_equal(r.status, DYNAMO_ERR_RUNTIME);

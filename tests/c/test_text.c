@@ -42,6 +42,15 @@ static const char *kRoundTrip[] = {
     "  %7 = extern aten::foo.bar(%0, \"a \\\"quoted\\\" text\", [], -3) : f32[1]\n"
     "  return %4, %6\n"
     "}\n",
+    "trace @lists {\n"
+    "  %0 = input f32[2,3]\n"
+    "  %1 = input f32[4,3]\n"
+    "  %2 = input i64[2]\n"
+    "  %3 = extern aten::cat([%0, %1], 0) : f32[6,3]\n"
+    "  %4 = extern aten::index.Tensor(%3, [none, %2]) : f32[6,2]\n"
+    "  %5 = extern aten::stack([%4]) : f32[1,6,2]\n"
+    "  return %5\n"
+    "}\n",
 };
 
 static void test_print_parse_roundtrip(void **state) {
@@ -143,6 +152,12 @@ static void test_parse_errors_name_line_and_column(void **state) {
       {"trace @t {\n  %0 = input f32[4]\n  return\n}", DYNAMO_ERR_VERIFY, "returns nothing"},
       {"trace @t {\n  %0 = input f32[4] == 3\n  return %0\n}", DYNAMO_ERR_VERIFY,
        "only scalar inputs can carry a '== value' guard"},
+      {"trace @t {\n  %0 = input f32[4]\n  %1 = add([%0], 1)\n  return %1\n}", DYNAMO_ERR_PARSE,
+       "line 3, column 12: expected a list of values (only extern arguments take tensor lists)"},
+      {"trace @t {\n  %0 = input f32[4]\n  %1 = extern aten::cat([%0, 2], 0) : f32[4]\n  return %1\n}",
+       DYNAMO_ERR_PARSE, "expected a %value or none in a tensor list"},
+      {"trace @t {\n  %0 = input f32[4]\n  %1 = input f64\n  %2 = extern aten::cat([%0, %1], 0) : f32[4]\n"
+       "  return %2\n}", DYNAMO_ERR_VERIFY, "tensor list elements must be tensor values or none"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
     dynamo_trace *t = (dynamo_trace *)0x1;

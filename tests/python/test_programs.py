@@ -466,7 +466,27 @@ INPLACE = [
     Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True, xfail=SETITEM),
 ]
 
-COMPILED = POINTWISE + REDUCTIONS + NORMS + BLOCKS + CONTAINERS + INPLACE
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary(q, cos, sin):
+    return q * cos + rotate_half(q) * sin
+
+
+# Tensor lists (ATen's Tensor[] / Tensor?[]): LibTorch calls inside the trace.
+LISTS = [
+    Prog("cat_dim0_sum", lambda x, y: torch.cat([x, y], dim=0).sum(0), lambda: (rn(2, 3), rn(4, 3))),
+    Prog("cat_last_dim_then_pointwise", lambda x, y: torch.cat([x.sigmoid(), y * 2, x], -1).relu() + 1,
+         lambda: (rn(7, 5), rn(7, 3))),
+    Prog("stack_mean", lambda x, y, z: torch.stack([x, y, z], dim=1).mean(1) - x, lambda: (rn(6, 9),) * 3),
+    Prog("rotary_embedding", rotary, lambda: (rn(2, 4, 16, 8), rn(16, 8), rn(16, 8))),
+    Prog("gather_rows_by_index", lambda x, i: x[i].relu() * 2, lambda: (rn(10, 4), torch.tensor([3, 1, 1, 9]))),
+    Prog("index_columns", lambda x, i: x[:, i] + 1, lambda: (rn(5, 6), torch.tensor([0, 5, 2]))),
+]
+
+COMPILED = POINTWISE + REDUCTIONS + NORMS + BLOCKS + CONTAINERS + INPLACE + LISTS
 
 
 def why(p, eager):
@@ -815,8 +835,8 @@ def fb_store_global(x):
     return x * GAIN
 
 
-def fb_cat(x, y):
-    return torch.cat([x, y], dim=0).sum(0)
+def fb_mask_index(x):
+    return x[x > 0].sum() * 2  # a boolean mask: the size of x[mask] depends on the data
 
 
 def fb_torch_tensor(x):
@@ -859,7 +879,7 @@ FALLBACKS = [
     Fallback("tolist_control_flow", fb_tolist, lambda: (rn(5),), "data-dependent"),
     Fallback("import_bytecode", fb_import, lambda: (rn(3),), "bytecode IMPORT_NAME"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
-    Fallback("torch_cat", fb_cat, lambda: (rn(2, 3), rn(4, 3)), "torch.cat"),
+    Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), "torch.tensor"),
     Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "has views"),
     Fallback("autograd_input", fb_autograd, lambda: (rn(6).requires_grad_(),), "autograd", grad=True),
