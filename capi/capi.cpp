@@ -569,34 +569,28 @@ namespace {
 
 // An engine-allocated output: the DLManagedTensor handed to the caller, its shape, and the pool
 // its memory returns to.
-struct PooledTensor {
+// An engine-allocated output: a buffer from the engine's pool (CPU entries) or device memory
+// (CUDA entries, which keep the device open while one is held).
+struct OwnedOutput {
   DLManagedTensor m{};
   int64_t shape[16] = {};
   std::shared_ptr<runtime::BufferPool> pool;
   runtime::Buffer buf;
-  ~PooledTensor() { pool->release(buf); }
-};
-
-void pooled_tensor_deleter(DLManagedTensor *self) {
-  if (self) delete static_cast<PooledTensor *>(self->manager_ctx);
-}
-
-// An output in device memory (CUDA entries); the device stays open while one is held.
-struct DeviceTensor {
-  DLManagedTensor m{};
-  int64_t shape[16] = {};
   std::shared_ptr<gpu::Device> dev;
-  uint64_t ptr = 0;
-  ~DeviceTensor() {
-    try {
-      dev->free(ptr);
-    } catch (...) {  // the driver failed while freeing; nothing else to do
+  uint64_t dptr = 0;
+  ~OwnedOutput() {
+    if (pool) pool->release(buf);
+    if (dev) {
+      try {
+        dev->free(dptr);
+      } catch (...) {  // the driver failed while freeing; nothing else to do
+      }
     }
   }
 };
 
-void device_tensor_deleter(DLManagedTensor *self) {
-  if (self) delete static_cast<DeviceTensor *>(self->manager_ctx);
+void owned_output_deleter(DLManagedTensor *self) {
+  if (self) delete static_cast<OwnedOutput *>(self->manager_ctx);
 }
 
 }  // namespace
@@ -615,40 +609,13 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
                                                        std::to_string(nouts));
   if (!guards::guards_pass(E.guards, args, nargs))
     return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(E.guards, args, nargs));
-  if (E.gpu_device) {  // outputs in device memory
-    std::vector<std::unique_ptr<DeviceTensor>> dheld(nouts);
-    std::vector<DLTensor> douts(nouts);
-    for (size_t k = 0; k < nouts; ++k) {
-      const jit::Type &ty = E.trace.types[E.trace.outputs[k]];
-      DLTensor &o = douts[k];
-      o = DLTensor{};
-      o.device = DLDevice{kDLCUDA, E.gpu_device->index()};
-      guards::dl_type_of(ty.dtype, &o.dtype.code, &o.dtype.bits);
-      o.dtype.lanes = 1;
-      o.ndim = ty.rank();
-      auto d = std::make_unique<DeviceTensor>();
-      d->dev = E.gpu_device;
-      for (int i = 0; i < o.ndim; ++i) d->shape[i] = ty.sizes[i];
-      d->ptr = d->dev->alloc((size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8));
-      o.data = reinterpret_cast<void *>((uintptr_t)d->ptr);
-      o.shape = d->shape;
-      d->m.dl_tensor = o;
-      d->m.manager_ctx = d.get();
-      d->m.deleter = device_tensor_deleter;
-      dheld[k] = std::move(d);
-    }
-    dynamo_status s = run_entry(entry, args, nargs, douts.data(), nouts);
-    if (s != DYNAMO_OK) return s;
-    for (size_t k = 0; k < nouts; ++k) out_tensors[k] = &dheld[k].release()->m;
-    return DYNAMO_OK;
-  }
-  std::vector<std::unique_ptr<PooledTensor>> held(nouts);
+  std::vector<std::unique_ptr<OwnedOutput>> held(nouts);
   std::vector<DLTensor> outs(nouts);  // on any failure `held` hands the buffers back
   for (size_t k = 0; k < nouts; ++k) {
     const jit::Type &ty = E.trace.types[E.trace.outputs[k]];
     DLTensor &o = outs[k];
     o = DLTensor{};
-    o.device = DLDevice{kDLCPU, 0};
+    o.device = E.gpu_device ? DLDevice{kDLCUDA, E.gpu_device->index()} : DLDevice{kDLCPU, 0};
     guards::dl_type_of(ty.dtype, &o.dtype.code, &o.dtype.bits);
     o.dtype.lanes = 1;
     o.ndim = ty.rank();
@@ -656,19 +623,25 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
       o.shape = const_cast<int64_t *>(ty.sizes.data());
       continue;
     }
-    auto p = std::make_unique<PooledTensor>();
-    p->pool = entry->engine->pool;
+    auto p = std::make_unique<OwnedOutput>();
     for (int d = 0; d < o.ndim; ++d) p->shape[d] = ty.sizes[d];
     size_t bytes = (size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8);
-    p->buf = p->pool->acquire(bytes);
-    if (!p->buf.data)
-      return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_entry_run_alloc: out of memory allocating output " +
-                                                     std::to_string(k) + " (" + std::to_string(bytes) + " bytes)");
-    o.data = p->buf.data;
+    if (E.gpu_device) {
+      p->dev = E.gpu_device;
+      p->dptr = p->dev->alloc(bytes);  // throws (a status) when the device is out of memory
+      o.data = reinterpret_cast<void *>((uintptr_t)p->dptr);
+    } else {
+      p->pool = entry->engine->pool;
+      p->buf = p->pool->acquire(bytes);
+      if (!p->buf.data)
+        return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_entry_run_alloc: out of memory allocating output " +
+                                                       std::to_string(k) + " (" + std::to_string(bytes) + " bytes)");
+      o.data = p->buf.data;
+    }
     o.shape = p->shape;
     p->m.dl_tensor = o;
     p->m.manager_ctx = p.get();
-    p->m.deleter = pooled_tensor_deleter;
+    p->m.deleter = owned_output_deleter;
     held[k] = std::move(p);
   }
   dynamo_status s = run_entry(entry, args, nargs, outs.data(), nouts);
