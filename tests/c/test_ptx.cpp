@@ -112,6 +112,10 @@ void test_reductions_and_norms(void **) {
       "  %3 = amax(%2, [1], true)\n  %4 = argmax(%2, 1, false)\n  return %3, %4\n}\n",
       "trace @views {\n  %0 = input f32[16,9]{1,16}\n  %1 = transpose(%0, 0, 1)\n  %2 = exp(%1)\n"
       "  %3 = floordiv(%2, 3.0)\n  return %3\n}\n",
+      // Pointwise kernels in unrolled tiles (f64, f16 and a broadcast), rows held in registers.
+      "trace @tiles {\n  %0 = input f64[512,1024]\n  %1 = input f16[1024]\n  %2 = add(%0, %1)\n"
+      "  %3 = tanh(%2)\n  %4 = to(%3, f16) : f16[512,1024]\n  %5 = amax(%3, [1], true)\n  %6 = sub(%3, %5)\n"
+      "  return %4, %6\n}\n",
   };
   for (const char *t : traces) check_trace(t);
 
