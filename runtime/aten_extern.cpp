@@ -262,7 +262,7 @@ int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep 
     at::Tensor v = arg_tensor(en, slots, e.args[k]).clone(at::MemoryFormat::Contiguous);
     bool is_bool = v.scalar_type() == at::kBool;
     DLManagedTensor *m = at::toDLPack(is_bool ? v.view(at::kByte) : v);
-    if (is_bool) m->dl_tensor.dtype = {6, 8, 1};  // the C API's bool (DLPack >= 0.8's kDLBool)
+    if (is_bool) m->dl_tensor.dtype = {DYNAMO_DL_BOOL, 8, 1};  // the C API's bool
     ctx->exit.values.push_back(m);
   }
   return DYNAMO_RT_SIDE_EXIT;

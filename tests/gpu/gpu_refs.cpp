@@ -22,7 +22,7 @@ DLDataType dl_type(const std::string &dt) {
   if (dt == "bf16") return {kDLBfloat, 16, 1};
   if (dt == "i32") return {kDLInt, 32, 1};
   if (dt == "i64") return {kDLInt, 64, 1};
-  return {6, 8, 1};  // kDLBool (DLPack >= 0.8; Debian's header predates it)
+  return {DYNAMO_DL_BOOL, 8, 1};
 }
 
 std::string dt_name(DLDataType t) {
