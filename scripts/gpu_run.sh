@@ -10,7 +10,7 @@ rc=$?
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer (memcheck), small cases"
   compute-sanitizer --tool memcheck --print-limit 5 "$here/gpu_check" "$here/refs" --no-bench \
-    chain_math_f32 tiled_bias broadcast strided_view half_types tiny_and_empty softmax_odd row_stats short_rows \
+    chain_math_f32 tiled_bias scalar_inputs broadcast strided_view half_types tiny_and_empty softmax_odd row_stats short_rows \
     column_sums whole_tensor 2>&1 | tail -8
 fi
 exit $rc

@@ -41,6 +41,10 @@ inline const std::vector<Case> &cases() {
        "trace @tiled_bias {\n  %0 = input f32[512,1024]\n  %1 = input f32[1024]\n  %2 = add(%0, %1)\n"
        "  %3 = silu(%2)\n  return %3\n}\n",
        1e-6, 1e-6, false},
+      {"scalar_inputs",
+       "trace @scalar_inputs {\n  %0 = input f32[1000,33]\n  %1 = input f64\n  %2 = input i64\n"
+       "  %3 = mul(%0, %1)\n  %4 = add(%3, %2)\n  %5 = sum(%4, [1], true)\n  %6 = div(%4, %5)\n  return %6\n}\n",
+       1e-5, 1e-6, false},
       {"broadcast",
        "trace @broadcast {\n  %0 = input f32[64,1,7]\n  %1 = input f32[33,7]\n  %2 = input f32[7]\n"
        "  %3 = add(%0, %1)\n  %4 = mul(%3, %2)\n  %5 = relu(%4)\n  %6 = maximum(%5, %1)\n  return %6\n}\n",
@@ -132,7 +136,15 @@ struct InputSpec {
   std::string dtype;             // "f32", "f64", "f16", "bf16", "i32", "i64", "bool"
   std::vector<int64_t> sizes, strides;
   int64_t storage = 0;           // elements backing the view
+  bool scalar = false;           // `input f64` / `input i64` / `input bool`: passed by value
 };
+
+// The value a scalar input `which` gets (both sides use it): f64 0.75, 1.25, ...; i64 3, 4, ...
+inline double scalar_value(const InputSpec &s, int which) {
+  if (s.dtype == "f64") return 0.75 + 0.5 * which;
+  if (s.dtype == "bool") return 1;
+  return 3 + which;
+}
 
 // The `%k = input <dtype>[sizes]{strides}` lines of a trace, in order.
 inline std::vector<InputSpec> input_specs(const char *trace) {
@@ -140,7 +152,12 @@ inline std::vector<InputSpec> input_specs(const char *trace) {
   for (const char *p = strstr(trace, "= input "); p; p = strstr(p + 1, "= input ")) {
     InputSpec s;
     p += 8;
-    while (*p != '[') s.dtype += *p++;
+    while (*p && *p != '[' && *p != ' ' && *p != '\n') s.dtype += *p++;
+    if (*p != '[') {
+      s.scalar = true;
+      out.push_back(s);
+      continue;
+    }
     auto nums = [&](char close) {
       std::vector<int64_t> v;
       ++p;

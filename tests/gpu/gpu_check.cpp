@@ -89,6 +89,16 @@ Result run_case(const std::shared_ptr<gpu::Device> &dev, const Case &c, const st
     return res;
   }
   for (size_t k = 0; k < specs.size(); ++k) {
+    if (specs[k].scalar) {  // its 8 bytes live in the slot itself, as on the CPU
+      double v = scalar_value(specs[k], (int)k);
+      if (specs[k].dtype == "f64") {
+        memcpy(&slots[k], &v, 8);
+      } else {
+        int64_t i = (int64_t)v;
+        memcpy(&slots[k], &i, 8);
+      }
+      continue;
+    }
     std::vector<uint8_t> host = make_input(specs[k], (int)k);
     size_t bytes = (size_t)specs[k].storage * (size_t)elem_bytes(specs[k].dtype);
     uint64_t d = dev->alloc(bytes);
@@ -247,7 +257,7 @@ int main(int argc, char **argv) {
       if (r.ok && r.ms > 0) {
         rows.push_back({c.name, r.ms, r.bytes / (r.ms * 1e6)});
         for (const InputSpec &s : input_specs(c.trace))
-          max_tensor = std::max(max_tensor, (size_t)s.storage * (size_t)elem_bytes(s.dtype));
+          if (!s.scalar) max_tensor = std::max(max_tensor, (size_t)s.storage * (size_t)elem_bytes(s.dtype));
         // The tuning knobs swept (each variant is checked against the CPU again).
         const char *knob = r.rows ? "DYNAMO_GPU_ROW_BLOCK" : "DYNAMO_GPU_UNROLL";
         std::vector<int> values = r.rows ? std::vector<int>{64, 128, 256, 512} : std::vector<int>{1, 2, 4, 8};

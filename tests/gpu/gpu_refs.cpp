@@ -50,6 +50,22 @@ bool run_case(dynamo_engine *eng, const Case &c, const std::string &dir) {
   std::vector<DLTensor> tens(specs.size());
   std::vector<dynamo_arg> args(specs.size());
   for (size_t k = 0; k < specs.size(); ++k) {
+    if (specs[k].scalar) {
+      double v = scalar_value(specs[k], (int)k);
+      if (specs[k].dtype == "f64") {
+        args[k].kind = DYNAMO_ARG_FLOAT;
+        args[k].u.f = v;
+      } else if (specs[k].dtype == "bool") {
+        args[k].kind = DYNAMO_ARG_BOOL;
+        args[k].u.b = v != 0;
+      } else {
+        args[k].kind = DYNAMO_ARG_INT;
+        args[k].u.i = (int64_t)v;
+      }
+      args[k].flags = 0;
+      data.emplace_back();
+      continue;
+    }
     data.push_back(make_input(specs[k], (int)k));
     DLTensor &d = tens[k];
     d.data = data.back().data();
