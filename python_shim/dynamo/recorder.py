@@ -508,7 +508,7 @@ def _implied(op, arg, v, all_cpu):
     if isinstance(v, torch.device):
         if v.type == "cpu" and all_cpu:
             return True
-        raise Abort(f"{op}: device={v} (this build compiles CPU tensors only)")
+        raise Abort(f"{op}: a device={v} argument (compiled code does not create or move tensors across devices)")
     if isinstance(v, torch.layout):
         if v == torch.strided:
             return True
