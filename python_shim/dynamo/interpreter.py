@@ -606,6 +606,11 @@ class Interpreter:
                         pass  # an in-place tensor write: recorded at ATen
                     else:
                         self.abort("item assignment into an object from outside the function")
+                if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
+                    # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
+                    # Tensor.__setitem__ does) is made here by a traced op instead of from Python
+                    # data, so the write is recorded; the number is a constant or a guarded value.
+                    v = torch.scalar_tensor(v, dtype=obj.dtype, device=obj.device)
                 obj[key[0]] = v
             elif op == "BUILD_TUPLE":
                 items = stack[len(stack) - arg:] if arg else []

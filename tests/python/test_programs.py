@@ -444,15 +444,25 @@ def ip_setitem_mask(x):
     return x + 1
 
 
+def ip_setitem_index(x, i, y):
+    x[i] = y
+    return x * 2
+
+
+def ip_setitem_index_number(x, i):
+    x[i] = 7
+    return x - 1
+
+
 def ip_setitem_scalar(x):
     x[0] = 1.0
     return x.sum()
 
 
-SETITEM = ("front end: item assignment into an input tensor is never recorded: the write goes through a "
-           "view (slice/select + copy_/fill_), which Recorder._record_inplace rejects ('writes into a tensor "
-           "that has views'), or through aten::lift_fresh/index_put_ for scalars and masks ('tensor created "
-           "from Python data inside the function'); the call falls back to eager with correct results")
+SETITEM = ("front end: item assignment through a slice or an integer index writes through a view "
+           "(slice/select + copy_/fill_), which Recorder._record_inplace rejects ('writes into a tensor that "
+           "has views'); the call falls back to eager with correct results. Masks and index tensors "
+           "(index_put_) are traced")
 
 INPLACE = [
     Prog("inplace_add_mul", ip_add_mul, lambda: (rn(8, 16), rn(16)), inplace=True),
@@ -462,7 +472,10 @@ INPLACE = [
     Prog("inplace_int64", ip_int, lambda: (ri(20),), inplace=True),
     Prog("inplace_temporary_then_copy", ip_temporary_then_input, lambda: (rn(3, 11),), inplace=True),
     Prog("setitem_slice", ip_setitem_slice, lambda: (rn(4, 6), rn(4, 2)), inplace=True, xfail=SETITEM),
-    Prog("setitem_mask", ip_setitem_mask, lambda: (rn(4, 6),), inplace=True, xfail=SETITEM),
+    Prog("setitem_mask", ip_setitem_mask, lambda: (rn(4, 6),), inplace=True),
+    Prog("setitem_index_tensor_value", ip_setitem_index, lambda: (rn(6, 3), torch.tensor([0, 4]), rn(2, 3)),
+         inplace=True),
+    Prog("setitem_index_number", ip_setitem_index_number, lambda: (rn(9), torch.tensor([8, 1, 1])), inplace=True),
     Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True, xfail=SETITEM),
 ]
 
