@@ -65,7 +65,8 @@ class Recorder(TorchDispatchMode):
         self.vals = {}          # id(tensor) -> IR value name
         self.keep = []          # tensors kept alive so that ids stay unique while recording
         self.device = None      # torch.device of the CUDA inputs (None: a CPU trace)
-        self.viewed = set()     # value names that are views or have views taken of them
+        self.view_of = {}       # id(view) -> (parent tensor, view op or None, its argument values)
+        self.views = {}         # id(tensor) -> the views taken of it (tensors)
         self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
         self.input_names = set()
         self.mutated = False    # an in-place op was recorded
@@ -238,7 +239,7 @@ class Recorder(TorchDispatchMode):
             for o, text in zip(outs, _split_views(func, vals, outs, src)):
                 res = self._new()
                 self.lines.append(f"  {res} = {text} : {type_text(o)}")
-                self.viewed.update((src, res))
+                self._note_view(o, vals[0], None, vals)
                 self._bind(o, res)
             return
         view = self._view_text(func, vals, outs[0])
@@ -246,7 +247,7 @@ class Recorder(TorchDispatchMode):
             src = self._operand(vals[0])
             res = self._new()
             self.lines.append(f"  {res} = {view} : {type_text(outs[0])}")
-            self.viewed.update((src, res))
+            self._note_view(outs[0], vals[0], func, vals)
             self._bind(outs[0], res)
             return
         if torch.Tag.dynamic_output_shape in func.tags and not _static_index(func, vals):
@@ -316,33 +317,79 @@ class Recorder(TorchDispatchMode):
             self._extern(_aten.scalar_tensor.default, [nums[i], t.dtype], [t])
         return func, new
 
+    def _note_view(self, out, parent, func, vals):
+        self.view_of[id(out)] = (parent, func, vals)
+        self.views.setdefault(id(parent), []).append(out)
+
+    def _poison_views(self, t, why):
+        """Every view taken of t (transitively) aliases memory about to change: later uses abort."""
+        for v in self.views.pop(id(t), []):
+            self._poison_views(v, why)
+            self.vals.pop(id(v), None)
+            self.poison[id(v)] = why
+
     def _record_inplace(self, func, vals, dst):
-        """x.add_(y) -> %t = add(x, y); x = copy_(x, %t) on inputs; a rebinding on temporaries."""
+        """x.add_(y) -> %t = add(x, y); x = copy_(x, %t) on inputs; a rebinding on temporaries.
+        A write through slice/select views of x (x[:, 1:3] = y, x[0].mul_(2)) is rebuilt as the
+        new contents of x (aten::slice_scatter / select_scatter up the view chain), then written
+        the same way. Other views of x taken earlier would see stale values: they are poisoned."""
         name = func._schema.name
         dname = self.vals.get(id(dst))
         if dname is None:
             raise Abort(self.poison.get(id(dst)) or f"{name} writes into a tensor of unknown origin")
-        if dname in self.viewed or dst._base is not None:
-            raise Abort(f"{name} writes into a tensor that has views (aliasing through views is not traced yet)")
-        if name == "aten::copy_":
-            src = self._operand(vals[1])
-            res = src
+        if name == "aten::copy_":  # the source, broadcast and cast to the destination
+            res = self._operand(vals[1])
+            src = vals[1]
+            if isinstance(src, torch.Tensor) and tuple(src.shape) != tuple(dst.shape):
+                n = self._new()
+                self.lines.append(f"  {n} = expand({res}, [{','.join(str(d) for d in dst.shape)}]) : "
+                                  f"{_dt(src.dtype)}[{','.join(str(d) for d in dst.shape)}]")
+                res = n
+            if not isinstance(src, torch.Tensor) or src.dtype != dst.dtype:
+                n = self._new()
+                self.lines.append(f"  {n} = to({res}, {_dt(dst.dtype)}) : {type_text(dst)}")
+                res = n
         else:
             fn = _functional(func)
             if fn is None:
                 raise Abort(f"{name}: no functional form")
             fn, vals = self._scalar_args(fn, vals, None, check=False)
             res = self._extern(fn, vals, [None], types=type_text(dst))[0]
-        if dname in self.input_names:
-            new = self._new()
-            self.lines.append(f"  {new} = copy_({dname}, {res}) : {type_text(dst)}")
+        new, cur = res, dst
+        while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
+            parent, vf, vv = self.view_of[id(cur)]
+            if vf is not _aten.slice.Tensor and vf is not _aten.select.int:
+                what = vf._schema.name if vf is not None else "split/chunk/unbind"
+                raise Abort(f"{name} writes through a {what} view (writes through slices and selects are traced)")
+            pname = self._operand(parent)
+            n = self._new()
+            if vf is _aten.slice.Tensor:
+                dim, start, end, step = _slice_params(vv)
+                self.lines.append(f"  {n} = extern aten::slice_scatter({pname}, {new}, {dim}, {start}, {end}, "
+                                  f"{step}) : {type_text(parent)}")
+            else:
+                self.lines.append(f"  {n} = extern aten::select_scatter({pname}, {new}, {vv[1]}, {vv[2]}) : "
+                                  f"{type_text(parent)}")
+            new, cur = n, parent
+        base = cur
+        if base._base is not None:  # an input that is itself a view: other inputs may share its memory
+            raise Abort(f"{name} writes into an input that is a view of another tensor (aliasing between "
+                        "inputs is not traced)")
+        bname = self.vals.get(id(base))
+        if bname is None:
+            raise Abort(self.poison.get(id(base)) or f"{name} writes into a view of a tensor of unknown origin")
+        self._poison_views(base, f"a view of a tensor that {name} wrote into afterwards (aliasing views are "
+                                 "not traced after a write)")
+        if bname in self.input_names:
+            n = self._new()
+            self.lines.append(f"  {n} = copy_({bname}, {new}) : {type_text(base)}")
             self.mutated = True
-            self.vals[id(dst)] = new
-            self.input_names.add(new)  # later in-place ops still write the input's memory
-        elif name == "aten::copy_":
-            raise Abort("copy_ into a temporary tensor is not traced yet")
-        else:
-            self.vals[id(dst)] = res
+            self.input_names.add(n)  # later in-place ops still write the input's memory
+            new = n
+        self.vals[id(base)] = new
+        if dst is not base:  # the view written through now holds res (its other uses stay poisoned)
+            self.poison.pop(id(dst), None)
+            self._bind(dst, res)
 
     def _view_text(self, func, v, out):
         """IR text of a view op (without result type), or None for non-views."""
@@ -369,15 +416,7 @@ class Recorder(TorchDispatchMode):
         if func is _aten.select.int:
             return f"select({x()}, {v[1]}, {v[2]})"
         if func is _aten.slice.Tensor:
-            t = v[0]
-            dim = v[1] if len(v) > 1 else 0
-            dim = dim % max(t.dim(), 1)
-            size = t.shape[dim]
-            start = v[2] if len(v) > 2 and v[2] is not None else 0
-            end = v[3] if len(v) > 3 and v[3] is not None else size
-            step = v[4] if len(v) > 4 else 1
-            start = max(0, min(size, start + size if start < 0 else start))
-            end = max(start, min(size, end + size if end < 0 else end))
+            dim, start, end, step = _slice_params(v)
             return f"slice({x()}, {dim}, {start}, {end}, {step})"
         if func is _aten.as_strided.default or func is _aten.unfold.default:
             raise Abort(f"{func._schema.name}: general strided views are not supported")
@@ -490,6 +529,24 @@ def _tensors_in(v):
     return []
 
 
+
+
+def _slice_params(v):
+    """aten::slice.Tensor's (dim, start, end, step) arguments, normalized to the tensor's size."""
+    t = v[0]
+    dim = v[1] if len(v) > 1 else 0
+    dim = dim % max(t.dim(), 1)
+    size = t.shape[dim]
+    start = v[2] if len(v) > 2 and v[2] is not None else 0
+    end = v[3] if len(v) > 3 and v[3] is not None else size
+    step = v[4] if len(v) > 4 else 1
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = max(start, min(size, end + size if end < 0 else end))
+    return dim, start, end, step
+
+
+def _dt(dtype):
+    return DTYPE_NAMES[dtype]
 
 def _static_index(func, vals):
     """aten::index.Tensor by integer index tensors: the output size follows the index shapes

@@ -444,6 +444,23 @@ def ip_setitem_mask(x):
     return x + 1
 
 
+def ip_through_view(x):
+    x[1:, 2].mul_(3)  # an in-place op on a view of a view of the input
+    return x * 1
+
+
+def ip_setitem_temporary(x):
+    t = x * 2
+    t[:, 0] = 5
+    return t
+
+
+def ip_copy_temporary(x, y):
+    t = x * 2
+    t.copy_(y)
+    return t + 1
+
+
 def ip_setitem_index(x, i, y):
     x[i] = y
     return x * 2
@@ -459,11 +476,6 @@ def ip_setitem_scalar(x):
     return x.sum()
 
 
-SETITEM = ("front end: item assignment through a slice or an integer index writes through a view "
-           "(slice/select + copy_/fill_), which Recorder._record_inplace rejects ('writes into a tensor that "
-           "has views'); the call falls back to eager with correct results. Masks and index tensors "
-           "(index_put_) are traced")
-
 INPLACE = [
     Prog("inplace_add_mul", ip_add_mul, lambda: (rn(8, 16), rn(16)), inplace=True),
     Prog("inplace_clamp_relu", ip_clamp_relu, lambda: (rn(5, 9) * 2,), inplace=True),
@@ -471,12 +483,15 @@ INPLACE = [
     Prog("inplace_returns_input", ip_returns_input, lambda: (rn(4, 4), rn(4, 4)), inplace=True),
     Prog("inplace_int64", ip_int, lambda: (ri(20),), inplace=True),
     Prog("inplace_temporary_then_copy", ip_temporary_then_input, lambda: (rn(3, 11),), inplace=True),
-    Prog("setitem_slice", ip_setitem_slice, lambda: (rn(4, 6), rn(4, 2)), inplace=True, xfail=SETITEM),
+    Prog("setitem_slice", ip_setitem_slice, lambda: (rn(4, 6), rn(4, 2)), inplace=True),
     Prog("setitem_mask", ip_setitem_mask, lambda: (rn(4, 6),), inplace=True),
     Prog("setitem_index_tensor_value", ip_setitem_index, lambda: (rn(6, 3), torch.tensor([0, 4]), rn(2, 3)),
          inplace=True),
     Prog("setitem_index_number", ip_setitem_index_number, lambda: (rn(9), torch.tensor([8, 1, 1])), inplace=True),
-    Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True, xfail=SETITEM),
+    Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True),
+    Prog("inplace_through_view", ip_through_view, lambda: (rn(4, 5),), inplace=True),
+    Prog("setitem_into_temporary", ip_setitem_temporary, lambda: (rn(3, 3),)),
+    Prog("copy_into_temporary", ip_copy_temporary, lambda: (rn(2, 3), rn(3))),
 ]
 
 def rotate_half(x):
@@ -848,6 +863,12 @@ def fb_store_global(x):
     return x * GAIN
 
 
+def fb_stale_view(x):
+    v = x[0]
+    x.add_(1)  # v now aliases changed memory: reading it after the write is not traced
+    return v * 2
+
+
 def fb_mask_index(x):
     return x[x > 0].sum() * 2  # a boolean mask: the size of x[mask] depends on the data
 
@@ -893,8 +914,9 @@ FALLBACKS = [
     Fallback("import_bytecode", fb_import, lambda: (rn(3),), "bytecode IMPORT_NAME"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
     Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
+    Fallback("view_read_after_write", fb_stale_view, lambda: (rn(3, 3),), "aliasing views are not traced"),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), "torch.tensor"),
-    Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "has views"),
+    Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "a view of another tensor"),
     Fallback("autograd_input", fb_autograd, lambda: (rn(6).requires_grad_(),), "autograd", grad=True),
 ]
 
