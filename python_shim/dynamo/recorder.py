@@ -387,9 +387,10 @@ class Recorder(TorchDispatchMode):
             self.input_names.add(n)  # later in-place ops still write the input's memory
             new = n
         self.vals[id(base)] = new
-        if dst is not base:  # the view written through now holds res (its other uses stay poisoned)
-            self.poison.pop(id(dst), None)
+        if dst is not base:  # the view written through now holds res; it still aliases base, so a
+            self.poison.pop(id(dst), None)  # later write into base must poison it again
             self._bind(dst, res)
+            self.views.setdefault(id(base), []).append(dst)
 
     def _view_text(self, func, v, out):
         """IR text of a view op (without result type), or None for non-views."""

@@ -449,6 +449,13 @@ def ip_through_view(x):
     return x * 1
 
 
+def ip_view_written_twice(x):
+    v = x[0]
+    v.mul_(2)
+    v.add_(1)
+    return v * 1, x * 1
+
+
 def ip_setitem_temporary(x):
     t = x * 2
     t[:, 0] = 5
@@ -490,6 +497,7 @@ INPLACE = [
     Prog("setitem_index_number", ip_setitem_index_number, lambda: (rn(9), torch.tensor([8, 1, 1])), inplace=True),
     Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True),
     Prog("inplace_through_view", ip_through_view, lambda: (rn(4, 5),), inplace=True),
+    Prog("view_written_twice", ip_view_written_twice, lambda: (rn(3, 4),), inplace=True),
     Prog("setitem_into_temporary", ip_setitem_temporary, lambda: (rn(3, 3),)),
     Prog("copy_into_temporary", ip_copy_temporary, lambda: (rn(2, 3), rn(3))),
 ]
@@ -869,6 +877,13 @@ def fb_stale_view(x):
     return v * 2
 
 
+def fb_view_written_then_base(x):
+    v = x[0]
+    v.mul_(2)
+    x.add_(1)  # v (written through before) aliases x: its value changes again
+    return v * 1
+
+
 def fb_mask_index(x):
     return x[x > 0].sum() * 2  # a boolean mask: the size of x[mask] depends on the data
 
@@ -915,6 +930,8 @@ FALLBACKS = [
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
     Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
     Fallback("view_read_after_write", fb_stale_view, lambda: (rn(3, 3),), "aliasing views are not traced"),
+    Fallback("view_written_then_base_written", fb_view_written_then_base, lambda: (rn(3, 4),),
+             "aliasing views are not traced"),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), "torch.tensor"),
     Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "a view of another tensor"),
     Fallback("autograd_input", fb_autograd, lambda: (rn(6).requires_grad_(),), "autograd", grad=True),
