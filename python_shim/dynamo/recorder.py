@@ -65,7 +65,7 @@ class Recorder(TorchDispatchMode):
         self.vals = {}          # id(tensor) -> IR value name
         self.keep = []          # tensors kept alive so that ids stay unique while recording
         self.device = None      # torch.device of the CUDA inputs (None: a CPU trace)
-        self.view_of = {}       # id(view) -> (parent tensor, view op or None, its argument values)
+        self.view_of = {}       # id(view) -> (parent tensor, the op that made it, its argument values)
         self.views = {}         # id(tensor) -> the views taken of it (tensors)
         self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
         self.input_names = set()
@@ -239,7 +239,7 @@ class Recorder(TorchDispatchMode):
             for o, text in zip(outs, _split_views(func, vals, outs, src)):
                 res = self._new()
                 self.lines.append(f"  {res} = {text} : {type_text(o)}")
-                self._note_view(o, vals[0], None, vals)
+                self._note_view(o, vals[0], func, vals)
                 self._bind(o, res)
             return
         view = self._view_text(func, vals, outs[0])
@@ -266,8 +266,23 @@ class Recorder(TorchDispatchMode):
         why = _hidden_write(func, vals) or _bool_scalar(func, vals, outs)
         if why is not None:
             raise Abort(why)
+        orig = func
         func, vals = self._scalar_args(func, vals, outs, check=not seeded)
         self._extern(func, vals, outs)
+        self._note_aliases(orig, vals, outs)
+
+    def _note_aliases(self, func, vals, outs):
+        """An op whose result aliases an argument (a view ATen makes that the IR has no view op
+        for: aten::_reshape_alias, diagonal, ...) is recorded as a copy; noting it as a view of that
+        argument makes a later write into the argument poison it (its eager value would change)."""
+        schema = func._schema
+        for r, o in zip(schema.returns, outs):
+            if r.alias_info is None or not isinstance(o, torch.Tensor):
+                continue
+            for a, v in zip(schema.arguments, vals):
+                if isinstance(v, torch.Tensor) and a.alias_info is not None and \
+                        set(a.alias_info.before_set) & set(r.alias_info.before_set):
+                    self._note_view(o, v, func, vals)
 
     def _extern(self, func, vals, outs, types=None):
         ops = ", ".join(self._operand(v) for v in vals)
@@ -359,8 +374,8 @@ class Recorder(TorchDispatchMode):
         while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
             parent, vf, vv = self.view_of[id(cur)]
             if vf is not _aten.slice.Tensor and vf is not _aten.select.int:
-                what = vf._schema.name if vf is not None else "split/chunk/unbind"
-                raise Abort(f"{name} writes through a {what} view (writes through slices and selects are traced)")
+                raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices and "
+                            "selects are traced)")
             pname = self._operand(parent)
             n = self._new()
             if vf is _aten.slice.Tensor:

@@ -884,6 +884,18 @@ def fb_view_written_then_base(x):
     return v * 1
 
 
+def fb_alias_op_then_write(x):
+    d = x.diagonal()  # an alias the IR records as a copy
+    y = x.reshape(2, -1)  # aten::_reshape_alias
+    x.mul_(2)
+    return d + y.sum()
+
+
+def fb_write_through_reshape(x):
+    x.view(-1).add_(1)
+    return x * 1
+
+
 def fb_mask_index(x):
     return x[x > 0].sum() * 2  # a boolean mask: the size of x[mask] depends on the data
 
@@ -932,6 +944,9 @@ FALLBACKS = [
     Fallback("view_read_after_write", fb_stale_view, lambda: (rn(3, 3),), "aliasing views are not traced"),
     Fallback("view_written_then_base_written", fb_view_written_then_base, lambda: (rn(3, 4),),
              "aliasing views are not traced"),
+    Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "aliasing views are not traced"),
+    Fallback("write_through_reshape_view", fb_write_through_reshape, lambda: (rn(3, 4),),
+             "writes through a view made by aten::view"),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), "torch.tensor"),
     Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "a view of another tensor"),
     Fallback("autograd_input", fb_autograd, lambda: (rn(6).requires_grad_(),), "autograd", grad=True),
