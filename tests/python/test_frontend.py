@@ -174,7 +174,9 @@ def test_inplace_mutation_of_inputs_matches_eager():
     for _ in range(3):
         r1 = f(a2, b)
         r2 = opt(a, b)
-        assert same(r1, r2) and same(a, a2)
+        assert torch.equal(a, a2)  # the mutated input: pointwise, bit for bit
+        # the sum: summation order differs (ours is compensated); bound by the terms' magnitude
+        assert abs(r1.item() - r2.item()) <= 1e-6 * a2.abs().sum().item(), (r1, r2)
 
 
 def test_side_effects_fall_back_and_happen_once(capsys):
