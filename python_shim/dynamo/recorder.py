@@ -345,9 +345,10 @@ class Recorder(TorchDispatchMode):
 
     def _record_inplace(self, func, vals, dst):
         """x.add_(y) -> %t = add(x, y); x = copy_(x, %t) on inputs; a rebinding on temporaries.
-        A write through slice/select views of x (x[:, 1:3] = y, x[0].mul_(2)) is rebuilt as the
-        new contents of x (aten::slice_scatter / select_scatter up the view chain), then written
-        the same way. Other views of x taken earlier would see stale values: they are poisoned."""
+        A write through views of x (x[:, 1:3] = y, x[0].mul_(2), x.view(-1)[:5].add_(1)) is rebuilt
+        as the new contents of x up the view chain (aten::slice_scatter / select_scatter, or the
+        inverse reshape/transpose/permute), then written the same way. Other views of x taken
+        earlier would see stale values: they are poisoned."""
         name = func._schema.name
         dname = self.vals.get(id(dst))
         if dname is None:
@@ -373,12 +374,15 @@ class Recorder(TorchDispatchMode):
         new, cur = res, dst
         while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
             parent, vf, vv = self.view_of[id(cur)]
-            if vf is not _aten.slice.Tensor and vf is not _aten.select.int:
-                raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices and "
-                            "selects are traced)")
+            inverse = _inverse_view(vf, vv, parent, new)
+            if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
+                raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
+                            "selects, reshapes and transposes are traced)")
             pname = self._operand(parent)
             n = self._new()
-            if vf is _aten.slice.Tensor:
+            if inverse is not None:  # the view keeps every element: its new contents, viewed back
+                self.lines.append(f"  {n} = {inverse} : {type_text(parent)}")
+            elif vf is _aten.slice.Tensor:
                 dim, start, end, step = _slice_params(vv)
                 self.lines.append(f"  {n} = extern aten::slice_scatter({pname}, {new}, {dim}, {start}, {end}, "
                                   f"{step}) : {type_text(parent)}")
@@ -546,6 +550,31 @@ def _tensors_in(v):
 
 
 
+
+
+_RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default, _aten._reshape_alias.default,
+             _aten.squeeze.dim, _aten.squeeze.default, _aten.unsqueeze.default, _aten.alias.default,
+             _aten.detach.default)
+
+
+def _inverse_view(func, vals, parent, new):
+    """IR text giving the parent's contents from new contents `new` of a view that keeps all of the
+    parent's elements (reshapes and dimension orders), or None for other views. A view made by
+    view/reshape keeps the row-major order of the elements, so reshaping back is exact."""
+    shape = "[" + ",".join(str(d) for d in parent.shape) + "]"
+    if func in _RESHAPES or (func is _aten.t.default and parent.dim() < 2):
+        return f"reshape({new}, {shape})"
+    if func is _aten.t.default:
+        return f"transpose({new}, 0, 1)"
+    if func is _aten.transpose.int:
+        return f"transpose({new}, {vals[1]}, {vals[2]})"
+    if func is _aten.permute.default:
+        dims = [d % max(parent.dim(), 1) for d in vals[1]]
+        inv = [0] * len(dims)
+        for i, d in enumerate(dims):
+            inv[d] = i
+        return f"permute({new}, [{','.join(str(d) for d in inv)}])"
+    return None
 
 def _slice_params(v):
     """aten::slice.Tensor's (dim, start, end, step) arguments, normalized to the tensor's size."""

@@ -449,6 +449,18 @@ def ip_through_view(x):
     return x * 1
 
 
+def ip_write_through_reshapes(x):
+    x.view(-1)[:5].add_(1)
+    x.reshape(2, 6)[1, :3] = 9
+    return x - 1
+
+
+def ip_write_through_transposes(x):
+    x.t()[0].mul_(3)
+    x.permute(1, 0).unsqueeze(0)[0, 2] = 0.5
+    return x + 0
+
+
 def ip_view_written_twice(x):
     v = x[0]
     v.mul_(2)
@@ -498,6 +510,8 @@ INPLACE = [
     Prog("setitem_scalar_row", ip_setitem_scalar, lambda: (rn(4, 6),), inplace=True),
     Prog("inplace_through_view", ip_through_view, lambda: (rn(4, 5),), inplace=True),
     Prog("view_written_twice", ip_view_written_twice, lambda: (rn(3, 4),), inplace=True),
+    Prog("write_through_reshapes", ip_write_through_reshapes, lambda: (rn(3, 4),), inplace=True),
+    Prog("write_through_transposes", ip_write_through_transposes, lambda: (rn(3, 4),), inplace=True),
     Prog("setitem_into_temporary", ip_setitem_temporary, lambda: (rn(3, 3),)),
     Prog("copy_into_temporary", ip_copy_temporary, lambda: (rn(2, 3), rn(3))),
 ]
@@ -891,8 +905,8 @@ def fb_alias_op_then_write(x):
     return d + y.sum()
 
 
-def fb_write_through_reshape(x):
-    x.view(-1).add_(1)
+def fb_write_through_diagonal(x):
+    x.diagonal().mul_(2)  # a view that is neither a slice/select nor keeps every element
     return x * 1
 
 
@@ -945,8 +959,8 @@ FALLBACKS = [
     Fallback("view_written_then_base_written", fb_view_written_then_base, lambda: (rn(3, 4),),
              "aliasing views are not traced"),
     Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "aliasing views are not traced"),
-    Fallback("write_through_reshape_view", fb_write_through_reshape, lambda: (rn(3, 4),),
-             "writes through a view made by aten::view"),
+    Fallback("write_through_diagonal", fb_write_through_diagonal, lambda: (rn(4, 4),),
+             "writes through a view made by aten::diagonal"),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), "torch.tensor"),
     Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "a view of another tensor"),
     Fallback("autograd_input", fb_autograd, lambda: (rn(6).requires_grad_(),), "autograd", grad=True),
