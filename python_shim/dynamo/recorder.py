@@ -549,9 +549,6 @@ def _tensors_in(v):
     return []
 
 
-
-
-
 _RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default, _aten._reshape_alias.default,
              _aten.squeeze.dim, _aten.squeeze.default, _aten.unsqueeze.default, _aten.alias.default,
              _aten.detach.default)
@@ -576,6 +573,7 @@ def _inverse_view(func, vals, parent, new):
         return f"permute({new}, [{','.join(str(d) for d in inv)}])"
     return None
 
+
 def _slice_params(v):
     """aten::slice.Tensor's (dim, start, end, step) arguments, normalized to the tensor's size."""
     t = v[0]
@@ -593,6 +591,7 @@ def _slice_params(v):
 def _dt(dtype):
     return DTYPE_NAMES[dtype]
 
+
 def _static_index(func, vals):
     """aten::index.Tensor by integer index tensors: the output size follows the index shapes
     (only boolean masks make it depend on the data), so it is traced like any op."""
@@ -600,6 +599,7 @@ def _static_index(func, vals):
         return False
     return all(i is None or (isinstance(i, torch.Tensor) and not i.is_floating_point() and not i.is_complex()
                              and i.dtype not in (torch.bool, torch.uint8)) for i in vals[1])
+
 
 def _implied(op, arg, v, all_cpu):
     """True if argument value v may be left to its schema default: it changes nothing in what
