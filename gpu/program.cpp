@@ -21,16 +21,21 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
 }
 
 Loaded::Loaded(std::shared_ptr<Device> dev, const Program &prog) : dev_(std::move(dev)), prog_(prog) {
-  mod_ = dev_->load(prog_.ptx);
-  for (const jit::GpuKernel &k : prog_.kernels) functions_.push_back(dev_->function(*mod_, k.name));
-  slot_table_ = dev_->alloc(sizeof(uint64_t) * (size_t)std::max<int32_t>(1, prog_.num_slots));
-  status_ = dev_->alloc(sizeof(int32_t));
   scratch_.assign((size_t)prog_.num_slots, 0);
-  for (size_t k = 0; k < scratch_.size(); ++k)
-    if (prog_.scratch_bytes[k] > 0) scratch_[k] = dev_->alloc((size_t)prog_.scratch_bytes[k]);
+  try {
+    mod_ = dev_->load(prog_.ptx);
+    for (const jit::GpuKernel &k : prog_.kernels) functions_.push_back(dev_->function(*mod_, k.name));
+    slot_table_ = dev_->alloc(sizeof(uint64_t) * (size_t)std::max<int32_t>(1, prog_.num_slots));
+    status_ = dev_->alloc(sizeof(int32_t));
+    for (size_t k = 0; k < scratch_.size(); ++k)
+      if (prog_.scratch_bytes[k] > 0) scratch_[k] = dev_->alloc((size_t)prog_.scratch_bytes[k]);
+  } catch (...) {  // no destructor runs for a half-built object: free what was taken
+    release();
+    throw;
+  }
 }
 
-Loaded::~Loaded() {
+void Loaded::release() noexcept {
   try {
     for (uint64_t p : scratch_) dev_->free(p);
     dev_->free(slot_table_);
@@ -38,6 +43,8 @@ Loaded::~Loaded() {
   } catch (...) {  // a driver error while tearing down: nothing more to do
   }
 }
+
+Loaded::~Loaded() { release(); }
 
 void Loaded::launch(std::vector<uint64_t> slots) {
   if ((int32_t)slots.size() != prog_.num_slots)

@@ -1,6 +1,6 @@
 // program.h -- a trace compiled for one NVIDIA GPU and how it runs: the PTX module (loaded once
 // through the driver) and its kernels in launch order, over the plan's slots as device
-// pointers. The engine's CUDA entries and tools/gpu_check both run traces through this.
+// pointers. The engine's CUDA entries and tests/gpu/gpu_check both run traces through this.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 namespace dynamo::gpu {
 
 // Whole-tensor reductions are cut into this many chunks on the GPU (a block each; a few per
-// multiprocessor), then merged by one thread.
+// multiprocessor), then merged by one block.
 constexpr int32_t kSplitChunks = 512;
 inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, jit::PlanOptions{kSplitChunks}); }
 
@@ -40,8 +40,8 @@ class Loaded {
   Loaded(const Loaded &) = delete;
   Loaded &operator=(const Loaded &) = delete;
 
-  // slots[k] for inputs, outputs (0 = NULL for an elided optional output) and scalar slots
-  // (device pointers to the value); scratch slots are filled here. Launches every kernel on
+  // slots[k] for inputs and outputs (device pointers; 0 = NULL for an elided optional output)
+  // and scalar inputs (the value's 8 bytes, as on the CPU); scratch slots are filled here. Launches every kernel on
   // the device's stream and waits. Returns the trace's runtime status (DYNAMO_RT_*).
   int32_t run(std::vector<uint64_t> slots);
   // Launches without waiting or reading the status (benchmarks: time many runs, then sync).
@@ -56,6 +56,7 @@ class Loaded {
   uint64_t slot_table_ = 0, status_ = 0;
   std::vector<uint64_t> scratch_;  // by slot
   std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device
+  void release() noexcept;
 };
 
 }  // namespace dynamo::gpu
