@@ -192,8 +192,9 @@ DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
                                                    char *why, size_t why_len);
 
 /* Runs entry on args, writing its outputs into outs (caller-owned buffers, contiguous, of
- * the dtype and shape given by dynamo_entry_output_info; data may be NULL for outputs that alias
- * an input, see dynamo_entry_output_alias). The guards are checked first (a miss returns
+ * the dtype and shape given by dynamo_entry_output_info, on the engine's device -- CPU, or the
+ * CUDA device of a kDLCUDA engine; data may be NULL for outputs that alias an input, see
+ * dynamo_entry_output_alias). The guards are checked first (a miss returns
  * DYNAMO_ERR_GUARD_MISS). Inputs are modified only by in-place ops in the trace (copy_), after
  * every read of their old contents (writes recorded before a side exit are done before it).
  * A trace with dynamo::guard may return DYNAMO_EXIT: outputs are not written, see
@@ -204,7 +205,8 @@ DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg 
  * DLManagedTensor (contiguous, CPU, 64-byte aligned) owned by the caller: release it with
  * out_tensors[k]->deleter(out_tensors[k]) (it may outlive the entry, frame and engine). Its
  * memory returns to the engine's buffer pool, so a later call reuses it instead of taking
- * fresh pages from the kernel. For an output that aliases an input (dynamo_entry_output_alias)
+ * fresh pages from the kernel. A kDLCUDA engine returns device memory instead (freed by the
+ * deleter; the device stays open while one is held). For an output that aliases an input (dynamo_entry_output_alias)
  * out_tensors[k] is set to NULL and the caller makes the view. On failure (and on DYNAMO_EXIT)
  * every out_tensors[k] is NULL. */
 DYNAMO_API dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args,

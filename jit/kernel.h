@@ -94,6 +94,15 @@ class KernelEmitter {
   void collapse();
   void merge_dims(const std::vector<int> &which, std::vector<std::vector<int64_t>> &nc);
   void begin_function(const std::string &name);
+  // A loop skeleton: its index starts at `from`, the body (emitted between the two calls) runs
+  // while cond(index) holds, and close_loop gives the next iteration's index and leaves the
+  // builder after the loop. Blocks: name, name_body, name_exit.
+  struct Loop {
+    PHINode *i;
+    BasicBlock *head, *exit;
+  };
+  Loop open_loop(Value *from, const std::function<Value *(Value *)> &cond, const std::string &name);
+  void close_loop(const Loop &l, Value *next);
   void emit_nest(size_t d, size_t stop, Value *begin, Value *end, const std::function<void(Value *, Value *)> &at_stop);
   // The innermost loop over dims[d]: vectors of `lanes` then a scalar tail, body(lanes_now).
   // Blocked accumulation: whole blocks of `iters` unrolled iterations run between begin() and

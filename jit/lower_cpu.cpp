@@ -120,6 +120,26 @@ void KernelEmitter::begin_function(const std::string &name) {
   outer_off.assign(pats.size(), B.getInt64(0));
 }
 
+KernelEmitter::Loop KernelEmitter::open_loop(Value *from, const std::function<Value *(Value *)> &cond,
+                                             const std::string &name) {
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, name, F), *body = BasicBlock::Create(C, name + "_body", F);
+  BasicBlock *exit = BasicBlock::Create(C, name + "_exit", F);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
+  i->addIncoming(from, pre);
+  B.CreateCondBr(cond(i), body, exit);
+  B.SetInsertPoint(body);
+  return {i, head, exit};
+}
+
+void KernelEmitter::close_loop(const Loop &l, Value *next) {
+  l.i->addIncoming(next, B.GetInsertBlock());
+  B.CreateBr(l.head);
+  B.SetInsertPoint(l.exit);
+}
+
 Function *KernelEmitter::emit(const std::string &name) {
   if (g.row) return emit_row(name);
   total = 1;
@@ -155,15 +175,8 @@ void KernelEmitter::emit_gpu_flat() {
   gpu_n = n / unroll;
   const int64_t tile = (int64_t)unroll * kGpuThreads;
   const bool tiled = unroll > 1 && n % tile == 0;
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "flat", F), *body = BasicBlock::Create(C, "flat_body", F);
-  BasicBlock *exit = BasicBlock::Create(C, "flat_exit", F);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
-  j->addIncoming(F->getArg(1), pre);
-  B.CreateCondBr(B.CreateICmpSLT(j, F->getArg(2)), body, exit);
-  B.SetInsertPoint(body);
+  Loop lp = open_loop(F->getArg(1), [&](Value *i) { return B.CreateICmpSLT(i, F->getArg(2)); }, "flat");
+  Value *j = lp.i;
   std::vector<Value *> saved = outer_off;
   hoisted.clear();
   rflat = nullptr;
@@ -194,9 +207,7 @@ void KernelEmitter::emit_gpu_flat() {
     emit_body(1);
     outer_off = saved;
   }
-  j->addIncoming(B.CreateAdd(j, B.getInt64(1)), B.GetInsertBlock());
-  B.CreateBr(head);
-  B.SetInsertPoint(exit);
+  close_loop(lp, B.CreateAdd(j, B.getInt64(1)));
 }
 
 Value *KernelEmitter::gpu_lane_first() {
@@ -216,25 +227,15 @@ void KernelEmitter::emit_nest(size_t d, size_t stop, Value *begin, Value *end,
     at_stop(begin, end);
     return;
   }
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "outer" + std::to_string(d), F);
-  BasicBlock *body = BasicBlock::Create(C, "outer_body" + std::to_string(d), F);
-  BasicBlock *exit = BasicBlock::Create(C, "outer_exit" + std::to_string(d), F);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
-  i->addIncoming(begin, pre);
-  B.CreateCondBr(B.CreateICmpSLT(i, end), body, exit);
-  B.SetInsertPoint(body);
+  Loop lp = open_loop(begin, [&](Value *i) { return B.CreateICmpSLT(i, end); }, "outer" + std::to_string(d));
+  Value *i = lp.i;
   std::vector<Value *> saved = outer_off;
   for (size_t k = 0; k < pats.size(); ++k)
     if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
   Value *next_end = d + 1 < dims.size() ? B.getInt64(dims[d + 1].size) : B.getInt64(0);
   emit_nest(d + 1, stop, B.getInt64(0), next_end, at_stop);
   outer_off = saved;
-  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
-  B.CreateBr(head);
-  B.SetInsertPoint(exit);
+  close_loop(lp, B.CreateAdd(i, B.getInt64(1)));
 }
 
 void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll,
@@ -250,32 +251,28 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     hoisted[(int32_t)k] = load((int32_t)k).v;
   }
   Value *row_base = rflat;
-  // copies: vectors per iteration (independent accumulators when unrolled).
-  auto loop = [&](int lanes_now, int copies, Value *from, Value *limit, const char *nm) -> Value * {
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, std::string(nm) + "_head", F);
-    BasicBlock *bodyb = BasicBlock::Create(C, std::string(nm) + "_body", F);
-    BasicBlock *exit = BasicBlock::Create(C, std::string(nm) + "_exit", F);
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
-    j->addIncoming(from, pre);
-    int64_t step = (int64_t)lanes_now * copies;
-    Value *cond = step == 1 ? B.CreateICmpSLT(j, limit) : B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(step)), limit);
-    B.CreateCondBr(cond, bodyb, exit);
-    B.SetInsertPoint(bodyb);
+  // copies: vectors of lanes_now per iteration (independent accumulators when unrolled), copy u
+  // starting `spacing` elements after copy u - 1 (the vector width; a GPU block's thread count
+  // when its threads stride a row). Runs while the iteration's last element is below limit.
+  auto loop = [&](int lanes_now, int copies, Value *from, Value *limit, const char *nm, int64_t spacing) -> Value * {
+    int64_t reach = (int64_t)(copies - 1) * spacing + lanes_now;  // elements from j to past the last
+    Loop lp = open_loop(from, [&](Value *j) -> Value * {
+      if (reach == 1) return B.CreateICmpSLT(j, limit);
+      if (lanes_now == 1) return B.CreateICmpSLT(B.CreateAdd(j, B.getInt64(reach - 1)), limit);  // last one
+      return B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(reach)), limit);
+    }, nm);
+    Value *j = lp.i;
+    gpu_copies = gpu_block && copies > 1;
     for (int u = 0; u < copies; ++u) {
       copy_index = u;
-      jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * lanes_now)) : (Value *)j;
+      jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * spacing)) : j;
       if (row_base) rflat = B.CreateAdd(row_base, jidx);
       if (prefetch_next_row && lanes_now == lanes) emit_prefetch_next_row();
       body(lanes_now);
     }
+    gpu_copies = false;
     copy_index = 0;
-    Value *next = B.CreateAdd(j, B.getInt64(step));
-    j->addIncoming(next, B.GetInsertBlock());
-    B.CreateBr(head);
-    B.SetInsertPoint(exit);
+    close_loop(lp, B.CreateAdd(j, B.getInt64((int64_t)copies * spacing)));
     return j;
   };
   Value *after = begin;
@@ -286,31 +283,6 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     // the rest one at a time.
     // (`unroll` is the caller's number of accumulator copies; store passes pass 4.)
     const int per_iter = std::max(1, std::min(unroll, 4));
-    auto strided = [&](Value *from, int copies, const char *nm) -> Value * {
-      BasicBlock *pre = B.GetInsertBlock();
-      BasicBlock *head = BasicBlock::Create(C, nm, F), *bb = BasicBlock::Create(C, std::string(nm) + "_body", F);
-      BasicBlock *exit = BasicBlock::Create(C, std::string(nm) + "_exit", F);
-      B.CreateBr(head);
-      B.SetInsertPoint(head);
-      PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
-      j->addIncoming(from, pre);
-      Value *last = copies == 1 ? (Value *)j : B.CreateAdd(j, B.getInt64((int64_t)(copies - 1) * gpu_block));
-      B.CreateCondBr(B.CreateICmpSLT(last, end), bb, exit);
-      B.SetInsertPoint(bb);
-      gpu_copies = copies > 1;
-      for (int u = 0; u < copies; ++u) {
-        copy_index = u;
-        jidx = u ? B.CreateAdd(j, B.getInt64((int64_t)u * gpu_block)) : (Value *)j;
-        if (row_base) rflat = B.CreateAdd(row_base, jidx);
-        body(1);
-      }
-      gpu_copies = false;
-      copy_index = 0;
-      j->addIncoming(B.CreateAdd(j, B.getInt64((int64_t)copies * gpu_block)), B.GetInsertBlock());
-      B.CreateBr(head);
-      B.SetInsertPoint(exit);
-      return j;
-    };
     Value *j = B.CreateAdd(begin, gpu_lane_first());
     int64_t per_thread = dims[d].size / gpu_block;
     if (split == Split::None && dims.size() == n_outer + 1 && dims[d].size % gpu_block == 0 && per_thread <= 32) {
@@ -329,38 +301,30 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
       return;
     }
     if (per_iter > 1 && (split != Split::None || dims[d].size >= (int64_t)per_iter * gpu_block))
-      j = strided(j, per_iter, "blk_row_u");
-    strided(j, 1, "blk_row");
+      j = loop(1, per_iter, j, end, "blk_row_u", gpu_block);
+    loop(1, 1, j, end, "blk_row", gpu_block);
     rflat = row_base;
     return;
   }
   if (blk && lanes > 1 && dims[d].size >= (int64_t)lanes * unroll * blk->iters) {
     // Blocks: an outer loop over whole blocks, each an inner loop of blk->iters unrolled steps.
     int64_t step = (int64_t)lanes * unroll, bsize = step * blk->iters;
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, "blk_head", F), *bb = BasicBlock::Create(C, "blk_body", F);
-    BasicBlock *exit = BasicBlock::Create(C, "blk_exit", F);
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(B.getInt64Ty(), 2);
-    j->addIncoming(after, pre);
-    B.CreateCondBr(B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(bsize)), end), bb, exit);
-    B.SetInsertPoint(bb);
+    Loop lp = open_loop(after, [&](Value *j) { return B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(bsize)), end); },
+                        "blk");
+    Value *j = lp.i;
     blk->begin();
     in_block = true;
     Value *inner_end = B.CreateAdd(j, B.getInt64(bsize));
-    loop(lanes, unroll, j, inner_end, "blk_in");
+    loop(lanes, unroll, j, inner_end, "blk_in", lanes);
     in_block = false;
     blk->end();
-    j->addIncoming(inner_end, B.GetInsertBlock());
-    B.CreateBr(head);
-    B.SetInsertPoint(exit);
+    close_loop(lp, inner_end);
     after = j;
   }
   if (lanes > 1 && unroll > 1 && dims[d].size >= (int64_t)lanes * unroll)
-    after = loop(lanes, unroll, after, end, "vecu");
-  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, 1, after, end, "vec");
-  loop(1, 1, after, end, "tail");
+    after = loop(lanes, unroll, after, end, "vecu", lanes);
+  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, 1, after, end, "vec", lanes);
+  loop(1, 1, after, end, "tail", 1);
   rflat = row_base;
 }
 

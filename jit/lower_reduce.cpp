@@ -168,15 +168,8 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   // GPU: a block per chunk, its threads striding the chunk (then merged as a row's are).
   if (opt.gpu && dims.size() == n_outer + 1) gpu_block = gpu_part_block = opt.gpu_row_block ? opt.gpu_row_block : 512;
   begin_function(name + "_part");
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "chunk", F), *body = BasicBlock::Create(C, "chunk_body", F);
-  BasicBlock *exit = BasicBlock::Create(C, "chunk_exit", F);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *c = B.CreatePHI(B.getInt64Ty(), 2);
-  c->addIncoming(F->getArg(1), pre);
-  B.CreateCondBr(B.CreateICmpSLT(c, F->getArg(2)), body, exit);
-  B.SetInsertPoint(body);
+  Loop lp = open_loop(F->getArg(1), [&](Value *i) { return B.CreateICmpSLT(i, F->getArg(2)); }, "chunk");
+  Value *c = lp.i;
   split_chunk = c;
   split_lo = B.CreateSDiv(B.CreateMul(c, B.getInt64(n)), B.getInt64(g.split_chunks));
   split_hi = B.CreateSDiv(B.CreateMul(B.CreateAdd(c, B.getInt64(1)), B.getInt64(n)), B.getInt64(g.split_chunks));
@@ -186,9 +179,7 @@ Function *KernelEmitter::emit_split(const std::string &name) {
     emit_reduction(r);
     ++reduction_index;
   }
-  c->addIncoming(B.CreateAdd(c, B.getInt64(1)), B.GetInsertBlock());
-  B.CreateBr(head);
-  B.SetInsertPoint(exit);
+  close_loop(lp, B.CreateAdd(c, B.getInt64(1)));
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   part_fn = F;
 
@@ -229,16 +220,8 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   }
   int64_t below = 1;
   for (size_t k = d + 1; k < dims.size(); ++k) below *= dims[k].size;
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "red" + std::to_string(d), F);
-  BasicBlock *bb = BasicBlock::Create(C, "red_body" + std::to_string(d), F);
-  BasicBlock *exit = BasicBlock::Create(C, "red_exit" + std::to_string(d), F);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
-  i->addIncoming(lo, pre);
-  B.CreateCondBr(B.CreateICmpSLT(i, hi), bb, exit);
-  B.SetInsertPoint(bb);
+  Loop lp = open_loop(lo, [&](Value *i) { return B.CreateICmpSLT(i, hi); }, "red" + std::to_string(d));
+  Value *i = lp.i;
   std::vector<Value *> saved = outer_off;
   Value *saved_flat = rflat;
   for (size_t k = 0; k < pats.size(); ++k)
@@ -247,9 +230,7 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   emit_r_loops(d + 1, body, unroll, blk);
   outer_off = saved;
   rflat = saved_flat;
-  i->addIncoming(B.CreateAdd(i, B.getInt64(1)), B.GetInsertBlock());
-  B.CreateBr(head);
-  B.SetInsertPoint(exit);
+  close_loop(lp, B.CreateAdd(i, B.getInt64(1)));
 }
 
 // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
