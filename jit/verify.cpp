@@ -393,6 +393,33 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
   return {out};
 }
 
+namespace {
+// Externs whose stride/offset arguments address a tensor operand's memory directly. Only a
+// trace input has a layout fixed by the trace (declared and guarded); every other value's
+// layout is the plan's choice (a fused kernel's dense output, a view folded into strides), so
+// strides recorded from eager's layout of an intermediate would read the wrong elements.
+bool layout_dependent(const std::string &callee) {
+  static const char *const names[] = {"aten::as_strided", "aten::as_strided_", "aten::as_strided_scatter",
+                                      "aten::as_strided_copy", "aten::_reshape_alias",
+                                      "aten::_reshape_alias_copy"};
+  std::string base = callee.substr(0, callee.find('.'));
+  for (const char *n : names)
+    if (base == n) return true;
+  return false;
+}
+
+void check_layout_args(const Trace &t, const Inst &in, const std::string &where) {
+  if (!layout_dependent(in.callee)) return;
+  for (const Operand &o : in.args) {
+    if (o.kind != Operand::Value || !t.types[o.value].tensor) continue;
+    if (t.insts[t.def[o.value]].op != Op::input)
+      vfail(where, in.callee + " applies stride arguments to %" + std::to_string(o.value) +
+                       ", a value whose memory layout the compiler chooses (only trace inputs have a fixed "
+                       "layout); record a reshape by sizes instead");
+  }
+}
+}  // namespace
+
 void verify_trace(const Trace &t) {
   if (t.def.size() != t.types.size()) fail(ErrorCode::Internal, "trace value table is inconsistent");
   int32_t defined = 0;
@@ -409,6 +436,7 @@ void verify_trace(const Trace &t) {
         vfail(where, "result type does not match its operands");
     }
     if (in.op == Op::extern_ && in.results.empty()) vfail(where, "an extern needs at least one result");
+    if (in.op == Op::extern_) check_layout_args(t, in, where);
     for (size_t a = 0; a < in.args.size(); ++a) {
       if (in.args[a].kind != Operand::TensorList) continue;
       if (in.op != Op::extern_) vfail(where, "only externs take tensor lists");

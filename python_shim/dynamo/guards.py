@@ -7,17 +7,53 @@ recording interpreter reads from a source is guarded:
 
   * tensors become trace inputs: the C library guards their dtype, shape, strides and
     device natively; Python only checks the type and fetches them each call;
-  * None, bools, ints, floats, strings, dtypes, devices: by value (and exact type);
+  * None, bools, ints, floats, strings, dtypes, devices: by value and exact type (floats also
+    by sign, so -0.0 is not 0.0, and a NaN matches a NaN);
   * tuples and lists: by type and length (elements are guarded when they are read);
   * dicts: by type and key order;
+  * sets, and whole containers of plain values: by contents (`guard_contents`);
   * everything else (modules, functions, classes, objects): by identity.
 
 The guards of one trace are compiled into a single Python function, in the order they were
 recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed its own.
 """
+import math
+
 import torch
 
 _BY_VALUE = (type(None), bool, int, float, str, torch.dtype, torch.device)
+
+
+def same_float(x, c):
+    """x is the float c exactly: NaN matches NaN, and -0.0 is not 0.0 (x / s, copysign)."""
+    if c != c:
+        return x != x
+    return x == c and math.copysign(1.0, x) == math.copysign(1.0, c)
+
+
+def torch_state():
+    """The global torch state a recorded trace depends on, as one comparable tuple: grad mode,
+    default dtype, CPU and CUDA autocast (enabled, dtype), deterministic algorithms."""
+    return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_autocast_cpu_enabled(),
+            torch.get_autocast_cpu_dtype(), torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype(),
+            torch.are_deterministic_algorithms_enabled())
+
+
+TORCH_STATE_TEXT = "grad mode, default dtype, autocast (cpu, cuda), deterministic algorithms"
+
+
+def plain(v, depth=0):
+    """v is made of plain values only (compared by value in a guard: numbers, strings, None,
+    dtypes, and tuples/frozensets of them)."""
+    if type(v) in _BY_VALUE:
+        return True
+    if type(v) in (tuple, frozenset) and depth < 4:
+        return all(plain(x, depth + 1) for x in v)
+    return False
+
+
+# Names the compiled guard expressions may use besides their constants.
+_HELPERS = dict(Tensor=torch.Tensor, torch=torch, same_float=same_float, torch_state=torch_state)
 
 
 class Source:
@@ -59,7 +95,8 @@ class GuardSet:
 
     def _const(self, obj):
         for name, o in self._consts.items():  # an equal constant already named (shared with a parent trace)
-            if o is obj or (type(o) is type(obj) and isinstance(obj, _BY_VALUE) and o == obj):
+            if o is obj or (type(o) is type(obj) and plain(obj) and
+                            (same_float(o, obj) if type(obj) is float else o == obj and repr(o) == repr(obj))):
                 return name
         name = f"c{len(self._consts)}"
         self._consts[name] = obj
@@ -87,6 +124,8 @@ class GuardSet:
             c = self._const(value)
             if value is None:
                 self._checks.append(f"{e} is None")
+            elif t is float and (value != value or value == 0):
+                self._checks.append(f"type({e}) is float and same_float({e}, {c})")
             else:
                 self._checks.append(f"type({e}) is {self._const(t)} and {e} == {c}")
             self.lines.append((e, "value", repr(value)))
@@ -99,6 +138,24 @@ class GuardSet:
         else:
             self._checks.append(f"{e} is {self._const(value)}")
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
+        self._fn = None
+
+    def guard_contents(self, src, value):
+        """Guards that src holds a container equal to value, element by element (a set, or a
+        list/tuple/dict too large to guard one element at a time); value must be plain() inside."""
+        if src is None or ("contents", src.expr) in self._seen:
+            return
+        self._seen.add(("contents", src.expr))
+        e, t = src.expr, type(value)
+        frozen = {set: frozenset, frozenset: frozenset, list: tuple, tuple: tuple}.get(t)
+        if frozen is not None:
+            snap = frozen(value)
+            conv = "frozenset" if frozen is frozenset else "tuple"
+            self._checks.append(f"type({e}) is {self._const(t)} and {conv}({e}) == {self._const(snap)}")
+        else:  # dict
+            snap = tuple(value.items())
+            self._checks.append(f"type({e}) is dict and tuple({e}.items()) == {self._const(snap)}")
+        self.lines.append((e, "contents", f"{t.__name__} of {len(value)} plain values"))
         self._fn = None
 
     def guard_state(self, expr, value, what):
@@ -124,14 +181,14 @@ class GuardSet:
             body.append(f"        return [{', '.join(self.tensor_inputs)}]")
             body.append("    except Exception:")
             body.append("        return None")
-            env = dict(self._consts, Tensor=torch.Tensor, torch=torch)
+            env = dict(self._consts, **_HELPERS)
             exec(compile("\n".join(body), "<dynamo guards>", "exec"), env)
             self._fn = env["check"]
         return self._fn
 
     def first_failure(self, a, k, g, f, x=None):
         """The first guard that rejects these arguments (for logs), or None."""
-        env = dict(self._consts, Tensor=torch.Tensor, torch=torch, a=a, k=k, g=g, f=f, x=x)
+        env = dict(self._consts, **_HELPERS, a=a, k=k, g=g, f=f, x=x)
         for c in self._checks:
             try:
                 if not eval(c, env):  # noqa: S307 -- our own guard expressions

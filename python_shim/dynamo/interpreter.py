@@ -24,8 +24,8 @@ import types
 
 import torch
 
-from .guards import ARG, FUNC, GLOBALS, KWARG, Source
-from .recorder import Abort
+from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
+from .recorder import Abort, NopythonError
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
@@ -159,6 +159,8 @@ class Interpreter:
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
         self._cell_src = {}       # id(cell) -> source of its contents
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
+        self.effect = None        # the first effect outside the call (it cannot be run again after it)
+        self.nopython = False     # the function's name under nopython=True: an abort raises NopythonError
         from . import config
         self.max_ops = config.max_trace_ops
         self._start = None        # (frame, ip, stack copy, kw_names, mutated) at the current bytecode's start
@@ -172,6 +174,8 @@ class Interpreter:
     def abort(self, reason):
         if self.rec.abort_reason is None and self.frames:
             self.rec.abort_where = self._where(self.frames[-1])
+        if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
+            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}: {reason}")
         self.rec.abort(reason)
 
     def touch(self, v, src, depth=0):
@@ -194,17 +198,37 @@ class Interpreter:
             self.abort(str(e))
 
     def touch_deep(self, v, src, depth=0):
-        """A sourced container escapes into a builtin: guard everything inside it."""
-        if src is None or depth > 4:
+        """A sourced container escapes into a builtin: guard everything inside it (element by
+        element up to 64 elements and 4 levels; beyond that, or for sets, the whole contents by
+        value when they are plain values, else the recording ends)."""
+        if src is None or not self.recording:
+            return
+        t = type(v)
+        if t in (list, tuple, dict, set, frozenset) and (t in (set, frozenset) or depth > 4 or len(v) > 64):
+            if plain(tuple(v.items()) if t is dict else tuple(v)):
+                self.guards.guard_contents(src, v)
+            else:
+                self.abort(f"reads a {t.__name__} of {len(v)} elements as a whole (too large or too deep to "
+                           "guard element by element, and not made of plain values)")
             return
         self.touch(v, src)
-        if type(v) in (list, tuple) and len(v) <= 64:
+        if t in (list, tuple):
             for i, x in enumerate(v):
                 self.touch_deep(x, src.item(i), depth + 1)
-        elif type(v) is dict and len(v) <= 64:
+        elif t is dict:
             for key, x in v.items():
-                if isinstance(key, (str, int)):
-                    self.touch_deep(x, src.item(key), depth + 1)
+                self.touch_deep(x, self._item_src(src, key), depth + 1)
+
+    def _item_src(self, src, key):
+        """The source of src[key]: the key spelled as a literal when it reads back exactly,
+        else as a guard constant (tuples of objects, enum members, floats)."""
+        if type(key) in (str, int, bool, type(None)):
+            return src.item(key)
+        return Source(f"{src.expr}[{self.guards.const_source(key).expr}]", src)
+
+    def _effect(self, what):
+        if self.effect is None:
+            self.effect = what
 
     def _mark_local(self, obj):
         self.local_objs.add(id(obj))
@@ -215,6 +239,7 @@ class Interpreter:
     def run(self, fn, args, kwargs):
         """Runs fn(*args, **kwargs) (fn a Python function) and returns its real result."""
         a = [(v, ARG.item(i)) for i, v in enumerate(args)]
+        self.touch(tuple(args), ARG)  # how many: g(x) and g(x, 3.0) bind parameters differently
         self.touch(kwargs, KWARG)
         k = {name: (v, KWARG.item(name)) for name, v in kwargs.items()}
         return self.call_function(fn, FUNC, a, k)[0]
@@ -310,10 +335,29 @@ class Interpreter:
             if _has_hooks(fn):
                 return self._opaque(fnp, args, kwargs, "module with hooks")
             fwd = type(fn).forward
-            if isinstance(fwd, types.FunctionType):
+            if isinstance(fwd, types.FunctionType) and "forward" not in fn.__dict__:
+                self._guard_module_call(fn, fsrc)
                 return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
+        if fn is type and len(args) == 1 and not kwargs and args[0][1] is not None:
+            v, vsrc = args[0]  # type(k).s reads through the class: guard which class it is
+            src = Source(f"type({vsrc.expr})", vsrc)
+            self.touch(type(v), src)
+            return (type(v), src)
+        if fn in (getattr, hasattr) and not kwargs and len(args) in (2, 3) and type(args[1][0]) is str and \
+                (fn is getattr or len(args) == 2):
+            return self._getattr_builtin(fn, args)
+        if fn is next and args and id(args[0][0]) not in self.local_objs:
+            return self._opaque(fnp, args, kwargs, "next() advances an iterator from outside the function "
+                                                   "(its position cannot be guarded)")
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
-            return self._concrete(fn, args, kwargs)
+            for v, s in list(args) + list(kwargs.values()):
+                self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
+            r = self._concrete(fn, args, kwargs)
+            if not args and not kwargs and type(r[0]) in _BY_VALUE and fn is not super and self.recording:
+                # torch state read by the program (torch.are_deterministic_algorithms_enabled())
+                self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
+                                        f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
+            return r
         if fn in _PURE_BUILTINS:
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)
@@ -366,13 +410,14 @@ class Interpreter:
         a = [v for v, _ in args]
         k = {n: v for n, (v, _) in kwargs.items()}
         r = fn(*a, **k)
-        if type(r) in (list, dict, set):
-            self._mark_local(r)
+        if type(r) in (list, dict, set) or hasattr(type(r), "__next__"):
+            self._mark_local(r)  # made by this call (an iterator from iter(), zip(), ...)
         return (r, None)
 
     def _opaque(self, fnp, args, kwargs, why, self_pair=None):
         """Runs a call we cannot record, for real, and ends the trace."""
         self.abort(why)
+        self._effect(f"a call not recorded ({why})")
         self.rec.paused += 1
         try:
             a = [v for v, _ in args]
@@ -444,33 +489,25 @@ class Interpreter:
                 obj, osrc = pop()
                 name = ins.argval
                 if op == "LOAD_METHOD":
-                    meth = getattr(type(obj), name, None)
-                    if isinstance(meth, types.FunctionType) and not isinstance(obj, type) and \
-                            name not in getattr(obj, "__dict__", {}):
-                        push((meth, None))
+                    meth = self._plain_method(obj, osrc, name)
+                    if meth is not None:
+                        push(meth)
                         push((obj, osrc))
                         continue
                     push((_NULL, None))
-                v = getattr(obj, name)
-                src = osrc.attr(name) if osrc is not None and not isinstance(obj, torch.Tensor) else None
-                if src is not None and (callable(v) and not isinstance(v, torch.nn.Module) and
-                                        isinstance(v, (types.BuiltinMethodType, types.MethodType))):
-                    src = Source(src.expr, osrc)  # a bound method: its identity changes per read
-                    push((v, src))
-                    continue
-                self.touch(v, src)
-                push((v, src))
+                push(self.load_attr(obj, osrc, name))
             elif op == "STORE_ATTR":
                 obj, _ = pop()
                 v, _ = pop()
                 if id(obj) not in self.local_objs:
                     self.abort(f"sets attribute {ins.argval} of an object from outside the function")
+                    self._effect(f"setting attribute {ins.argval}")
                 setattr(obj, ins.argval, v)
             elif op == "MAKE_CELL":
                 v = f.locals[arg]
                 cell = types.CellType() if v[0] is _NULL else types.CellType(v[0])
                 self._cell_src[id(cell)] = v[1]
-                self.keep.append(cell)
+                self._mark_local(cell)
                 f.locals[arg] = (cell, None)
             elif op == "COPY_FREE_VARS":
                 closure = f.fn.__closure__
@@ -495,8 +532,9 @@ class Interpreter:
             elif op == "STORE_DEREF":
                 cell = f.locals[arg][0]
                 v, src = pop()
-                if id(cell) not in self.local_objs and cell not in self.keep:
+                if id(cell) not in self.local_objs:
                     self.abort("assigns a closure variable of an enclosing function")
+                    self._effect("assigning a closure variable")
                 cell.cell_contents = v
                 self._cell_src[id(cell)] = src
             elif op == "KW_NAMES":
@@ -554,6 +592,7 @@ class Interpreter:
                 fn = _BINARY[arg]
                 if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
                     self.abort("augmented assignment changes a container from outside the function")
+                    self._effect("changing a container in place")
                 push((fn(a[0], b[0]), None))
             elif op == "COMPARE_OP":
                 b = pop()
@@ -582,9 +621,10 @@ class Interpreter:
                 obj, osrc = pop()
                 v = obj[key[0]]
                 src = None
-                if osrc is not None and type(obj) in (list, tuple, dict) and isinstance(key[0], (int, str)) \
-                        and not isinstance(key[0], bool):
+                if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
                     src = osrc.item(key[0])
+                elif osrc is not None and type(obj) is dict:
+                    src = self._item_src(osrc, key[0])
                 elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
                         isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
                     src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
@@ -606,6 +646,7 @@ class Interpreter:
                         pass  # an in-place tensor write: recorded at ATen
                     else:
                         self.abort("item assignment into an object from outside the function")
+                        self._effect("item assignment")
                 if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
                     # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
                     # Tensor.__setitem__ does) is made here by a traced op instead of from Python
@@ -767,6 +808,91 @@ class Interpreter:
             else:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
 
+    def _guard_module_call(self, m, msrc):
+        """What nn.Module.__call__ of sourced module m would do differently on a later call: the
+        class's forward replaced, a forward set on the instance, hooks added to it or globally."""
+        if not self.recording:
+            return
+        from torch.nn.modules import module as mm
+        if msrc is not None:
+            e = msrc.expr
+            self.guards.guard(Source(f"type({e}).forward", msrc), type(m).forward)
+            self.guards.guard_state(f"not ('forward' in {e}.__dict__ or {e}._forward_hooks or "
+                                    f"{e}._forward_pre_hooks or {e}._backward_hooks)", True,
+                                    f"{e} has no hooks and no instance forward")
+        g = self.guards.const_source(mm).expr
+        self.guards.guard_state(f"not ({g}._global_forward_hooks or {g}._global_forward_pre_hooks or "
+                                f"{g}._global_backward_hooks)", True, "no global module hooks")
+
+    # -- attributes ----------------------------------------------------------------------
+    def _plain_method(self, obj, osrc, name):
+        """(function, source) when obj.name is a plain method call (a function found on the type,
+        not shadowed by the instance): guarded to be the same function on obj's type (the class
+        may be patched, or obj's __class__ changed), and not shadowed later by an instance
+        attribute. None otherwise (static and class methods, properties, instance callables)."""
+        if isinstance(obj, type):
+            return None
+        raw = _static_lookup(type(obj), name)
+        if not isinstance(raw, types.FunctionType) or name in getattr(obj, "__dict__", ()):
+            return None
+        if osrc is not None and self.recording:
+            self.guards.guard(Source(f"type({osrc.expr}).{name}", osrc), raw)
+            if hasattr(obj, "__dict__"):
+                self.guards.guard_state(f"{name!r} not in {osrc.expr}.__dict__", True,
+                                        f"{osrc.expr}.{name} is not shadowed by an instance attribute")
+        return (raw, None)
+
+    def load_attr(self, obj, osrc, name):
+        """obj.name as a (value, source) pair, guarded when obj is sourced. Properties defined in
+        Python are inlined (their reads are guarded one by one, and a getter with side effects
+        ends the trace as any other code would), never re-run by a guard."""
+        if not isinstance(obj, type):
+            raw = _static_lookup(type(obj), name)
+            if isinstance(raw, property) and isinstance(raw.fget, types.FunctionType):
+                return self._call_python(raw.fget, None, [], {}, (obj, osrc))
+        v = getattr(obj, name)
+        if osrc is None:
+            return (v, None)
+        if isinstance(obj, torch.Tensor):
+            # Tensor metadata is guarded natively; only state Python can change besides it
+            # (the .grad slot, attributes set on the tensor object) is read through a source.
+            if name != "grad" and name not in getattr(obj, "__dict__", ()):
+                return (v, None)
+        src = osrc.attr(name)
+        if isinstance(v, types.MethodType):
+            # a bound method is made anew at each read: guard what it calls and on what
+            if self.recording:
+                self.guards.guard(Source(f"{src.expr}.__func__", src), v.__func__)
+                if v.__self__ is not obj:
+                    self.guards.guard(Source(f"{src.expr}.__self__", src), v.__self__)
+            return (v, Source(src.expr, osrc))
+        if isinstance(v, types.BuiltinMethodType) and not (v.__self__ is None or
+                                                           isinstance(v.__self__, types.ModuleType)):
+            # a builtin bound to obj (list.append ...): which one is fixed by obj's type
+            if self.recording:
+                self.guards.guard(Source(f"type({osrc.expr})", osrc), type(obj))
+            return (v, Source(src.expr, osrc))
+        if isinstance(v, types.BuiltinFunctionType) and isinstance(obj, types.ModuleType):
+            # torch.tanh, math.sqrt: a module's builtins are taken as fixed (not guarded, so a
+            # side trace calling another one still links to its parent natively)
+            return (v, Source(src.expr, osrc))
+        self.touch(v, src)
+        return (v, src)
+
+    def _getattr_builtin(self, fn, args):
+        """getattr(obj, name[, default]) / hasattr(obj, name): the attribute is read as LOAD_ATTR
+        reads it (guarded when obj is sourced), and its absence is guarded too."""
+        (obj, osrc), name = args[0], args[1][0]
+        try:
+            pair = self.load_attr(obj, osrc, name)
+        except AttributeError:
+            if fn is getattr and len(args) < 3:
+                raise
+            if osrc is not None and self.recording:
+                self.guards.guard_state(f"hasattr({osrc.expr}, {name!r})", False, f"{osrc.expr} lacks {name}")
+            return (False, None) if fn is hasattr else args[2]
+        return (True, None) if fn is hasattr else pair
+
     def _touch_elements(self, v, s):
         """v (with source s, or a tuple whose element sources we know) goes into a builtin: guard
         it and register its elements, so tensors reached through the builtin's result (sum,
@@ -917,6 +1043,15 @@ class Interpreter:
 
 
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+def _static_lookup(cls, name):
+    """The attribute `name` as stored on class cls or a base (no descriptor called), or None."""
+    for klass in cls.__mro__:
+        d = klass.__dict__
+        if name in d:
+            return d[name]
+    return None
 
 
 def _module_key(m, key):

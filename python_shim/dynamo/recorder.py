@@ -41,6 +41,10 @@ class Abort(Exception):
     """The trace cannot be compiled; the call itself still completes correctly."""
 
 
+class NopythonError(RuntimeError):
+    """dynamo.optimize(nopython=True) met something it cannot compile (raised to the caller)."""
+
+
 def type_text(t):
     if t.dtype not in DTYPE_NAMES:
         raise Abort(f"dtype {t.dtype} is not supported by the compiler")
@@ -77,12 +81,17 @@ class Recorder(TorchDispatchMode):
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
+        self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
     def _new(self):
         self._n += 1
         return f"%v{self._n}"
+
+    def last_value(self):
+        """The name of the newest trace value (a tensor), or of the first input."""
+        return f"%v{self._n}" if self._n else "%i0"
 
     def add_input(self, t):
         """Registers tensor t (read from a guarded source) as the next trace input."""
@@ -198,6 +207,11 @@ class Recorder(TorchDispatchMode):
     # -- dispatch ------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        writes = _WRITERS.get(func)
+        if writes is None:
+            writes = _WRITERS[func] = _written_args(func)
+        if writes and self.effect is None:
+            self._note_effect(func, args, kwargs)
         out = func(*args, **kwargs)
         if self.paused or self.abort_reason is not None or self.cut is not None:
             return out
@@ -206,6 +220,20 @@ class Recorder(TorchDispatchMode):
         except Abort as e:
             self.abort(str(e))
         return out
+
+    def _note_effect(self, func, args, kwargs):
+        """func writes tensors: a write into one the call did not make (an input, a tensor of
+        unknown origin, a view of one) is an effect the call cannot undo."""
+        if self.effect is not None:
+            return
+        for pos, name in _WRITERS[func]:
+            t = args[pos] if pos < len(args) else kwargs.get(name)
+            for x in _tensors_in(t):
+                base = x._base if x._base is not None else x
+                n = self.vals.get(id(base))
+                if n is None or n in self.input_names:
+                    self.effect = f"{_sig(func)} writing into a tensor from outside the call"
+                    return
 
     def _bind(self, t, name):
         self.vals[id(t)] = name
@@ -221,6 +249,9 @@ class Recorder(TorchDispatchMode):
                         "(mid-trace guards with side exits are not implemented yet)")
         if func is _aten.lift_fresh.default or name in ("aten::lift_fresh_copy",):
             raise Abort("tensor created from Python data inside the function (torch.tensor)")
+        if func in _LAYOUT_DEPENDENT:
+            raise Abort(f"{name}: general strided views are not supported (stride arguments describe eager's "
+                        "memory layout, which compiled intermediates need not have)")
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if not all(isinstance(o, torch.Tensor) for o in outs):
             raise Abort(f"{name} returns a non-tensor value")
@@ -415,7 +446,11 @@ class Recorder(TorchDispatchMode):
         """IR text of a view op (without result type), or None for non-views."""
         x = lambda: self._operand(v[0])  # noqa: E731
         shape = "[" + ",".join(str(s) for s in out.shape) + "]"
-        if func in (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default):
+        if func in (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default,
+                    _aten._reshape_alias.default):
+            # _reshape_alias(x, size, stride) is reshape's no-copy path: its strides describe
+            # eager's layout of x, which a compiled intermediate need not have. Its meaning is
+            # the row-major reshape by sizes, which the IR reshape gives on any layout.
             return f"reshape({x()}, {shape})"
         if func is _aten.alias.default or func is _aten.detach.default:
             return f"view({x()}, {shape})"
@@ -438,7 +473,7 @@ class Recorder(TorchDispatchMode):
         if func is _aten.slice.Tensor:
             dim, start, end, step = _slice_params(v)
             return f"slice({x()}, {dim}, {start}, {end}, {step})"
-        if func is _aten.as_strided.default or func is _aten.unfold.default:
+        if func is _aten.unfold.default:
             raise Abort(f"{func._schema.name}: general strided views are not supported")
         return None
 
@@ -510,6 +545,18 @@ class Recorder(TorchDispatchMode):
 
 
 _MISSING = object()
+_WRITERS = {}  # ATen op -> [(position, name)] of the arguments it writes (cached)
+
+
+def _written_args(func):
+    return [(i, a.name) for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+# Ops whose result depends on the memory layout of a tensor operand (stride and offset
+# arguments), not only on its values: recording them would bake eager's layout of an
+# intermediate into the trace (issue 14: swin_t's attention).
+_LAYOUT_DEPENDENT = tuple(getattr(_aten, n).default for n in (
+    "as_strided", "as_strided_", "as_strided_scatter", "as_strided_copy", "_reshape_alias_copy")
+    if hasattr(_aten, n))
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int, _aten.unsafe_split.Tensor,
            _aten.unsafe_split_with_sizes.default)
 

@@ -158,6 +158,13 @@ static void test_parse_errors_name_line_and_column(void **state) {
        DYNAMO_ERR_PARSE, "expected a %value or none in a tensor list"},
       {"trace @t {\n  %0 = input f32[4]\n  %1 = input f64\n  %2 = extern aten::cat([%0, %1], 0) : f32[4]\n"
        "  return %2\n}", DYNAMO_ERR_VERIFY, "tensor list elements must be tensor values or none"},
+      /* stride arguments recorded from eager's layout of an intermediate (issue 14: swin_t) */
+      {"trace @t {\n  %0 = input f32[4,6]\n  %1 = exp(%0)\n"
+       "  %2 = extern aten::_reshape_alias(%1, [6,4], [1,6]) : f32[6,4]\n  return %2\n}",
+       DYNAMO_ERR_VERIFY, "aten::_reshape_alias applies stride arguments to %1, a value whose memory layout"},
+      {"trace @t {\n  %0 = input f32[4,6]\n  %1 = transpose(%0, 0, 1)\n"
+       "  %2 = extern aten::as_strided(%1, [2,2], [1,6], 0) : f32[2,2]\n  return %2\n}",
+       DYNAMO_ERR_VERIFY, "aten::as_strided applies stride arguments to %1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
     dynamo_trace *t = (dynamo_trace *)0x1;
