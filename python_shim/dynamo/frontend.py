@@ -13,20 +13,24 @@ A call never returns anything eager PyTorch would not: anything we cannot record
 the recording (the call still completes in the interpreter), and the reason is kept for
 dynamo.explain and the --report of `python -m dynamo`.
 """
+import copy
 import ctypes
 import functools
 import os
+import sys
 import time
 import types
+import warnings
+import weakref
 
 import torch
 
 from . import _capi, config, native, snapshot
 from .log import enabled as log_enabled, log
 from ._capi import DynamoError
-from .guards import EXIT, GuardSet, Source
+from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
 from .interpreter import Interpreter, unsupported_reason
-from .recorder import Abort, Recorder
+from .recorder import Abort, NopythonError, Recorder
 
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                   "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
@@ -34,17 +38,30 @@ _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "tra
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
-_all = []          # every OptimizedFunction, for reset() and the report
+_registry = []     # weak references to every OptimizedFunction, for reset() and the report
 _GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
 _compiled_by_entry = {}  # native entry handle (int) -> Compiled
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
+
+
+def _all():
+    """The OptimizedFunctions alive now, oldest first (a deep copy or a loaded module that is
+    dropped is not kept alive by this list)."""
+    live = [r() for r in _registry]
+    if None in live:
+        _registry[:] = [r for r, f in zip(_registry, live) if f is not None]
+    return [f for f in live if f is not None]
+
+
+def _unlist(of):
+    _registry[:] = [r for r in _registry if r() is not of]
 
 
 def counters():
     """A copy of the global counters (reset by dynamo.reset()). side_exits counts every failing
     mid-trace guard, including those a natively linked side trace took over."""
     c = dict(_counters)
-    c["side_exits"] += sum(t.exits_taken() for f in _all for t in f.compiled)
+    c["side_exits"] += sum(t.exits_taken() for f in _all() for t in f.compiled)
     return c
 
 
@@ -160,18 +177,22 @@ def _fastcall():
             from . import _ext
             _fast = _ext.load("_fastcall")
         except ImportError as e:
-            import sys
             print(f"dynamo: the native call path is unavailable ({e}); calls go through ctypes "
                   f"(about 20 us more per call)", file=sys.stderr)
             _fast = None
     return _fast
 
 
-def _flatten_result(result, rec):
-    """(spec, list of IR output names) for a return value; tensors must be trace values."""
+def _flatten_result(result, rec, input_index):
+    """(spec, list of IR output names) for a return value; tensors must be trace values, or
+    trace inputs: input_index maps id(tensor) -> input slot, and a returned input is the very
+    object the call was given (a Parameter stays a Parameter, an input written in place is the
+    same object), as eager returns it."""
     names = []
 
     def walk(v):
+        if isinstance(v, torch.Tensor) and id(v) in input_index:
+            return ("I", input_index[id(v)])
         if isinstance(v, torch.Tensor):
             n = rec.output_name(v)
             if n is None:
@@ -190,17 +211,20 @@ def _flatten_result(result, rec):
     return walk(result), names
 
 
-def _rebuild(spec, outs):
+def _rebuild(spec, outs, inputs):
+    """The return value from its spec, the trace's outputs and the call's input tensors."""
     kind = spec[0]
     if kind == "T":
         return outs[spec[1]]
+    if kind == "I":
+        return inputs[spec[1]]
     if kind == "C":
         return spec[1]
     if kind == "tuple":
-        return tuple(_rebuild(s, outs) for s in spec[1])
+        return tuple(_rebuild(s, outs, inputs) for s in spec[1])
     if kind == "list":
-        return [_rebuild(s, outs) for s in spec[1]]
-    return {k: _rebuild(s, outs) for k, s in zip(spec[1], spec[2])}
+        return [_rebuild(s, outs, inputs) for s in spec[1]]
+    return {k: _rebuild(s, outs, inputs) for k, s in zip(spec[1], spec[2])}
 
 
 class Attempt:
@@ -226,14 +250,40 @@ class OptimizedFunction:
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
-        _all.append(self)
+        _registry.append(weakref.ref(self))
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
 
+    def __reduce__(self):
+        """Pickles (and copies) no compiled state: a module-level optimized function by reference,
+        anything else as a fresh, uncompiled OptimizedFunction of the same function and module."""
+        if self.owner is None and _is_global(self):
+            return self.__qualname__
+        return type(self), (self.fn, self.nopython, self.owner)
+
+    def __deepcopy__(self, memo):
+        """A deep copy of an optimized module gets its own fresh OptimizedFunction (its traces'
+        guards check the module's identity); a plain function's copies as itself, like functions."""
+        if self.owner is None:
+            return self
+        owner = copy.deepcopy(self.owner, memo)
+        made = memo.get(id(self))  # copying the owner copied its forward, this object
+        return made if made is not None else type(self)(self.fn, self.nopython, owner)
+
+    def _plain_owner(self):
+        """The module as torch.jit.script should see it (its __prepare_scriptable__): a shallow
+        copy without dynamo's instance attributes, so that the class's forward is scripted."""
+        plain = copy.copy(self.owner)
+        for name in _MODULE_ATTRS:
+            plain.__dict__.pop(name, None)
+        # jit.script replaces submodules in this table in place: not in the original's
+        plain.__dict__["_modules"] = type(plain._modules)(plain._modules)
+        return plain
+
     def _fallback(self, why):
         if self.nopython:
-            raise RuntimeError(f"dynamo.optimize(nopython=True): cannot compile {self.name}: {why}")
+            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.name}: {why}")
 
     def __call__(self, *args, **kwargs):
         if self.owner is not None:
@@ -264,7 +314,7 @@ class OptimizedFunction:
             if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
                 return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
             _bump("native_runs")
-            result = _rebuild(c.out_spec, outs)
+            result = _rebuild(c.out_spec, outs, inputs)
             if config.verify:
                 self._verify(fn, result, args, kwargs)
             return result
@@ -282,7 +332,6 @@ class OptimizedFunction:
         if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
             if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
                 self._warned = True
-                import sys
                 print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces); "
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
@@ -309,26 +358,39 @@ class OptimizedFunction:
             if side.cut_id is not None:
                 return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
             _bump("native_runs")
-            return _rebuild(side.out_spec, outs)
+            return _rebuild(side.out_spec, outs, inputs)
         if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
                 c.root.side_count < config.max_side_traces:
             rec = Recorder(f"{self.name}_exit{ex.id}".replace(".", "_").replace("<", "").replace(">", ""))
             gs = GuardSet()
             gs._consts.update(snap.consts)  # the snapshot's source expressions name them
-            gs.guard_state("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode")
-            gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
+            gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
             interp = Interpreter(rec, gs)
             _bump("interpreted_runs")
             env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
-            with rec:
-                # Inputs in the order native linking needs: the parent's, then the live values.
-                for expr in c.input_srcs:
-                    if not expr.startswith("x["):  # a side trace's own exit values are not in scope
-                        interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
-                for i, t in enumerate(ex.values):
-                    interp.touch(t, EXIT.item(i))
-                result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
-            return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
+            rng = torch.get_rng_state()
+            try:
+                with rec:
+                    # Inputs in the order native linking needs: the parent's, then the live values.
+                    for expr in c.input_srcs:
+                        if not expr.startswith("x["):  # a side trace's own exit values are not in scope
+                            interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
+                    for i, t in enumerate(ex.values):
+                        interp.touch(t, EXIT.item(i))
+                    result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
+            except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
+                effect = interp.effect or rec.effect
+                _release(rec, interp)
+                self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}")
+                if effect is not None or isinstance(e, NopythonError):
+                    raise
+                torch.set_rng_state(rng)
+                _bump("exits_resumed")
+                return snapshot.resume(snap, fn, args, kwargs, ex.values)
+            try:
+                return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
+            finally:
+                _release(rec, interp)
         _bump("exits_resumed")
         return snapshot.resume(snap, fn, args, kwargs, ex.values)
 
@@ -396,21 +458,64 @@ class OptimizedFunction:
             return self._eager(fn, args, kwargs, in_frame)
         rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
         gs = GuardSet()
-        gs.guard_state("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode")
-        gs.guard_state("torch.get_default_dtype()", torch.get_default_dtype(), "default dtype")
+        gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
         interp = Interpreter(rec, gs)
+        interp.nopython = self.nopython and self.name
         _bump("interpreted_runs")
         if self.compiled:
             log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
         t0 = time.perf_counter()
-        with rec:
-            result = interp.run(fn, args, kwargs)
+        rng = torch.get_rng_state()
+        try:
+            with rec:
+                result = interp.run(fn, args, kwargs)
+        except Exception as e:  # noqa: BLE001 -- the program's own exception, or ours
+            return self._recording_raised(e, rec, interp, rng, fn, args, kwargs, in_frame)
         log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        return self._compile(rec, gs, interp, result)
+        try:
+            return self._compile(rec, gs, interp, result)
+        finally:
+            _release(rec, interp)
+
+    def _recording_raised(self, e, rec, interp, rng, fn, args, kwargs, in_frame):
+        """The recorded call raised e. Without effects outside the call so far (interpreter and
+        recorder both say so), the call is run again eagerly from the same RNG state: if eager
+        raises too, that exception -- the program's own, with its own traceback -- propagates
+        and nothing is counted; if it succeeds, e was dynamo's failure: it is kept as the reason
+        and eager's result returned. After effects the call cannot be repeated, so e propagates."""
+        effect = interp.effect or rec.effect
+        _release(rec, interp)
+        if isinstance(e, NopythonError):
+            raise e
+        reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
+        if effect is not None:
+            self._aborted(f"{reason} (after {effect}: the call could not be run again)", rec.ops, interp.inlined)
+            raise e
+        torch.set_rng_state(rng)
+        if in_frame:  # CPython runs the frame; an internal failure is then counted at the next call
+            self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
+            return EAGER
+        out = fn(*args, **kwargs)
+        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
+        return out
 
     def _compile(self, rec, gs, interp, result, side_of=None):
         """After a recording: compile its trace (a root, or a side trace of exit side_of =
-        (parent Compiled, exit id)) or count why not. Returns the recorded call's result."""
+        (parent Compiled, exit id)) or count why not. Returns the recorded call's result; a
+        failure inside dynamo is counted as an abort, never raised."""
+        try:
+            return self._compile_trace(rec, gs, interp, result, side_of)
+        except NopythonError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
+            reason = f"internal error while compiling: {type(e).__name__}: {e}"
+            if side_of is not None:
+                self._side_aborted(side_of[0].exits[side_of[1]], reason)
+            else:
+                self._aborted(reason, rec.ops, interp.inlined)
+            return result
+
+    def _compile_trace(self, rec, gs, interp, result, side_of):
         out_spec = names = None
         if rec.abort_reason is None:
             try:
@@ -421,9 +526,13 @@ class OptimizedFunction:
                     names = [rec.output_name(t) for t in rec.cut[1]]
                     out_spec = ("cut",)
                 else:
-                    out_spec, names = _flatten_result(result, rec)
+                    index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items()
+                             if e in gs.tensor_inputs}
+                    out_spec, names = _flatten_result(result, rec, index)
                 if not rec.ops:
                     raise Abort("no tensor operations on this path (nothing to compile)")
+                if not names:  # the work is in place, or returns inputs and Python values only:
+                    names = [rec.last_value()]  # a trace has an output; this one is not returned
             except Abort as e:
                 rec.abort(str(e))
         if rec.abort_reason is not None:
@@ -492,6 +601,18 @@ class OptimizedFunction:
         return self.frames[device]
 
 
+def _release(rec, interp):
+    """Drops what a finished recording holds (the call's tensors, frames and stacks), so that a
+    caller's `del x` frees x without waiting for the garbage collector (the recorder and the
+    interpreter refer to each other)."""
+    rec.keep = []
+    rec.vals = {}
+    rec.view_of, rec.views, rec.poison = {}, {}, {}
+    rec.snapshot_here = None
+    interp.keep = []
+    interp._start = None
+
+
 def _flat_tensors(v, out):
     if isinstance(v, torch.Tensor):
         out.append(v)
@@ -509,7 +630,12 @@ def optimize(fn_or_module=None, *, nopython=False):
     Usable as `optimize(fn)`, `@optimize`, `@optimize(nopython=True)`, and as
     `with optimize():`, which compiles the frames that start inside the block (PEP 523 hook).
     For an nn.Module, the module itself is returned with its forward compiled (it stays the same
-    module: attributes, state_dict, train()/eval() all work; `self.training` is guarded).
+    module: attributes, state_dict, train()/eval() all work; `self.training` is guarded). The
+    compiled state is kept out of copies and pickles: copy.deepcopy(module) gives a module whose
+    forward is optimized afresh (its own traces); pickle.dumps / torch.save of the whole module
+    load as an optimized module with nothing compiled yet (where dynamo can be imported);
+    torch.jit.script(module) scripts the class's forward (scripting a parent module puts a plain
+    twin of the optimized one, sharing its parameters and buffers, in the parent's place).
     """
     if fn_or_module is None:
         from .hook import OptimizeContext
@@ -518,7 +644,9 @@ def optimize(fn_or_module=None, *, nopython=False):
         m = fn_or_module
         if isinstance(m.__dict__.get("forward"), OptimizedFunction):
             return m
-        m.forward = OptimizedFunction(type(m).forward, nopython=nopython, owner=m)
+        of = OptimizedFunction(type(m).forward, nopython=nopython, owner=m)
+        m.forward = of
+        m.__prepare_scriptable__ = of._plain_owner  # torch.jit.script asks the module for this
         return m
     if isinstance(fn_or_module, OptimizedFunction):
         return fn_or_module
@@ -543,7 +671,7 @@ def reset():
     """Drops every compiled trace and zeroes the counters."""
     from . import hook
     hook.reset()
-    for f in _all:
+    for f in _all():
         f.reset()
     _compiled_by_entry.clear()
     for k in _counters:
@@ -604,19 +732,26 @@ class Explanation:
 
 
 def explain(fn, *args, **kwargs):
-    """Records fn(*args, **kwargs) once (running it for real) and reports what dynamo would
-    compile: traces with their ops and guards, or why it cannot."""
-    if isinstance(fn, torch.nn.Module):
-        of = OptimizedFunction(type(fn).forward, owner=fn)
-    else:
-        of = OptimizedFunction(fn.fn if isinstance(fn, OptimizedFunction) else fn)
-    _all.remove(of)
+    """Records one call of fn(*args, **kwargs) and reports what dynamo would compile: traces with
+    their ops and guards, or why it cannot.
+
+    The call runs for real, on deep copies: of the module explained (fn, or the module fn is the
+    forward or a method of) and of the tensors and modules among the arguments (through tuples,
+    lists and dicts; views stay views of one copied base), so the caller's tensors, parameters
+    and buffers are unchanged afterwards, and identity guards name the caller's objects. Globals
+    and other objects are not copied (guards check their identity): a function that changes them
+    changes them. When copying fails, explain warns and records on the originals."""
+    target, owner = _explain_target(fn)
+    (owner, args, kwargs), memo = _explain_copies((owner, args, kwargs))
+    of = OptimizedFunction(target, owner=owner)
+    _unlist(of)
     saved = dict(_counters)
     of.calls = config.hot_threshold
     of._record(of.fn, ((of.owner,) + args) if of.owner is not None else args, kwargs)
     _counters.update(saved)
     if of.disabled_reason and not of.attempts:
         of.attempts.append(Attempt(of.disabled_reason))
+    _name_originals(of.attempts, memo)
     e = Explanation(of.name, of.attempts)
     live = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
@@ -627,9 +762,9 @@ def explain(fn, *args, **kwargs):
 
 
 def report():
-    """Text summary of every optimized function: compiled traces, fallbacks and why."""
+    """Text summary of every optimized function alive now: compiled traces, fallbacks and why."""
     lines = []
-    for f in _all:
+    for f in _all():
         code = getattr(f.fn, "__code__", None)
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
         lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s), "
@@ -647,3 +782,83 @@ def report():
     lines.append("counters: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in c.items()))
     return "\n".join(lines)
+
+
+# Instance attributes dynamo.optimize gives a module (both refer to its OptimizedFunction).
+_MODULE_ATTRS = ("forward", "__prepare_scriptable__")
+
+
+def _is_global(of):
+    """Whether `module.qualname` names this very optimized function (pickle can refer to it)."""
+    obj = sys.modules.get(of.__module__)
+    for part in getattr(of, "__qualname__", "").split("."):  # a callable object may have none
+        obj = getattr(obj, part, None)
+    return obj is of
+
+
+def _explain_target(fn):
+    """(the function explain records, the module or object it is a method of, or None)."""
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).forward, fn
+    if isinstance(fn, types.MethodType):
+        return _explain_target(fn.__func__)[0], fn.__self__
+    if isinstance(fn, OptimizedFunction):
+        return fn.fn, fn.owner
+    return fn, None
+
+
+def _explain_copies(values):
+    """(copy of values to record on, the deepcopy memo: id of an original -> its copy); values
+    themselves, with a warning, when they cannot be copied."""
+    memo = {}
+    try:
+        return _copy_tensors(values, memo), memo
+    except Exception as e:  # noqa: BLE001 -- deepcopy may raise anything: explain still explains
+        warnings.warn(f"dynamo.explain: cannot copy the arguments ({type(e).__name__}: {e}); "
+                      f"recording on them, which may change them")
+        return values, {}
+    finally:
+        # Copying an optimized module made it a fresh OptimizedFunction: explain's own, not listed.
+        for v in memo.values():
+            if isinstance(v, OptimizedFunction):
+                _unlist(v)
+
+
+def _copy_tensors(v, memo):
+    """v with its tensors and modules deep-copied (through tuples, lists and dicts; one memo keeps
+    the aliasing between them); other objects stay themselves."""
+    if isinstance(v, torch.nn.Module):
+        return copy.deepcopy(v, memo)
+    if isinstance(v, torch.Tensor):
+        return _copy_tensor(v, memo)
+    if type(v) in (tuple, list):
+        return type(v)(_copy_tensors(x, memo) for x in v)
+    if type(v) is dict:
+        return {k: _copy_tensors(x, memo) for k, x in v.items()}
+    return v
+
+
+def _copy_tensor(t, memo):
+    """A deep copy of tensor t; a view stays a view, of the copy of its base (the recorder treats
+    inputs that are views differently)."""
+    base = t._base
+    if base is not None and base.dtype == t.dtype:
+        twin = _copy_tensor(base, memo)
+        offset = twin.storage_offset() + t.storage_offset() - base.storage_offset()
+        return memo.setdefault(id(t), twin.as_strided(t.size(), t.stride(), offset))
+    try:
+        return copy.deepcopy(t, memo)
+    except RuntimeError:  # a non-leaf tensor of an autograd graph: a clone stays in the graph
+        return memo.setdefault(id(t), t.clone())
+
+
+def _name_originals(attempts, memo):
+    """Rewords the identity guards of traces recorded on explain's copies to name the caller's
+    objects (by address), as a recording on the originals would."""
+    original = {id(c): i for i, c in memo.items()}
+    for a in attempts:
+        lines = a.compiled.guards.lines if a.compiled is not None else []
+        for k, (expr, kind, desc) in enumerate(lines):
+            what, _, addr = desc.rpartition(" at ")
+            if kind == "identity" and int(addr, 16) in original:
+                lines[k] = (expr, kind, f"{what} at {original[int(addr, 16)]:#x}")

@@ -404,6 +404,8 @@ class Interpreter:
             self.inlined.append(fn.__qualname__)
         if fsrc is None and id(fn) not in self.local_objs:
             fsrc = self.guards.const_source(fn)  # reads of its closure and defaults stay guarded
+        if fsrc is not None and self.recording:  # the code itself can be replaced (f.__code__ = ...)
+            self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
         return self.call_function(fn, fsrc, args, kwargs, self_pair)
 
     def _concrete(self, fn, args, kwargs):

@@ -1,0 +1,267 @@
+"""An optimized module stays an ordinary module to copy, pickle, save and script (issue 14), and
+dynamo.explain inspects without changing the caller's tensors or module state."""
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dynamo
+from dynamo import frontend
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+        self.register_buffer("shift", torch.linspace(-1, 1, 16))
+
+    def forward(self, x):
+        h = self.ln(F.gelu(self.fc(x)) + x) + self.shift
+        if self.training:
+            h = h * 0.5
+        return torch.softmax(h, dim=-1)
+
+
+class Parent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(self.block(x))
+
+
+class Counter(nn.Module):
+    """Changes its own state in forward (a running sum, like batch-norm statistics)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(8))
+
+    def forward(self, x):
+        self.seen.add_(x.sum(0))
+        return x * 2 + self.seen
+
+
+@dynamo.optimize
+def scaled(x):
+    return x * 3 + 1
+
+
+def plain(x):
+    return x - 2
+
+
+def make():
+    """An optimized Block and an eager twin with the same state."""
+    torch.manual_seed(0)
+    m = Block()
+    ref = copy.deepcopy(m)
+    return dynamo.optimize(m), ref
+
+
+def runs(m):
+    """Native runs of m's own compiled traces."""
+    return sum(c.runs for c in m.forward.compiled)
+
+
+def check_calls(m, ref, x, calls=3):
+    """m(x) equals eager ref(x) in eval and train mode, call after call."""
+    with torch.no_grad():
+        for mode in (False, True):
+            m.train(mode)
+            ref.train(mode)
+            for _ in range(calls):
+                torch.testing.assert_close(m(x), ref(x))
+
+
+@pytest.mark.parametrize("compiled_calls", [1, 4])
+def test_deepcopy_gives_an_independent_optimized_module(compiled_calls):
+    m, ref = make()
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        for _ in range(compiled_calls):  # 1: recorded only; 4: native runs too
+            torch.testing.assert_close(m(x), ref(x))
+    traces, before = list(m.forward.compiled), runs(m)
+    ema = copy.deepcopy(m)
+    assert type(ema) is Block and ema is not m and ema.fc.weight is not m.fc.weight
+    assert isinstance(ema.forward, frontend.OptimizedFunction) and ema.forward is not m.forward
+    assert ema.forward.owner is ema and ema.forward.compiled == []  # fresh: nothing shared
+    ref_ema = copy.deepcopy(ref)
+    with torch.no_grad():
+        ema.fc.weight.mul_(0.5)  # an EMA update: the copy's state only
+        ref_ema.fc.weight.mul_(0.5)
+    check_calls(ema, ref_ema, x)
+    assert runs(ema) >= 4  # the copy compiled its own traces and ran them
+    assert m.forward.compiled == traces and runs(m) == before  # the original was not touched
+    check_calls(m, ref, x)
+    assert runs(m) > before
+
+
+def test_deepcopy_of_a_parent_with_an_optimized_child():
+    torch.manual_seed(0)
+    p = Parent()
+    ref = copy.deepcopy(p)
+    dynamo.optimize(p.block)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        p(x)
+        p(x)
+    q = copy.deepcopy(p)
+    assert q.block.forward.owner is q.block and q.block.forward is not p.block.forward
+    check_calls(q, ref, x)
+    check_calls(p, ref, x)
+    assert runs(q.block) >= 1 and runs(p.block) >= 1
+
+
+def test_deepcopy_of_the_forward_itself_copies_the_module_once():
+    m, ref = make()
+    x = torch.randn(3, 16)
+    check_calls(m, ref, x)
+    f = copy.deepcopy(m.forward)
+    assert f.owner is not m and f.owner.forward is f and f.compiled == []
+    check_calls(f.owner, ref, x)
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_whole_module_round_trip(how):
+    m, ref = make()
+    x = torch.randn(3, 16)
+    check_calls(m, ref, x)
+    if how == "pickle":
+        m2 = pickle.loads(pickle.dumps(m))
+    else:
+        buf = io.BytesIO()
+        torch.save(m, buf)
+        buf.seek(0)
+        m2 = torch.load(buf)
+    # Loads as an optimized module, nothing compiled: its traces are its own.
+    assert type(m2) is Block and m2.forward.owner is m2 and m2.forward.compiled == []
+    assert m2.state_dict().keys() == ref.state_dict().keys()
+    check_calls(m2, ref, x)
+    assert runs(m2) >= 4
+    check_calls(m, ref, x)  # the original still works
+
+
+def test_torch_jit_script_scripts_the_class_forward():
+    m, ref = make()
+    x = torch.randn(3, 16)
+    check_calls(m, ref, x)
+    before = runs(m)
+    for mode in (False, True):
+        m.train(mode)
+        ref.train(mode)
+        s = torch.jit.script(m)
+        with torch.no_grad():
+            torch.testing.assert_close(s(x), ref(x))
+    assert runs(m) == before  # the scripted module runs TorchScript, not dynamo
+    assert isinstance(m.__dict__["forward"], frontend.OptimizedFunction)
+    check_calls(m, ref, x)
+    assert runs(m) > before
+
+
+def test_torch_jit_script_of_a_parent_with_an_optimized_child():
+    torch.manual_seed(0)
+    p = Parent()
+    ref = copy.deepcopy(p)
+    child = dynamo.optimize(p.block)
+    s = torch.jit.script(p)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(s(x), ref(x))
+    # torch.jit's __prepare_scriptable__ swaps the child, in the parent, for a plain twin that
+    # shares its parameters and buffers; the optimized child itself is untouched.
+    assert p.block.fc.weight is child.fc.weight and p.block.shift is child.shift
+    assert isinstance(child.__dict__["forward"], frontend.OptimizedFunction)
+    check_calls(p, ref, x)
+    check_calls(child, ref.block, x)
+    assert runs(child) >= 4
+
+
+def test_state_dict_and_module_behaviour_are_unchanged():
+    m, ref = make()
+    x = torch.randn(3, 16)
+    check_calls(m, ref, x)
+    sd, want = m.state_dict(), ref.state_dict()
+    assert list(sd) == list(want)
+    for k in want:
+        assert torch.equal(sd[k], want[k]), k
+    assert [n for n, _ in m.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert isinstance(m, Block) and m.eval() is m and not m.training and m.train() is m and m.training
+    fresh = Block()
+    fresh.load_state_dict(sd)
+    check_calls(fresh, ref, x)
+
+
+def test_optimized_functions_pickle_and_copy_like_their_functions():
+    x = torch.randn(5)
+    with torch.no_grad():
+        scaled(x)
+        scaled(x)
+    # a module-level optimized function: by reference, itself
+    assert pickle.loads(pickle.dumps(scaled)) is scaled
+    assert copy.copy(scaled) is scaled and copy.deepcopy(scaled) is scaled
+    # optimize(f) of a module-level f: a fresh optimized f
+    g = dynamo.optimize(plain)
+    g2 = pickle.loads(pickle.dumps(g))
+    assert isinstance(g2, frontend.OptimizedFunction) and g2.fn is plain and g2 is not g
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(g2(x), plain(x))
+    assert sum(c.runs for c in g2.compiled) == 2
+
+    def local(x):
+        return x + 1
+    # a local function: fails as pickling the function itself fails
+    with pytest.raises(Exception) as want:
+        pickle.dumps(local)
+    with pytest.raises(type(want.value)):
+        pickle.dumps(dynamo.optimize(local))
+
+
+def test_explain_leaves_an_input_mutated_in_place_unchanged():
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    x, y = torch.randn(6), torch.randn(6)
+    x0 = x.clone()
+    e = dynamo.explain(f, x, y)
+    assert torch.equal(x, x0)
+    assert len(e.traces) == 1 and "add" in str(e)
+    # views of one tensor stay views of one (copied) tensor: the same explanation as on them
+    base = torch.randn(8)
+    base0 = base.clone()
+    e = dynamo.explain(lambda a, b: a.mul_(2) + b, base[:4], base[2:6])
+    assert torch.equal(base, base0)
+    assert e.traces == [] and "a view of another tensor" in str(e), str(e)
+    # inside containers, and a tensor of an autograd graph
+    w = torch.randn(6, requires_grad=True)
+    xs = [w * 1, {"y": torch.randn(6)}]
+    e = dynamo.explain(lambda xs: f(xs[0], xs[1]["y"]), xs)
+    assert torch.equal(xs[0], w.detach()) and "autograd" in str(e), str(e)
+
+
+def test_explain_leaves_module_state_unchanged():
+    m = Counter()
+    x = torch.ones(2, 8)
+    before = {id(f) for f in frontend._all()}
+    with torch.no_grad():
+        for target in ("plain", "its bound forward", "optimized", "its optimized forward"):
+            if target == "optimized":
+                dynamo.optimize(m)
+            e = dynamo.explain(m.forward if "forward" in target else m, x)
+            assert torch.equal(m.seen, torch.zeros(8)) and torch.equal(x, torch.ones(2, 8)), target
+            assert len(e.traces) == 1, str(e)
+            assert f"Counter at {id(m):#x}" in str(e)  # guards name the caller's module
+    listed = [f for f in frontend._all() if id(f) not in before]
+    assert listed == [m.forward]  # the one optimize() above; explain's copies are not listed
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), x * 2 + 2)  # the real call: state changes now
+    assert torch.equal(m.seen, torch.full((8,), 2.0))
