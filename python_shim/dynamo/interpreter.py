@@ -20,6 +20,7 @@ import dis
 import inspect
 import math
 import operator
+import re
 import types
 
 import torch
@@ -74,6 +75,9 @@ _SUPPORTED = {
     "FORMAT_VALUE", "RETURN_VALUE", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "GET_LEN",
 }
 
+# torch functions (not ATen ops, so not recorded) that change global state: they end the trace
+# and run for real (torch.manual_seed, torch.set_default_dtype, torch.use_deterministic_algorithms).
+_GLOBAL_SETTER = re.compile(r"^_?(set_|manual_seed$|seed$|use_|random_seed)")
 _NULL = object()  # CPython's NULL stack entry
 MAX_DEPTH = 32
 MAX_STEPS = 200_000
@@ -327,6 +331,8 @@ class Interpreter:
             # these read the data without an ATen op the recorder could see
             return self._opaque(fnp, args, kwargs, f"data-dependent value: Tensor.{fn.__name__}() reads a "
                                                    f"tensor's contents")
+        if _is_torch_callable(fn) and _GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""):
+            return self._opaque(fnp, args, kwargs, f"torch.{fn.__name__}() changes torch's global state")
         if isinstance(fn, types.FunctionType):
             return self._call_python(fn, fsrc, args, kwargs, None)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
@@ -349,6 +355,8 @@ class Interpreter:
         if fn is next and args and id(args[0][0]) not in self.local_objs:
             return self._opaque(fnp, args, kwargs, "next() advances an iterator from outside the function "
                                                    "(its position cannot be guarded)")
+        if fn is isinstance and args and args[0][1] is not None and self.recording:  # o.__class__ = B
+            self.guards.guard(Source(f"type({args[0][1].expr})", args[0][1]), type(args[0][0]))
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value

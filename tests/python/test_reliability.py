@@ -555,3 +555,29 @@ def test_returned_parameter_and_input_keep_identity():
         r = opt(x)
         assert r[0] is x and r[1] is lin.weight and isinstance(r[1], nn.Parameter)
     assert dynamo.counters()["native_runs"] == 2, dynamo.report()
+
+
+def test_isinstance_after_the_class_changed():
+    class A:
+        pass
+
+    class B(A):
+        pass
+    o = A()
+
+    def f(x):
+        return x * 2 if isinstance(o, B) else x - 1
+    run_steps(f, [None, None, lambda: setattr(o, "__class__", B), None])
+
+
+def test_torch_global_setters_run_every_call():
+    def f(x):
+        torch.manual_seed(3)
+        return x + torch.rand(4)
+    opt = dynamo.optimize(f)
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.manual_seed(0)
+        want = f(x)
+        torch.manual_seed(1)
+        assert same(opt(x), want)
