@@ -51,6 +51,10 @@ bool reshape_strides(const std::vector<int64_t> &old_sizes, const std::vector<in
     *out = contiguous_strides(new_sizes);
     return true;
   }
+  if (old_sizes.empty()) {  // a 0-dim tensor viewed as [1], [1,1], ...: one element, any strides
+    *out = std::vector<int64_t>(new_sizes.size(), 1);
+    return true;
+  }
   int64_t view_d = (int64_t)new_sizes.size() - 1;
   int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
@@ -232,14 +236,32 @@ struct Planner {
           if (ty.sizes[d] == 1) have[d] = 0;
         if (a.first == mutation_dest[k].slot && have != own) hazard = true;
       }
-      if (hazard && !p.materialized[c]) {
-        int32_t s = new_slot(ty.numel() * dtype_bytes(ty.dtype));
-        p.materialized[c] = 1;
-        p.buffer_backed[c] = 1;
-        p.views[c] = {s, 0, contiguous_strides(ty.sizes)};
-        roots_at[t.def[c]].insert(roots_at[t.def[c]].begin(), Root{c, s});
-      }
+      if (hazard || read_before_flush(c)) materialize_at_def(c);
     }
+  }
+
+  // The value of an in-place write gets a buffer of its own, stored where it is defined.
+  void materialize_at_def(int32_t c) {
+    if (p.materialized[c]) return;
+    const Type &ty = t.types[c];
+    int32_t s = new_slot(ty.numel() * dtype_bytes(ty.dtype));
+    p.materialized[c] = 1;
+    p.buffer_backed[c] = 1;
+    p.views[c] = {s, 0, contiguous_strides(ty.sizes)};
+    roots_at[t.def[c]].insert(roots_at[t.def[c]].begin(), Root{c, s});
+  }
+
+  // Is in-place write c flushed before a side exit (schedule_mutations then reads it from its
+  // destination) and read by an instruction before that exit? Such a reader is scheduled before
+  // the flush and would load the destination's old contents: c needs a buffer of its own.
+  bool read_before_flush(int32_t c) {
+    int32_t guard = -1;
+    for (size_t i = (size_t)t.def[c] + 1; i < t.insts.size() && guard < 0; ++i)
+      if (t.insts[i].op == Op::extern_ && t.insts[i].callee == kGuardCallee) guard = (int32_t)i;
+    if (guard < 0) return false;
+    for (auto [i, k] : users[c])
+      if (i < guard && !(t.insts[i].op == Op::copy_ && k == 0)) return true;  // not as a destination
+    return false;
   }
 
   void find_output_aliases() {
@@ -438,7 +460,8 @@ struct Planner {
             roots_at[i].insert(roots_at[i].begin(), Root{src, copy_slot[src]});  // before readers
           }
           bv = {copy_slot[src], 0, contiguous_strides(st.sizes)};
-          reshape_strides(st.sizes, bv.strides, t.types[v].sizes, &ns);
+          if (!reshape_strides(st.sizes, bv.strides, t.types[v].sizes, &ns))
+            fail(ErrorCode::Internal, "reshape of a contiguous copy has no strides");  // never: sizes verified
         }
         bv.strides = ns;
         break;

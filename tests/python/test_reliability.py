@@ -581,3 +581,40 @@ def test_torch_global_setters_run_every_call():
         want = f(x)
         torch.manual_seed(1)
         assert same(opt(x), want)
+
+
+# -- found by the program fuzzer (tests/fuzz_programs) ----------------------------------------------
+
+def test_write_into_input_read_before_a_side_exit():
+    def fn(x0):
+        x0[0] = 2.0
+        if x0.sum() > 0:
+            return torch.exp(x0)
+        return torch.tanh(x0)
+    opt = dynamo.optimize(fn)
+    for _ in range(4):
+        x = -torch.rand(3, 3) * 0.3
+        y = x.clone()
+        assert same(opt(x), fn(y)) and torch.equal(x, y)
+    assert dynamo.counters()["native_runs"] > 0
+
+
+def test_chained_writes_into_a_captured_tensor_before_a_side_exit():
+    def build():
+        w = torch.ones(3, 3)
+
+        def fn(x):
+            t = torch.exp(x)
+            t[0] = 2.0
+            w.add_(t).mul_(0.5)
+            return t * 2 if t.sum() > 0 else t * 3
+        return fn, w
+    (fe, we), (fo, wo) = build(), build()
+    fo = dynamo.optimize(fo)
+    for _ in range(4):
+        x = torch.randn(3, 3)
+        assert same(fo(x), fe(x)) and same(wo, we)
+
+
+def test_zero_dim_tensor_viewed_and_sliced():
+    run_steps(lambda x: (x.view(-1)[0:], x.reshape(1, 1)[:, :1] * 2), [None] * 3, lambda: (torch.randn(()),))
