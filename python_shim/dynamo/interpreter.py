@@ -16,6 +16,7 @@ The interpreter always finishes the call: an aborted recording keeps executing c
 with recording paused, so no effect is performed twice.
 """
 import builtins
+import contextlib
 import dis
 import inspect
 import math
@@ -24,6 +25,7 @@ import re
 import types
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
 from .recorder import Abort, NopythonError
@@ -357,6 +359,9 @@ class Interpreter:
                                                    "(its position cannot be guarded)")
         if fn is isinstance and args and args[0][1] is not None and self.recording:  # o.__class__ = B
             self.guards.guard(Source(f"type({args[0][1].expr})", args[0][1]), type(args[0][0]))
+        if fn in _LINEAR and _mixed_bias(args, kwargs):
+            return self._opaque(fnp, args, kwargs, "linear with a bias of another dtype (recorded under the "
+                                                   "dispatch mode, torch 1.13 adds it out of place and promotes)")
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
@@ -433,9 +438,18 @@ class Interpreter:
             a = [v for v, _ in args]
             if self_pair is not None:
                 a = [self_pair[0]] + a
-            return (fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()}), None)
+            with self._outside_recorder():  # exactly as eager runs it
+                return (fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()}), None)
         finally:
             self.rec.paused -= 1
+
+    def _outside_recorder(self):
+        """A context without the recorder's dispatch mode. An active Python dispatch mode makes
+        torch 1.13's composite ops take their "tensor subclass" branches (F.linear adds its bias
+        out of place, promoting the dtype), so calls not recorded run without it."""
+        if _current_mode() is self.rec:
+            return _pop_mode_temporarily()
+        return contextlib.nullcontext()
 
     # -- the loop ------------------------------------------------------------------------
     def _jump(self, f, target):
@@ -1053,6 +1067,17 @@ class Interpreter:
 
 
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+_LINEAR = (torch.nn.functional.linear, torch._C._nn.linear)
+
+
+def _mixed_bias(args, kwargs):
+    """F.linear(x, w, b) with b of another dtype than x (eager: x's dtype, via an in-place add)."""
+    vals = [v for v, _ in args] + [v for _, (v, _) in sorted(kwargs.items())]
+    x = vals[0] if vals else None
+    b = kwargs["bias"][0] if "bias" in kwargs else (vals[2] if len(args) > 2 else None)
+    return isinstance(x, torch.Tensor) and isinstance(b, torch.Tensor) and b.dtype != x.dtype
 
 
 def _static_lookup(cls, name):

@@ -430,6 +430,12 @@ class Recorder(TorchDispatchMode):
             raise Abort(self.poison.get(id(base)) or f"{name} writes into a view of a tensor of unknown origin")
         self._poison_views(base, f"a view of a tensor that {name} wrote into afterwards (aliasing views are "
                                  "not traced after a write)")
+        if bname not in self.input_names and new in self.input_names:
+            # a temporary now holds an input's values (t.copy_(x)), not its memory: a value of its
+            # own, so that a later write into the temporary is not taken for a write into x
+            n = self._new()
+            self.lines.append(f"  {n} = copy({new}) : {type_text(base)}")
+            new = n
         if bname in self.input_names:
             n = self._new()
             self.lines.append(f"  {n} = copy_({bname}, {new}) : {type_text(base)}")

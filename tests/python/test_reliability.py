@@ -618,3 +618,24 @@ def test_chained_writes_into_a_captured_tensor_before_a_side_exit():
 
 def test_zero_dim_tensor_viewed_and_sliced():
     run_steps(lambda x: (x.view(-1)[0:], x.reshape(1, 1)[:, :1] * 2), [None] * 3, lambda: (torch.randn(()),))
+
+
+def test_copy_into_a_temporary_then_write_it():
+    def fn(x0, x1):
+        t = x0[0] * 0
+        t.copy_(x1)
+        t.zero_()
+        t.add_(1)
+        return t
+    opt = dynamo.optimize(fn)
+    for _ in range(3):
+        a, b = torch.randn(3, 4), torch.randn(4)
+        b2 = b.clone()
+        assert same(opt(a, b), fn(a, b2)) and torch.equal(b, b2), "the input was written"
+    assert dynamo.counters()["native_runs"] == 2
+
+
+def test_linear_with_a_bias_of_another_dtype():
+    w, b = torch.randn(4, 3), torch.randn(4, dtype=torch.float64)
+    run_steps(lambda x: torch.nn.functional.linear(x, w, b), [None] * 3,
+              lambda: (torch.randn(2, 3, 3, 3),), native=False)
