@@ -610,6 +610,7 @@ def _release(rec, interp):
     rec.view_of, rec.views, rec.poison = {}, {}, {}
     rec.snapshot_here = None
     interp.keep = []
+    interp.input_objs = {}
     interp._start = None
 
 

@@ -158,6 +158,7 @@ class Interpreter:
         self.local_objs = set()   # ids of containers/objects created during the call
         self.keep = []
         self.tensor_src = {}      # id(tensor) -> source expr it was registered under
+        self.input_objs = {}      # id(tensor) -> the input tensor itself (snapshots find views of inputs)
         self.steps = 0
         self.depth = 0
         self.inlined = []         # qualified names of inlined callees, for explain()
@@ -198,6 +199,7 @@ class Interpreter:
                 if self.rec.add_input(v):
                     self.guards.add_tensor_input(src)
                     self.tensor_src[id(v)] = src.expr
+                    self.input_objs[id(v)] = v
                 return
             self.guards.guard(src, v)
         except Abort as e:

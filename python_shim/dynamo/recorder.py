@@ -82,6 +82,7 @@ class Recorder(TorchDispatchMode):
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
         self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
+        self._restride = False  # the op being recorded is an as_strided that keeps its argument's elements
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -212,6 +213,8 @@ class Recorder(TorchDispatchMode):
             writes = _WRITERS[func] = _written_args(func)
         if writes and self.effect is None:
             self._note_effect(func, args, kwargs)
+        # judged before the op runs: as_strided_ changes its argument's strides
+        self._restride = func in _LAYOUT_DEPENDENT and _restrides_in_place(func, args, kwargs)
         out = func(*args, **kwargs)
         if self.paused or self.abort_reason is not None or self.cut is not None:
             return out
@@ -249,6 +252,15 @@ class Recorder(TorchDispatchMode):
                         "(mid-trace guards with side exits are not implemented yet)")
         if func is _aten.lift_fresh.default or name in ("aten::lift_fresh_copy",):
             raise Abort("tensor created from Python data inside the function (torch.tensor)")
+        if self._restride:
+            if func is _aten.as_strided_.default:
+                return  # the same elements in the same order: nothing changes for the trace
+            res = self._new()
+            self.lines.append(f"  {res} = view({self._operand(args[0])}, {_shape(outs_of(out)[0])}) : "
+                              f"{type_text(outs_of(out)[0])}")
+            self._note_view(out, args[0], func, list(args))
+            self._bind(out, res)
+            return
         if func in _LAYOUT_DEPENDENT:
             raise Abort(f"{name}: general strided views are not supported (stride arguments describe eager's "
                         "memory layout, which compiled intermediates need not have)")
@@ -552,6 +564,31 @@ class Recorder(TorchDispatchMode):
 
 _MISSING = object()
 _WRITERS = {}  # ATen op -> [(position, name)] of the arguments it writes (cached)
+
+
+def outs_of(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _shape(t):
+    return "[" + ",".join(str(d) for d in t.shape) + "]"
+
+
+def _restrides_in_place(func, args, kwargs):
+    """as_strided(x, size, stride[, offset]) that keeps x's sizes, storage offset and the strides
+    of every dimension longer than 1 (adaptive_avg_pool2d re-strides its [N,C,1,1] result so):
+    it names the same elements of x in the same order, whatever x's layout."""
+    if func not in (_aten.as_strided.default, _aten.as_strided_.default) or not isinstance(args[0], torch.Tensor):
+        return False
+    x = args[0]
+    size = args[1] if len(args) > 1 else kwargs.get("size")
+    stride = args[2] if len(args) > 2 else kwargs.get("stride")
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    if size is None or stride is None or list(size) != list(x.shape):
+        return False
+    if offset is not None and offset != x.storage_offset():
+        return False
+    return all(st == xs for n, st, xs in zip(size, stride, x.stride()) if n > 1)
 
 
 def _written_args(func):

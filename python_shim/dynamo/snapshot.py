@@ -8,6 +8,8 @@ a later call with other inputs:
 
   ("src", expr)      a value read from a guarded source: re-read from this call's a, k, g, f
   ("live", i)        a tensor the trace computed: the exit's i-th live value
+  ("inview", expr, sizes, strides, offset)  a view of an input's memory, made again from this call's
+                     input (writes through it must reach the input)
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
   ("tuple"|"list"|"dict", ...), ("cell", ...), ("siter", ...), ("seqiter", ...), ("null",)
 
@@ -69,6 +71,9 @@ def encode(interp, x, src, live, live_index):
         name = interp.rec.vals.get(id(x))
         if src is not None and (name is None or name in interp.rec.input_names):
             return ("src", src.expr)  # an input (perhaps not read yet): this call's own
+        view = _input_view(interp, x)
+        if view is not None:
+            return view
         if name is None:
             raise NoSnapshot("a tensor made outside the trace is live")
         if id(x) not in live_index:
@@ -107,6 +112,20 @@ def encode(interp, x, src, live, live_index):
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
 
 
+def _input_view(interp, x):
+    """("inview", source, sizes, strides, offset) when tensor x is a view of an input's memory:
+    it must be that view of this call's input again (a copy would not see, nor make, writes
+    through it), re-derived with the strides eager gave it (the input's layout is guarded)."""
+    if x.numel() == 0:
+        return None
+    ptr = x.storage().data_ptr()
+    for tid, expr in interp.tensor_src.items():
+        t = interp.input_objs.get(tid)
+        if t is not None and t.numel() and t.storage().data_ptr() == ptr:
+            return ("inview", expr, tuple(x.shape), tuple(x.stride()), x.storage_offset() - t.storage_offset())
+    return None
+
+
 def decode(spec, env, live):
     from .interpreter import _NULL, _SourcedIter
 
@@ -117,6 +136,9 @@ def decode(spec, env, live):
         return eval(spec[1], env)  # noqa: S307 -- our own guard expressions
     if kind == "const":
         return spec[1]
+    if kind == "inview":
+        t = eval(spec[1], env)  # noqa: S307 -- our own guard expressions
+        return t.as_strided(spec[2], spec[3], t.storage_offset() + spec[4])
     if kind == "null":
         return _NULL
     if kind == "tuple":

@@ -639,3 +639,27 @@ def test_linear_with_a_bias_of_another_dtype():
     w, b = torch.randn(4, 3), torch.randn(4, dtype=torch.float64)
     run_steps(lambda x: torch.nn.functional.linear(x, w, b), [None] * 3,
               lambda: (torch.randn(2, 3, 3, 3),), native=False)
+
+
+def test_as_strided_that_keeps_the_elements_is_traced():
+    # adaptive_avg_pool2d re-strides its [N, C, 1, 1] result with as_strided_ (swin_t's head)
+    def f(x):
+        y = torch.nn.functional.adaptive_avg_pool2d(torch.relu(x.permute(0, 3, 1, 2)), 1)
+        return y.flatten(1) * 2, (x * 3).as_strided(x.shape, x.stride())
+    run_steps(f, [None] * 3, lambda: (torch.randn(2, 5, 5, 8),))
+
+
+def test_view_of_an_input_live_at_a_side_exit_still_aliases_it():
+    def fn(x0):
+        t = x0.view(9, 3)
+        if t.sum() > 0:
+            y = t * 1
+        else:
+            y = t * 2
+        t.mul_(2.0)
+        return y
+    opt = dynamo.optimize(fn)
+    for sign in [1, 1, -1, -1, 1]:
+        x = torch.rand(3, 3, 3) * sign
+        x2 = x.clone()
+        assert same(opt(x), fn(x2)) and torch.equal(x, x2), "the write through the view was lost"
