@@ -368,7 +368,8 @@ class Interpreter:
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
             r = self._concrete(fn, args, kwargs)
-            if not args and not kwargs and type(r[0]) in _BY_VALUE and fn is not super and self.recording:
+            if not args and not kwargs and type(r[0]) in _BY_VALUE and self.recording and \
+                    (getattr(fn, "__self__", None) is None or isinstance(fn.__self__, types.ModuleType)):
                 # torch state read by the program (torch.are_deterministic_algorithms_enabled())
                 self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
                                         f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
@@ -840,12 +841,11 @@ class Interpreter:
         if not self.recording:
             return
         from torch.nn.modules import module as mm
-        if msrc is not None:
-            e = msrc.expr
-            self.guards.guard(Source(f"type({e}).forward", msrc), type(m).forward)
-            self.guards.guard_state(f"not ('forward' in {e}.__dict__ or {e}._forward_hooks or "
-                                    f"{e}._forward_pre_hooks or {e}._backward_hooks)", True,
-                                    f"{e} has no hooks and no instance forward")
+        if msrc is not None:  # one guard per module call
+            e, c = msrc.expr, self.guards.const_source(type(m).forward).expr
+            self.guards.guard_state(f"type({e}).forward is {c} and not ('forward' in {e}.__dict__ or "
+                                    f"{e}._forward_hooks or {e}._forward_pre_hooks or {e}._backward_hooks)", True,
+                                    f"{e} runs {type(m).__qualname__}.forward, with no hooks")
         g = self.guards.const_source(mm).expr
         self.guards.guard_state(f"not ({g}._global_forward_hooks or {g}._global_forward_pre_hooks or "
                                 f"{g}._global_backward_hooks)", True, "no global module hooks")
@@ -861,11 +861,11 @@ class Interpreter:
         raw = _static_lookup(type(obj), name)
         if not isinstance(raw, types.FunctionType) or name in getattr(obj, "__dict__", ()):
             return None
-        if osrc is not None and self.recording:
-            self.guards.guard(Source(f"type({osrc.expr}).{name}", osrc), raw)
-            if hasattr(obj, "__dict__"):
-                self.guards.guard_state(f"{name!r} not in {osrc.expr}.__dict__", True,
-                                        f"{osrc.expr}.{name} is not shadowed by an instance attribute")
+        if osrc is not None and self.recording:  # one guard: this is on every method call's path
+            e, c = osrc.expr, self.guards.const_source(raw).expr
+            shadow = f" and {name!r} not in {e}.__dict__" if hasattr(obj, "__dict__") else ""
+            self.guards.guard_state(f"type({e}).{name} is {c}{shadow}", True,
+                                    f"{e}.{name} is {raw.__qualname__}, not shadowed by an instance attribute")
         return (raw, None)
 
     def load_attr(self, obj, osrc, name):
