@@ -11,6 +11,7 @@ a later call with other inputs:
   ("inview", expr, sizes, strides, offset)  a view of an input's memory, made again from this call's
                      input (writes through it must reach the input)
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
+  ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple"|"list"|"dict", ...), ("cell", ...), ("siter", ...), ("seqiter", ...), ("null",)
 
 What cannot be encoded faithfully (a tensor made outside the trace, an object created inside the
@@ -83,6 +84,9 @@ def encode(interp, x, src, live, live_index):
     if src is not None:
         return ("src", src.expr)
     t = type(x)
+    if t is types.BuiltinMethodType and x.__self__ is not None and not isinstance(x.__self__, types.ModuleType):
+        # x0.masked_select on the stack: bound to this call's object, which must be this call's again
+        return ("bound", encode(interp, x.__self__, None, live, live_index), x.__name__)
     if isinstance(x, _CONST_TYPES):
         return ("const", x)
     if t is types.FunctionType:
@@ -136,6 +140,8 @@ def decode(spec, env, live):
         return eval(spec[1], env)  # noqa: S307 -- our own guard expressions
     if kind == "const":
         return spec[1]
+    if kind == "bound":
+        return getattr(decode(spec[1], env, live), spec[2])
     if kind == "inview":
         t = eval(spec[1], env)  # noqa: S307 -- our own guard expressions
         return t.as_strided(spec[2], spec[3], t.storage_offset() + spec[4])
@@ -199,6 +205,8 @@ def _decode_pair(spec, env, live, interp):
         interp.touch(live[spec[1]], EXIT.item(spec[1]))
         interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
         return v, None
+    elif kind == "bound":
+        return getattr(_decode_pair(spec[1], env, live, interp)[0], spec[2]), None
     elif kind == "cell":
         inner, isrc = _decode_pair(spec[1], env, live, interp)
         cell = types.CellType(inner)

@@ -663,3 +663,12 @@ def test_view_of_an_input_live_at_a_side_exit_still_aliases_it():
         x = torch.rand(3, 3, 3) * sign
         x2 = x.clone()
         assert same(opt(x), fn(x2)) and torch.equal(x, x2), "the write through the view was lost"
+
+
+def test_tensor_method_on_the_stack_at_a_size_exit():
+    def fn(x0):
+        return x0.masked_select(x0 > 0).sum(), (x0 * 1).masked_select(x0 < 0).sum()
+    opt = dynamo.optimize(fn)
+    for _ in range(12):  # counts of positives differ: the size exit is taken, then a side trace
+        x = torch.randn(3, 3)
+        assert same(opt(x), fn(x))
