@@ -17,6 +17,7 @@ recording interpreter reads from a source is guarded:
 The guards of one trace are compiled into a single Python function, in the order they were
 recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed its own.
 """
+import collections
 import math
 
 import torch
@@ -132,8 +133,8 @@ class GuardSet:
         elif t in (tuple, list, torch.Size):
             self._checks.append(f"type({e}) is {self._const(t)} and len({e}) == {len(value)}")
             self.lines.append((e, "length", f"{t.__name__} of {len(value)}"))
-        elif t is dict:
-            self._checks.append(f"type({e}) is dict and list({e}) == {self._const(list(value))}")
+        elif t is dict or t is collections.OrderedDict:
+            self._checks.append(f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
             self.lines.append((e, "keys", repr(list(value))))
         else:
             self._checks.append(f"{e} is {self._const(value)}")
@@ -154,7 +155,7 @@ class GuardSet:
             self._checks.append(f"type({e}) is {self._const(t)} and {conv}({e}) == {self._const(snap)}")
         else:  # dict
             snap = tuple(value.items())
-            self._checks.append(f"type({e}) is dict and tuple({e}.items()) == {self._const(snap)}")
+            self._checks.append(f"type({e}) is {self._const(t)} and tuple({e}.items()) == {self._const(snap)}")
         self.lines.append((e, "contents", f"{t.__name__} of {len(value)} plain values"))
         self._fn = None
 

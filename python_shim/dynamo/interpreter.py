@@ -16,6 +16,7 @@ The interpreter always finishes the call: an aborted recording keeps executing c
 with recording paused, so no effect is performed twice.
 """
 import builtins
+import collections
 import contextlib
 import dis
 import inspect
@@ -212,6 +213,8 @@ class Interpreter:
         if src is None or not self.recording:
             return
         t = type(v)
+        if t in _DICTS:
+            t = dict
         if t in (list, tuple, dict, set, frozenset) and (t in (set, frozenset) or depth > 4 or len(v) > 64):
             if plain(tuple(v.items()) if t is dict else tuple(v)):
                 self.guards.guard_contents(src, v)
@@ -383,11 +386,33 @@ class Interpreter:
             if id(self_) in self.local_objs or fn.__name__ in _READ_METHODS:
                 if fsrc is not None and fsrc.base is not None:  # d.values(), d.get(k), ... of a sourced d
                     self._touch_elements(self_, fsrc.base)
+                    if type(self_) in _DICTS and fn.__name__ in ("items", "values") and not args and not kwargs:
+                        return self._sourced_view(self_, fsrc.base, fn.__name__)
                 return self._concrete(fn, args, kwargs)
             return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                     f"from outside the function")
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    def _sourced_view(self, d, dsrc, which):
+        """d.items() / d.values() of a sourced dict as a tuple whose elements keep their sources
+        (d[k]), so that modules and objects taken from it are read through guarded paths (their
+        parameters are trace inputs). The keys are guarded by d's own guard."""
+        srcs = [self._item_src(dsrc, k) for k in d]
+        if which == "values":
+            t = tuple(d.values())
+            self._tuple_srcs[id(t)] = srcs
+        else:
+            pairs = []
+            for (k, v), s in zip(d.items(), srcs):
+                p = (k, v)
+                self._tuple_srcs[id(p)] = [None, s]
+                pairs.append(p)
+            t = tuple(pairs)
+            self._tuple_srcs[id(t)] = [None] * len(t)
+            self.keep.extend(pairs)
+        self.keep.append(t)
+        return (t, None)
 
     @staticmethod
     def _super_args(f):
@@ -650,7 +675,7 @@ class Interpreter:
                 src = None
                 if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
                     src = osrc.item(key[0])
-                elif osrc is not None and type(obj) is dict:
+                elif osrc is not None and type(obj) in _DICTS:
                     src = self._item_src(osrc, key[0])
                 elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
                         isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
@@ -1068,6 +1093,7 @@ class Interpreter:
         self.guards.guard_state(expr, True, f"no global named {name}")
 
 
+_DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 

@@ -672,3 +672,18 @@ def test_tensor_method_on_the_stack_at_a_size_exit():
     for _ in range(12):  # counts of positives differ: the size exit is taken, then a side trace
         x = torch.randn(3, 3)
         assert same(opt(x), fn(x))
+
+
+def test_modules_read_from_the_module_dict():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = nn.Linear(6, 6)
+            self.l2 = nn.Linear(6, 6)
+
+        def forward(self, x):
+            for name, m in self._modules.items():
+                x = m(x)
+            return self._modules["l1"](x)
+    m = M()
+    run_steps(m, [None, None, lambda: setattr(m, "l2", nn.Linear(6, 6)), None, lambda: delattr(m, "l2"), None])
