@@ -8,7 +8,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test test-asan fuzz soak bench check-math demo install uninstall clean gpu-bundle
+.PHONY: all deps configure build test test-asan fuzz fuzz-programs soak bench check-math demo zoo install uninstall clean gpu-bundle
 
 all: build
 
@@ -56,6 +56,13 @@ fuzz: build
 	    | grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY"); \
 	  rm -rf $$work; done; echo "fuzz: clean"
 
+# The program fuzzer: FUZZ_PROGRAMS random PyTorch programs (hypothesis), eager vs. dynamo.optimize,
+# shrunk failures printed and saved as reproducers under $(BUILD)/fuzz-programs/.
+FUZZ_PROGRAMS ?= 20000
+fuzz-programs: build
+	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) tests/fuzz_programs/run.py \
+	  --programs $(FUZZ_PROGRAMS) --save $(BUILD)/fuzz-programs
+
 # The long soak: 10^5 compiled calls and 300 compile/reset cycles, memory figures printed.
 soak: build
 	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 DYNAMO_SOAK_CALLS=100000 DYNAMO_SOAK_CYCLES=300 \
@@ -84,6 +91,15 @@ gpu-bundle: build
 
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
+
+# Every torchvision classification/segmentation/detection model (random weights, 64x64, batch 1)
+# eager vs. dynamo.optimize: WRONG / LEAKED / ok per model, fallbacks, speed; fails on any WRONG
+# or LEAKED. Installs torchvision/torchaudio first (scripts/setup-models.sh). Takes a while on
+# two cores; ZOO_ARGS="--models resnet18,swin_t" (or --calls, --size, --timeout, --mode hook).
+ZOO_ARGS ?=
+zoo: build
+	@bash scripts/setup-models.sh
+	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py $(ZOO_ARGS)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

@@ -110,7 +110,12 @@ class Compiled:
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
         self.root = self          # the root trace of a side-trace tree
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
+        self.mutates = False      # the trace writes into its inputs (copy_)
         _compiled_by_entry[self.handle.value] = self
+
+    def mutates_any(self):
+        """Does this trace, or a side trace under it, write into the call's tensors?"""
+        return self.mutates or any(side.mutates_any() for snap in self.exits for side in snap.sides)
 
     def exits_taken(self):
         """Times this trace's guards failed (natively counted), its side traces' included."""
@@ -386,13 +391,27 @@ class OptimizedFunction:
                     raise
                 torch.set_rng_state(rng)
                 _bump("exits_resumed")
-                return snapshot.resume(snap, fn, args, kwargs, ex.values)
+                return self._resume(c, snap, fn, args, kwargs, ex.values)
             try:
                 return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
             finally:
                 _release(rec, interp)
         _bump("exits_resumed")
-        return snapshot.resume(snap, fn, args, kwargs, ex.values)
+        return self._resume(c, snap, fn, args, kwargs, ex.values)
+
+    def _resume(self, c, snap, fn, args, kwargs, values):
+        """The rest of the call from snapshot snap of trace c. If dynamo cannot rebuild its frames
+        (nothing of the program has run from there yet), the exit is blacklisted and, when no
+        trace on the way wrote into the call's tensors, the whole call runs again eagerly."""
+        try:
+            return snapshot.resume(snap, fn, args, kwargs, values)
+        except snapshot.ResumeFailed as e:
+            snap.blacklisted = snap.blacklisted or str(e)
+            self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined)
+            if c.root.mutates_any():
+                raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
+            _bump("eager_runs")
+            return fn(*args, **kwargs)
 
     @staticmethod
     def _link(parent, k, side):
@@ -558,6 +577,7 @@ class OptimizedFunction:
         finally:
             _bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
+        c.mutates = rec.mutated
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
         if c.stats.from_cache:
             _bump("cache_hits")

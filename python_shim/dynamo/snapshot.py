@@ -33,6 +33,10 @@ class NoSnapshot(Exception):
     """The interpreter state at a branch cannot be carried to a later call."""
 
 
+class ResumeFailed(Exception):
+    """dynamo could not rebuild the frames of a snapshot (before any of the program ran from it)."""
+
+
 class FrameState:
     __slots__ = ("code", "fn", "ip", "locals", "stack", "kw_names")
 
@@ -70,8 +74,10 @@ def encode(interp, x, src, live, live_index):
         return ("null",)
     if isinstance(x, torch.Tensor):
         name = interp.rec.vals.get(id(x))
-        if src is not None and (name is None or name in interp.rec.input_names):
+        if src is not None and (name is None or name in interp.rec.input_names) and not src.expr.startswith("x["):
             return ("src", src.expr)  # an input (perhaps not read yet): this call's own
+        # (a side trace's x[i], the parent exit's values, is not at hand when the side trace
+        # exits in turn: it is handed back as a live value like any tensor the trace holds)
         view = _input_view(interp, x)
         if view is not None:
             return view
@@ -124,6 +130,8 @@ def _input_view(interp, x):
         return None
     ptr = x.storage().data_ptr()
     for tid, expr in interp.tensor_src.items():
+        if expr.startswith("x["):  # a parent exit's values: copies, not the caller's memory
+            continue
         t = interp.input_objs.get(tid)
         if t is not None and t.numel() and t.storage().data_ptr() == ptr:
             return ("inview", expr, tuple(x.shape), tuple(x.stride()), x.storage_offset() - t.storage_offset())
@@ -236,19 +244,22 @@ def resume(snap, fn, args, kwargs, live, interp=None):
     else:
         pair = lambda s: _decode_pair(s, env, live, interp)  # noqa: E731
     frames = []
-    for fs in snap.frames:
-        if fs.fn == ("func",):
-            f_obj, f_src = fn, FUNC
-        elif fs.fn[0] == "src":
-            f_obj, f_src = eval(fs.fn[1], env), Source(fs.fn[1])  # noqa: S307
-        else:
-            f_obj, f_src = fs.fn[1], None
-        fr = _Frame(fs.code, f_obj, f_src, f_obj.__globals__)
-        fr.locals = [pair(s) for s in fs.locals]
-        fr.stack = [pair(s) for s in fs.stack]
-        fr.ip = fs.ip
-        fr.kw_names = fs.kw_names
-        frames.append(fr)
+    try:
+        for fs in snap.frames:
+            if fs.fn == ("func",):
+                f_obj, f_src = fn, FUNC
+            elif fs.fn[0] == "src":
+                f_obj, f_src = eval(fs.fn[1], env), Source(fs.fn[1])  # noqa: S307
+            else:
+                f_obj, f_src = fs.fn[1], None
+            fr = _Frame(fs.code, f_obj, f_src, f_obj.__globals__)
+            fr.locals = [pair(s) for s in fs.locals]
+            fr.stack = [pair(s) for s in fs.stack]
+            fr.ip = fs.ip
+            fr.kw_names = fs.kw_names
+            frames.append(fr)
+    except Exception as e:  # noqa: BLE001 -- nothing of the program has run yet from here
+        raise ResumeFailed(f"cannot rebuild the frames at {snap.where}: {type(e).__name__}: {e}") from e
     result = None
     for depth, fr in enumerate(reversed(frames)):
         if depth:

@@ -687,3 +687,16 @@ def test_modules_read_from_the_module_dict():
             return self._modules["l1"](x)
     m = M()
     run_steps(m, [None, None, lambda: setattr(m, "l2", nn.Linear(6, 6)), None, lambda: delattr(m, "l2"), None])
+
+
+def test_side_trace_leaving_through_its_own_exit(monkeypatch):
+    monkeypatch.setattr(dynamo.config, "hotexit", 1)
+
+    def fn(x0):
+        return x0.masked_select(x0 > 0).sum()
+    opt = dynamo.optimize(fn)
+    g = torch.Generator().manual_seed(0)
+    for n in [4, 5, 5, 6, 6, 7, 3, 5, 6]:  # positives per call: exits of the root and of side traces
+        x = -torch.rand(3, 3, generator=g)
+        x.view(-1)[:n] *= -1
+        assert same(opt(x), fn(x))
