@@ -482,7 +482,11 @@ class Builder:
         if a is None:
             return False
         template = self.pick(INPLACE)
-        return self.commit([self.fill(template, a)], f"inplace:{kind_of(a)}:{template}")
+        stmt = self.fill(template, a)
+        if ".copy_(" in stmt and not self.ns[a].is_floating_point() and \
+                not self.cast_is_exact(stmt[stmt.index(".copy_(") + 7:-1]):
+            return False
+        return self.commit([stmt], f"inplace:{kind_of(a)}:{template}")
 
     def s_setitem(self):
         """An item assignment (slice, select, mask or index)."""
@@ -490,7 +494,25 @@ class Builder:
         if a is None:
             return False
         template = self.pick(SETITEM)
-        return self.commit([self.fill(template, a)], f"setitem:{kind_of(a)}:{template}")
+        stmt = self.fill(template, a)
+        if not self.ns[a].is_floating_point() and not self.cast_is_exact(stmt.split(" = ", 1)[1]):
+            return False
+        return self.commit([stmt], f"setitem:{kind_of(a)}:{template}")
+
+    def cast_is_exact(self, expr):
+        """Whether writing expr into an integer tensor cannot depend on float rounding: expr is not
+        floating, or its values are away from integer boundaries (a 1-ulp tanh of 1.9999999 vs 2.0
+        truncates to 1 vs 2)."""
+        try:
+            v = eval(expr, self.ns)  # noqa: S307 -- our own generated text
+        except Exception:  # noqa: BLE001 -- commit() judges statements that raise
+            return True
+        if isinstance(v, float):
+            v = torch.tensor(v)
+        if not isinstance(v, torch.Tensor) or not v.is_floating_point() or v.numel() == 0:
+            return True
+        v = v[torch.isfinite(v)].double()
+        return v.numel() == 0 or float((v - v.round()).abs().min()) > 1e-3
 
     def s_cat(self):
         """torch.cat / torch.stack of a value and something of the same shape."""
