@@ -19,6 +19,7 @@ recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed
 """
 import collections
 import math
+import re
 
 import torch
 
@@ -81,6 +82,38 @@ KWARG = Source("k")
 GLOBALS = Source("g")
 FUNC = Source("f")
 EXIT = Source("x")    # a side trace's inputs: the live values of the exit it starts from
+
+
+def _pattern(expr):
+    """A regex matching source expression expr where it stands whole or as the base of a longer
+    one (a[0] in a[0].fc, not in a[0]x nor in ca[0])."""
+    tail = r"(?![\w])" if expr[-1].isalnum() or expr[-1] == "_" else ""
+    return re.compile(r"(?<![\w.'\"\]])" + re.escape(expr) + tail)
+
+
+def _hoisted(checks, inputs, sources):
+    """The check function's body: one `if not (...): return None` per check, in order, then the
+    input list; a source expression read by two or more of them (a[0].layer1 under 60 guards of a
+    ResNet) is evaluated once into a local right before its first use, and the longer ones are
+    spelled from it (each read of a[0].layer1 walks nn.Module.__getattr__ in Python)."""
+    texts = list(checks) + [", ".join(inputs)]
+    pats = {e: _pattern(e) for e in dict.fromkeys(sources)}
+    hoist = [e for e, p in pats.items() if not e.isidentifier() and sum(1 for t in texts if p.search(t)) >= 2]
+    named = {}  # expr -> local name, longest first when rewriting
+
+    def rewrite(text):
+        for e in sorted(named, key=len, reverse=True):
+            text = pats[e].sub(named[e], text)
+        return text
+
+    lines = []
+    for k, t in enumerate(texts):
+        for e in sorted((e for e in hoist if e not in named and pats[e].search(t)), key=len):
+            lines.append(f"_s{len(named)} = {rewrite(e)}")
+            named[e] = f"_s{len(named)}"
+        t = rewrite(t)
+        lines.append(f"if not ({t}): return None" if k < len(checks) else f"return [{t}]")
+    return lines
 
 
 class GuardSet:
@@ -177,9 +210,8 @@ class GuardSet:
         (x: the live values of the side exit a side trace starts from)."""
         if self._fn is None:
             body = ["def check(a, k, g, f, x=None):", "    try:"]
-            for c in self._checks:
-                body.append(f"        if not ({c}): return None")
-            body.append(f"        return [{', '.join(self.tensor_inputs)}]")
+            body += ["        " + line for line in _hoisted(self._checks, self.tensor_inputs,
+                                                          [e for e, kind, _ in self.lines if kind != "state"])]
             body.append("    except Exception:")
             body.append("        return None")
             env = dict(self._consts, **_HELPERS)
