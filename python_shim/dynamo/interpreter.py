@@ -370,7 +370,14 @@ class Interpreter:
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
-            r = self._concrete(fn, args, kwargs)
+            try:
+                r = self._concrete(fn, args, kwargs)
+            except Exception as e:  # noqa: BLE001 -- judged by running it as eager does
+                # Under a Python dispatch mode torch 1.13's composite ops take other paths, which can
+                # fail where eager's do not (F.max_pool1d of a too-short row gives an empty tensor in
+                # eager): the call runs again outside the recorder, raising only if eager raises.
+                name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a torch call")
+                return self._opaque(fnp, args, kwargs, f"{name} raised under the recorder ({type(e).__name__}: {e})")
             if not args and not kwargs and type(r[0]) in _BY_VALUE and self.recording and \
                     (getattr(fn, "__self__", None) is None or isinstance(fn.__self__, types.ModuleType)):
                 # torch state read by the program (torch.are_deterministic_algorithms_enabled())

@@ -700,3 +700,14 @@ def test_side_trace_leaving_through_its_own_exit(monkeypatch):
         x = -torch.rand(3, 3, generator=g)
         x.view(-1)[:n] *= -1
         assert same(opt(x), fn(x))
+
+
+def test_torch_call_that_fails_only_under_the_recorder():
+    def fn(x0, x2):
+        x2.relu_()
+        return torch.nn.functional.max_pool1d(torch.exp(x0), 2)
+    opt = dynamo.optimize(fn)
+    for _ in range(3):
+        x0, x2 = torch.randn(1, 1), torch.randn(1, 4)
+        a, b = x2.clone(), x2.clone()
+        assert same(opt(x0, a), fn(x0, b)) and torch.equal(a, b)
