@@ -9,7 +9,6 @@ Status: fixed (interpreter.py: a torch call that raises under the recorder runs 
 Eager returns an empty [1, 0] tensor; under any Python dispatch mode torch 1.13's composite
 max_pool1d takes its max_pool1d_with_indices path, which raises "Output size is too small".
 """
-"""Fuzzer reproducer: leaked exception: RuntimeError at recorder.py:__torch_dispatch__."""
 import torch
 import torch.nn.functional as F
 def make_inputs(seed):
