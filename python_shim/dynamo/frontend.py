@@ -163,7 +163,8 @@ class SideExit:
     __slots__ = ("entry", "id", "values")
 
     def __init__(self, entry, exit_id, values):
-        self.entry, self.id, self.values = entry, exit_id, values
+        # dense, as the snapshot's views of them ("liveview") and side traces' guards expect
+        self.entry, self.id, self.values = entry, exit_id, [t.contiguous() for t in values]
 
 
 def _side_exit():

@@ -11,6 +11,7 @@ a later call with other inputs:
   ("inview", expr, sizes, strides, offset)  a view of an input's memory, made again from this call's
                      input (writes through it must reach the input)
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
+  ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple"|"list"|"dict", ...), ("cell", ...), ("siter", ...), ("seqiter", ...), ("null",)
 
@@ -81,6 +82,8 @@ def encode(interp, x, src, live, live_index):
         view = _input_view(interp, x)
         if view is not None:
             return view
+        if x._base is not None and id(x._base) in interp.rec.vals:
+            return _live_view(interp, x, live, live_index)
         if name is None:
             raise NoSnapshot("a tensor made outside the trace is live")
         if id(x) not in live_index:
@@ -138,6 +141,19 @@ def _input_view(interp, x):
     return None
 
 
+def _live_view(interp, x, live, live_index):
+    """("liveview", i, sizes, strides, offset): x is a view of a tensor the trace computed (t2 =
+    t1.reshape(-1)); both must stay one memory after the exit (t2.relu_() changes t1), so x is
+    made again from its base's live value, with the strides eager gave it over a contiguous base."""
+    b = x._base
+    if not b.is_contiguous():
+        raise NoSnapshot("a view of a non-contiguous temporary is live")
+    spec = encode(interp, b, None, live, live_index)
+    if spec[0] != "live":
+        raise NoSnapshot("a view of a tensor the trace does not hand back is live")
+    return ("liveview", spec[1], tuple(x.shape), tuple(x.stride()), x.storage_offset() - b.storage_offset())
+
+
 def decode(spec, env, live):
     from .interpreter import _NULL, _SourcedIter
 
@@ -148,6 +164,8 @@ def decode(spec, env, live):
         return eval(spec[1], env)  # noqa: S307 -- our own guard expressions
     if kind == "const":
         return spec[1]
+    if kind == "liveview":
+        return live[spec[1]].as_strided(spec[2], spec[3], live[spec[1]].storage_offset() + spec[4])
     if kind == "bound":
         return getattr(decode(spec[1], env, live), spec[2])
     if kind == "inview":

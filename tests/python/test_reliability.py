@@ -711,3 +711,16 @@ def test_torch_call_that_fails_only_under_the_recorder():
         x0, x2 = torch.randn(1, 1), torch.randn(1, 4)
         a, b = x2.clone(), x2.clone()
         assert same(opt(x0, a), fn(x0, b)) and torch.equal(a, b)
+
+
+def test_view_of_a_temporary_live_at_a_side_exit_stays_a_view():
+    def fn(x0):
+        t1 = x0 + x0
+        t2 = t1.reshape(-1)
+        t2.masked_select(t2 > 0).sum()
+        t2.relu_()
+        return t1
+    opt = dynamo.optimize(fn)
+    for _ in range(6):
+        x = torch.randn(3, 3)
+        assert same(opt(x), fn(x))
