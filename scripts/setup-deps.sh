@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   cmake make g++ pkg-config
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libffi-dev libxml2-dev libcurl4-openssl-dev
-  libtorch-dev python3-torch python3-pytest python3-numpy python3-dev pybind11-dev
+  libtorch-dev python3-torch python3-pytest python3-hypothesis python3-numpy python3-dev pybind11-dev
   libsleef-dev libcmocka-dev libdlpack-dev
 )
 
