@@ -415,8 +415,10 @@ class Recorder(TorchDispatchMode):
             fn, vals = self._scalar_args(fn, vals, None, check=False)
             res = self._extern(fn, vals, [None], types=type_text(dst))[0]
         new, cur = res, dst
+        chain = []  # (view, parent, op, its arguments) from dst up to the base
         while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
             parent, vf, vv = self.view_of[id(cur)]
+            chain.append((cur, parent, vf, vv))
             inverse = _inverse_view(vf, vv, parent, new)
             if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
                 raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
@@ -455,10 +457,18 @@ class Recorder(TorchDispatchMode):
             self.input_names.add(n)  # later in-place ops still write the input's memory
             new = n
         self.vals[id(base)] = new
-        if dst is not base:  # the view written through now holds res; it still aliases base, so a
-            self.poison.pop(id(dst), None)  # later write into base must poison it again
-            self._bind(dst, res)
-            self.views.setdefault(id(base), []).append(dst)
+        for view, parent, vf, vv in reversed(chain):
+            # The views written through are views of the new contents again (not copies of the values
+            # written): returned, or live at an exit, they alias the base as in eager; a later write
+            # into the base poisons them again.
+            self.poison.pop(id(view), None)
+            text = self._view_text(vf, [parent] + list(vv[1:]), view)
+            if text is None:
+                raise Abort(f"{name} wrote through a {vf._schema.name} view, which cannot be taken again")
+            n = self._new()
+            self.lines.append(f"  {n} = {text} : {type_text(view)}")
+            self._bind(view, n)
+            self._note_view(view, parent, vf, vv)
 
     def _view_text(self, func, v, out):
         """IR text of a view op (without result type), or None for non-views."""
