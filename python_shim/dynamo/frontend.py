@@ -507,10 +507,11 @@ class OptimizedFunction:
         _release(rec, interp)
         if isinstance(e, NopythonError):
             raise e
-        reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
         if effect is not None:
-            self._aborted(f"{reason} (after {effect}: the call could not be run again)", rec.ops, interp.inlined)
+            self._aborted(f"the recorded call raised {type(e).__name__}: {e} (after {effect}, so it was not run "
+                          "again eagerly)", rec.ops, interp.inlined)
             raise e
+        reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
         torch.set_rng_state(rng)
         if in_frame:  # CPython runs the frame; an internal failure is then counted at the next call
             self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
