@@ -577,10 +577,12 @@ _WRITERS = {}  # ATen op -> [(position, name)] of the arguments it writes (cache
 
 
 def outs_of(out):
+    """An op's outputs as a list (one tensor, or a tuple of them)."""
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _shape(t):
+    """t's sizes as IR text: [2,3]."""
     return "[" + ",".join(str(d) for d in t.shape) + "]"
 
 
@@ -602,6 +604,7 @@ def _restrides_in_place(func, args, kwargs):
 
 
 def _written_args(func):
+    """(position, name) of each argument func writes (its schema's alias annotations)."""
     return [(i, a.name) for i, a in enumerate(func._schema.arguments)
             if a.alias_info is not None and a.alias_info.is_write]
 # Ops whose result depends on the memory layout of a tensor operand (stride and offset
