@@ -91,28 +91,59 @@ def _pattern(expr):
     return re.compile(r"(?<![\w.'\"\]])" + re.escape(expr) + tail)
 
 
-def _hoisted(checks, inputs, sources):
-    """The check function's body: one `if not (...): return None` per check, in order, then the
-    input list; a source expression read by two or more of them (a[0].layer1 under 60 guards of a
-    ResNet) is evaluated once into a local right before its first use, and the longer ones are
-    spelled from it (each read of a[0].layer1 walks nn.Module.__getattr__ in Python)."""
-    texts = list(checks) + [", ".join(inputs)]
-    pats = {e: _pattern(e) for e in dict.fromkeys(sources)}
-    hoist = [e for e, p in pats.items() if not e.isidentifier() and sum(1 for t in texts if p.search(t)) >= 2]
-    named = {}  # expr -> local name, longest first when rewriting
+def _chain(src):
+    """src and its bases, innermost first."""
+    out = []
+    while src is not None:
+        out.append(src)
+        src = src.base
+    return out
 
-    def rewrite(text):
-        for e in sorted(named, key=len, reverse=True):
-            text = pats[e].sub(named[e], text)
+
+def _hoisted(checks, about, input_srcs):
+    """The check function's body: one `if not (...): return None` per check, in order, then the
+    input list. A source read by two or more of them (a[0].layer1 under 60 guards of a ResNet) is
+    evaluated once into a local right before its first use, and the sources built on it are
+    spelled from that local (each read of a[0].layer1 walks nn.Module.__getattr__ in Python).
+    Linear in the number of checks: each check knows the source it reads (about)."""
+    uses = {}
+    for s in list(about) + list(input_srcs):
+        for n in _chain(s):
+            uses[n.expr] = uses.get(n.expr, 0) + 1
+    named, pats, lines = {}, {}, []
+
+    def local(src):
+        """The text reading src: through the deepest named source on its chain."""
+        for n in _chain(src):
+            if n.expr in named:
+                if n is src:
+                    return named[n.expr]
+                pat = pats.setdefault(n.expr, _pattern(n.expr))
+                return pat.sub(named[n.expr], src.expr, count=1) if src.expr.startswith(n.expr) else \
+                    pat.sub(named[n.expr], src.expr)
+        return src.expr
+
+    def name_chain(src):
+        """Names (assigns a local to) each source on src's chain read twice or more, outermost first."""
+        for n in reversed(_chain(src)):
+            if n.expr not in named and uses.get(n.expr, 0) >= 2 and not n.expr.isidentifier():
+                text = local(n)
+                named[n.expr] = f"_s{len(named)}"
+                lines.append(f"{named[n.expr]} = {text}")
+
+    def spelled(src, text):
+        if src is None:
+            return text
+        name_chain(src)
+        for n in _chain(src):
+            if n.expr in named:
+                pat = pats.setdefault(n.expr, _pattern(n.expr))
+                return pat.sub(named[n.expr], text)
         return text
 
-    lines = []
-    for k, t in enumerate(texts):
-        for e in sorted((e for e in hoist if e not in named and pats[e].search(t)), key=len):
-            lines.append(f"_s{len(named)} = {rewrite(e)}")
-            named[e] = f"_s{len(named)}"
-        t = rewrite(t)
-        lines.append(f"if not ({t}): return None" if k < len(checks) else f"return [{t}]")
+    for check, src in zip(checks, about):
+        lines.append(f"if not ({spelled(src, check)}): return None")
+    lines.append(f"return [{', '.join(spelled(s, s.expr) for s in input_srcs)}]")
     return lines
 
 
@@ -125,6 +156,8 @@ class GuardSet:
         self._consts = {}        # name -> object referenced by identity/value checks
         self._seen = set()       # source exprs already guarded
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
+        self._about = []         # the Source each check reads (None: none), for _hoisted
+        self._input_srcs = []    # the Source of each tensor input
         self._fn = None
 
     def _const(self, obj):
@@ -152,25 +185,25 @@ class GuardSet:
         e = src.expr
         t = type(value)
         if isinstance(value, torch.Tensor):
-            self._checks.append(f"isinstance({e}, Tensor)")
+            self._add(src, f"isinstance({e}, Tensor)")
             self.lines.append((e, "tensor", f"{tuple(value.shape)} {value.dtype} (checked natively)"))
         elif t in _BY_VALUE:
             c = self._const(value)
             if value is None:
-                self._checks.append(f"{e} is None")
+                self._add(src, f"{e} is None")
             elif t is float and (value != value or value == 0):
-                self._checks.append(f"type({e}) is float and same_float({e}, {c})")
+                self._add(src, f"type({e}) is float and same_float({e}, {c})")
             else:
-                self._checks.append(f"type({e}) is {self._const(t)} and {e} == {c}")
+                self._add(src, f"type({e}) is {self._const(t)} and {e} == {c}")
             self.lines.append((e, "value", repr(value)))
         elif t in (tuple, list, torch.Size):
-            self._checks.append(f"type({e}) is {self._const(t)} and len({e}) == {len(value)}")
+            self._add(src, f"type({e}) is {self._const(t)} and len({e}) == {len(value)}")
             self.lines.append((e, "length", f"{t.__name__} of {len(value)}"))
         elif t is dict or t is collections.OrderedDict:
-            self._checks.append(f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
+            self._add(src, f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
             self.lines.append((e, "keys", repr(list(value))))
         else:
-            self._checks.append(f"{e} is {self._const(value)}")
+            self._add(src, f"{e} is {self._const(value)}")
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
         self._fn = None
 
@@ -185,24 +218,31 @@ class GuardSet:
         if frozen is not None:
             snap = frozen(value)
             conv = "frozenset" if frozen is frozenset else "tuple"
-            self._checks.append(f"type({e}) is {self._const(t)} and {conv}({e}) == {self._const(snap)}")
+            self._add(src, f"type({e}) is {self._const(t)} and {conv}({e}) == {self._const(snap)}")
         else:  # dict
             snap = tuple(value.items())
-            self._checks.append(f"type({e}) is {self._const(t)} and tuple({e}.items()) == {self._const(snap)}")
+            self._add(src, f"type({e}) is {self._const(t)} and tuple({e}.items()) == {self._const(snap)}")
         self.lines.append((e, "contents", f"{t.__name__} of {len(value)} plain values"))
         self._fn = None
 
-    def guard_state(self, expr, value, what):
-        """A guard on global torch state, e.g. torch.is_grad_enabled()."""
+    def guard_state(self, expr, value, what, src=None):
+        """A guard that expression expr still evaluates to value (torch state, a method lookup,
+        an absence); src: the source it reads, when it reads one (its local is reused)."""
         if expr in self._seen:
             return
         self._seen.add(expr)
-        self._checks.append(f"({expr}) == {self._const(value)}")
+        self._add(src, f"({expr}) == {self._const(value)}")
         self.lines.append((expr, "state", f"{what} == {value!r}"))
         self._fn = None
 
+    def _add(self, src, check):
+        """Appends a check; src: the Source it is about (or None)."""
+        self._checks.append(check)
+        self._about.append(src)
+
     def add_tensor_input(self, src):
         self.tensor_inputs.append(src.expr)
+        self._input_srcs.append(src)
         self._fn = None
 
     def compile(self):
@@ -210,8 +250,7 @@ class GuardSet:
         (x: the live values of the side exit a side trace starts from)."""
         if self._fn is None:
             body = ["def check(a, k, g, f, x=None):", "    try:"]
-            body += ["        " + line for line in _hoisted(self._checks, self.tensor_inputs,
-                                                          [e for e, kind, _ in self.lines if kind != "state"])]
+            body += ["        " + line for line in _hoisted(self._checks, self._about, self._input_srcs)]
             body.append("    except Exception:")
             body.append("        return None")
             env = dict(self._consts, **_HELPERS)

@@ -877,7 +877,7 @@ class Interpreter:
             e, c = msrc.expr, self.guards.const_source(type(m).forward).expr
             self.guards.guard_state(f"type({e}).forward is {c} and not ('forward' in {e}.__dict__ or "
                                     f"{e}._forward_hooks or {e}._forward_pre_hooks or {e}._backward_hooks)", True,
-                                    f"{e} runs {type(m).__qualname__}.forward, with no hooks")
+                                    f"{e} runs {type(m).__qualname__}.forward, with no hooks", src=msrc)
         g = self.guards.const_source(mm).expr
         self.guards.guard_state(f"not ({g}._global_forward_hooks or {g}._global_forward_pre_hooks or "
                                 f"{g}._global_backward_hooks)", True, "no global module hooks")
@@ -897,7 +897,7 @@ class Interpreter:
             e, c = osrc.expr, self.guards.const_source(raw).expr
             shadow = f" and {name!r} not in {e}.__dict__" if hasattr(obj, "__dict__") else ""
             self.guards.guard_state(f"type({e}).{name} is {c}{shadow}", True,
-                                    f"{e}.{name} is {raw.__qualname__}, not shadowed by an instance attribute")
+                                    f"{e}.{name} is {raw.__qualname__}, not shadowed by the instance", src=osrc)
         return (raw, None)
 
     def load_attr(self, obj, osrc, name):
