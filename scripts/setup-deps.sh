@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dynamo builds and tests with; idempotent, skips what is present.
+# With arguments, installs those packages instead (scripts/setup-models.sh).
 set -euo pipefail
 
 PKGS=(
@@ -8,6 +9,8 @@ PKGS=(
   libtorch-dev python3-torch python3-pytest python3-hypothesis python3-numpy python3-dev pybind11-dev
   libsleef-dev libcmocka-dev libdlpack-dev
 )
+
+if [ $# -gt 0 ]; then PKGS=("$@"); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

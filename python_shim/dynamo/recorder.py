@@ -248,8 +248,8 @@ class Recorder(TorchDispatchMode):
         overload = func._overloadname
         self.ops.append(name if overload == "default" else f"{name}.{overload}")
         if func is _aten._local_scalar_dense.default:
-            raise Abort("data-dependent value: .item() / bool(tensor) / int(tensor) reads a tensor's contents "
-                        "(mid-trace guards with side exits are not implemented yet)")
+            raise Abort("data-dependent value: a tensor's contents are read (.item(), bool(), int()) inside a call "
+                        "the interpreter runs whole, where it cannot place a side exit")
         if func is _aten.lift_fresh.default or name in ("aten::lift_fresh_copy",):
             raise Abort("tensor created from Python data inside the function (torch.tensor)")
         if self._restride:
