@@ -1,6 +1,7 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
-// trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, gelu, silu,
-// hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std and common pointwise ops. A
+// trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
+// native_batch_norm, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
+// and common pointwise ops. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused).
 #include <map>
@@ -75,6 +76,9 @@ const Operand &arg(const Inst &in, size_t k) {
 
 bool is_tensor(const Trace &t, const Operand &o) { return o.kind == Operand::Value && t.types[o.value].tensor; }
 
+// A result the rewrite does not produce (-1 in its list): allowed only where nothing uses it.
+constexpr int32_t kUnused = -1;
+
 // Returns the values replacing in.results (already remapped operands), or {} if not handled.
 std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
   Rewriter r(out);
@@ -116,6 +120,29 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     if (is_tensor(out, b)) y = r.emit(Op::add, {V(y), b});
     if (c == "aten::layer_norm") return {y};
     return {y, mu, rs};
+  }
+  if (c == "aten::native_batch_norm" || c == "aten::batch_norm") {
+    // Inference with running statistics (training=false), as ATen computes it: per channel
+    // alpha = weight / sqrt(running_var + eps), beta = bias - running_mean * alpha; then
+    // y = x * alpha + beta, broadcast over dim 1. Fuses with what follows (ReLU, the residual
+    // add). native_batch_norm's saved mean/invstd are empty in eval; they must be unused.
+    const Operand &w = arg(in, 1), &b = arg(in, 2), &rm = arg(in, 3), &rv = arg(in, 4);
+    const Operand &training = arg(in, 5), &eps = arg(in, 7);
+    int64_t rank = out.types[x.value].rank();
+    if (training.kind != Operand::Bool || training.i || !is_tensor(out, rm) || !is_tensor(out, rv) || rank < 2)
+      return {};
+    if (eps.kind != Operand::Float && eps.kind != Operand::Int) return {};
+    int64_t ch = out.types[x.value].sizes[1];
+    std::vector<int64_t> bshape = {ch};
+    for (int64_t k = 2; k < rank; ++k) bshape.push_back(1);
+    int32_t alpha = r.emit(Op::rsqrt, {V(r.emit(Op::add, {rv, eps}))});
+    if (is_tensor(out, w)) alpha = r.emit(Op::mul, {V(alpha), w});
+    int32_t beta = r.emit(Op::mul, {rm, V(alpha)});
+    beta = is_tensor(out, b) ? r.emit(Op::sub, {b, V(beta)}) : r.emit(Op::neg, {V(beta)});
+    int32_t y = r.emit(Op::mul, {x, V(r.emit(Op::reshape, {V(alpha), L(bshape)}))});
+    y = r.emit(Op::add, {V(y), V(r.emit(Op::reshape, {V(beta), L(bshape)}))});
+    if (c == "aten::batch_norm") return {y};
+    return {y, kUnused, kUnused};
   }
   if (c == "aten::gelu") {
     const Operand &a = arg(in, 1);
@@ -174,6 +201,11 @@ int decompose_externs(Trace &t) {
   Trace out;
   out.name = t.name;
   std::vector<int32_t> remap(t.types.size(), -1);
+  std::vector<char> used(t.types.size(), 0);
+  for (const Inst &in : t.insts)
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value) used[o.value] = 1;  // tensor lists' elements are Value operands too
+  for (int32_t o : t.outputs) used[o] = 1;
   int rewritten = 0;
   for (const Inst &orig : t.insts) {
     Inst in = orig;
@@ -189,6 +221,10 @@ int decompose_externs(Trace &t) {
       }
       bool ok = repl.size() == in.results.size();
       for (size_t k = 0; ok && k < repl.size(); ++k) {
+        if (repl[k] == kUnused) {
+          ok = !used[orig.results[k]];
+          continue;
+        }
         const Type &want = t.types[orig.results[k]], &got = out.types[repl[k]];
         ok = want.dtype == got.dtype && want.sizes == got.sizes && got.tensor;
       }

@@ -8,6 +8,7 @@
 #include <ATen/DLConvertor.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 
@@ -69,15 +70,61 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 }
 
 // -- matrix multiplies -------------------------------------------------------------------
-// aten::mm / addmm / bmm on float32 go to runtime/gemm.cpp when LibTorch was built with the
-// reference BLAS (BLAS_INFO=generic); DYNAMO_GEMM=0 or 1 overrides.
-bool own_gemm_enabled() {
-  static const bool on = [] {
+// aten::mm / addmm / bmm on float32 go to runtime/gemm.cpp only where it beats the BLAS that
+// LibTorch actually calls in this process (Debian's LibTorch says BLAS_INFO=generic either way:
+// libblas.so.3 is the reference BLAS, ~4 GFLOP/s, or OpenBLAS once libopenblas0 is installed).
+// Decided once, at the first matmul, by timing both on a block product (attention, im2col).
+// A batch-1 linear (one row: memory-bound, where packing B costs a second pass over it) stays
+// with the BLAS unless the BLAS is several times slower on the block (the reference BLAS).
+// DYNAMO_GEMM=0 or 1 overrides.
+void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body);
+
+double best_seconds(const std::function<void()> &f) {
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// BLAS time / own time for (m, n, k), both on the threads in use.
+double own_speedup(int64_t m, int64_t n, int64_t k) {
+  at::Tensor a = at::rand({m, k}), b = at::rand({k, n}), c = at::empty({m, n}), cc = at::empty({m, n});
+  double blas = best_seconds([&] { at::mm_out(cc, a, b); });
+  double own = best_seconds([&] {
+    sgemm(m, n, k, {a.data_ptr<float>(), k, 1}, {b.data_ptr<float>(), n, 1}, c.data_ptr<float>(), n, false, parallel);
+  });
+  return blas / own;
+}
+
+struct GemmChoice {
+  bool square = false, gemv = false;  // use the own GEMM for general products / for m == 1
+  std::string why;
+};
+
+const GemmChoice &gemm_choice() {
+  static const GemmChoice c = [] {
+    GemmChoice r;
     const char *env = getenv("DYNAMO_GEMM");
-    if (env && *env) return env[0] != '0';
-    return at::show_config().find("BLAS_INFO=generic") != std::string::npos;
+    if (env && *env) {
+      r.square = r.gemv = env[0] != '0';
+      r.why = std::string("DYNAMO_GEMM=") + env;
+      return r;
+    }
+    double speedup = own_speedup(96, 256, 256);
+    r.square = speedup > 1.1;
+    r.gemv = speedup > 3.0;
+    r.why = "timed against the loaded BLAS";
+    return r;
   }();
-  return on;
+  return c;
+}
+
+bool own_gemm_for(int64_t m) {
+  const GemmChoice &c = gemm_choice();
+  return m == 1 ? c.gemv : c.square;
 }
 
 void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
@@ -102,10 +149,9 @@ bool is_one(const c10::IValue &v) {
 
 // Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
 bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
-  if (!own_gemm_enabled()) return false;
   if (callee == "aten::mm" && st.size() == 2 && is_f32(st[0], 2) && is_f32(st[1], 2)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
-    if (a.size(1) != b.size(0)) return false;
+    if (a.size(1) != b.size(0) || !own_gemm_for(a.size(0))) return false;
     *out = at::empty({a.size(0), b.size(1)});
     sgemm(a.size(0), b.size(1), a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), b.size(1), false, parallel);
     return true;
@@ -113,7 +159,7 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
   if (callee == "aten::addmm" && st.size() == 5 && st[0].isTensor() && st[0].toTensor().scalar_type() == at::kFloat &&
       is_f32(st[1], 2) && is_f32(st[2], 2) && is_one(st[3]) && is_one(st[4])) {
     const at::Tensor &a = st[1].toTensor(), &b = st[2].toTensor();
-    if (a.size(1) != b.size(0)) return false;
+    if (a.size(1) != b.size(0) || !own_gemm_for(a.size(0))) return false;
     int64_t m = a.size(0), n = b.size(1);
     *out = at::empty({m, n});
     out->copy_(st[0].toTensor().expand({m, n}));  // a copy: the bias input is never written
@@ -123,7 +169,7 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
   if (callee == "aten::bmm" && st.size() == 2 && is_f32(st[0], 3) && is_f32(st[1], 3)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
     int64_t bt = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-    if (b.size(0) != bt || b.size(1) != k) return false;
+    if (b.size(0) != bt || b.size(1) != k || !own_gemm_for(m)) return false;
     *out = at::empty({bt, m, n});
     float *c = out->data_ptr<float>();
     auto one = [&](int64_t i, const ParallelFor &par) {

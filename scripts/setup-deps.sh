@@ -8,6 +8,7 @@ PKGS=(
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libffi-dev libxml2-dev libcurl4-openssl-dev
   libtorch-dev python3-torch python3-pytest python3-hypothesis python3-numpy python3-dev pybind11-dev
   libsleef-dev libcmocka-dev libdlpack-dev
+  libopenblas0-pthread libdnnl-dev libjemalloc2
 )
 
 if [ $# -gt 0 ]; then PKGS=("$@"); fi
