@@ -165,6 +165,17 @@ typedef enum dynamo_arg_kind {
 } dynamo_arg_kind;
 
 #define DYNAMO_ARG_FLAG_REQUIRES_GRAD 1u /* the tensor requires grad (guarded) */
+/* u.tensor points to the `tensor` member of a dynamo_versioned_tensor: the caller counts writes
+ * to the tensor. While a tensor at the same address keeps its version (and its contents look
+ * the same: the entry samples them), an entry may reuse what it derived from the contents --
+ * today convolution weights reordered for oneDNN. Without the flag they are derived anew on
+ * every call. PyTorch's shim passes each tensor's version counter (Tensor._version). */
+#define DYNAMO_ARG_FLAG_VERSIONED 2u
+
+typedef struct dynamo_versioned_tensor {
+  DLTensor tensor;  /* first, so that a pointer to it is a pointer to the DLTensor */
+  uint64_t version; /* changes whenever the contents change */
+} dynamo_versioned_tensor;
 
 /* One flattened run-time input. */
 typedef struct dynamo_arg {

@@ -14,6 +14,7 @@
 
 #include "entry.h"
 #include "gemm.h"
+#include "onednn_conv.h"
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -22,6 +23,7 @@ using jit::ErrorCode;
 
 struct ExternOps {
   std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: dynamo::guard
+  std::vector<std::shared_ptr<ConvStep>> convs;         // per step: its oneDNN state, for convolutions
 };
 
 namespace {
@@ -221,6 +223,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
           t.types[e.result_values[0]].numel() != 1)
         bad("returns one one-element bool value (the condition)");
       ops->ops.push_back(std::nullopt);
+      ops->convs.push_back(nullptr);
       continue;
     }
     std::string name = e.callee, overload;
@@ -257,6 +260,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
     if (s.is_mutable())
       jit::fail(ErrorCode::Unsupported, "extern " + e.callee + " mutates its arguments; in-place externs are not supported yet");
     ops->ops.push_back(*h);
+    ops->convs.push_back(conv_step_for(e.callee));
   }
   return ops;
 }
@@ -379,7 +383,23 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
     for (size_t k = e.args.size(); k < schema.arguments().size(); ++k)
       stack.push_back(*schema.arguments()[k].default_value());
     at::Tensor own;
-    if (runtime::own_matmul(e.callee, stack, &own)) {
+    if (const auto &conv = en.externs->convs[index]) {
+      // The weight's version, when it is a whole trace input that the caller versions.
+      const uint64_t *version = nullptr;
+      const jit::ExternArg &w = e.args.size() > 1 ? e.args[1] : e.args[0];
+      if (w.is_tensor && w.view.offset == 0 && (size_t)w.view.slot < ctx->nargs) {
+        const dynamo_arg &a = ctx->args[w.view.slot];
+        if (a.kind == DYNAMO_ARG_TENSOR && (a.flags & DYNAMO_ARG_FLAG_VERSIONED))
+          version = &reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
+      }
+      runtime::run_conv(*conv, stack, version, [&] {
+        torch::jit::Stack copy = stack;
+        op.callBoxed(&copy);
+        return copy.at(0).toTensor();
+      }, &own);
+      stack.clear();
+      stack.emplace_back(std::move(own));
+    } else if (runtime::own_matmul(e.callee, stack, &own)) {
       stack.clear();
       stack.emplace_back(std::move(own));
     } else {

@@ -277,6 +277,8 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   RunContext ctx;
   ctx.entry = this;
   ctx.num_threads = num_threads;
+  ctx.args = args;
+  ctx.nargs = nargs;
   auto fn = reinterpret_cast<int32_t (*)(void **, void *)>(code.fn);
   int32_t rc = fn(slots, &ctx);
   if (pool) pool->release(arena_buf); else free(arena_buf.data);

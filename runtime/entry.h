@@ -44,6 +44,8 @@ struct RunContext {
   std::vector<std::shared_ptr<void>> keep;  // extern results alive until the call returns
   std::string error;                        // set when a helper fails
   int num_threads = 0;                      // 0 = LibTorch's; 1 = serial
+  const dynamo_arg *args = nullptr;         // the call's arguments (slots 0 .. nargs - 1)
+  size_t nargs = 0;
   Exit exit;                                // set by a failing dynamo::guard
 };
 

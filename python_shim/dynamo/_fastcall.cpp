@@ -57,14 +57,14 @@ PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject **items = PySequence_Fast_ITEMS(seq);
   std::vector<dynamo_arg> argv((size_t)n);
-  std::vector<DLTensor> dls((size_t)n);
+  std::vector<dynamo_versioned_tensor> dls((size_t)n);
   for (Py_ssize_t k = 0; k < n; ++k) {
     PyObject *o = items[k];
     dynamo_arg &a = argv[(size_t)k];
     a = dynamo_arg{};
     if (THPVariable_Check(o)) {
       const at::Tensor &t = THPVariable_Unpack(o);
-      DLTensor &d = dls[(size_t)k];
+      DLTensor &d = dls[(size_t)k].tensor;
       if (!dl_dtype(t.scalar_type(), &d.dtype)) {
         Py_DECREF(seq);
         PyErr_Format(PyExc_TypeError, "dynamo: unsupported dtype %s", c10::toString(t.scalar_type()));
@@ -78,6 +78,10 @@ PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
       d.byte_offset = 0;
       a.kind = DYNAMO_ARG_TENSOR;
       a.flags = t.requires_grad() ? DYNAMO_ARG_FLAG_REQUIRES_GRAD : 0;
+      if (!t.is_inference()) {  // inference tensors count no writes
+        a.flags |= DYNAMO_ARG_FLAG_VERSIONED;
+        dls[(size_t)k].version = (uint64_t)t._version();
+      }
       a.u.tensor = &d;
     } else if (PyBool_Check(o)) {
       a.kind = DYNAMO_ARG_BOOL;

@@ -1,0 +1,34 @@
+// onednn_conv.h -- aten::convolution (1-3 spatial dims, float32, not transposed) through oneDNN,
+// the library LibTorch itself uses only for some shapes: at batch 1 with small images LibTorch
+// takes its im2col + GEMM path (thnn), several times slower than oneDNN's direct kernels.
+// One ConvStep per extern step of an entry: the primitive is built once (shapes are static in a
+// trace), and the step times both paths on its first calls and keeps the faster one.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/stack.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace dynamo::runtime {
+
+struct ConvStep;
+
+// A ConvStep for an extern step calling `callee`, or null when the callee is not a convolution.
+std::shared_ptr<ConvStep> conv_step_for(const std::string &callee);
+
+// Computes the convolution whose boxed arguments are `st` into *out, by oneDNN or by `aten`
+// (LibTorch's kernel), whichever this step measured faster. weight_version: the caller's write
+// count of the weight (dynamo_versioned_tensor), or null; with it, the weight's reordered copy
+// is reused while address, version and a sample of the contents stay the same. Throws what
+// either path throws.
+void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_version,
+              const std::function<at::Tensor()> &aten, at::Tensor *out);
+
+// What the step chose, for logs and tests: "onednn", "aten", "timing" (not decided yet), or
+// "aten (why oneDNN does not apply)".
+std::string conv_step_choice(const ConvStep &s);
+
+}  // namespace dynamo::runtime
