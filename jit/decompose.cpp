@@ -144,6 +144,25 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     if (c == "aten::batch_norm") return {y};
     return {y, kUnused, kUnused};
   }
+  if (c == "aten::hardtanh" || c == "aten::clamp" || c == "aten::relu6") {  // ReLU6 is hardtanh(0, 6)
+    Operand lo = arg(in, 1), hi = arg(in, 2);
+    if (c == "aten::relu6") lo = Operand::real(0.0), hi = Operand::real(6.0);
+    if (c == "aten::hardtanh") {  // defaults -1, 1
+      if (lo.kind == Operand::None) lo = Operand::real(-1.0);
+      if (hi.kind == Operand::None) hi = Operand::real(1.0);
+    }
+    auto scalar = [](const Operand &o) { return o.is_scalar_literal() || o.kind == Operand::None; };
+    if (!scalar(lo) || !scalar(hi) || lo.kind == Operand::Bool || hi.kind == Operand::Bool) return {};
+    return {r.emit(Op::clamp, {x, lo, hi})};
+  }
+  if (c == "aten::hardsigmoid") {  // min(max(x + 3, 0), 6) / 6, as ATen
+    int32_t t = r.emit(Op::clamp, {V(r.emit(Op::add, {x, Operand::real(3.0)})), Operand::real(0.0), Operand::real(6.0)});
+    return {r.emit(Op::div, {V(t), Operand::real(6.0)})};
+  }
+  if (c == "aten::leaky_relu") {
+    const Operand &slope = arg(in, 1);
+    return {r.emit(Op::leaky_relu, {x, slope.kind == Operand::None ? Operand::real(0.01) : slope})};
+  }
   if (c == "aten::gelu") {
     const Operand &a = arg(in, 1);
     if (a.kind == Operand::Str && a.s == "tanh") return {r.emit(Op::gelu_tanh, {x})};

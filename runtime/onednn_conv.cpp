@@ -216,7 +216,16 @@ struct ConvStep {
 
 std::shared_ptr<ConvStep> conv_step_for(const std::string &callee) {
   if (callee != "aten::convolution") return nullptr;
-  return std::make_shared<ConvStep>();
+  auto s = std::make_shared<ConvStep>();
+  // DYNAMO_CONV=onednn or aten skips the measurement (read when the entry is compiled).
+  if (const char *env = getenv("DYNAMO_CONV")) {
+    if (!strcmp(env, "onednn")) s->mode = ConvStep::OneDNN;
+    if (!strcmp(env, "aten")) {
+      s->mode = ConvStep::Aten;
+      s->why_aten = "DYNAMO_CONV=aten";
+    }
+  }
+  return s;
 }
 
 std::string conv_step_choice(const ConvStep &s) {

@@ -2,7 +2,8 @@
 // the library LibTorch itself uses only for some shapes: at batch 1 with small images LibTorch
 // takes its im2col + GEMM path (thnn), several times slower than oneDNN's direct kernels.
 // One ConvStep per extern step of an entry: the primitive is built once (shapes are static in a
-// trace), and the step times both paths on its first calls and keeps the faster one.
+// trace), and the step times both paths on its first calls and keeps the faster one
+// (DYNAMO_CONV=onednn or aten, read when an entry is compiled, decides instead).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,0 +1,202 @@
+"""Convolutions through oneDNN (runtime/onednn_conv.cpp) and eval-mode batch norm decomposed into
+fused pointwise ops (jit/decompose.cpp), compared with eager on every call.
+
+Each case is called several times: the first calls run both oneDNN and LibTorch (the step
+measures which is faster), later calls only the chosen one, so both paths are compared. The
+reordered weights are reused across calls, so the cases that change a weight between calls
+(in place, through `.data`, by a new Parameter at a freed one's address) check that the
+change is seen."""
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dynamo
+
+CALLS = 4
+
+
+def close(got, want):
+    assert got.shape == want.shape and got.dtype == want.dtype
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * scale), (got - want).abs().max()
+
+
+def compare(fn, make_args, calls=CALLS):
+    jit = dynamo.optimize(fn)
+    before = dynamo.counters()["native_runs"]
+    with torch.no_grad():
+        for _ in range(calls):
+            args = make_args()
+            close(jit(*args), fn(*args))
+    assert dynamo.counters()["native_runs"] - before >= calls - 1, dynamo.explain(jit)
+    return jit
+
+
+CONVS = [  # (input shape, weight shape, kwargs)
+    ((1, 3, 17, 17), (8, 3, 3, 3), dict(padding=1)),
+    ((2, 16, 9, 9), (16, 16, 3, 3), dict(stride=2, padding=1)),          # odd size, stride 2
+    ((1, 16, 8, 8), (32, 16, 1, 1), dict()),                             # 1x1: often LibTorch's GEMM wins
+    ((1, 12, 10, 10), (12, 1, 3, 3), dict(padding=1, groups=12)),        # depthwise
+    ((1, 12, 11, 7), (24, 4, 3, 2), dict(padding=(1, 0), groups=3, dilation=(2, 1))),
+    ((1, 8, 7, 7), (8, 8, 3, 3), dict(stride=3, padding=1)),             # stride leaves a remainder
+    ((3, 4, 23), (6, 4, 5), dict(padding=2)),                            # 1-D
+    ((1, 2, 5, 6, 7), (4, 2, 3, 3, 3), dict(padding=1)),                 # 3-D
+    ((1, 7, 1, 1), (5, 7, 1, 1), dict()),                                # size 1
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", CONVS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_matches_eager(xs, ws, kw, bias, conv_path):
+    w = torch.randn(ws)
+    b = torch.randn(ws[0]) if bias else None
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xs)]
+
+    def f(x):
+        return torch.relu(conv(x, w, b, **kw)) * 2
+    compare(f, lambda: (torch.randn(xs),))
+
+
+def test_conv_of_non_contiguous_input(conv_path):
+    w = torch.randn(8, 6, 3, 3)
+
+    def f(x):
+        return F.conv2d(x.transpose(2, 3), w, padding=1)
+    compare(f, lambda: (torch.randn(1, 6, 9, 13),))
+    compare(f, lambda: (torch.randn(1, 9, 6, 13).transpose(1, 2),))
+
+
+@pytest.fixture(params=["auto", "onednn", "aten"])
+def conv_path(request, monkeypatch):
+    """Runs a test with the measured choice and with each path forced (DYNAMO_CONV)."""
+    if request.param == "auto":
+        monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    else:
+        monkeypatch.setenv("DYNAMO_CONV", request.param)
+    return request.param
+
+
+def conv_bn_relu(c_in, c_out, **kw):
+    m = nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False, **kw), nn.BatchNorm2d(c_out), nn.ReLU())
+    with torch.no_grad():  # statistics and affine parameters that are not the identity
+        bn = m[1]
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return m.eval()
+
+
+def test_conv_bn_relu_block(conv_path):
+    m = conv_bn_relu(8, 16)
+    compare(m, lambda: (torch.randn(2, 8, 12, 12),))
+
+
+def test_residual_block_with_batch_norm(conv_path):
+    a, b = conv_bn_relu(8, 8), conv_bn_relu(8, 8)
+
+    def f(x):
+        return torch.relu(b(a(x)) + x)
+    compare(f, lambda: (torch.randn(1, 8, 10, 10),))
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_batch_norm_1d_and_3d(affine):
+    bn1 = nn.BatchNorm1d(6, affine=affine).eval()
+    bn3 = nn.BatchNorm3d(6, affine=affine).eval()
+    with torch.no_grad():
+        for bn in (bn1, bn3):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+    compare(lambda x: bn1(x).sigmoid(), lambda: (torch.randn(5, 6),))
+    compare(lambda x: bn1(x).sigmoid(), lambda: (torch.randn(2, 6, 7),))
+    compare(lambda x: bn3(x).sigmoid(), lambda: (torch.randn(1, 6, 3, 4, 5),))
+
+
+def test_batch_norm_in_training_mode_is_not_decomposed_wrongly():
+    bn = nn.BatchNorm2d(4).train()
+    ref = nn.BatchNorm2d(4).train()
+    ref.load_state_dict(bn.state_dict())
+    jit = dynamo.optimize(bn)
+    with torch.no_grad():
+        for _ in range(CALLS):
+            x = torch.randn(3, 4, 5, 5)
+            close(jit(x), ref(x))
+    close(bn.running_mean, ref.running_mean)
+    close(bn.running_var, ref.running_var)
+
+
+def test_weight_changed_in_place_between_calls(conv_path):
+    m = conv_bn_relu(8, 16)
+    ref = conv_bn_relu(8, 16)
+    ref.load_state_dict(m.state_dict())
+    jit = dynamo.optimize(m)
+    x = torch.randn(1, 8, 12, 12)
+    with torch.no_grad():
+        for step in range(6):
+            close(jit(x), ref(x))
+            m[0].weight.mul_(1.5)                  # counted by the version counter
+            ref[0].weight.mul_(1.5)
+            m[1].running_var.add_(0.25)
+            ref[1].running_var.add_(0.25)
+
+
+def test_weight_rewritten_through_data(conv_path):
+    m = conv_bn_relu(8, 16)
+    jit = dynamo.optimize(m)
+    x = torch.randn(1, 8, 12, 12)
+    with torch.no_grad():
+        for step in range(5):
+            close(jit(x), m(x))
+            m[0].weight.data.normal_()            # `.data` writes are not counted: the sample sees them
+        close(jit(x), m(x))
+
+
+def test_weight_replaced_by_new_parameters(conv_path):
+    m = conv_bn_relu(8, 16)
+    jit = dynamo.optimize(m)
+    x = torch.randn(1, 8, 12, 12)
+    with torch.no_grad():
+        for step in range(6):
+            # the old Parameter dies: the new one may take its address and has version 0 too
+            m[0].weight = nn.Parameter(torch.randn(16, 8, 3, 3))
+            close(jit(x), m(x))
+
+
+def test_inference_mode_tensors(conv_path):
+    m = conv_bn_relu(8, 16)
+    jit = dynamo.optimize(m)
+    with torch.inference_mode():
+        for _ in range(CALLS):
+            x = torch.randn(1, 8, 12, 12)
+            close(jit(x), m(x))
+
+
+ACTIVATIONS = {  # decomposed into clamp / leaky_relu / arithmetic: NaN and infinities pass as in eager
+    "relu6": lambda x: F.relu6(x) * 2,
+    "relu6_inplace": lambda x: F.relu6(x * 2, inplace=True) + 1,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 2.0) + 1,
+    "hardtanh_default": lambda x: F.hardtanh(x) + 1,
+    "clamp_min": lambda x: torch.clamp(x, min=-0.3) * 2,
+    "clamp_both": lambda x: x.clamp(-1, 1) + 1,
+    "clamp_int": lambda x: (x * 10).int().clamp(-3, 4) + 1,
+    "hardsigmoid": lambda x: F.hardsigmoid(x) * 3,
+    "leaky_relu": lambda x: F.leaky_relu(x) + 1,
+    "leaky_relu_slope": lambda x: F.leaky_relu(x, 0.2) + 1,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_decompositions(name):
+    f = ACTIVATIONS[name]
+    jit = dynamo.optimize(f)
+    for _ in range(CALLS):
+        x = torch.randn(4, 37) * 5
+        x[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")]) if name != "clamp_int" else 0
+        want, got = f(x.clone()), jit(x.clone())
+        assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
+        assert torch.allclose(got, want, equal_nan=True)
+    assert dynamo.counters()["native_runs"] >= CALLS - 1
