@@ -76,9 +76,10 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 // LibTorch actually calls in this process (Debian's LibTorch says BLAS_INFO=generic either way:
 // libblas.so.3 is the reference BLAS, ~4 GFLOP/s, or OpenBLAS once libopenblas0 is installed).
 // Decided once, at the first matmul, by timing both on a block product (attention, im2col).
-// A batch-1 linear (one row: memory-bound, where packing B costs a second pass over it) stays
-// with the BLAS unless the BLAS is several times slower on the block (the reference BLAS).
-// DYNAMO_GEMM=0 or 1 overrides.
+// A one-row product (a batch-1 linear layer: memory-bound) always takes the own GEMV, which
+// streams the weight once on the OpenMP threads the rest of the trace runs on: a threaded BLAS
+// brings its own threads, which on a small machine fight OpenMP's spinning ones for the cores
+// (2x slower here). DYNAMO_GEMM=0 or 1 overrides both.
 void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body);
 
 double best_seconds(const std::function<void()> &f) {
@@ -102,7 +103,7 @@ double own_speedup(int64_t m, int64_t n, int64_t k) {
 }
 
 struct GemmChoice {
-  bool square = false, gemv = false;  // use the own GEMM for general products / for m == 1
+  bool square = false, gemv = true;  // use the own GEMM for general products / GEMV for m == 1
   std::string why;
 };
 
@@ -117,7 +118,6 @@ const GemmChoice &gemm_choice() {
     }
     double speedup = own_speedup(96, 256, 256);
     r.square = speedup > 1.1;
-    r.gemv = speedup > 3.0;
     r.why = "timed against the loaded BLAS";
     return r;
   }();
@@ -149,12 +149,19 @@ bool is_one(const c10::IValue &v) {
   return (v.isDouble() && v.toDouble() == 1.0) || (v.isInt() && v.toInt() == 1);
 }
 
+// out[1, N] (+)= a[1, K] * b[K, N] by the GEMV; false when b has no unit stride.
+bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool accumulate) {
+  at::Tensor x = a.stride(1) == 1 ? a : a.contiguous();
+  return sgemv(b.size(1), b.size(0), x.data_ptr<float>(), view_of(b), out.data_ptr<float>(), accumulate, parallel);
+}
+
 // Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
 bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
   if (callee == "aten::mm" && st.size() == 2 && is_f32(st[0], 2) && is_f32(st[1], 2)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
     if (a.size(1) != b.size(0) || !own_gemm_for(a.size(0))) return false;
     *out = at::empty({a.size(0), b.size(1)});
+    if (a.size(0) == 1 && one_row(a, b, *out, false)) return true;
     sgemm(a.size(0), b.size(1), a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), b.size(1), false, parallel);
     return true;
   }
@@ -165,6 +172,7 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
     int64_t m = a.size(0), n = b.size(1);
     *out = at::empty({m, n});
     out->copy_(st[0].toTensor().expand({m, n}));  // a copy: the bias input is never written
+    if (m == 1 && one_row(a, b, *out, true)) return true;
     sgemm(m, n, a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), n, true, parallel);
     return true;
   }

@@ -84,7 +84,51 @@ void pack_a(const MatView &A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, fl
   }
 }
 
+// sum over k of a[k] * b[k], in 32 lanes.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+float dot(int64_t K, const float *a, const float *b) {
+  v16 acc0{}, acc1{};
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    acc0 += *reinterpret_cast<const v16 *>(a + k) * *reinterpret_cast<const v16 *>(b + k);
+    acc1 += *reinterpret_cast<const v16 *>(a + k + 16) * *reinterpret_cast<const v16 *>(b + k + 16);
+  }
+  acc0 += acc1;
+  float s = 0;
+  for (int i = 0; i < 16; ++i) s += acc0[i];
+  for (; k < K; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// y[0:n] += alpha * row[0:n].
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void axpy(int64_t n, float alpha, const float *row, float *y) {
+  for (int64_t j = 0; j < n; ++j) y[j] += alpha * row[j];
+}
+
 }  // namespace
+
+bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accumulate, const ParallelFor &par) {
+  if (N == 0) return true;
+  if (B.rs == 1) {  // column n of B is contiguous (a linear layer's weight row): one dot product each
+    par(N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        float d = K ? dot(K, x, B.data + n * B.cs) : 0.0f;
+        y[n] = accumulate ? y[n] + d : d;
+      }
+    });
+    return true;
+  }
+  if (B.cs == 1) {  // rows contiguous: each thread accumulates its block of columns over all rows
+    par((N + 255) / 256, 1, [&](int64_t b0, int64_t b1) {
+      int64_t j0 = b0 * 256, j1 = std::min(N, b1 * 256);
+      if (!accumulate) std::fill(y + j0, y + j1, 0.0f);
+      for (int64_t k = 0; k < K; ++k) axpy(j1 - j0, x[k], B.data + k * B.rs + j0, y + j0);
+    });
+    return true;
+  }
+  return false;
+}
 
 void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
            const ParallelFor &par) {

@@ -21,4 +21,9 @@ using ParallelFor = std::function<void(int64_t n, int64_t grain, const std::func
 void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
            const ParallelFor &par);
 
+// y[N] (+)= x[K] * B[K, N]: a matrix-vector product, memory-bound, so it streams B exactly once
+// (no packing) on the caller's threads. B must have a unit stride (rs or cs == 1) and x be
+// contiguous; returns false otherwise (the caller uses another path).
+bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accumulate, const ParallelFor &par);
+
 }  // namespace dynamo::runtime

@@ -1,7 +1,7 @@
-"""aten::mm / addmm / bmm externs: with LibTorch's reference BLAS they run in runtime/gemm.cpp
-(packed, register-blocked). Results against float64 matmuls on odd sizes, transposed and
-sliced inputs, zero-size and broadcast biases; LibTorch's own path (DYNAMO_GEMM=0) is the same
-code above the op, so these tests cover whichever one runs."""
+"""aten::mm / addmm / bmm externs: runtime/gemm.cpp's packed GEMM where it beats the loaded BLAS
+(timed at the first matmul), its GEMV for one-row products, LibTorch's BLAS otherwise. Results
+against float64 matmuls on odd sizes, transposed and sliced inputs, zero-size and broadcast
+biases; the paths share the code above the op, so these tests cover whichever one runs."""
 import pytest
 import torch
 
@@ -59,3 +59,21 @@ def test_addmm_with_scales_matches(frame):
 def test_bmm(frame, bt, m, k, n):
     a, b = torch.randn(bt, m, k), torch.randn(bt, n, k).transpose(1, 2)
     close(run(frame, f"%r = extern aten::bmm(%0, %1) : f32[{bt},{m},{n}]", a, b), a.double() @ b.double())
+
+
+# One-row products (a batch-1 linear layer) take the GEMV, which needs a unit stride in b: its
+# rows (b contiguous) or its columns (a linear's transposed weight); other layouts go elsewhere.
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (31, 33), (1023, 7), (4096, 1000), (0, 4)])
+@pytest.mark.parametrize("layout", ["rows", "columns", "strided"])
+def test_one_row_products(frame, k, n, layout):
+    a = torch.randn(1, k)
+    b = {"rows": torch.randn(k, n), "columns": torch.randn(n, k).t(),
+         "strided": torch.randn(k, 2 * n)[:, ::2]}[layout]
+    close(run(frame, f"%r = extern aten::mm(%0, %1) : f32[1,{n}]", a, b), a.double() @ b.double())
+
+
+@pytest.mark.parametrize("k,n", [(9, 17), (1023, 65)])
+def test_one_row_addmm_and_strided_row(frame, k, n):
+    bias, a, b = torch.randn(n), torch.randn(k, 3).t()[1:2], torch.randn(n, k).t()  # a: stride k, not 1
+    got = run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[1,{n}]", bias, a, b)
+    close(got, bias.double() + a.double() @ b.double())
