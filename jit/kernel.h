@@ -41,6 +41,7 @@ class KernelEmitter {
   int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
   int64_t numel() const { return total; }
   Function *partial() const { return part_fn; }  // split reductions: the parallel partial kernel
+  const std::vector<int32_t> &slot_table() const { return local_slots; }  // what the caller passes
   // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
   // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
   int gpu_block_threads() const { return gpu_block; }
@@ -69,6 +70,12 @@ class KernelEmitter {
   Function *F = nullptr;
   Value *slots = nullptr;
   std::map<int32_t, Value *> base;                   // slot -> base pointer
+  // CPU kernels address a table of their own (the slots they use, in order of first use),
+  // which the trace function fills before each call: kernels that differ only in which
+  // slots they touch are then the same code, compiled once. GPU kernels use the global table.
+  std::vector<int32_t> local_slots;                  // local index -> global slot
+  std::map<int32_t, int32_t> local_of;               // global slot -> local index
+  Value *slot_addr(int32_t global);                  // &table[slot] in the current function
   Value *flag = nullptr;                             // alloca i32: runtime error code
   MDNode *scope_read = nullptr, *scope_write = nullptr;
 

@@ -112,12 +112,24 @@ void KernelEmitter::begin_function(const std::string &name) {
   B.CreateStore(B.getInt32(0), flag);
   for (const Pattern &pt : pats) {
     if (base.count(pt.slot)) continue;
-    Value *addr = B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, pt.slot);
-    Value *b = B.CreateLoad(B.getPtrTy(), addr, "slot" + std::to_string(pt.slot));
+    Value *b = B.CreateLoad(B.getPtrTy(), slot_addr(pt.slot), "slot" + std::to_string(pt.slot));
     // GPU: tensors are in global memory; saying so gives ld/st.global instead of generic ones.
     base[pt.slot] = opt.gpu ? B.CreateAddrSpaceCast(b, PointerType::get(C, 1)) : b;
   }
   outer_off.assign(pats.size(), B.getInt64(0));
+}
+
+Value *KernelEmitter::slot_addr(int32_t global) {
+  int32_t index = global;
+  if (!opt.gpu) {
+    auto it = local_of.find(global);
+    if (it == local_of.end()) {
+      it = local_of.emplace(global, (int32_t)local_slots.size()).first;
+      local_slots.push_back(global);
+    }
+    index = it->second;
+  }
+  return B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, index);
 }
 
 KernelEmitter::Loop KernelEmitter::open_loop(Value *from, const std::function<Value *(Value *)> &cond,
@@ -416,8 +428,7 @@ EVal KernelEmitter::operand(int32_t v, const Map &m, const Operand &o, DType as)
       const Type &ty = t.types[o.value];
       if (ty.tensor) return cast(value(o.value, compose(m, v, o.value)), as);
       // A scalar input: its 8 bytes live in the slot itself.
-      Value *addr = B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, p.scalar_slot[o.value]);
-      Value *bits = B.CreateLoad(B.getInt64Ty(), addr);
+      Value *bits = B.CreateLoad(B.getInt64Ty(), slot_addr(p.scalar_slot[o.value]));
       EVal s;
       if (ty.dtype == DType::F64) s = {B.CreateBitCast(bits, B.getDoubleTy()), DType::F64};
       else if (ty.dtype == DType::Bool) s = {B.CreateICmpNE(bits, B.getInt64(0)), DType::Bool};
@@ -737,28 +748,73 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   FunctionCallee ext = mod->getOrInsertFunction(
       "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
 
-  struct Call { bool kernel; Function *fn; int64_t n0, inner; int32_t ext; int32_t optional_slot; };
+  // A kernel's text with its name and metadata numbers made positional: equal keys mean the
+  // same code (kernels address their own slot table, so the slots they touch are not in it).
+  auto key_of = [](Function *f) {
+    std::string name = f->getName().str(), text;
+    f->setName("dynamo.kernel.key");
+    raw_string_ostream os(text);
+    f->print(os);
+    os.flush();
+    f->setName(name);
+    std::string out;
+    std::map<std::string, int> md;
+    for (size_t i = 0; i < text.size();) {
+      if (text[i] == '!' && i + 1 < text.size() && isdigit((unsigned char)text[i + 1])) {
+        size_t j = i + 1;
+        while (j < text.size() && isdigit((unsigned char)text[j])) ++j;
+        auto it = md.emplace(text.substr(i, j - i), (int)md.size()).first;
+        out += "!m" + std::to_string(it->second);
+        i = j;
+      } else {
+        out += text[i++];
+      }
+    }
+    return out;
+  };
+  struct Call {
+    bool kernel;
+    Function *fn;
+    int64_t n0, inner;
+    int32_t ext;
+    int32_t optional_slot;
+    std::vector<int32_t> table;  // kernels: the global slots of their local table
+  };
   std::vector<Call> calls;
+  std::map<std::string, std::pair<Function *, Function *>> emitted;  // key -> (kernel, partial)
   int nk = 0;
+  size_t table_size = 1;
   for (const Step &s : p.steps) {
     if (s.kind == Step::Extern) {
-      calls.push_back({false, nullptr, 0, 0, s.index, -1});
+      calls.push_back({false, nullptr, 0, 0, s.index, -1, {}});
       continue;
     }
     KernelEmitter ke(*mod, t, p, s.index, opt);
     Function *k = ke.emit(fn_name + "_k" + std::to_string(s.index));
     if (!k) continue;  // empty domain: nothing to compute
     set_target_attrs(k, opt);
-    ++nk;
-    if (ke.partial()) {  // a split reduction: partial states in parallel, then the merge
-      set_target_attrs(ke.partial(), opt);
+    Function *part = ke.partial();
+    if (part) set_target_attrs(part, opt);
+    std::string key = key_of(k) + (part ? key_of(part) : "");
+    auto [it, fresh] = emitted.emplace(key, std::make_pair(k, part));
+    if (fresh) {
+      ++nk;
+    } else {  // the same code as an earlier kernel: call that one with this kernel's slots
+      k->eraseFromParent();
+      if (part) part->eraseFromParent();
+      k = it->second.first;
+      part = it->second.second;
+    }
+    const std::vector<int32_t> &table = ke.slot_table();
+    table_size = std::max(table_size, table.size());
+    if (part) {  // a split reduction: partial states in parallel, then the merge
       int64_t chunks = p.groups[s.index].split_chunks;
-      calls.push_back({true, ke.partial(), chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1});
-      calls.push_back({true, k, 1, 1, -1, -1});
+      calls.push_back({true, part, chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1, table});
+      calls.push_back({true, k, 1, 1, -1, -1, table});
       continue;
     }
     calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
-                     p.groups[s.index].optional_slot});
+                     p.groups[s.index].optional_slot, table});
   }
   if (num_kernels) *num_kernels = nk;
 
@@ -766,6 +822,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   B.SetInsertPoint(bb);
   Value *slots = tf->getArg(0), *rtctx = tf->getArg(1);
   llvm::Type *ptr_ty = B.getPtrTy();
+  Value *ktable = B.CreateAlloca(ptr_ty, B.getInt64(table_size), "kernel_slots");
   for (const Call &c : calls) {
     BasicBlock *skip = nullptr;
     if (c.optional_slot >= 0) {  // an elided output copy: the caller passed no buffer
@@ -777,12 +834,15 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     }
     Value *st;
     if (c.kernel) {
+      for (size_t i = 0; i < c.table.size(); ++i)  // pointers, or a scalar input's 8 bytes
+        B.CreateStore(B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.table[i])),
+                      B.CreateConstInBoundsGEP1_64(ptr_ty, ktable, i));
       int64_t numel = c.n0 * c.inner;
       if (opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1) {
         int64_t grain = std::max<int64_t>(1, (opt.parallel_min_elems / 2) / c.inner);
-        st = B.CreateCall(par, {rtctx, c.fn, slots, B.getInt64(c.n0), B.getInt64(grain)});
+        st = B.CreateCall(par, {rtctx, c.fn, ktable, B.getInt64(c.n0), B.getInt64(grain)});
       } else {
-        st = B.CreateCall(c.fn, {slots, B.getInt64(0), B.getInt64(c.n0)});
+        st = B.CreateCall(c.fn, {ktable, B.getInt64(0), B.getInt64(c.n0)});
       }
     } else {
       st = B.CreateCall(ext, {rtctx, slots, B.getInt32(c.ext)});

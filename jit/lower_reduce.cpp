@@ -567,7 +567,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   };
   int ncomp = kahan ? 1 : welford ? 3 : index ? 2 : 1;
   auto part_ptr = [&](Value *chunk, int comp) {  // split reductions: [chunk][reduction][4] x 8 bytes
-    Value *basep = B.CreateLoad(B.getPtrTy(), B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, g.split_slot));
+    Value *basep = B.CreateLoad(B.getPtrTy(), slot_addr(g.split_slot));
     Value *idx = B.CreateAdd(B.CreateMul(chunk, B.getInt64((int64_t)g.reductions.size() * 4)),
                              B.getInt64((int64_t)reduction_index * 4 + comp));
     return B.CreateInBoundsGEP(B.getInt64Ty(), basep, idx);
