@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +12,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 
@@ -131,7 +134,80 @@ std::string describe_plan(const Trace &t, const Plan &p) {
   return out;
 }
 
-// -- on-disk cache of compiled objects (DYNAMO_CACHE_DIR) ------------------------------------
+// -- on-disk cache of compiled objects ----------------------------------------------------------
+// Where: $DYNAMO_CACHE_DIR, else $XDG_CACHE_HOME/dynamo, else $HOME/.cache/dynamo;
+// DYNAMO_CACHE_DIR=off (or 0, or empty) turns it off. A cached object is code this process
+// runs, so the directory must be private: created 0700, and used only while it is owned by
+// this user and not writable by group or others (as ccache and Python's bytecode cache check
+// theirs); each file read must be owned by this user and not writable by others either.
+// Otherwise a warning says why and traces are compiled as if there were no cache.
+
+// Why a file or directory (already stat'ed) cannot be trusted, or "".
+std::string untrusted(const struct stat &st, const std::string &what) {
+  if (st.st_uid != geteuid())
+    return what + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (" + std::to_string(geteuid()) + ")";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", (unsigned)(st.st_mode & 07777));
+    return what + " is writable by " + ((st.st_mode & S_IWOTH) ? "others" : "its group") + " (mode " + mode + ")";
+  }
+  return "";
+}
+
+// The cache directory to use ("" = none) and, when it is refused, why (for one warning).
+std::string cache_directory(std::string *why) {
+  const char *env = getenv("DYNAMO_CACHE_DIR");
+  std::string dir;
+  bool chosen = env != nullptr;
+  if (env) {
+    if (!*env || !strcmp(env, "off") || !strcmp(env, "0")) return "";
+    dir = env;
+  } else if (const char *xdg = getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') {
+    dir = std::string(xdg) + "/dynamo";
+  } else if (const char *home = getenv("HOME"); home && *home == '/') {
+    dir = std::string(home) + "/.cache/dynamo";
+  } else {
+    return "";
+  }
+  std::string parent = dir.substr(0, dir.find_last_of('/'));
+  if (!parent.empty()) sys::fs::create_directories(parent);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    if (chosen) *why = "cannot create " + dir + ": " + strerror(errno);
+    return "";
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = dir + " is not a directory";
+    return "";
+  }
+  std::string bad = untrusted(st, dir);
+  if (!bad.empty()) {
+    *why = bad + "; compiled code found there could be another user's (make it private: chmod 700, or set "
+                 "DYNAMO_CACHE_DIR)";
+    return "";
+  }
+  return dir;
+}
+
+// Reads a cache file if it can be trusted (see above); false with *why otherwise.
+bool read_trusted(const std::string &path, std::string *out, std::string *why) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ENOENT ? "" : path + ": " + strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  *why = ok ? untrusted(st, path) : path + " is not a regular file";
+  ok = ok && why->empty();
+  out->clear();
+  char buf[65536];
+  ssize_t n;
+  while (ok && (n = read(fd, buf, sizeof buf)) > 0) out->append(buf, (size_t)n);
+  close(fd);
+  return ok;
+}
+
 // Key: the canonical trace text, the engine's code-generation settings and host CPU, and the
 // identity of this library file (path, size, mtime: a rebuilt library never reuses objects).
 // Files: <hash>.key (first line "<symbol> <kernels>", then the full key, compared on load) and
@@ -165,8 +241,12 @@ struct DiskCache : ObjectCache {
   static bool write_atomic(const std::string &path, const char *data, size_t n) {
     static std::atomic<uint64_t> seq{0};
     std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(seq++);
-    FILE *f = fopen(tmp.c_str(), "wb");
-    if (!f) return false;
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    FILE *f = fd < 0 ? nullptr : fdopen(fd, "wb");
+    if (!f) {
+      if (fd >= 0) close(fd);
+      return false;
+    }
     bool ok = fwrite(data, 1, n, f) == n;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
@@ -230,7 +310,7 @@ struct Engine::Impl {
   std::unique_ptr<TargetMachine> tm;
   OptimizationLevel level = OptimizationLevel::O2;
   std::mutex mu;  // serializes the optimizer's use of tm
-  std::shared_ptr<DiskCache> cache;  // null: DYNAMO_CACHE_DIR unset
+  std::shared_ptr<DiskCache> cache;  // null: no cache (off, or the directory was refused)
   std::string cache_salt;            // settings and library identity, part of every key
   std::atomic<uint64_t> next_dylib{0};
 };
@@ -261,8 +341,13 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   if (!tm) compile_fail("creating the target machine", tm.takeError());
   impl_->tm = std::move(*tm);
 
-  const char *cdir = getenv("DYNAMO_CACHE_DIR");
-  if (cdir && *cdir && !sys::fs::create_directories(cdir)) {
+  std::string refused;
+  std::string cdir = cache_directory(&refused);
+  if (!refused.empty()) {
+    static std::atomic<int> warned{0};
+    if (warned++ == 0) errs() << "dynamo: not using the compile cache: " << refused << "\n";
+  }
+  if (!cdir.empty()) {
     impl_->cache = std::make_shared<DiskCache>();
     impl_->cache->dir = cdir;
     if (const char *mb = getenv("DYNAMO_CACHE_MAX_MB")) impl_->cache->max_bytes = std::max(1ull, strtoull(mb, nullptr, 10)) << 20;
@@ -348,24 +433,22 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   if (impl_->cache) {
     key = impl_->cache_salt + print_trace(t);
     id = DiskCache::hex_hash(key);
-    std::ifstream kf(impl_->cache->dir + "/" + id + ".key", std::ios::binary);
-    if (kf) {
-      std::stringstream ss;
-      ss << kf.rdbuf();
-      std::string stored = ss.str(), symbol;
+    std::string stored, why;
+    if (read_trusted(impl_->cache->dir + "/" + id + ".key", &stored, &why)) {
+      std::string symbol, object;
       int nk = -1;
       size_t nl = stored.find('\n');
       std::istringstream head(stored.substr(0, nl == std::string::npos ? 0 : nl));
       head >> symbol >> nk;
-      auto obj = MemoryBuffer::getFile(impl_->cache->dir + "/" + id + ".o");
+      bool have_obj = read_trusted(impl_->cache->dir + "/" + id + ".o", &object, &why);
       if (nl == std::string::npos || stored.compare(nl + 1, std::string::npos, key) != 0 || symbol.empty() || nk < 0) {
         warn_cache(id + ".key does not match this trace and build");
-      } else if (!obj) {
-        warn_cache(id + ".o cannot be read: " + obj.getError().message());
+      } else if (!have_obj) {
+        warn_cache(why.empty() ? id + ".o is missing" : why);
       } else {
         JITDylib &jd = new_dylib();
-        std::string why;
-        if (auto err = impl_->jit->addObjectFile(jd, std::move(*obj))) {
+        auto obj = MemoryBuffer::getMemBufferCopy(object, id + ".o");
+        if (auto err = impl_->jit->addObjectFile(jd, std::move(obj))) {
           warn_cache(id + ".o: " + take(std::move(err)));
           if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
         } else {
@@ -378,6 +461,8 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
           warn_cache(id + ".o does not link: " + why);
         }
       }
+    } else if (!why.empty()) {
+      warn_cache(why);
     }
   }
   auto ctx = std::make_unique<LLVMContext>();

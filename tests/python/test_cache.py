@@ -1,6 +1,7 @@
-"""The on-disk cache (DYNAMO_CACHE_DIR): a second process compiling the same trace loads the
-object instead of optimizing and generating code again, at a fraction of the first-call latency;
-truncated or foreign cache files are ignored with a warning, never trusted."""
+"""The on-disk cache (on by default under ~/.cache/dynamo, or DYNAMO_CACHE_DIR): a second process
+compiling the same trace loads the object instead of optimizing and generating code again, at a
+fraction of the first-call latency; truncated or foreign cache files are ignored with a warning,
+never trusted; a directory or file another user could have written is refused."""
 import json
 import os
 import subprocess
@@ -69,8 +70,13 @@ print(json.dumps({"first_ms": first_ms, "from_cache": entry.stats().from_cache,
 '''
 
 
-def run(cache_dir):
-    env = dict(os.environ, DYNAMO_CACHE_DIR=str(cache_dir), PYTHONPATH=os.path.join(ROOT, "python_shim"))
+def run(cache_dir, **env_overrides):
+    """PROGRAM in a child process with DYNAMO_CACHE_DIR=cache_dir (None: unset, the default
+    location from XDG_CACHE_HOME / HOME, which env_overrides may set)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim"), **env_overrides)
+    env.pop("DYNAMO_CACHE_DIR", None)
+    if cache_dir is not None:
+        env["DYNAMO_CACHE_DIR"] = str(cache_dir)
     r = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
@@ -99,3 +105,58 @@ def test_bad_cache_files_are_ignored(tmp_path, damage):
     assert "dynamo: ignoring a cache entry" in err, err
     fixed, _ = run(tmp_path)  # the recompiled object was written back
     assert fixed["from_cache"] == 1 and fixed["ok"]
+
+
+def mode(path):
+    return os.stat(path).st_mode & 0o777
+
+
+@pytest.mark.parametrize("where", ["xdg", "home"])
+def test_default_location_is_private_and_reused(tmp_path, where):
+    if where == "xdg":
+        env, cache = dict(XDG_CACHE_HOME=str(tmp_path / "xdg")), tmp_path / "xdg" / "dynamo"
+    else:
+        env, cache = dict(XDG_CACHE_HOME="", HOME=str(tmp_path / "home")), tmp_path / "home" / ".cache" / "dynamo"
+    cold, _ = run(None, **env)
+    warm, _ = run(None, **env)
+    assert cold["from_cache"] == 0 and warm["from_cache"] == 1 and warm["sum"] == cold["sum"]
+    assert mode(cache) == 0o700
+    files = list(cache.iterdir())
+    assert files and all(mode(f) == 0o600 for f in files), [(f.name, oct(mode(f))) for f in files]
+
+
+def test_off_writes_nothing(tmp_path):
+    first, _ = run("off", XDG_CACHE_HOME=str(tmp_path))
+    again, _ = run("off", XDG_CACHE_HOME=str(tmp_path))
+    assert first["from_cache"] == again["from_cache"] == 0 and again["ok"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("perm", [0o777, 0o770])
+def test_shared_directory_is_refused(tmp_path, perm):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(perm)
+    first, err = run(shared)
+    again, err2 = run(shared)
+    assert first["ok"] and again["ok"] and first["from_cache"] == again["from_cache"] == 0
+    assert "not using the compile cache" in err and "writable by" in err, err
+    assert list(shared.iterdir()) == []
+
+
+def test_file_writable_by_others_is_not_loaded(tmp_path):
+    cold, _ = run(tmp_path)
+    for f in tmp_path.iterdir():
+        f.chmod(0o666)
+    again, err = run(tmp_path)
+    assert again["from_cache"] == 0 and again["ok"] and again["sum"] == cold["sum"]
+    assert "writable by others" in err, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_file_owned_by_another_user_is_not_loaded(tmp_path):
+    cold, _ = run(tmp_path)
+    for f in tmp_path.iterdir():
+        os.chown(f, 65534, 65534)  # nobody
+    again, err = run(tmp_path)
+    assert again["from_cache"] == 0 and again["ok"] and "owned by uid 65534" in err, err
