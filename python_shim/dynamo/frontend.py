@@ -469,7 +469,7 @@ class OptimizedFunction:
             raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
 
     def _record(self, fn, args, kwargs, in_frame=False):
-        why = unsupported_reason(fn.__code__) if isinstance(fn, types.FunctionType) else "not a Python function"
+        why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             self.disabled_reason = f"{self.name} uses {why}"
             self.attempts.append(Attempt(self.disabled_reason))

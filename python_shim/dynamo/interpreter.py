@@ -32,6 +32,7 @@ from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
 from .recorder import Abort, NopythonError
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+CO_GENERATOR = 0x20
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
 
 _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -76,6 +77,7 @@ _SUPPORTED = {
     "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
     "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
     "FORMAT_VALUE", "RETURN_VALUE", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "GET_LEN",
+    "RETURN_GENERATOR", "YIELD_VALUE",  # plain generators (genexprs); not `yield from` (SEND)
 }
 
 # torch functions (not ATen ops, so not recorded) that change global state: they end the trace
@@ -97,8 +99,8 @@ class _Code:
         self.index = {ins.offset: k for k, ins in enumerate(self.insts)}
         bad = sorted({i.opname for i in self.insts} - _SUPPORTED)
         self.unsupported = None
-        if code.co_flags & CO_GENERATOR_LIKE:
-            self.unsupported = "generators and coroutines"
+        if code.co_flags & CO_GENERATOR_LIKE & ~CO_GENERATOR:
+            self.unsupported = "coroutines"
         elif code.co_exceptiontable:
             self.unsupported = "try/except/with blocks"
         elif bad:
@@ -114,7 +116,11 @@ class _Code:
         return c
 
 
-def unsupported_reason(code):
+def unsupported_reason(code, top=False):
+    """Why code cannot be interpreted (None: it can). top: it is the compiled function itself,
+    whose generator would run after the call returns, outside any recording."""
+    if top and code.co_flags & CO_GENERATOR:
+        return "a generator function (its body runs when the caller iterates, after the call)"
     return _Code.of(code).unsupported
 
 
@@ -253,7 +259,10 @@ class Interpreter:
         self.touch(tuple(args), ARG)  # how many: g(x) and g(x, 3.0) bind parameters differently
         self.touch(kwargs, KWARG)
         k = {name: (v, KWARG.item(name)) for name, v in kwargs.items()}
-        return self.call_function(fn, FUNC, a, k)[0]
+        r = self.call_function(fn, FUNC, a, k)[0]
+        if _holds_generator(r):
+            self.abort("returns a generator made in the call (its body would run outside the trace)")
+        return r
 
     def call_function(self, fn, fn_src, args, kwargs, self_pair=None):
         code = fn.__code__
@@ -263,6 +272,12 @@ class Interpreter:
         self._bind(f, fn, fn_src, args, kwargs)
         if fn.__closure__:
             f.locals = list(f.locals)
+        if code.co_flags & CO_GENERATOR:  # runs when iterated, as CPython's generator does
+            return (self._mark_local(_Generator(self, f)), None)
+        return self._run_frame(f)
+
+    def _run_frame(self, f):
+        """Runs (or resumes) frame f until it returns or yields (a _Yielded)."""
         self.depth += 1
         self.frames.append(f)
         try:
@@ -809,7 +824,7 @@ class Interpreter:
             elif op == "FOR_ITER":
                 it = stack[-1][0]
                 try:
-                    if isinstance(it, _SourcedIter):
+                    if isinstance(it, (_SourcedIter, _Generator)):
                         v, src = it.next_pair()
                         self.touch(v, src)
                         push((v, src))
@@ -854,6 +869,10 @@ class Interpreter:
                 push((len(stack[-1][0]), None))
             elif op == "RETURN_VALUE":
                 return pop()
+            elif op == "RETURN_GENERATOR":  # reached on the first resume: the value sent in
+                push((None, None))
+            elif op == "YIELD_VALUE":  # suspends here; the resume pushes the value sent (None)
+                return _Yielded(pop())
             elif op == "LOAD_ASSERTION_ERROR":
                 push((AssertionError, None))
             elif op == "RAISE_VARARGS":
@@ -1051,8 +1070,12 @@ class Interpreter:
                         live)
 
     def _snapshot_frames(self, f, resume_ip, live, index):
-        from .snapshot import FrameState, encode
+        from .snapshot import FrameState, NoSnapshot, encode
 
+        if any(fr.code.co_flags & CO_GENERATOR for fr in self.frames):
+            # a generator's frame runs under whatever iterates it (all(), list(), ...), which
+            # cannot be rebuilt in Python
+            raise NoSnapshot("it is inside a generator")
         frames = []
         for fr in self.frames:
             if fr.fn_src is FUNC:
@@ -1132,6 +1155,59 @@ def _module_key(m, key):
     if not isinstance(key, int) or not -len(names) <= key < len(names):
         raise IndexError(f"index {key} is out of range")
     return names[key]
+
+
+def _holds_generator(v, depth=0):
+    if isinstance(v, _Generator):
+        return True
+    if depth < 4 and type(v) in (list, tuple, set, frozenset):
+        return any(_holds_generator(e, depth + 1) for e in v)
+    if depth < 4 and isinstance(v, dict):
+        return any(_holds_generator(e, depth + 1) for e in v.values())
+    return False
+
+
+class _Yielded:
+    """What a generator frame's run returns at YIELD_VALUE: the (value, source) pair."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self, pair):
+        self.pair = pair
+
+
+class _Generator:
+    """A generator whose frame the interpreter runs: each next() resumes it under recording
+    (its reads are guarded, its tensor ops recorded), lazily as CPython's would, so that all(),
+    any(), zip() and early breaks stop it exactly where eager stops. Iterated by the
+    interpreter (FOR_ITER) it hands out (value, source) pairs; by a builtin, plain values."""
+
+    __slots__ = ("interp", "frame", "done", "started")
+
+    def __init__(self, interp, frame):
+        self.interp, self.frame, self.done, self.started = interp, frame, False, False
+
+    def next_pair(self):
+        if self.done:
+            raise StopIteration
+        if self.started:
+            self.frame.stack.append((None, None))  # the value sent in
+        self.started = True
+        try:
+            r = self.interp._run_frame(self.frame)
+        except BaseException:
+            self.done = True
+            raise
+        if isinstance(r, _Yielded):
+            return r.pair
+        self.done = True
+        raise StopIteration
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next_pair()[0]
 
 
 class _SourcedIter:

@@ -390,6 +390,8 @@ CONTAINERS = [
     Prog("dict_values_sum", lambda d: sum(d.values()), lambda: ({"a": rn(4), "b": rn(4)},)),
     Prog("star_args_for_loop", star_for, lambda: (rn(5), rn(5), rn(5))),
     Prog("star_args_enumerate", lambda *xs: [t * i for i, t in enumerate(xs)], lambda: (rn(5), rn(5), rn(5))),
+    Prog("calls_generator", lambda x: fb_calls_generator(x), lambda: (rn(4),)),  # noqa: PLW0108 (defined below)
+    Prog("genexpr_sum", lambda xs: sum(t * t for t in xs), lambda: ([rn(3, 4) for _ in range(3)],)),
     Prog("star_args_sum", lambda *xs: sum(xs[1:], xs[0]) / len(xs), lambda: (rn(5), rn(5), rn(5))),
     Prog("same_tensor_twice", lambda a, b: a * b + a, lambda: (lambda t: (t, t))(rn(6))),
     Prog("comprehension_out", lambda xs: [t.relu() * i for i, t in enumerate(xs)],
@@ -850,7 +852,7 @@ def gen_fn(x):
         yield x * k
 
 
-def fb_calls_generator(x):
+def fb_calls_generator(x):  # a generator function the interpreter runs lazily
     return sum(gen_fn(x), torch.zeros_like(x)) + 1
 
 
@@ -947,8 +949,7 @@ FALLBACKS = [
     Fallback("print", fb_print, lambda: (rn(3),), "print"),
     Fallback("append_outer_list", fb_append, lambda: (rn(4),), "list.append changes an object from outside"),
     Fallback("setattr_outer_object", fb_setattr, lambda: (rn(4),), "sets attribute value"),
-    Fallback("generator_function", gen_fn, lambda: (rn(4),), "generators"),
-    Fallback("calls_generator", fb_calls_generator, lambda: (rn(4),), "generators"),
+    Fallback("generator_function", gen_fn, lambda: (rn(4),), "a generator function"),
     Fallback("try_except", fb_try_except, lambda: (rn(4),), "try/except"),
     Fallback("with_block", fb_with_block, lambda: (rn(4),), "try/except/with"),
     Fallback("tolist_control_flow", fb_tolist, lambda: (rn(5),), "data-dependent"),
