@@ -213,6 +213,11 @@ class Recorder(TorchDispatchMode):
             writes = _WRITERS[func] = _written_args(func)
         if writes and self.effect is None:
             self._note_effect(func, args, kwargs)
+        decomposition = _DECOMPOSITIONS.get(func)
+        if decomposition is not None and not self.paused and self.abort_reason is None and self.cut is None and \
+                decomposition[0](*args, **kwargs):
+            with self:  # its parts are dispatched (and recorded) one by one
+                return decomposition[1](*args, **kwargs)
         # judged before the op runs: as_strided_ changes its argument's strides
         self._restride = func in _LAYOUT_DEPENDENT and _restrides_in_place(func, args, kwargs)
         out = func(*args, **kwargs)
@@ -858,3 +863,66 @@ def _hidden_write(func, vals):
                 "does not declare (an extern must not write its inputs): batch norm with running "
                 "statistics compiles in eval mode only")
     return None
+
+
+# -- decompositions ------------------------------------------------------------------------
+# Fused ATen kernels that eager calls as one opaque op (nn.TransformerEncoderLayer's fast path in
+# eval), recorded as the ops they are made of, so that matmuls, softmax, layer norm and the
+# pointwise parts fuse and run on the JIT's kernels. Same math as ATen's kernels
+# (aten/src/ATen/native/transformers); results differ by rounding only.
+
+
+def _mha_covered(q, k, v, embed_dim, num_heads, *rest, **kwargs):
+    """Self-attention without a mask or weights returned, on a dense [batch, tokens, dim] input."""
+    mask = rest[4] if len(rest) > 4 else kwargs.get("mask")
+    need_weights = rest[5] if len(rest) > 5 else kwargs.get("need_weights", True)
+    return q is k and k is v and not need_weights and mask is None and q.dim() == 3 and not q.is_nested and \
+        embed_dim % num_heads == 0
+
+
+def _native_mha(q, k, v, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
+                need_weights=True, average_attn_weights=True, mask_type=None):
+    b, t, _ = q.shape
+    dh = embed_dim // num_heads
+    qkv = torch.nn.functional.linear(q, qkv_weight, qkv_bias).view(b, t, 3, num_heads, dh)
+    qh, kh, vh = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [b, heads, t, dh]
+    scores = torch.matmul(qh / math.sqrt(dh), kh.transpose(-2, -1))
+    attn = torch.matmul(torch.softmax(scores, dim=-1), vh)
+    out = torch.nn.functional.linear(attn.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
+    return out, torch.empty(0, dtype=q.dtype)
+
+
+def _layer_covered(src, embed_dim, num_heads, *rest, **kwargs):
+    """A dense [batch, tokens, dim] input without a mask."""
+    mask = rest[15] if len(rest) > 15 else kwargs.get("mask")
+    return mask is None and src.dim() == 3 and not src.is_nested and embed_dim % num_heads == 0
+
+
+def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first,
+                   eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2,
+                   ffn_bias_2, mask=None, mask_type=None):
+    ln = torch.nn.functional.layer_norm
+    x = ln(src, (embed_dim,), norm_weight_1, norm_bias_1, eps) if norm_first else src
+    x = _native_mha(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, None, False)[0]
+    x = x + src
+    if not norm_first:
+        x = ln(x, (embed_dim,), norm_weight_1, norm_bias_1, eps)
+    res = x
+    if norm_first:
+        x = ln(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
+    h = torch.nn.functional.linear(x, ffn_weight_1, ffn_bias_1)
+    h = torch.nn.functional.gelu(h) if use_gelu else torch.relu(h)
+    x = torch.nn.functional.linear(h, ffn_weight_2, ffn_bias_2) + res
+    if not norm_first:
+        x = ln(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
+    return x
+
+
+# op -> (whether the decomposition covers the call's arguments, the decomposition); calls it
+# does not cover are recorded as the fused op (an extern).
+_DECOMPOSITIONS = {}
+for _name, _covers, _fn in (("_transformer_encoder_layer_fwd", _layer_covered, _encoder_layer),
+                            ("_native_multi_head_attention", _mha_covered, _native_mha)):
+    _op = getattr(_aten, _name, None)
+    if _op is not None:
+        _DECOMPOSITIONS[_op.default] = (_covers, _fn)

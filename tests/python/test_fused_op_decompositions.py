@@ -1,0 +1,66 @@
+"""Fused ATen kernels recorded as their parts (recorder._DECOMPOSITIONS): nn.TransformerEncoderLayer's
+and nn.MultiheadAttention's eval fast paths (aten::_transformer_encoder_layer_fwd,
+aten::_native_multi_head_attention). Compared with eager, on every call; cases the decomposition
+does not cover (masks) run the fused op as an extern."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dynamo
+
+
+def check(module, make, calls=3):
+    ref = copy.deepcopy(module)
+    jit = dynamo.optimize(module)
+    with torch.no_grad():
+        for _ in range(calls):
+            args = make()
+            want, got = ref(*args), jit(*args)
+            want = want[0] if isinstance(want, tuple) else want
+            got = got[0] if isinstance(got, tuple) else got
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+    assert dynamo.counters()["native_runs"] >= calls - 1, dynamo.report()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("shape", [(1, 7, 32), (3, 16, 32)])
+def test_encoder_layer(norm_first, activation, shape):
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=norm_first, activation=activation)
+    check(layer.eval(), lambda: (torch.randn(shape),))
+
+
+def test_encoder_stack_records_every_layer_as_ops():
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2, enable_nested_tensor=False)
+    check(enc.eval(), lambda: (torch.randn(2, 9, 32),))
+    text = str(dynamo.explain(enc, torch.randn(2, 9, 32)))
+    assert "_transformer_encoder_layer_fwd" not in text, text
+
+
+def test_encoder_layer_with_padding_mask_keeps_the_fused_op():
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+    mask = torch.zeros(2, 9, dtype=torch.bool)
+    mask[1, 6:] = True
+
+    class WithMask(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            return self.layer(x, src_key_padding_mask=mask)
+    check(WithMask().eval(), lambda: (torch.randn(2, 9, 32),))
+
+
+def test_multihead_attention_fast_path():
+    class Self(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.mha(x, x, x, need_weights=False)[0]
+    check(Self().eval(), lambda: (torch.randn(2, 5, 32),))
