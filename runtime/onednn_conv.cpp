@@ -16,6 +16,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -31,6 +32,12 @@ constexpr int kTimedCalls = 2;
 dnnl::engine &cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
+}
+
+// One stream per thread (a CPU stream is cheap, but not free to make on every call).
+dnnl::stream &cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
 }
 
 memory::dims dims_of(c10::IntArrayRef a) { return memory::dims(a.begin(), a.end()); }
@@ -103,11 +110,14 @@ struct ConvStep {
   int timed = 0;
   double t_onednn = 1e30, t_aten = 1e30;
 
-  bool built = false;
+  std::atomic<bool> built{false};
+  int64_t groups = 1;
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   memory::desc src_user, dst_user;
   std::vector<int64_t> out_sizes;
+  dnnl::reorder src_in, dst_out;  // plain <-> the primitive's layouts, when they differ
+  bool reorder_src = false, reorder_dst = false;
 
   // The reordered weights and what they were made from: address, version, sampled contents.
   std::shared_ptr<at::Tensor> packed_w;
@@ -149,6 +159,11 @@ struct ConvStep {
     prim = dnnl::convolution_forward(pd);
     src_user = plain_desc(a.x);
     dst_user = memory::desc(out_sizes, memory::data_type::f32, sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
+    groups = a.groups;
+    reorder_src = pd.src_desc() != src_user;
+    reorder_dst = pd.dst_desc() != dst_user;
+    if (reorder_src) src_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src_user, cpu_engine(), pd.src_desc()));
+    if (reorder_dst) dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), pd.dst_desc(), cpu_engine(), dst_user));
     built = true;
   }
 
@@ -180,19 +195,19 @@ struct ConvStep {
   }
 
   at::Tensor run_onednn(const ConvArgs &a, const uint64_t *version) {
-    dnnl::stream strm(cpu_engine());
+    dnnl::stream &strm = cpu_stream();
     std::shared_ptr<at::Tensor> w = weights(a, version, strm);
     at::Tensor out = at::empty(out_sizes);
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
     memory src_p = src, dst_p = dst;
     at::Tensor src_buf, dst_buf;
-    if (pd.src_desc() != src_user) {
+    if (reorder_src) {
       src_buf = at::empty({(int64_t)pd.src_desc().get_size()}, at::kByte);
       src_p = memory(pd.src_desc(), cpu_engine(), src_buf.data_ptr());
-      dnnl::reorder(src, src_p).execute(strm, src, src_p);
+      src_in.execute(strm, src, src_p);
     }
-    if (pd.dst_desc() != dst_user) {
+    if (reorder_dst) {
       dst_buf = at::empty({(int64_t)pd.dst_desc().get_size()}, at::kByte);
       dst_p = memory(pd.dst_desc(), cpu_engine(), dst_buf.data_ptr());
     }
@@ -208,7 +223,7 @@ struct ConvStep {
     } else {
       prim.execute(strm, args);
     }
-    if (pd.dst_desc() != dst_user) dnnl::reorder(dst_p, dst).execute(strm, dst_p, dst);
+    if (reorder_dst) dst_out.execute(strm, dst_p, dst);
     strm.wait();
     return out;
   }
@@ -248,6 +263,14 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     return;
   }
   ConvArgs a;
+  if (mode == ConvStep::OneDNN && s.built) {  // checked when built; a trace's shapes are static
+    a.x = st[0].toTensor();
+    a.w = st[1].toTensor();
+    if (st[2].isTensor()) a.b = st[2].toTensor();
+    a.groups = s.groups;
+    *out = s.run_onednn(a, weight_version);
+    return;
+  }
   std::string why = parse(st, &a);
   try {
     if (why.empty()) {
