@@ -19,7 +19,6 @@ recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed
 """
 import collections
 import math
-import re
 
 import torch
 
@@ -84,11 +83,36 @@ FUNC = Source("f")
 EXIT = Source("x")    # a side trace's inputs: the live values of the exit it starts from
 
 
-def _pattern(expr):
-    """A regex matching source expression expr where it stands whole or as the base of a longer
-    one (a[0] in a[0].fc, not in a[0]x nor in ca[0])."""
-    tail = r"(?![\w])" if expr[-1].isalnum() or expr[-1] == "_" else ""
-    return re.compile(r"(?<![\w.'\"\]])" + re.escape(expr) + tail)
+def _replace_base(text, expr, name, count=-1):
+    """text with source expression expr replaced by name where it stands whole or as the base of
+    a longer one (a[0] in a[0].fc, not in a[0]x nor in ca[0]); count: at most that many."""
+    out, i, done, n = [], 0, 0, len(expr)
+    end_word = _word_end(expr)
+    while count < 0 or done < count:
+        j = text.find(expr, i)
+        if j < 0:
+            break
+        before = text[j - 1] if j else ""
+        after = text[j + n] if j + n < len(text) else ""
+        if (before and (_word_char(before) or before in ".'\"]")) or (end_word and after and _word_char(after)):
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        out.append(text[i:j])
+        out.append(name)
+        i = j + n
+        done += 1
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _word_char(c):
+    return c.isalnum() or c == "_"
+
+
+def _word_end(expr):
+    """Whether expr ends in a name character (then a longer name does not contain it as a base)."""
+    return _word_char(expr[-1])
 
 
 def _chain(src):
@@ -110,7 +134,7 @@ def _hoisted(checks, about, input_srcs):
     for s in list(about) + list(input_srcs):
         for n in _chain(s):
             uses[n.expr] = uses.get(n.expr, 0) + 1
-    named, pats, lines = {}, {}, []
+    named, lines = {}, []
 
     def local(src):
         """The text reading src: through the deepest named source on its chain."""
@@ -118,9 +142,11 @@ def _hoisted(checks, about, input_srcs):
             if n.expr in named:
                 if n is src:
                     return named[n.expr]
-                pat = pats.setdefault(n.expr, _pattern(n.expr))
-                return pat.sub(named[n.expr], src.expr, count=1) if src.expr.startswith(n.expr) else \
-                    pat.sub(named[n.expr], src.expr)
+                if src.expr.startswith(n.expr):  # the common case, a[0].layer1 under a[0].layer1.conv
+                    rest = src.expr[len(n.expr):]
+                    if not rest or not _word_end(n.expr) or not _word_char(rest[0]):
+                        return named[n.expr] + rest
+                return _replace_base(src.expr, n.expr, named[n.expr], 1 if src.expr.startswith(n.expr) else -1)
         return src.expr
 
     def name_chain(src):
@@ -137,8 +163,7 @@ def _hoisted(checks, about, input_srcs):
         name_chain(src)
         for n in _chain(src):
             if n.expr in named:
-                pat = pats.setdefault(n.expr, _pattern(n.expr))
-                return pat.sub(named[n.expr], text)
+                return _replace_base(text, n.expr, named[n.expr])
         return text
 
     for check, src in zip(checks, about):
