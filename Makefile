@@ -92,14 +92,18 @@ gpu-bundle: build
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
 
-# Every torchvision classification/segmentation/detection model (random weights, 64x64, batch 1)
-# eager vs. dynamo.optimize: WRONG / LEAKED / ok per model, fallbacks, speed; fails on any WRONG
-# or LEAKED. Installs torchvision/torchaudio first (scripts/setup-models.sh). Takes a while on
-# two cores; ZOO_ARGS="--models resnet18,swin_t" (or --calls, --size, --timeout, --mode hook).
+# Every torchvision classification/segmentation/detection model (random weights, 64x64, batch 1),
+# torch.nn's transformer/attention/LSTM blocks and torchaudio's models and transforms, eager vs.
+# dynamo.optimize: WRONG / LEAKED / ok per model, fallbacks, speedups and their geomeans, a bar
+# chart in $(BUILD)/zoo.png; fails on any WRONG or LEAKED. Installs torchvision/torchaudio first
+# (scripts/setup-models.sh). About 15 minutes on two cores; MODELS=resnet18,swin_t runs only those;
+# ZOO_ARGS="--family nn,audio" (or --calls, --size, --timeout, --mode hook, --json, --png '').
+MODELS ?=
 ZOO_ARGS ?=
 zoo: build
 	@bash scripts/setup-models.sh
-	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py $(ZOO_ARGS)
+	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py \
+	  --png $(BUILD)/zoo.png $(if $(MODELS),--models $(MODELS)) $(ZOO_ARGS)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

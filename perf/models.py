@@ -1,17 +1,43 @@
-"""The model zoo: every torchvision classification, segmentation and detection model, eager vs.
+"""The model zoo: every torchvision classification, segmentation and detection model, torch.nn's
+attention and recurrent blocks, and torchaudio's models and feature transforms, eager vs.
 dynamo.optimize, correctness first.
 
-For each model: random weights (weights=None, weights_backbone=None: nothing is downloaded;
-weight matrices initialized to zeros, like ViT's head, get random values too, or the output
-would be all zeros), eval mode, batch 1, torch.no_grad(); detection models keep every box (score
-threshold 0) and, but for SSD, work at the input's size instead of resizing to 800. The model and a deep copy are built; the copy goes through dynamo.optimize.
-Each of --calls calls feeds both the same fresh random input (generated once per call, cloned
-per side) and compares every output (nested tuples/lists/dicts of tensors): float tensors with
-allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everything else exactly.
+For each torchvision model: random weights (weights=None, weights_backbone=None: nothing is
+downloaded; weight matrices initialized to zeros, like ViT's head, get random values too, or the
+output would be all zeros), eval mode, batch 1, torch.no_grad(); detection models keep every box
+(score threshold 0) and, but for SSD, work at the input's size instead of resizing to 800.
+Family nn: TransformerEncoderLayer (d_model 256, 8 heads, feed-forward 1024), a TransformerEncoder
+of 2 of them, TransformerDecoderLayer and MultiheadAttention on [1, 64, 256], LSTM (64 -> 128, 2
+layers) on [1, 32, 64], Transformer (d_model 128, 4 heads, 2 + 2 layers, feed-forward 256) on
+[1, 64, 128]; all batch_first. Family audio (torchaudio 0.13, random weights): Wav2Letter on a
+[1, 1, 8000] waveform, DeepSpeech on [1, 1, 50, 64] features, a small ConvTasNet on [1, 1, 4000],
+wav2vec2_base on [1, 8000], Conformer (80 features, 2 layers) on [1, 100, 80], MelSpectrogram and
+MFCC (16 kHz) on [1, 16000]. The zoo calls model(x): a block that takes several inputs or returns
+a tuple is wrapped in a one-input Module (decoders and nn.Transformer get x as target and memory,
+MultiheadAttention is self-attention without weights, LSTM and Conformer return their output only,
+Conformer's lengths tensor is built inside the call).
+The model and a deep copy are built; the copy goes through dynamo.optimize.
+Each of --calls calls (default 8; 4 for detection, the slowest family, so that the whole zoo
+takes about 15 minutes on two cores) feeds both the same fresh random input (generated from the
+call's seed, cloned per side) and compares every output (nested tuples/lists/dicts of tensors):
+float tensors with allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everything else exactly.
 
 Per model: status, largest error over the calls, largest |eager output|, native runs and traces
-compiled (dynamo.counters() deltas), the first fallback reason (dynamo.report()), and the time
-ratio eager / dynamo (best call of each, interleaved: >1 means dynamo is faster).
+(+ side traces) compiled (dynamo.counters() deltas), the first fallback reason (dynamo.report()),
+and the times. Calls alternate which side runs first; call 1 is left out of the comparison of
+speeds (dynamo records and compiles there). eager ms / dynamo ms: the fastest of calls 2..N of
+each side; speedup: eager ms / dynamo ms (>1 means dynamo is faster); med ratio: median eager /
+median dynamo over calls 2..N (shown beside it because single calls swing 2x on a small
+machine); 1st call ms: dynamo's first call (recording, compiling, running); compile ms: the
+time spent compiling traces to native code over the whole run (dynamo.counters()'s
+compile_seconds: every trace and side trace, recording excluded), "(N cached)" where N traces
+were loaded from dynamo's disk cache instead (DYNAMO_CACHE_DIR=off times cold compiles).
+
+At the end: the geomean speedup over the models that ran ok with a native run, overall and per
+group (convolutional: the classification CNNs; transformer: vit_*, swin_*, maxvit_* and the nn
+family; segmentation; detection; audio), and the models among them that dynamo makes slower.
+--png writes a bar chart of those speedups (matplotlib; skipped with a note when it is missing).
+The header says what eager runs with (perf/baseline.py's describe(): BLAS, allocator, threads).
 
 Status: ok; WRONG (an output differs); LEAKED (dynamo raised, or the process died, where eager
 did not); eager-fails (building the model or the eager call raised: nothing to compare);
@@ -21,13 +47,13 @@ skipped (over --timeout).
 forwards compile on their own where the whole forward cannot (counters and fallbacks then cover
 every compiled frame).
 
-Every model runs in its own child process (`--run-one NAME`, which can be run by hand to debug
-one model), so that a timeout or a crash costs only that model. The exit status is 1 when any
-model is WRONG or LEAKED.
+Every model runs in its own child process (`--run-one NAME --family F`, which can be run by hand
+to debug one model), so that a timeout or a crash costs only that model. The exit status is 1
+when any model is WRONG or LEAKED. --json writes {"eager", "calls", "results", "geomean"}.
 
     PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 /usr/bin/python3 perf/models.py \
-        [--models resnet18,swin_t] [--family classification,detection] [--calls 5] [--size 64] \
-        [--timeout 900] [--mode module|hook] [--json results.json]
+        [--models resnet18,swin_t] [--family classification,detection,nn,audio] [--calls 8] \
+        [--size 64] [--timeout 900] [--mode module|hook] [--json results.json] [--png zoo.png]
 """
 import argparse
 import copy
@@ -35,13 +61,19 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Mapping
 
-FAMILIES = ("classification", "segmentation", "detection")
+FAMILIES = ("classification", "segmentation", "detection", "nn", "audio")
+GROUPS = ("convolutional", "transformer", "segmentation", "detection", "audio")
+TRANSFORMERS = ("vit_", "swin_", "maxvit_")  # the classification models that are no CNN
+THREADS = 2  # torch's threads in every process of the zoo (eager and dynamo alike)
+DEFAULT_CALLS = 8
+FAMILY_CALLS = {"detection": 4}  # the slow family: fewer calls keep the whole zoo near 15 minutes
 RESULT_TAG = "@result "
 PHASE_TAG = "@phase "
 
@@ -56,10 +88,92 @@ def _family_module(family):
     return {"classification": tvm, "segmentation": tvm.segmentation, "detection": tvm.detection}[family]
 
 
+def _wrappers():
+    """One-input Modules around blocks that take several inputs or return a tuple (the zoo calls
+    model(x)): SelfAttention, SelfDecode, OutputOnly, AllFrames."""
+    import torch
+
+    class OneInput(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+    class SelfAttention(OneInput):
+        """MultiheadAttention's output for query, key and value x, without the weights."""
+        def forward(self, x):
+            return self.block(x, x, x, need_weights=False)[0]
+
+    class SelfDecode(OneInput):
+        """A decoder (or a whole Transformer) with x as both target and memory."""
+        def forward(self, x):
+            return self.block(x, x)
+
+    class OutputOnly(OneInput):
+        """The block's first output (an LSTM's output, not its state)."""
+        def forward(self, x):
+            return self.block(x)[0]
+
+    class AllFrames(OneInput):
+        """A block taking (input, lengths), every frame valid: the lengths are built in the call."""
+        def forward(self, x):
+            return self.block(x, torch.tensor([x.shape[1]]))[0]
+
+    return SelfAttention, SelfDecode, OutputOnly, AllFrames
+
+
+def _nn_blocks():
+    """name -> (builder, input shape) for the nn family: torch.nn's attention and recurrent blocks."""
+    import torch.nn as nn
+    attend, decode, first, _ = _wrappers()
+    layer = dict(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True)
+    small = dict(d_model=128, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=256,
+                 batch_first=True)
+    return {
+        "nn.TransformerEncoderLayer": (lambda: nn.TransformerEncoderLayer(**layer), (1, 64, 256)),
+        "nn.TransformerEncoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), 2), (1, 64, 256)),
+        "nn.TransformerDecoderLayer": (lambda: decode(nn.TransformerDecoderLayer(**layer)), (1, 64, 256)),
+        "nn.MultiheadAttention": (lambda: attend(nn.MultiheadAttention(256, 8, batch_first=True)), (1, 64, 256)),
+        "nn.LSTM": (lambda: first(nn.LSTM(64, 128, num_layers=2, batch_first=True)), (1, 32, 64)),
+        "nn.Transformer": (lambda: decode(nn.Transformer(**small)), (1, 64, 128)),
+    }
+
+
+def _audio_models():
+    """name -> (builder, input shape) for the audio family: torchaudio 0.13's models (random
+    weights) and feature transforms."""
+    import torchaudio
+    m, t = torchaudio.models, torchaudio.transforms
+    all_frames = _wrappers()[3]
+    tasnet = dict(enc_num_feats=128, msk_num_feats=64, msk_num_hidden_feats=128, msk_num_layers=4, msk_num_stacks=2)
+    conformer = dict(input_dim=80, num_heads=4, ffn_dim=128, num_layers=2, depthwise_conv_kernel_size=31)
+    return {
+        "torchaudio.Wav2Letter": (lambda: m.Wav2Letter(num_classes=40, input_type="waveform", num_features=1),
+                                  (1, 1, 8000)),
+        "torchaudio.DeepSpeech": (lambda: m.DeepSpeech(n_feature=64, n_class=40), (1, 1, 50, 64)),
+        "torchaudio.ConvTasNet": (lambda: m.ConvTasNet(num_sources=2, **tasnet), (1, 1, 4000)),
+        "torchaudio.wav2vec2_base": (m.wav2vec2_base, (1, 8000)),
+        "torchaudio.Conformer": (lambda: all_frames(m.Conformer(**conformer)), (1, 100, 80)),
+        "torchaudio.MelSpectrogram": (lambda: t.MelSpectrogram(sample_rate=16000, n_fft=400), (1, 16000)),
+        "torchaudio.MFCC": (lambda: t.MFCC(sample_rate=16000), (1, 16000)),
+    }
+
+
+BLOCKS = {"nn": _nn_blocks, "audio": _audio_models}  # family -> its {name: (builder, input shape)}
+
+
 def list_models(families=FAMILIES):
-    """(name, family) for every registered builder of the families (torchvision 0.14 registry)."""
+    """(name, family) for every model of the families: torchvision 0.14's registered builders,
+    then the nn and audio families' own."""
     from torchvision.models import list_models as registered
-    return [(name, fam) for fam in families for name in registered(module=_family_module(fam))]
+    return [(name, fam) for fam in families
+            for name in (BLOCKS[fam]() if fam in BLOCKS else registered(module=_family_module(fam)))]
+
+
+def group_of(name, family):
+    """The geomean group: convolutional, transformer, segmentation, detection or audio."""
+    if family == "classification":
+        return "transformer" if name.startswith(TRANSFORMERS) else "convolutional"
+    return "transformer" if family == "nn" else family
 
 
 def _maxvit_fits(s):
@@ -139,22 +253,38 @@ def _unzero(model):
     return model
 
 
+def model_input(name, family, size):
+    """(image side or None, input shape, note): a batch of one image of the side the model takes
+    (the smallest >= size), or an nn/audio model's own input shape."""
+    if family in BLOCKS:
+        return None, BLOCKS[family]()[name][1], ""
+    side, note = model_size(name, size)
+    return side, (1, 3, side, side), note or family_note(name, family)
+
+
 def build_model(name, family, size):
-    """The model in eval mode, with seeded random weights (none left all zero)."""
+    """The model in eval mode, with seeded random weights (none left all zero), built under
+    no_grad: a weight derived at build time (wav2vec2's weight_norm) is then no autograd
+    result, which copy.deepcopy refuses."""
     import torch
     from torchvision.models import get_model_builder
     torch.manual_seed(0)
-    return _unzero(get_model_builder(name)(**builder_kwargs(name, family, size))).eval()
+    with torch.no_grad():
+        if family in BLOCKS:
+            model = BLOCKS[family]()[name][0]()
+        else:
+            model = get_model_builder(name)(**builder_kwargs(name, family, size))
+    return _unzero(model).eval()
 
 
-def make_input(family, size, seed):
-    """One call's input: an image batch (classification/segmentation) or a list of one image
-    in [0, 1] (detection)."""
+def make_input(family, shape, seed):
+    """One call's input, the same for a seed: a list of one image in [0, 1] (detection), else a
+    standard normal tensor of the shape (images, sequences, waveforms, features)."""
     import torch
     gen = torch.Generator().manual_seed(seed)
     if family == "detection":
-        return [torch.rand(3, size, size, generator=gen)]
-    return torch.randn(1, 3, size, size, generator=gen)
+        return [torch.rand(*shape[1:], generator=gen)]
+    return torch.randn(*shape, generator=gen)
 
 
 def clone_input(x):
@@ -264,15 +394,30 @@ def _timed(fn, x):
     return out, time.perf_counter() - t0
 
 
+def timing(eager_s, dynamo_s):
+    """The times the table shows, from each side's per-call seconds: best and median of calls
+    2..N (call 1 records and compiles), speedup (eager best / dynamo best) and median ratio
+    (eager median / dynamo median), both >1 where dynamo is faster, and dynamo's first call.
+    None where there are too few calls."""
+    e, d = eager_s[1:], dynamo_s[1:]
+    t = dict(eager_best=None, dynamo_best=None, eager_median=None, dynamo_median=None, speedup=None,
+             median_ratio=None, first_call_s=dynamo_s[0] if dynamo_s else None)
+    if e and d:
+        t.update(eager_best=min(e), dynamo_best=min(d), eager_median=statistics.median(e),
+                 dynamo_median=statistics.median(d))
+        t.update(speedup=t["eager_best"] / t["dynamo_best"], median_ratio=t["eager_median"] / t["dynamo_median"])
+    return t
+
+
 class ModelRun:
     """Eager and dynamo side by side on one model; fills a result dict as it goes."""
 
     def __init__(self, name, family, size, calls, mode="module"):
-        self.size, note = model_size(name, size)
+        self.size, self.shape, note = model_input(name, family, size)
         self.family, self.calls, self.mode = family, calls, mode
-        self.r = dict(name=name, family=family, size=self.size, note=note or family_note(name, family),
-                      status="ok", reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0,
-                      eager_s=[], dynamo_s=[], eager_best=None, dynamo_best=None, first_call_s=None)
+        self.r = dict(name=name, family=family, group=group_of(name, family), size=self.size, shape=self.shape,
+                      note=note, status="ok", reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0,
+                      eager_s=[], dynamo_s=[])
 
     def _fail(self, status, reason, tb=""):
         self.r.update(status=status, reason=reason, traceback=tb)
@@ -301,7 +446,7 @@ class ModelRun:
         """Call k on both sides with one input (eager first on even calls, dynamo first on odd
         ones, so that neither always runs on a warm cache); False when the run must stop: eager
         raised (eager-fails), or dynamo raised where eager did not (LEAKED)."""
-        x = make_input(self.family, self.size, seed=1000 + k)
+        x = make_input(self.family, self.shape, seed=1000 + k)
         order = [("eager", eager), ("dynamo", jit)]
         done = dict((which, self._side(k, which, fn, x)) for which, fn in (order[::-1] if k % 2 else order))
         (e, e_fail), (j, j_fail) = done["eager"], done["dynamo"]
@@ -314,14 +459,11 @@ class ModelRun:
         return not (e_fail or j_fail)
 
     def _account(self, k, want, got, te, tj):
-        """Compares call k's outputs and keeps the error, scale and best times."""
+        """Compares call k's outputs and keeps the error, scale and times."""
         r = self.r
         r["calls_done"] = k + 1
         r["eager_s"].append(te)
         r["dynamo_s"].append(tj)
-        r["eager_best"], r["dynamo_best"] = min(r["eager_s"]), min(r["dynamo_s"])
-        if k == 0:
-            r["first_call_s"] = tj
         try:
             err, scale = compare(want, got)
         except Mismatch as m:
@@ -331,7 +473,8 @@ class ModelRun:
         r["max_err"], r["max_abs"] = max(r["max_err"], err), max(r["max_abs"], scale)
 
     def run(self):
-        """Builds, calls both sides, and returns the result dict with dynamo's counters."""
+        """Builds, calls both sides, and returns the result dict with the times and dynamo's
+        counters."""
         import dynamo
         import torch
         dynamo.reset()
@@ -345,15 +488,31 @@ class ModelRun:
         after = dynamo.counters()
         self.r["counters"] = {k: after[k] - before[k] for k in after}
         self.r["fallback"] = first_fallback(dynamo.report())
+        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"]))
         return self.r
+
+
+def setup_torch():
+    """What every process of the zoo runs torch with: THREADS threads, warnings off."""
+    import warnings
+    import torch
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(THREADS)
+
+
+def eager_baseline():
+    """perf/baseline.py's describe() (BLAS, allocator, threads) of this process, whichever
+    directory it was started from."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from baseline import describe
+    return describe()
 
 
 def run_one(name, family, size, calls, mode):
     """The child's work: one model, its result printed as one tagged JSON line."""
-    import warnings
-    import torch
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(2)
+    setup_torch()
     print(RESULT_TAG + json.dumps(ModelRun(name, family, size, calls, mode).run()), flush=True)
 
 
@@ -369,9 +528,10 @@ def _last_phase(stdout):
 
 def _empty_result(name, family, size, status, reason, tb=""):
     """A result for a model whose child gave none (timeout, crash)."""
-    return dict(name=name, family=family, size=size, note="", status=status, reason=reason,
-                traceback=tb, max_err=None, max_abs=None, calls_done=0, counters={}, fallback="",
-                eager_best=None, dynamo_best=None, first_call_s=None)
+    side, shape, note = model_input(name, family, size)
+    return dict(name=name, family=family, group=group_of(name, family), size=side, shape=shape, note=note,
+                status=status, reason=reason, traceback=tb, max_err=None, max_abs=None, calls_done=0, counters={},
+                fallback="", eager_s=[], dynamo_s=[], **timing([], []))
 
 
 def _signal_name(rc):
@@ -392,21 +552,26 @@ def _crash_result(name, family, size, rc, stdout, stderr):
                          (stderr or "")[-4000:])
 
 
+def calls_for(family, calls):
+    """Calls per model: --calls, else the family's default (FAMILY_CALLS, else DEFAULT_CALLS)."""
+    return calls or FAMILY_CALLS.get(family, DEFAULT_CALLS)
+
+
 def run_isolated(name, family, args):
     """Runs one model in a child process under args.timeout; returns its result dict."""
     cmd = [sys.executable, os.path.abspath(__file__), "--run-one", name, "--family", family,
-           "--size", str(args.size), "--calls", str(args.calls), "--mode", args.mode]
-    size = model_size(name, args.size)[0]
+           "--size", str(args.size), "--calls", str(calls_for(family, args.calls)), "--mode", args.mode]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or None)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
-        r = _empty_result(name, family, size, "skipped", f"over the {args.timeout:g} s timeout in {_last_phase(out)}")
+        r = _empty_result(name, family, args.size, "skipped",
+                          f"over the {args.timeout:g} s timeout in {_last_phase(out)}")
     else:
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT_TAG)]
         r = json.loads(lines[-1][len(RESULT_TAG):]) if lines else \
-            _crash_result(name, family, size, p.returncode, p.stdout, p.stderr)
+            _crash_result(name, family, args.size, p.returncode, p.stdout, p.stderr)
     r["wall_s"] = time.perf_counter() - t0
     return r
 
@@ -415,14 +580,27 @@ def _fmt(v, spec=".2g"):
     return "-" if v is None else format(v, spec)
 
 
+def _ms(seconds):
+    """Milliseconds, 3 figures or so: '0.42', '12.3', '145'."""
+    if seconds is None:
+        return "-"
+    ms = seconds * 1000
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _x(ratio):
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _compile_ms(c):
+    """The compile time, and how many traces came from the disk cache: '20.6 (1 cached)'."""
+    hits = c.get("cache_hits", 0)
+    return _ms(c.get("compile_seconds")) + (f" ({hits} cached)" if hits else "")
+
+
 def _native(r):
     c = r.get("counters") or {}
     return f"{c.get('native_runs', 0)}/{r['calls_done']}" if c else "-"
-
-
-def _ratio(r):
-    e, d = r.get("eager_best"), r.get("dynamo_best")
-    return f"{e / d:.2f}x" if e and d else "-"
 
 
 def _why(r):
@@ -435,8 +613,8 @@ def _why(r):
     return f"{misses} guard miss(es)" if misses else ""
 
 
-COLUMNS = ("model", "size", "status", "max err", "max |out|", "native", "traces", "reason / first fallback",
-           "eager/dynamo")
+COLUMNS = ("model", "input", "status", "max err", "max |out|", "native", "traces", "eager ms", "dynamo ms",
+           "speedup", "med ratio", "1st call ms", "compile ms", "reason / first fallback")
 
 
 def table_row(r, width=90):
@@ -445,8 +623,9 @@ def table_row(r, width=90):
     traces = f"{c.get('traces_compiled', 0)}+{c.get('side_traces_compiled', 0)}" if c else "-"
     why = _why(r).replace("\n", " ")
     why = why if len(why) <= width else why[:width - 3] + "..."
-    return (r["name"], str(r.get("size") or "-"), r["status"], _fmt(r.get("max_err")), _fmt(r.get("max_abs")),
-            _native(r), traces, why, _ratio(r))
+    return (r["name"], "x".join(map(str, r["shape"])), r["status"], _fmt(r.get("max_err")), _fmt(r.get("max_abs")),
+            _native(r), traces, _ms(r["eager_best"]), _ms(r["dynamo_best"]), _x(r["speedup"]),
+            _x(r["median_ratio"]), _ms(r["first_call_s"]), _compile_ms(c), why)
 
 
 def print_table(results, out=sys.stdout):
@@ -459,9 +638,9 @@ def print_table(results, out=sys.stdout):
 
 def progress_line(i, n, r):
     """The line printed as a model finishes."""
-    name, size, status, err, scale, native, traces, why, ratio = table_row(r, width=120)
+    name, _, status, err, scale, native, traces, eager, jit, speedup, *_, why = table_row(r, width=120)
     return (f"[{i:>3}/{n}] {name:<36} {status:<11} err {err:<8} |out| {scale:<8} native {native:<5} "
-            f"traces {traces:<5} {ratio:>7}  {r['wall_s']:6.1f} s  {why}")
+            f"traces {traces:<5} eager {eager:>6} ms  dynamo {jit:>6} ms {speedup:>7}  {r['wall_s']:6.1f} s  {why}")
 
 
 def summary_line(results):
@@ -471,6 +650,33 @@ def summary_line(results):
     extra = "".join(f", {s} {count(s)}" for s in ("eager-fails", "skipped") if count(s))
     return (f"zoo: {len(results)} models, ok {count('ok')}, WRONG {count('WRONG')}, LEAKED {count('LEAKED')}, "
             f"native in {native}{extra}")
+
+
+def _timed_natively(results):
+    """The models the geomean covers: ok, with a native run and a speedup."""
+    return [r for r in results if r["status"] == "ok" and r["speedup"] is not None
+            and (r.get("counters") or {}).get("native_runs", 0) > 0]
+
+
+def _geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def geomeans(results):
+    """{'all' and each group: (geomean speedup or None, models)} over the models timed natively."""
+    timed = _timed_natively(results)
+    speedups = lambda g: [r["speedup"] for r in timed if g in ("all", r["group"])]  # noqa: E731
+    return {g: (_geomean(speedups(g)), len(speedups(g))) for g in ("all",) + GROUPS}
+
+
+def geomean_lines(results):
+    """The geomean speedups (overall and per group) and the models dynamo makes slower."""
+    geo = ", ".join(f"{g} {_x(m)} ({n})" for g, (m, n) in geomeans(results).items())
+    timed = _timed_natively(results)
+    slower = sorted((r for r in timed if r["speedup"] < 1.0), key=lambda r: r["speedup"])
+    names = ", ".join(f"{r['name']} {_x(r['speedup'])}" for r in slower)
+    return [f"geomean speedup over the models ok with a native run (models): {geo}",
+            f"slower than eager: {len(slower)} of {len(timed)}" + (f": {names}" if slower else "")]
 
 
 def print_notes(results, out=sys.stdout):
@@ -487,6 +693,64 @@ def print_failures(results, out=sys.stdout):
             print(f"\n== {r['name']}: {r['status']}: {r['reason']}", file=out)
             if r.get("traceback"):
                 print(r["traceback"].rstrip(), file=out)
+
+
+GROUP_COLOURS = dict(zip(GROUPS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+
+
+def _draw_speedups(ax, rows):
+    """One horizontal bar per result, from 1.0 to its speedup on a log axis, coloured by group."""
+    from matplotlib.patches import Patch
+    speedups = [r["speedup"] for r in rows]
+    lo, hi = min(speedups + [1.0]) / 1.2, max(speedups + [1.0]) * 1.2
+    ticks = [2.0 ** k for k in range(-6, 7) if lo <= 2.0 ** k <= hi]
+    ax.barh(range(len(rows)), [v - 1.0 for v in speedups], left=1.0, color=[GROUP_COLOURS[r["group"]] for r in rows])
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["name"] for r in rows], fontsize=7)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("speedup: eager best / dynamo best (> 1: dynamo is faster)")
+    present = [g for g in GROUPS if any(r["group"] == g for r in rows)]
+    ax.legend(handles=[Patch(color=GROUP_COLOURS[g], label=g) for g in present], loc="lower right", fontsize=8)
+
+
+def write_chart(path, results, eager):
+    """The speedups of the models timed natively as a bar chart, sorted, slowest at the bottom;
+    the title has the date, the eager baseline and the geomean."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("zoo: no chart: matplotlib is missing (apt-get install python3-matplotlib)")
+        return
+    rows = sorted(_timed_natively(results), key=lambda r: r["speedup"])
+    if not rows:
+        print("zoo: no chart: no model ran ok with a native run")
+        return
+    mean, n = geomeans(results)["all"]
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.16 * len(rows)))
+    _draw_speedups(ax, rows)
+    ax.set_title(f"dynamo model zoo, {time.strftime('%Y-%m-%d')}: geomean {_x(mean)} over {n} models\n"
+                 f"eager: {eager}", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"zoo: chart in {path}")
+
+
+def write_json(path, eager, calls, results):
+    """Every result (full reasons, tracebacks, per-call seconds), the baseline, the calls per
+    family and the geomeans."""
+    geo = {g: dict(speedup=m, models=n) for g, (m, n) in geomeans(results).items()}
+    with open(path, "w") as f:
+        json.dump(dict(eager=eager, calls=calls, results=results, geomean=geo), f, indent=1)
 
 
 def select(args):
@@ -511,7 +775,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="", help="comma-separated model names (default: all of --family)")
     p.add_argument("--family", default=",".join(FAMILIES), help="comma-separated: " + ", ".join(FAMILIES))
-    p.add_argument("--calls", type=int, default=5, help="calls per model, each with a fresh input (default 5)")
+    p.add_argument("--calls", type=int, default=0,
+                   help=f"calls per model, each with a fresh input (default {DEFAULT_CALLS}; "
+                        + ", ".join(f"{f} {n}" for f, n in FAMILY_CALLS.items()) + ")")
     p.add_argument("--size", type=int, default=64, help="image side (default 64; larger where a model needs it)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per model before it is skipped "
                                                               "(default 900; 0: none)")
@@ -519,31 +785,44 @@ def parse_args(argv=None):
                    help="module: dynamo.optimize(model) (default); hook: the call runs inside "
                         "`with dynamo.optimize():`, so submodules compile where the forward cannot")
     p.add_argument("--json", default="", help="also write every result (full reasons, tracebacks) here")
+    p.add_argument("--png", default="", help="also draw the speedups here (default: no chart)")
     p.add_argument("--run-one", default="", help=argparse.SUPPRESS)  # the child process
     return p.parse_args(argv)
+
+
+def _calls_text(calls):
+    """'8 calls each' with --calls, else the defaults: '8 calls each (detection 4)'."""
+    if calls:
+        return f"{calls} calls each"
+    return f"{DEFAULT_CALLS} calls each (" + ", ".join(f"{f} {n}" for f, n in FAMILY_CALLS.items()) + ")"
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.run_one:
-        run_one(args.run_one, args.family, args.size, args.calls, args.mode)
+        run_one(args.run_one, args.family, args.size, calls_for(args.family, args.calls), args.mode)
         return 0
     chosen = select(args)
+    setup_torch()
+    eager = eager_baseline()
     results = []
-    print(f"zoo: {len(chosen)} models, {args.calls} calls each, {args.size}x{args.size}, batch 1, "
+    print(f"zoo: {len(chosen)} models, {_calls_text(args.calls)}, images {args.size}x{args.size}, batch 1, "
           f"random weights, eval, no_grad; {args.mode} mode; timeout {args.timeout:g} s", flush=True)
+    print(f"eager: {eager}", flush=True)
     for i, (name, family) in enumerate(chosen, 1):
         results.append(run_isolated(name, family, args))
         print(progress_line(i, len(chosen), results[-1]), flush=True)
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
+            write_json(args.json, eager, {f: calls_for(f, args.calls) for f in FAMILIES}, results)
     print()
     print_table(results)
     print_notes(results)
     print_failures(results)
     print()
     print(summary_line(results))
+    print(*geomean_lines(results), sep="\n")
+    if args.png:
+        write_chart(args.png, results, eager)
     return 1 if any(r["status"] in ("WRONG", "LEAKED") for r in results) else 0
 
 
