@@ -880,15 +880,23 @@ def _mha_covered(q, k, v, embed_dim, num_heads, *rest, **kwargs):
         embed_dim % num_heads == 0
 
 
+def _linear(x, w, b):
+    """F.linear on [..., in] as the matrix product the JIT runs itself (aten::addmm on the rows):
+    inside a dispatch F.linear is recorded whole, an extern that calls the BLAS."""
+    rows = x.reshape(-1, x.shape[-1])
+    y = torch.addmm(b, rows, w.t()) if b is not None else torch.mm(rows, w.t())
+    return y.view(*x.shape[:-1], w.shape[0])
+
+
 def _native_mha(q, k, v, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
                 need_weights=True, average_attn_weights=True, mask_type=None):
     b, t, _ = q.shape
     dh = embed_dim // num_heads
-    qkv = torch.nn.functional.linear(q, qkv_weight, qkv_bias).view(b, t, 3, num_heads, dh)
-    qh, kh, vh = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [b, heads, t, dh]
-    scores = torch.matmul(qh / math.sqrt(dh), kh.transpose(-2, -1))
-    attn = torch.matmul(torch.softmax(scores, dim=-1), vh)
-    out = torch.nn.functional.linear(attn.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
+    qkv = _linear(q, qkv_weight, qkv_bias).view(b, t, 3, num_heads, dh)
+    qh, kh, vh = (qkv[:, :, i].transpose(1, 2).reshape(b * num_heads, t, dh) for i in range(3))
+    scores = torch.bmm(qh / math.sqrt(dh), kh.transpose(1, 2))
+    attn = torch.bmm(torch.softmax(scores, dim=-1), vh).view(b, num_heads, t, dh)
+    out = _linear(attn.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
     return out, torch.empty(0, dtype=q.dtype)
 
 
@@ -910,9 +918,9 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
     res = x
     if norm_first:
         x = ln(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
-    h = torch.nn.functional.linear(x, ffn_weight_1, ffn_bias_1)
+    h = _linear(x, ffn_weight_1, ffn_bias_1)
     h = torch.nn.functional.gelu(h) if use_gelu else torch.relu(h)
-    x = torch.nn.functional.linear(h, ffn_weight_2, ffn_bias_2) + res
+    x = _linear(h, ffn_weight_2, ffn_bias_2) + res
     if not norm_first:
         x = ln(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
     return x
