@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "entry.h"
+#include "derived.h"
 #include "gemm.h"
 #include "onednn_conv.h"
 #include "jit/rt_abi.h"
@@ -21,9 +22,20 @@ namespace dynamo::runtime {
 
 using jit::ErrorCode;
 
+// A matrix product step: which implementation it measured faster, and its B packed for the own
+// GEMM (a linear layer's weight), kept across calls.
+struct GemmStep {
+  std::mutex mu;
+  enum Mode { Timing, Own, Blas } mode = Timing;
+  int timed = 0;
+  double t_own = 1e30, t_blas = 1e30;
+  Derived<std::vector<float>> packed_b;
+};
+
 struct ExternOps {
   std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: dynamo::guard
   std::vector<std::shared_ptr<ConvStep>> convs;         // per step: its oneDNN state, for convolutions
+  std::vector<std::shared_ptr<GemmStep>> gemms;         // per step: for aten::mm / addmm
 };
 
 namespace {
@@ -72,61 +84,25 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 }
 
 // -- matrix multiplies -------------------------------------------------------------------
-// aten::mm / addmm / bmm on float32 go to runtime/gemm.cpp only where it beats the BLAS that
-// LibTorch actually calls in this process (Debian's LibTorch says BLAS_INFO=generic either way:
-// libblas.so.3 is the reference BLAS, ~4 GFLOP/s, or OpenBLAS once libopenblas0 is installed).
-// Decided once, at the first matmul, by timing both on a block product (attention, im2col).
-// A one-row product (a batch-1 linear layer: memory-bound) always takes the own GEMV, which
-// streams the weight once on the OpenMP threads the rest of the trace runs on: a threaded BLAS
-// brings its own threads, which on a small machine fight OpenMP's spinning ones for the cores
-// (2x slower here). DYNAMO_GEMM=0 or 1 overrides both.
+// aten::mm / addmm / bmm on float32 may run in runtime/gemm.cpp instead of the BLAS LibTorch
+// calls (Debian's LibTorch says BLAS_INFO=generic whichever libblas.so.3 is loaded: the
+// reference BLAS, ~4 GFLOP/s, or OpenBLAS). Which is faster is measured where it matters, in
+// the trace: each product step runs both on its first kTimedCalls calls and keeps the faster,
+// as the convolution steps do. Timing in place sees what a benchmark of the GEMM alone does
+// not: a threaded BLAS brings threads of its own, which on a small machine fight the OpenMP
+// threads the rest of the trace runs on (2x slower products here), and a linear layer's
+// weight is packed once and kept (derived.h). One-row products take the own GEMV, which
+// streams B once. DYNAMO_GEMM=0 or 1 decides instead.
+constexpr int kTimedCalls = 2;
+
 void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body);
 
-double best_seconds(const std::function<void()> &f) {
-  double best = 1e30;
-  for (int r = 0; r < 3; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-// BLAS time / own time for (m, n, k), both on the threads in use.
-double own_speedup(int64_t m, int64_t n, int64_t k) {
-  at::Tensor a = at::rand({m, k}), b = at::rand({k, n}), c = at::empty({m, n}), cc = at::empty({m, n});
-  double blas = best_seconds([&] { at::mm_out(cc, a, b); });
-  double own = best_seconds([&] {
-    sgemm(m, n, k, {a.data_ptr<float>(), k, 1}, {b.data_ptr<float>(), n, 1}, c.data_ptr<float>(), n, false, parallel);
-  });
-  return blas / own;
-}
-
-struct GemmChoice {
-  bool square = false, gemv = true;  // use the own GEMM for general products / GEMV for m == 1
-  std::string why;
-};
-
-const GemmChoice &gemm_choice() {
-  static const GemmChoice c = [] {
-    GemmChoice r;
+int forced_gemm() {  // -1: measure; 0: LibTorch's BLAS; 1: the own GEMM
+  static const int f = [] {
     const char *env = getenv("DYNAMO_GEMM");
-    if (env && *env) {
-      r.square = r.gemv = env[0] != '0';
-      r.why = std::string("DYNAMO_GEMM=") + env;
-      return r;
-    }
-    double speedup = own_speedup(96, 256, 256);
-    r.square = speedup > 1.1;
-    r.why = "timed against the loaded BLAS";
-    return r;
+    return env && *env ? (env[0] != '0' ? 1 : 0) : -1;
   }();
-  return c;
-}
-
-bool own_gemm_for(int64_t m) {
-  const GemmChoice &c = gemm_choice();
-  return m == 1 ? c.gemv : c.square;
+  return f;
 }
 
 void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
@@ -155,31 +131,46 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
   return sgemv(b.size(1), b.size(0), x.data_ptr<float>(), view_of(b), out.data_ptr<float>(), accumulate, parallel);
 }
 
+// C (+)= a * b by the GEMM, with b packed once and kept when its version is known (b_version).
+void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, GemmStep *g,
+                 const uint64_t *b_version) {
+  int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  if (!g || !b_version) {
+    sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
+    return;
+  }
+  ContentKey key = ContentKey::of(b, *b_version);
+  auto packed = g->packed_b.get(&key, [&] { return pack_b(n, k, view_of(b), parallel); });
+  sgemm_prepacked(m, n, k, view_of(a), packed->data(), c, n, accumulate, parallel);
+}
+
 // Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
-bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
+// g, b_version: the step's kept packing of its B operand and B's version (or null).
+bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out, GemmStep *g,
+                const uint64_t *b_version) {
   if (callee == "aten::mm" && st.size() == 2 && is_f32(st[0], 2) && is_f32(st[1], 2)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
-    if (a.size(1) != b.size(0) || !own_gemm_for(a.size(0))) return false;
+    if (a.size(1) != b.size(0)) return false;
     *out = at::empty({a.size(0), b.size(1)});
     if (a.size(0) == 1 && one_row(a, b, *out, false)) return true;
-    sgemm(a.size(0), b.size(1), a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), b.size(1), false, parallel);
+    gemm_b_kept(a, b, out->data_ptr<float>(), false, g, b_version);
     return true;
   }
   if (callee == "aten::addmm" && st.size() == 5 && st[0].isTensor() && st[0].toTensor().scalar_type() == at::kFloat &&
       is_f32(st[1], 2) && is_f32(st[2], 2) && is_one(st[3]) && is_one(st[4])) {
     const at::Tensor &a = st[1].toTensor(), &b = st[2].toTensor();
-    if (a.size(1) != b.size(0) || !own_gemm_for(a.size(0))) return false;
+    if (a.size(1) != b.size(0)) return false;
     int64_t m = a.size(0), n = b.size(1);
     *out = at::empty({m, n});
     out->copy_(st[0].toTensor().expand({m, n}));  // a copy: the bias input is never written
     if (m == 1 && one_row(a, b, *out, true)) return true;
-    sgemm(m, n, a.size(1), view_of(a), view_of(b), out->data_ptr<float>(), n, true, parallel);
+    gemm_b_kept(a, b, out->data_ptr<float>(), true, g, b_version);
     return true;
   }
   if (callee == "aten::bmm" && st.size() == 2 && is_f32(st[0], 3) && is_f32(st[1], 3)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
     int64_t bt = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-    if (b.size(0) != bt || b.size(1) != k || !own_gemm_for(m)) return false;
+    if (b.size(0) != bt || b.size(1) != k) return false;
     *out = at::empty({bt, m, n});
     float *c = out->data_ptr<float>();
     auto one = [&](int64_t i, const ParallelFor &par) {
@@ -232,6 +223,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
         bad("returns one one-element bool value (the condition)");
       ops->ops.push_back(std::nullopt);
       ops->convs.push_back(nullptr);
+      ops->gemms.push_back(nullptr);
       continue;
     }
     std::string name = e.callee, overload;
@@ -269,6 +261,13 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
       jit::fail(ErrorCode::Unsupported, "extern " + e.callee + " mutates its arguments; in-place externs are not supported yet");
     ops->ops.push_back(*h);
     ops->convs.push_back(conv_step_for(e.callee));
+    bool product = e.callee == "aten::mm" || e.callee == "aten::addmm" || e.callee == "aten::bmm";
+    std::shared_ptr<GemmStep> g;
+    if (product) {
+      g = std::make_shared<GemmStep>();
+      if (forced_gemm() >= 0) g->mode = forced_gemm() ? GemmStep::Own : GemmStep::Blas;
+    }
+    ops->gemms.push_back(std::move(g));
   }
   return ops;
 }
@@ -306,6 +305,17 @@ at::Tensor arg_tensor(const runtime::Entry &en, void **slots, const jit::ExternA
   return at::from_blob(base + a.view.offset * es, ty.sizes, a.view.strides, opts);
 }
 
+// The caller's version of extern argument k, when it is a whole trace input the caller versions
+// (DYNAMO_ARG_FLAG_VERSIONED); else null.
+const uint64_t *arg_version(const runtime::RunContext *ctx, const jit::ExternStep &e, size_t k) {
+  if (k >= e.args.size()) return nullptr;
+  const jit::ExternArg &w = e.args[k];
+  if (!w.is_tensor || w.view.offset != 0 || (size_t)w.view.slot >= ctx->nargs) return nullptr;
+  const dynamo_arg &a = ctx->args[w.view.slot];
+  if (a.kind != DYNAMO_ARG_TENSOR || !(a.flags & DYNAMO_ARG_FLAG_VERSIONED)) return nullptr;
+  return &reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
+}
+
 // dynamo::guard: passes (result = the condition) or takes the side exit with copies of the
 // live values, which outlive the call's scratch memory.
 int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep &e) {
@@ -324,6 +334,62 @@ int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep 
     ctx->exit.values.push_back(m);
   }
   return DYNAMO_RT_SIDE_EXIT;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A matrix product step (GemmStep): the own GEMM or LibTorch's BLAS, as the step measured;
+// the stack holds the arguments and, after, the result.
+void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::RunContext *ctx,
+                 const c10::OperatorHandle &op, torch::jit::Stack &stack) {
+  runtime::GemmStep::Mode mode;
+  {
+    std::lock_guard<std::mutex> l(g.mu);
+    mode = g.mode;
+  }
+  const uint64_t *b_version = arg_version(ctx, e, e.callee == "aten::addmm" ? 2 : 1);
+  at::Tensor own;
+  if (mode == runtime::GemmStep::Blas) {
+    op.callBoxed(&stack);
+    return;
+  }
+  if (mode == runtime::GemmStep::Own) {
+    if (runtime::own_matmul(e.callee, stack, &own, &g, b_version)) {
+      stack.clear();
+      stack.emplace_back(std::move(own));
+    } else {
+      op.callBoxed(&stack);
+    }
+    return;
+  }
+  // Timing: both, the faster one's result kept (they agree within rounding).
+  torch::jit::Stack blas = stack;
+  double t0 = seconds_now();
+  op.callBoxed(&blas);
+  double t1 = seconds_now();
+  bool ok = runtime::own_matmul(e.callee, stack, &own, &g, b_version);
+  double t2 = seconds_now();
+  std::lock_guard<std::mutex> l(g.mu);
+  if (!ok) {
+    g.mode = runtime::GemmStep::Blas;
+    stack = std::move(blas);
+    return;
+  }
+  g.t_blas = std::min(g.t_blas, t1 - t0);
+  g.t_own = std::min(g.t_own, t2 - t1);
+  if (++g.timed >= runtime::kTimedCalls) {
+    g.mode = g.t_own < g.t_blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
+    if (getenv("DYNAMO_CONV_DEBUG"))
+      fprintf(stderr, "%s %s: own %.1f us (B kept: %s), blas %.1f us\n", e.callee.c_str(),
+              g.mode == runtime::GemmStep::Own ? "own" : "blas", g.t_own * 1e6, b_version ? "yes" : "no", g.t_blas * 1e6);
+  }
+  stack.clear();
+  if (g.t_own < g.t_blas)
+    stack.emplace_back(std::move(own));
+  else
+    stack = std::move(blas);
 }
 
 }  // namespace
@@ -392,24 +458,15 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
       stack.push_back(*schema.arguments()[k].default_value());
     at::Tensor own;
     if (const auto &conv = en.externs->convs[index]) {
-      // The weight's version, when it is a whole trace input that the caller versions.
-      const uint64_t *version = nullptr;
-      const jit::ExternArg &w = e.args.size() > 1 ? e.args[1] : e.args[0];
-      if (w.is_tensor && w.view.offset == 0 && (size_t)w.view.slot < ctx->nargs) {
-        const dynamo_arg &a = ctx->args[w.view.slot];
-        if (a.kind == DYNAMO_ARG_TENSOR && (a.flags & DYNAMO_ARG_FLAG_VERSIONED))
-          version = &reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
-      }
-      runtime::run_conv(*conv, stack, version, [&] {
+      runtime::run_conv(*conv, stack, arg_version(ctx, e, 1), [&] {
         torch::jit::Stack copy = stack;
         op.callBoxed(&copy);
         return copy.at(0).toTensor();
       }, &own);
       stack.clear();
       stack.emplace_back(std::move(own));
-    } else if (runtime::own_matmul(e.callee, stack, &own)) {
-      stack.clear();
-      stack.emplace_back(std::move(own));
+    } else if (const auto &g = en.externs->gemms[index]) {
+      run_product(*g, e, ctx, op, stack);
     } else {
       op.callBoxed(&stack);
     }

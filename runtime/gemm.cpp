@@ -54,7 +54,7 @@ void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_
 }
 
 // B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
-void pack_b(const MatView &B, int64_t k0, int64_t kc, int64_t N, float *out, int64_t p0, int64_t p1) {
+void pack_b_block(const MatView &B, int64_t k0, int64_t kc, int64_t N, float *out, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     float *dst = out + p * kc * NR;
     int64_t j0 = p * NR, nr = std::min<int64_t>(NR, N - j0);
@@ -130,20 +130,15 @@ bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accum
   return false;
 }
 
-void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
-           const ParallelFor &par) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
-  const int64_t npanels = (N + NR - 1) / NR;
-  std::vector<float> bp((size_t)(npanels * std::min(K, KC) * NR));
+namespace {
+
+// C (+)= A * B with B's K block starting at k0 (kc deep) packed at block(k0, kc).
+void sgemm_blocks(int64_t M, int64_t N, int64_t K, MatView A, float *C, int64_t ldc, bool accumulate,
+                  const ParallelFor &par, const std::function<const float *(int64_t, int64_t)> &block) {
   const int64_t mblocks = (M + MC - 1) / MC, nblocks = (N + NC - 1) / NC;
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t kc = std::min(KC, K - k0);
-    par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b(B, k0, kc, N, bp.data(), p0, p1); });
+    const float *bp = block(k0, kc);
     const bool add = accumulate || k0 > 0;
     par(mblocks * nblocks, 1, [&](int64_t t0, int64_t t1) {
       std::vector<float> ap((size_t)(((MC + MR - 1) / MR) * MR * kc));
@@ -157,7 +152,7 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
         }
         int64_t j0 = nb * NC, j1 = std::min(N, j0 + NC);
         for (int64_t j = j0; j < j1; j += NR) {
-          const float *pb = bp.data() + (j / NR) * kc * NR;
+          const float *pb = bp + (j / NR) * kc * NR;
           int nr = (int)std::min<int64_t>(NR, N - j);
           for (int64_t i = 0; i < mc; i += MR) {
             int mr = (int)std::min<int64_t>(MR, mc - i);
@@ -167,6 +162,47 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
       }
     });
   }
+}
+
+// The trivial shapes: nothing to do, or C = 0 (K == 0). True when handled.
+bool trivial(int64_t M, int64_t N, int64_t K, float *C, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+  return true;
+}
+
+}  // namespace
+
+void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+           const ParallelFor &par) {
+  if (trivial(M, N, K, C, ldc, accumulate)) return;
+  const int64_t npanels = (N + NR - 1) / NR;
+  std::vector<float> bp((size_t)(npanels * std::min(K, KC) * NR));
+  sgemm_blocks(M, N, K, A, C, ldc, accumulate, par, [&](int64_t k0, int64_t kc) {
+    par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b_block(B, k0, kc, N, bp.data(), p0, p1); });
+    return bp.data();
+  });
+}
+
+std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &par) {
+  const int64_t npanels = (N + NR - 1) / NR;
+  std::vector<float> packed((size_t)std::max<int64_t>(1, npanels * K * NR));
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {  // block k0 starts at k0 * npanels * NR
+    const int64_t kc = std::min(KC, K - k0);
+    float *base = packed.data() + k0 * npanels * NR;
+    par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b_block(B, k0, kc, N, base, p0, p1); });
+  }
+  return packed;
+}
+
+void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
+                     bool accumulate, const ParallelFor &par) {
+  if (trivial(M, N, K, C, ldc, accumulate)) return;
+  const int64_t npanels = (N + NR - 1) / NR;
+  sgemm_blocks(M, N, K, A, C, ldc, accumulate, par,
+               [&](int64_t k0, int64_t) { return packed_b + k0 * npanels * NR; });
 }
 
 }  // namespace dynamo::runtime

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace dynamo::runtime {
 
@@ -20,6 +21,14 @@ using ParallelFor = std::function<void(int64_t n, int64_t grain, const std::func
 // C[M, N] (row-major, row stride ldc) = A[M, K] * B[K, N], or += when accumulate is set.
 void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
            const ParallelFor &par);
+
+// B[K, N] packed once for sgemm_prepacked: per 256-deep K block, panels of 32 columns
+// (zero-padded), the layout sgemm packs into on every call. Reused while B does not change
+// (a linear layer's weight).
+std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &par);
+// sgemm with B already packed by pack_b.
+void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
+                     bool accumulate, const ParallelFor &par);
 
 // y[N] (+)= x[K] * B[K, N]: a matrix-vector product, memory-bound, so it streams B exactly once
 // (no packing) on the caller's threads. B must have a unit stride (rs or cs == 1) and x be

@@ -3,16 +3,15 @@
 // Per step: a forward-inference primitive with `any` layouts for source, weights and
 // destination (oneDNN picks its blocked formats), reorders from and to the trace's plain
 // layouts around it, and a user-managed scratchpad allocated per call so that several threads
-// may run the same entry. The weights' reordered copy is kept while the weight has the same
-// address, the same version (the caller's write count: PyTorch's version counter) and the same
-// sampled contents (32 elements spread over it: a new tensor that took a freed one's address
-// and version, or a write through `.data`, which PyTorch does not count, shows there). A call
-// without a version reorders the weights again.
+// may run the same entry. The weights' reordered copy is kept as derived.h says (same address,
+// version and sampled contents); a call without a version reorders them again.
 //
 // Which path runs is measured, not assumed: the first kTimedCalls calls run both oneDNN and
 // LibTorch and the step keeps the faster (1x1 convolutions are often a plain GEMM that the BLAS
 // does better). A oneDNN failure of any kind makes the step use LibTorch from then on.
 #include "onednn_conv.h"
+
+#include "derived.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -20,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 namespace dynamo::runtime {
 
@@ -119,21 +119,7 @@ struct ConvStep {
   dnnl::reorder src_in, dst_out;  // plain <-> the primitive's layouts, when they differ
   bool reorder_src = false, reorder_dst = false;
 
-  // The reordered weights and what they were made from: address, version, sampled contents.
-  std::shared_ptr<at::Tensor> packed_w;
-  const void *packed_w_of = nullptr;
-  uint64_t packed_w_version = 0;
-  std::vector<float> packed_w_sample;
-
-  static std::vector<float> sample(const at::Tensor &w) {
-    constexpr int64_t kSamples = 32;
-    const float *p = w.data_ptr<float>();
-    int64_t n = w.numel();
-    std::vector<float> r;
-    r.reserve(kSamples);
-    for (int64_t k = 0; k < kSamples; ++k) r.push_back(p[(k * (n - 1)) / (kSamples - 1)]);
-    return r;
-  }
+  Derived<at::Tensor> packed_w;  // the reordered weights (derived.h says when they are reused)
 
   void build(const ConvArgs &a) {
     int64_t sd = a.x.dim() - 2;
@@ -168,35 +154,23 @@ struct ConvStep {
   }
 
   // The weights in the primitive's layout (reordered now, or the kept copy).
-  std::shared_ptr<at::Tensor> weights(const ConvArgs &a, const uint64_t *version, dnnl::stream &strm) {
-    bool keep = version && a.w.is_contiguous();
-    std::vector<float> seen;
-    if (keep) {
-      seen = sample(a.w);
-      std::lock_guard<std::mutex> g(mu);
-      if (packed_w && packed_w_of == a.w.data_ptr() && packed_w_version == *version &&
-          !memcmp(packed_w_sample.data(), seen.data(), seen.size() * sizeof(float)))
-        return packed_w;
-    }
+  std::shared_ptr<const at::Tensor> weights(const ConvArgs &a, const uint64_t *version, dnnl::stream &strm) {
     memory::desc user = weight_desc(a.w, a.groups);
-    if (pd.weights_desc() == user) return std::make_shared<at::Tensor>(a.w);
-    auto packed = std::make_shared<at::Tensor>(at::empty({(int64_t)pd.weights_desc().get_size()}, at::kByte));
-    memory from(user, cpu_engine(), a.w.data_ptr()), to(pd.weights_desc(), cpu_engine(), packed->data_ptr());
-    dnnl::reorder(from, to).execute(strm, from, to);
-    strm.wait();
-    if (keep) {
-      std::lock_guard<std::mutex> g(mu);
-      packed_w = packed;
-      packed_w_of = a.w.data_ptr();
-      packed_w_version = *version;
-      packed_w_sample = std::move(seen);
-    }
-    return packed;
+    if (pd.weights_desc() == user) return std::make_shared<const at::Tensor>(a.w);
+    std::optional<ContentKey> key;
+    if (version) key = ContentKey::of(a.w, *version);
+    return packed_w.get(key ? &*key : nullptr, [&] {
+      at::Tensor packed = at::empty({(int64_t)pd.weights_desc().get_size()}, at::kByte);
+      memory from(user, cpu_engine(), a.w.data_ptr()), to(pd.weights_desc(), cpu_engine(), packed.data_ptr());
+      dnnl::reorder(from, to).execute(strm, from, to);
+      strm.wait();
+      return packed;
+    });
   }
 
   at::Tensor run_onednn(const ConvArgs &a, const uint64_t *version) {
     dnnl::stream &strm = cpu_stream();
-    std::shared_ptr<at::Tensor> w = weights(a, version, strm);
+    std::shared_ptr<const at::Tensor> w = weights(a, version, strm);
     at::Tensor out = at::empty(out_sizes);
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
