@@ -8,19 +8,28 @@
      that stays on the recorded path, and a branchy program (two data-dependent branches) eager
      vs. JIT.
 
+The first line says what eager PyTorch runs with (BLAS, allocator: perf/baseline.py). Section 2
+also times eager under jemalloc, in a child process (`bench_python.py --eager-only NAME`, with
+LD_PRELOAD), and its speedup is against the faster eager.
+
 Prints; asserts nothing (a wrong result is reported and makes the exit status non-zero).
 """
 import os
+import subprocess
 import sys
 import time
 
 import torch
 
-import dynamo
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from baseline import allocator, describe, jemalloc_env  # noqa: E402
 
-# The transformer block is the demo's (examples/python/demo.py): one definition for both.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python"))
-from demo import EncoderBlock  # noqa: E402
+# The transformer block is the demo's (examples/python/demo.py): one definition for both. It and
+# dynamo are imported in main(), so that an --eager-only child runs plain PyTorch.
+sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
+
+LARGE = 1 << 22  # elements of section 2's tensors
 
 
 def per_call_us(fn, args, n):
@@ -86,6 +95,40 @@ def branchy(x, b):
     return h
 
 
+LARGE_FUNCTIONS = {"axpy": axpy, "gelu_tanh": gelu_tanh}
+
+
+def set_threads():
+    torch.set_num_threads(max(torch.get_num_threads(), 2))
+
+
+def large_inputs():
+    torch.manual_seed(0)
+    return torch.randn(LARGE), torch.randn(LARGE)
+
+
+def eager_only(name):
+    """Child process: eager time of a section-2 function, printed as '<ms>\t<allocator>'."""
+    set_threads()
+    x, y = large_inputs()
+    with torch.no_grad():
+        ms = median_ms(LARGE_FUNCTIONS[name], (x, y))
+    print(f"{ms:.6f}\t{allocator()}")
+
+
+def eager_in_child(name, env):
+    """(ms, allocator) of eager `name` timed in a child process with `env`; (None, why) if it failed."""
+    try:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--eager-only", name], env=env,
+                           capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, str(e)
+    fields = r.stdout.strip().split("\t", 1)
+    if r.returncode != 0 or len(fields) != 2:
+        return None, (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+    return float(fields[0]), fields[1]
+
+
 def check(name, got, want):
     ok = got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4)
     if not ok:
@@ -94,9 +137,13 @@ def check(name, got, want):
 
 
 def main():
+    import dynamo
+    from demo import EncoderBlock
+
     torch.manual_seed(0)
-    torch.set_num_threads(max(torch.get_num_threads(), 2))
+    set_threads()
     print(f"dynamo Python-level benchmarks: torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    print("eager:", describe())
     ok = True
     with torch.no_grad():
         print("\n1. per-call overhead, compiled 2-input pointwise function, 16 elements")
@@ -108,13 +155,35 @@ def main():
         print(f"   eager {e:6.2f} us/call   dynamo {j:6.2f} us/call   (target <= 5 us)")
 
         print("\n2. the same kinds of functions on large tensors (2^22 float32 elements)")
-        big_x, big_y = torch.randn(1 << 22), torch.randn(1 << 22)
-        for fn in (axpy, gelu_tanh):
+        here = allocator()
+        here_label = "glibc" if here.startswith("glibc") else here.split(" ")[0]
+        jem_env = jemalloc_env()
+        if "jemalloc" in here:
+            jem_env = None
+            print(f"   eager with {here} (this process already runs jemalloc: one eager column)")
+        elif jem_env is None:
+            print("   jemalloc: not installed (apt install libjemalloc2)")
+            print(f"   eager with {here} only")
+        else:
+            print(f"   eager with {here} in this process, and with jemalloc (LD_PRELOAD) in a child process; "
+                  f"speedup vs the faster eager")
+        big_x, big_y = large_inputs()
+        for name, fn in LARGE_FUNCTIONS.items():
             fast = dynamo.optimize(fn)
             fast(big_x, big_y)
-            ok &= check(fn.__name__, fast(big_x, big_y), fn(big_x, big_y))
+            ok &= check(name, fast(big_x, big_y), fn(big_x, big_y))
             e, j = median_ms(fn, (big_x, big_y)), median_ms(fast, (big_x, big_y))
-            print(f"   {fn.__name__:10s} eager {e:8.2f} ms   dynamo {j:8.2f} ms   {e / j:6.1f}x")
+            best, cols = e, f"eager {e:8.2f} ms ({here_label})"
+            if jem_env is not None:
+                ej, child_alloc = eager_in_child(name, jem_env)
+                if ej is None:
+                    cols += f"   jemalloc child failed: {child_alloc}"
+                elif "jemalloc" not in child_alloc:
+                    cols += f"   jemalloc not in effect in the child ({child_alloc}): not used"
+                else:
+                    best = min(e, ej)
+                    cols += f" {ej:8.2f} ms (jemalloc)"
+            print(f"   {name:10s} {cols}   dynamo {j:8.2f} ms   {best / j:6.1f}x vs best eager")
 
         print("\n3. first call of a 20-op function (record + compile + run), [256, 512]")
         sx, sy = torch.randn(256, 512), torch.randn(256, 512)
@@ -182,4 +251,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--eager-only":
+        eager_only(sys.argv[2])
+    else:
+        main()

@@ -1,7 +1,11 @@
 """Demo: unmodified PyTorch models run eagerly and through dynamo.optimize, with correctness,
 speedup and what was compiled printed. The model code below is plain PyTorch: nothing in it
-knows about dynamo. Inference under torch.no_grad(), float32."""
+knows about dynamo. Inference under torch.no_grad(), float32. The speedups are against eager
+PyTorch as this process runs it: the first lines say with which BLAS and allocator
+(perf/baseline.py)."""
 import math
+import os
+import sys
 import time
 
 import torch
@@ -9,6 +13,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dynamo
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "perf"))
+try:
+    import baseline
+except ImportError:  # a copy of the demo without the repository's perf/
+    baseline = None
 
 
 class NormActBlock(nn.Module):
@@ -126,7 +136,7 @@ def compare(name, eager_fn, fast_fn, *args):
     delta = {k: after[k] - before[k] for k in ("traces_compiled", "native_runs", "aborts", "eager_runs")}
     print(f"{name}")
     print(f"  max |dynamo - eager| = {err:.2e} -> {'OK' if ok else 'MISMATCH'}")
-    print(f"  eager {t_eager:8.2f} ms   dynamo {t_jit:8.2f} ms   speedup {t_eager / t_jit:5.2f}x "
+    print(f"  eager {t_eager:8.2f} ms   dynamo {t_jit:8.2f} ms   speedup vs eager {t_eager / t_jit:5.2f}x "
           f"(first call incl. recording + compile: {first_ms:.0f} ms)")
     print(f"  traces compiled {delta['traces_compiled']}, native runs {delta['native_runs']}, "
           f"fallbacks {delta['aborts']}")
@@ -139,11 +149,20 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(max(torch.get_num_threads(), 2))
     print(f"dynamo demo: torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32, inference")
-    print("(eager times include its fresh allocation per intermediate -- page faults on large tensors --\n"
-          " which fused code avoids; dynamo's outputs come from recycled buffers)")
-    if "BLAS_INFO=generic" in torch.__config__.show():
-        print("(this LibTorch multiplies matrices with the reference BLAS; dynamo runs aten::mm/addmm/bmm\n"
-              " in its own GEMM -- most of the transformer's speedup is that; convolutions stay in LibTorch)")
+    if baseline is not None:
+        blas, alloc = baseline.blas(), baseline.allocator()
+        print("eager:", baseline.describe())
+        print('(every "speedup vs eager" below is against eager PyTorch with this BLAS and allocator)')
+    else:
+        blas = alloc = "unknown"
+        print(f"eager: torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS and allocator unknown "
+              "(perf/baseline.py not found); every speedup below is against it")
+    if alloc.startswith("glibc malloc (default"):
+        print("(eager times include its fresh allocation per intermediate -- with glibc's default settings, page\n"
+              " faults on large tensors -- which fused code avoids; dynamo's outputs come from recycled buffers)")
+    if blas.startswith("reference BLAS"):
+        print("(this eager PyTorch multiplies matrices with the reference BLAS; dynamo's own GEMM then wins every\n"
+              " product -- most of the transformer's speedup is that: install libopenblas0-pthread for a fair baseline)")
     print()
     ok = True
     with torch.no_grad():
