@@ -381,7 +381,7 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
   g.t_own = std::min(g.t_own, t2 - t1);
   if (++g.timed >= runtime::kTimedCalls) {
     g.mode = g.t_own < g.t_blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
-    if (getenv("DYNAMO_CONV_DEBUG"))
+    if (getenv("DYNAMO_PRINT_CHOICES"))
       fprintf(stderr, "%s %s: own %.1f us (B kept: %s), blas %.1f us\n", e.callee.c_str(),
               g.mode == runtime::GemmStep::Own ? "own" : "blas", g.t_own * 1e6, b_version ? "yes" : "no", g.t_blas * 1e6);
   }

@@ -236,13 +236,24 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     *out = aten();
     return;
   }
+  // oneDNN failing at run time (it should not): this step uses LibTorch from now on.
+  auto onednn_or_aten = [&](const ConvArgs &a) {
+    try {
+      *out = s.run_onednn(a, weight_version);
+    } catch (const std::exception &e) {
+      std::lock_guard<std::mutex> g(s.mu);
+      s.mode = ConvStep::Aten;
+      s.why_aten = std::string("oneDNN: ") + e.what();
+      *out = aten();
+    }
+  };
   ConvArgs a;
   if (mode == ConvStep::OneDNN && s.built) {  // checked when built; a trace's shapes are static
     a.x = st[0].toTensor();
     a.w = st[1].toTensor();
     if (st[2].isTensor()) a.b = st[2].toTensor();
     a.groups = s.groups;
-    *out = s.run_onednn(a, weight_version);
+    onednn_or_aten(a);
     return;
   }
   std::string why = parse(st, &a);
@@ -262,7 +273,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     return;
   }
   if (mode == ConvStep::OneDNN) {
-    *out = s.run_onednn(a, weight_version);
+    onednn_or_aten(a);
     return;
   }
   // Timing: both paths, the faster one's result returned (they agree within rounding).
@@ -285,7 +296,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   s.t_onednn = std::min(s.t_onednn, t2 - t1);
   if (++s.timed >= kTimedCalls) {
     s.mode = s.t_onednn < s.t_aten ? ConvStep::OneDNN : ConvStep::Aten;
-    if (getenv("DYNAMO_CONV_DEBUG"))
+    if (getenv("DYNAMO_PRINT_CHOICES"))
       fprintf(stderr, "conv %s: onednn %.1f us, aten %.1f us (src %s)\n", conv_step_choice(s).c_str(), s.t_onednn * 1e6,
               s.t_aten * 1e6, c10::str(a.x.sizes()).c_str());
   }

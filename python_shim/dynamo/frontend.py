@@ -13,6 +13,7 @@ A call never returns anything eager PyTorch would not: anything we cannot record
 the recording (the call still completes in the interpreter), and the reason is kept for
 dynamo.explain and the --report of `python -m dynamo`.
 """
+import collections
 import copy
 import ctypes
 import functools
@@ -208,8 +209,8 @@ def _flatten_result(result, rec, input_index):
             return ("T", names.index(n))
         if type(v) in (tuple, list):
             return (type(v).__name__, [walk(x) for x in v])
-        if type(v) is dict:
-            return ("dict", list(v.keys()), [walk(x) for x in v.values()])
+        if type(v) in (dict, collections.OrderedDict):  # (segmentation models return an OrderedDict)
+            return (type(v).__name__, list(v.keys()), [walk(x) for x in v.values()])
         if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
             return ("C", v)
         raise Abort(f"returns a {type(v).__name__}")
@@ -230,7 +231,8 @@ def _rebuild(spec, outs, inputs):
         return tuple(_rebuild(s, outs, inputs) for s in spec[1])
     if kind == "list":
         return [_rebuild(s, outs, inputs) for s in spec[1]]
-    return {k: _rebuild(s, outs, inputs) for k, s in zip(spec[1], spec[2])}
+    pairs = ((k, _rebuild(s, outs, inputs)) for k, s in zip(spec[1], spec[2]))
+    return collections.OrderedDict(pairs) if kind == "OrderedDict" else dict(pairs)
 
 
 class Attempt:

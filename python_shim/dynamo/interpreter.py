@@ -399,10 +399,13 @@ class Interpreter:
                 self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
                                         f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
             return r
-        if fn in _PURE_BUILTINS:
+        if fn in _PURE_BUILTINS or fn is collections.OrderedDict:
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)
-            return self._concrete(fn, args, kwargs)
+            r = self._concrete(fn, args, kwargs)
+            if fn is collections.OrderedDict:  # a new dict of the call's own, as {} makes
+                self._mark_local(r[0])
+            return r
         self_ = getattr(fn, "__self__", None)
         if isinstance(fn, types.BuiltinMethodType) and isinstance(self_, (list, dict, set, tuple, str)):
             if id(self_) in self.local_objs or fn.__name__ in _READ_METHODS:
@@ -454,8 +457,8 @@ class Interpreter:
         why = unsupported_reason(fn.__code__)
         if why is None and self.depth >= MAX_DEPTH:
             why = "inlining too deep"
-        if why is not None and (getattr(fn, "__module__", None) or "").startswith("torch.") and \
-                not (getattr(fn, "__module__", None) or "").startswith("torch.nn.modules"):
+        mod = getattr(fn, "__module__", None) or ""
+        if why is not None and (mod == "torch" or mod.startswith("torch.")) and not mod.startswith("torch.nn.modules"):
             # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
             # the ATen ops they perform are recorded; their arguments are all we pass them.
             if self_pair is not None:
