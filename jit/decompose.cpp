@@ -1,6 +1,6 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
 // trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
-// native_batch_norm, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
+// native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
 // and common pointwise ops. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused).
@@ -143,6 +143,48 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     y = r.emit(Op::add, {V(y), V(r.emit(Op::reshape, {V(beta), L(bshape)}))});
     if (c == "aten::batch_norm") return {y};
     return {y, kUnused, kUnused};
+  }
+  if (c == "aten::native_group_norm" || c == "aten::group_norm") {
+    // (x - mean) * rsqrt(var + eps) over each group's channels and positions, then the
+    // per-channel affine: as ATen's kernel, with the group statistics as results.
+    const Type xt = out.types[x.value];  // a copy: emit() grows out.types
+    bool native = c == "aten::native_group_norm";
+    const Operand &w = arg(in, native ? 1 : 2), &b = arg(in, native ? 2 : 3);
+    const Operand &groups = arg(in, native ? 6 : 1), &eps = arg(in, native ? 7 : 4);
+    int64_t rank = xt.rank();
+    if (rank < 2 || groups.kind != Operand::Int || groups.i < 1 || xt.sizes[1] % groups.i) return {};
+    if (eps.kind != Operand::Float && eps.kind != Operand::Int) return {};
+    int64_t n = xt.sizes[0], ch = xt.sizes[1], g = groups.i;
+    std::vector<int64_t> bshape = {ch};
+    for (int64_t k = 2; k < rank; ++k) bshape.push_back(1);
+    int64_t per_group = n * g ? xt.numel() / (n * g) : 0;
+    int32_t xr = r.emit(Op::reshape, {x, L({n, g, per_group})});
+    int32_t mu = r.emit(Op::mean, {V(xr), L({2}), Bo(true)});
+    int32_t var = r.emit(Op::var, {V(xr), L({2}), I(0), Bo(true)});
+    int32_t rs = r.emit(Op::rsqrt, {V(r.emit(Op::add, {V(var), eps}))});
+    int32_t y = r.emit(Op::mul, {V(r.emit(Op::sub, {V(xr), V(mu)})), V(rs)});
+    y = r.emit(Op::reshape, {V(y), L(xt.sizes)});
+    if (is_tensor(out, w)) y = r.emit(Op::mul, {V(y), V(r.emit(Op::reshape, {w, L(bshape)}))});
+    if (is_tensor(out, b)) y = r.emit(Op::add, {V(y), V(r.emit(Op::reshape, {b, L(bshape)}))});
+    if (!native) return {y};
+    return {y, r.emit(Op::reshape, {V(mu), L({n, g})}), r.emit(Op::reshape, {V(rs), L({n, g})})};
+  }
+  if (c == "aten::prelu" || c == "aten::_prelu_kernel") {  // x > 0 ? x : weight * x, weight per channel
+    const Operand &w = arg(in, 1);
+    const Type xt = out.types[x.value];  // a copy: emit() grows out.types
+    if (!is_tensor(out, w)) return {};
+    const Type wt = out.types[w.value];
+    int32_t wb = w.value;
+    if (wt.numel() != 1) {
+      if (xt.rank() < 2 || wt.rank() != 1 || wt.sizes[0] != xt.sizes[1]) return {};
+      std::vector<int64_t> bshape = {xt.sizes[1]};
+      for (int64_t k = 2; k < xt.rank(); ++k) bshape.push_back(1);
+      wb = r.emit(Op::reshape, {w, L(bshape)});
+    } else if (wt.rank() != 0) {
+      wb = r.emit(Op::reshape, {w, L({})});
+    }
+    int32_t pos = r.emit(Op::gt, {x, Operand::real(0.0)});
+    return {r.emit(Op::where, {V(pos), x, V(r.emit(Op::mul, {V(wb), x}))})};
   }
   if (c == "aten::hardtanh" || c == "aten::clamp" || c == "aten::relu6") {  // ReLU6 is hardtanh(0, 6)
     Operand lo = arg(in, 1), hi = arg(in, 2);

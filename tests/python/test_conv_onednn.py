@@ -31,7 +31,7 @@ def compare(fn, make_args, calls=CALLS):
         for _ in range(calls):
             args = make_args()
             close(jit(*args), fn(*args))
-    assert dynamo.counters()["native_runs"] - before >= calls - 1, dynamo.explain(jit)
+    assert dynamo.counters()["native_runs"] - before >= calls - 1, dynamo.report()
     return jit
 
 
@@ -200,3 +200,35 @@ def test_activation_decompositions(name):
         assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
         assert torch.allclose(got, want, equal_nan=True)
     assert dynamo.counters()["native_runs"] >= CALLS - 1
+
+
+@pytest.mark.parametrize("groups,affine,shape", [(1, True, (2, 6, 5)), (3, True, (1, 6, 4, 4)), (6, False, (3, 6, 7)),
+                                                 (2, True, (1, 4, 2, 3, 5)), (4, True, (2, 8))])
+def test_group_norm(groups, affine, shape):
+    gn = nn.GroupNorm(groups, shape[1], affine=affine)
+    if affine:
+        with torch.no_grad():
+            gn.weight.uniform_(0.5, 1.5)
+            gn.bias.uniform_(-0.5, 0.5)
+    compare(lambda x: torch.relu(gn(x)) + 1, lambda: (torch.randn(shape) * 3 + 1,))
+
+
+@pytest.mark.parametrize("params,shape", [(1, (2, 5, 7)), (5, (2, 5, 7)), (5, (1, 5, 3, 3)), (1, (9,))])
+def test_prelu(params, shape):
+    act = nn.PReLU(params)
+    with torch.no_grad():
+        act.weight.uniform_(-0.5, 0.5)
+
+    def f(x):
+        return act(x) * 2
+
+    def make():
+        x = torch.randn(shape)
+        x.view(-1)[0] = float("nan")
+        return (x,)
+    jit = dynamo.optimize(f)
+    with torch.no_grad():
+        for _ in range(CALLS):
+            (x,) = make()
+            got, want = jit(x), f(x)
+            assert torch.equal(got.isnan(), want.isnan()) and torch.allclose(got, want, equal_nan=True)
