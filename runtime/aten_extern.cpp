@@ -87,7 +87,8 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 // aten::mm / addmm / bmm on float32 may run in runtime/gemm.cpp instead of the BLAS LibTorch
 // calls (Debian's LibTorch says BLAS_INFO=generic whichever libblas.so.3 is loaded: the
 // reference BLAS, ~4 GFLOP/s, or OpenBLAS). Which is faster is measured where it matters, in
-// the trace: each product step runs both on its first kTimedCalls calls and keeps the faster,
+// the trace: each product step runs both on its first call (two when they are within 1.5x) and
+// keeps the faster,
 // as the convolution steps do. Timing in place sees what a benchmark of the GEMM alone does
 // not: a threaded BLAS brings threads of its own, which on a small machine fight the OpenMP
 // threads the rest of the trace runs on (2x slower products here), and a linear layer's
@@ -379,7 +380,8 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
   }
   g.t_blas = std::min(g.t_blas, t1 - t0);
   g.t_own = std::min(g.t_own, t2 - t1);
-  if (++g.timed >= runtime::kTimedCalls) {
+  bool clear = g.t_own * 1.5 < g.t_blas || g.t_blas * 1.5 < g.t_own;  // else a second timing
+  if (++g.timed >= runtime::kTimedCalls || clear) {
     g.mode = g.t_own < g.t_blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
     if (getenv("DYNAMO_PRINT_CHOICES"))
       fprintf(stderr, "%s %s: own %.1f us (B kept: %s), blas %.1f us\n", e.callee.c_str(),
