@@ -87,8 +87,8 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 // aten::mm / addmm / bmm on float32 may run in runtime/gemm.cpp instead of the BLAS LibTorch
 // calls (Debian's LibTorch says BLAS_INFO=generic whichever libblas.so.3 is loaded: the
 // reference BLAS, ~4 GFLOP/s, or OpenBLAS). Which is faster is measured where it matters, in
-// the trace: each product step runs both on its first call (two when they are within 1.5x) and
-// keeps the faster,
+// the trace: each product step runs both on its first call (two unless the own GEMM wins the
+// first by 1.5x) and keeps the faster,
 // as the convolution steps do. Timing in place sees what a benchmark of the GEMM alone does
 // not: a threaded BLAS brings threads of its own, which on a small machine fight the OpenMP
 // threads the rest of the trace runs on (2x slower products here), and a linear layer's
@@ -380,7 +380,9 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
   }
   g.t_blas = std::min(g.t_blas, t1 - t0);
   g.t_own = std::min(g.t_own, t2 - t1);
-  bool clear = g.t_own * 1.5 < g.t_blas || g.t_blas * 1.5 < g.t_own;  // else a second timing
+  // The own GEMM's first call may also pack B: when it wins that one by 1.5x it is kept at once;
+  // otherwise a second call (B kept) decides.
+  bool clear = g.t_own * 1.5 < g.t_blas;
   if (++g.timed >= runtime::kTimedCalls || clear) {
     g.mode = g.t_own < g.t_blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
     if (getenv("DYNAMO_PRINT_CHOICES"))
