@@ -168,8 +168,9 @@ typedef enum dynamo_arg_kind {
 /* u.tensor points to the `tensor` member of a dynamo_versioned_tensor: the caller counts writes
  * to the tensor. While a tensor at the same address keeps its version (and its contents look
  * the same: the entry samples them), an entry may reuse what it derived from the contents --
- * today convolution weights reordered for oneDNN. Without the flag they are derived anew on
- * every call. PyTorch's shim passes each tensor's version counter (Tensor._version). */
+ * convolution weights reordered for oneDNN, a linear layer's weight packed for the GEMM.
+ * Without the flag they are derived anew on every call. PyTorch's shim passes each tensor's
+ * version counter (Tensor._version). */
 #define DYNAMO_ARG_FLAG_VERSIONED 2u
 
 typedef struct dynamo_versioned_tensor {

@@ -87,16 +87,13 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 // aten::mm / addmm / bmm on float32 may run in runtime/gemm.cpp instead of the BLAS LibTorch
 // calls (Debian's LibTorch says BLAS_INFO=generic whichever libblas.so.3 is loaded: the
 // reference BLAS, ~4 GFLOP/s, or OpenBLAS). Which is faster is measured where it matters, in
-// the trace: each product step runs both on its first call (two unless the own GEMM wins the
-// first by 1.5x) and keeps the faster,
-// as the convolution steps do. Timing in place sees what a benchmark of the GEMM alone does
-// not: a threaded BLAS brings threads of its own, which on a small machine fight the OpenMP
-// threads the rest of the trace runs on (2x slower products here), and a linear layer's
-// weight is packed once and kept (derived.h). One-row products take the own GEMV, which
-// streams B once. DYNAMO_GEMM=0 or 1 decides instead.
+// the trace: each product step runs both on its first call (and a second unless the own GEMM
+// wins the first by 1.5x) and keeps the faster, as the convolution steps do. Timing in place
+// sees what a benchmark of the GEMM alone does not: a threaded BLAS brings threads of its own,
+// which on a small machine fight the OpenMP threads the rest of the trace runs on (2-10x slower
+// products here), and a linear layer's weight is packed once and kept (derived.h). The own side
+// of a one-row product is a GEMV, which streams B once. DYNAMO_GEMM=0 or 1 decides instead.
 constexpr int kTimedCalls = 2;
-
-void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body);
 
 int forced_gemm() {  // -1: measure; 0: LibTorch's BLAS; 1: the own GEMM
   static const int f = [] {
