@@ -262,6 +262,8 @@ class Interpreter:
         r = self.call_function(fn, FUNC, a, k)[0]
         if _holds_generator(r):
             self.abort("returns a generator made in the call (its body would run outside the trace)")
+            if isinstance(r, _Generator):  # the caller gets a real generator, which runs the rest lazily
+                r = (v for v in r)
         return r
 
     def call_function(self, fn, fn_src, args, kwargs, self_pair=None):

@@ -150,3 +150,14 @@ def test_module_requires_grad_check_in_a_genexpr_is_guarded():
             lin.weight.requires_grad_(flag)
             lin.bias.requires_grad_(flag)
             assert same(jit(x), f(x)), flag
+
+
+def test_function_returning_a_genexpr_gives_a_working_generator():
+    def f(xs):
+        return (t * 2 for t in xs)
+    jit = dynamo.optimize(f)
+    for _ in range(4):
+        xs = [torch.randn(3) for _ in range(3)]
+        got = jit(xs)
+        assert type(got).__name__ == "generator"
+        assert same(list(got), list(f(xs)))
