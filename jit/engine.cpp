@@ -466,8 +466,7 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     }
   }
   auto ctx = std::make_unique<LLVMContext>();
-  // Without names the IR is cheaper to build, and kernels that are the same code print the
-  // same (lower_trace compiles those once); dumps keep them for reading.
+  // Without names the IR is cheaper to build; dumps keep them for reading.
   ctx->setDiscardValueNames(dump_dir() == nullptr);
   std::unique_ptr<Module> mod = lower_trace(t, p, *ctx, fn_name, lower_opt_, num_kernels);
   mod->setDataLayout(impl_->jit->getDataLayout());

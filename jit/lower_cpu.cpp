@@ -6,7 +6,9 @@
 #include "rt_abi.h"
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -14,6 +16,8 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/StructuralHash.h>
+#include <llvm/Transforms/Utils/FunctionComparator.h>
 
 namespace dynamo::jit {
 
@@ -748,29 +752,14 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   FunctionCallee ext = mod->getOrInsertFunction(
       "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
 
-  // A kernel's text with its name and metadata numbers made positional: equal keys mean the
-  // same code (kernels address their own slot table, so the slots they touch are not in it).
-  auto key_of = [](Function *f) {
-    std::string name = f->getName().str(), text;
-    f->setName("dynamo.kernel.key");
-    raw_string_ostream os(text);
-    f->print(os);
-    os.flush();
-    f->setName(name);
-    std::string out;
-    std::map<std::string, int> md;
-    for (size_t i = 0; i < text.size();) {
-      if (text[i] == '!' && i + 1 < text.size() && isdigit((unsigned char)text[i + 1])) {
-        size_t j = i + 1;
-        while (j < text.size() && isdigit((unsigned char)text[j])) ++j;
-        auto it = md.emplace(text.substr(i, j - i), (int)md.size()).first;
-        out += "!m" + std::to_string(it->second);
-        i = j;
-      } else {
-        out += text[i++];
-      }
-    }
-    return out;
+  // Kernels that are the same code are compiled once: a structural hash buckets them and
+  // LLVM's FunctionComparator (MergeFunctions' test of equal behaviour) decides. Kernels address
+  // their own slot table, so the slots they touch are not part of their code; every kernel's
+  // loads and stores carry the same two alias scopes, so metadata cannot tell equal code apart.
+  GlobalNumberState numbering;
+  auto same = [&](Function *a, Function *b) {
+    if ((a == nullptr) != (b == nullptr)) return false;
+    return a == nullptr || FunctionComparator(a, b, &numbering).compare() == 0;
   };
   struct Call {
     bool kernel;
@@ -781,7 +770,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     std::vector<int32_t> table;  // kernels: the global slots of their local table
   };
   std::vector<Call> calls;
-  std::map<std::string, std::pair<Function *, Function *>> emitted;  // key -> (kernel, partial)
+  std::unordered_map<uint64_t, std::vector<std::pair<Function *, Function *>>> emitted;  // hash -> (kernel, partial)
   int nk = 0;
   size_t table_size = 1;
   for (const Step &s : p.steps) {
@@ -795,15 +784,18 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     set_target_attrs(k, opt);
     Function *part = ke.partial();
     if (part) set_target_attrs(part, opt);
-    std::string key = key_of(k) + (part ? key_of(part) : "");
-    auto [it, fresh] = emitted.emplace(key, std::make_pair(k, part));
-    if (fresh) {
+    uint64_t h = StructuralHash(*k, true) * 31 + (part ? StructuralHash(*part, true) : 0);
+    std::vector<std::pair<Function *, Function *>> &bucket = emitted[h];
+    auto it = std::find_if(bucket.begin(), bucket.end(),
+                           [&](const std::pair<Function *, Function *> &e) { return same(e.first, k) && same(e.second, part); });
+    if (it == bucket.end()) {
       ++nk;
+      bucket.emplace_back(k, part);
     } else {  // the same code as an earlier kernel: call that one with this kernel's slots
       k->eraseFromParent();
       if (part) part->eraseFromParent();
-      k = it->second.first;
-      part = it->second.second;
+      k = it->first;
+      part = it->second;
     }
     const std::vector<int32_t> &table = ke.slot_table();
     table_size = std::max(table_size, table.size());
@@ -860,6 +852,10 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   }
   B.CreateRet(B.getInt32(0));
   set_target_attrs(tf, opt);
+  // The trace function only sequences calls (hundreds of them in a CNN): optimizing it buys
+  // nothing at run time and cost half the compile time of a large trace.
+  tf->addFnAttr(Attribute::OptimizeNone);
+  tf->addFnAttr(Attribute::NoInline);
   return mod;
 }
 

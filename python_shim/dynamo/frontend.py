@@ -19,6 +19,7 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 import time
 import types
 import warnings
@@ -567,8 +568,14 @@ class OptimizedFunction:
             return result
         text = rec.text(names)
         t0 = time.perf_counter()
+        frame = self._frame_for(rec.device)
+        job = _InBackground(lambda: frame.compile(native.Trace(text)))
         try:
-            entry = self._frame_for(rec.device).compile(native.Trace(text))
+            gs.compile()  # the guards' Python function, built while LLVM compiles (ctypes drops the GIL)
+        finally:
+            job.thread.join()
+        try:
+            entry = job.result()
         except DynamoError as e:
             _bump("compile_failures")
             reason = f"compile failed: {e.message}"
@@ -623,6 +630,27 @@ class OptimizedFunction:
         if device not in self.frames:
             self.frames[device] = native.Frame(engine(device), self.name)
         return self.frames[device]
+
+
+class _InBackground:
+    """fn() run on a thread of its own; result() returns its value or raises its exception."""
+
+    def __init__(self, fn):
+        self._fn, self._value, self._error = fn, None, None
+        self.thread = threading.Thread(target=self._run, name="dynamo-compile", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller by result()
+            self._error = e
+
+    def result(self):
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _release(rec, interp):

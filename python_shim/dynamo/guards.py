@@ -179,6 +179,9 @@ class GuardSet:
         self.lines = []          # (source expr, kind, description) for explain()
         self._checks = []        # Python boolean expressions
         self._consts = {}        # name -> object referenced by identity/value checks
+        self._by_id = {}         # id(object) -> its name in _consts
+        self._by_value = {}      # (type, repr) of a plain constant -> its name
+        self._indexed = 0        # how many of _consts the two indexes cover
         self._seen = set()       # source exprs already guarded
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
         self._about = []         # the Source each check reads (None: none), for _hoisted
@@ -186,20 +189,32 @@ class GuardSet:
         self._fn = None
 
     def _const(self, obj):
-        for name, o in self._consts.items():  # an equal constant already named (shared with a parent trace)
-            if o is obj or (type(o) is type(obj) and plain(obj) and
-                            (same_float(o, obj) if type(obj) is float else o == obj and repr(o) == repr(obj))):
-                return name
+        """The name of obj among the constants: an existing one when obj is one of them, or an
+        equal plain value (same type and repr; a parent trace's constants are shared); else new."""
+        if self._indexed != len(self._consts):  # names were added from outside (a snapshot's)
+            self._by_id, self._by_value, self._indexed = {}, {}, 0
+            for name, o in self._consts.items():
+                self._index(name, o)
+        name = self._by_id.get(id(obj))
+        if name is not None and self._consts[name] is obj:
+            return name
+        key = (type(obj), repr(obj)) if plain(obj) else None
+        if key is not None and key in self._by_value:
+            return self._by_value[key]
         name = f"c{len(self._consts)}"
         self._consts[name] = obj
+        self._index(name, obj)
         return name
+
+    def _index(self, name, obj):
+        self._by_id.setdefault(id(obj), name)
+        if plain(obj):
+            self._by_value.setdefault((type(obj), repr(obj)), name)
+        self._indexed += 1
 
     def const_source(self, obj):
         """A source that is obj itself (held by the guards): for objects whose identity is
         fixed, such as a function's globals dict or a method's function."""
-        for name, o in self._consts.items():
-            if o is obj:
-                return Source(name)
         return Source(self._const(obj))
 
     def guard(self, src, value):
