@@ -362,21 +362,34 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
     }
     return;
   }
-  // Timing: both, the faster one's result kept (they agree within rounding).
+  // Timing: both, the faster one's result kept (they agree within rounding). The order
+  // alternates between the timed calls: the second can find the first's threads still spinning
+  // (OpenBLAS's after a BLAS call, OpenMP's after ours) and lose for that alone.
+  bool blas_first;
+  {
+    std::lock_guard<std::mutex> l(g.mu);
+    blas_first = g.timed % 2 == 0;
+  }
   torch::jit::Stack blas = stack;
-  double t0 = seconds_now();
-  op.callBoxed(&blas);
+  double t_blas = 0;
+  auto time_blas = [&] {
+    double t0 = seconds_now();
+    op.callBoxed(&blas);
+    t_blas = seconds_now() - t0;
+  };
+  if (blas_first) time_blas();
   double t1 = seconds_now();
   bool ok = runtime::own_matmul(e.callee, stack, &own, &g, b_version);
-  double t2 = seconds_now();
+  double t_own = seconds_now() - t1;
+  if (!blas_first) time_blas();
   std::lock_guard<std::mutex> l(g.mu);
   if (!ok) {
     g.mode = runtime::GemmStep::Blas;
     stack = std::move(blas);
     return;
   }
-  g.t_blas = std::min(g.t_blas, t1 - t0);
-  g.t_own = std::min(g.t_own, t2 - t1);
+  g.t_blas = std::min(g.t_blas, t_blas);
+  g.t_own = std::min(g.t_own, t_own);
   // The own GEMM's first call may also pack B: when it wins that one by 1.5x it is kept at once;
   // otherwise a second call (B kept) decides.
   bool clear = g.t_own * 1.5 < g.t_blas;

@@ -276,24 +276,39 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     onednn_or_aten(a);
     return;
   }
-  // Timing: both paths, the faster one's result returned (they agree within rounding).
-  double t0 = now();
-  at::Tensor viaaten = aten();
+  // Timing: both paths, the faster one's result returned (they agree within rounding). The
+  // order alternates between the timed calls: whichever runs second can find the other's
+  // threads still spinning (OpenBLAS after LibTorch's GEMM, OpenMP after oneDNN) and lose
+  // for that alone.
+  bool aten_first;
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    aten_first = s.timed % 2 == 0;
+  }
+  at::Tensor viaaten, viadnnl;
+  double t_aten = 0;
+  auto time_aten = [&] {
+    double t0 = now();
+    viaaten = aten();
+    t_aten = now() - t0;
+  };
+  if (aten_first) time_aten();
   double t1 = now();
-  at::Tensor viadnnl;
   try {
     viadnnl = s.run_onednn(a, weight_version);
   } catch (const std::exception &e) {
+    if (!aten_first) time_aten();
     std::lock_guard<std::mutex> g(s.mu);
     s.mode = ConvStep::Aten;
     s.why_aten = std::string("oneDNN: ") + e.what();
     *out = viaaten;
     return;
   }
-  double t2 = now();
+  double t_dnnl = now() - t1;
+  if (!aten_first) time_aten();
   std::lock_guard<std::mutex> g(s.mu);
-  s.t_aten = std::min(s.t_aten, t1 - t0);
-  s.t_onednn = std::min(s.t_onednn, t2 - t1);
+  s.t_aten = std::min(s.t_aten, t_aten);
+  s.t_onednn = std::min(s.t_onednn, t_dnnl);
   // oneDNN's first call also reorders the weights: when it wins that one by 1.5x it is kept at
   // once; otherwise a second call (weights kept) decides.
   bool clear = s.t_onednn * 1.5 < s.t_aten;
