@@ -6,7 +6,10 @@
   4. a small transformer encoder block (target >= 1.3x over eager);
   5. side exits: a call whose branch leaves the trace through a natively linked side exit vs. one
      that stays on the recorded path, and a branchy program (two data-dependent branches) eager
-     vs. JIT.
+     vs. JIT;
+  6. a stitch: a function with one call dynamo cannot record in the middle (a dynamo.disable'd
+     helper), run as native trace -> that call in Python -> native trace, per call, beside the
+     same function without the call and eager.
 
 The first line says what eager PyTorch runs with (BLAS, allocator: perf/baseline.py). Section 2
 also times eager in child processes (`bench_python.py --eager-only NAME`) under jemalloc (LD_PRELOAD)
@@ -99,6 +102,25 @@ def branchy(x, b):
 
 
 LARGE_FUNCTIONS = {"axpy": axpy, "gelu_tanh": gelu_tanh}
+
+
+def _bump(counter):
+    counter[0] += 1
+
+
+_ticks = [0]
+_tick = _bump  # marked dynamo.disable in main(), after dynamo is imported
+
+
+def stitched(x, y):
+    h = x * y + 1
+    _tick(_ticks)  # not recordable (dynamo.disable): the trace stops before it, goes on after it
+    return torch.tanh(h) * x
+
+
+def unstitched(x, y):
+    h = x * y + 1
+    return torch.tanh(h) * x
 
 
 def set_threads():
@@ -254,6 +276,23 @@ def main():
         print(f"   branchy program (2 data-dependent branches), 4 inputs: eager {e:.2f} ms   dynamo {j:.2f} ms   {e / j:.2f}x "
               f"({c['side_traces_compiled']} side traces; exits resumed in the interpreter while timing: "
               f"{c['exits_resumed'] - resumed})")
+
+        print("\n6. a stitch (64-element inputs): native -> one call in Python -> native")
+        dynamo.reset()
+        dynamo.disable(_bump)
+        a, b = torch.randn(64), torch.randn(64)
+        st, plain = dynamo.optimize(stitched), dynamo.optimize(unstitched)
+        for _ in range(3):
+            st(a, b)
+            plain(a, b)
+        ok &= check("stitch", st(a, b), stitched(a, b))
+        c0 = dynamo.counters()
+        t_st, t_plain = per_call_us(st, (a, b), 5000), per_call_us(plain, (a, b), 5000)
+        c = dynamo.counters()
+        interpreted = c["interpreted_runs"] - c0["interpreted_runs"] + c["exits_resumed"] - c0["exits_resumed"]
+        print(f"   stitched {t_st:6.2f} us/call   without the call {t_plain:6.2f} us/call   stitch point "
+              f"{t_st - t_plain:5.2f} us   eager {per_call_us(stitched, (a, b), 5000):.2f} us  "
+              f"(stitches {c['stitches']}, interpreted while timing: {interpreted})")
     if not ok:
         sys.exit(1)
 

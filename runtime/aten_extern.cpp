@@ -29,6 +29,11 @@ struct GemmStep {
   enum Mode { Timing, Own, Blas } mode = Timing;
   int timed = 0;
   double t_own = 1e30, t_blas = 1e30;
+  // After the choice: the chosen side's fastest of its next kWatchCalls calls. Timing two calls
+  // can mislead (another pool's threads asleep then, spinning later): a choice whose calls turn
+  // out 1.5x slower than the other side measured switches once.
+  int watched = 0;
+  double t_watch = 1e30;
   Derived<std::vector<float>> packed_b;
 };
 
@@ -94,6 +99,7 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 // products here), and a linear layer's weight is packed once and kept (derived.h). The own side
 // of a one-row product is a GEMV, which streams B once. DYNAMO_GEMM=0 or 1 decides instead.
 constexpr int kTimedCalls = 2;
+constexpr int kWatchCalls = 8;
 
 int forced_gemm() {  // -1: measure; 0: LibTorch's BLAS; 1: the own GEMM
   static const int f = [] {
@@ -349,16 +355,35 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
   }
   const uint64_t *b_version = arg_version(ctx, e, e.callee == "aten::addmm" ? 2 : 1);
   at::Tensor own;
-  if (mode == runtime::GemmStep::Blas) {
-    op.callBoxed(&stack);
-    return;
-  }
-  if (mode == runtime::GemmStep::Own) {
-    if (runtime::own_matmul(e.callee, stack, &own, &g, b_version)) {
+  if (mode != runtime::GemmStep::Timing) {
+    bool watch;
+    {
+      std::lock_guard<std::mutex> l(g.mu);
+      watch = g.watched < runtime::kWatchCalls;
+    }
+    double t0 = watch ? seconds_now() : 0;
+    if (mode == runtime::GemmStep::Blas) {
+      op.callBoxed(&stack);
+    } else if (runtime::own_matmul(e.callee, stack, &own, &g, b_version)) {
       stack.clear();
       stack.emplace_back(std::move(own));
     } else {
       op.callBoxed(&stack);
+    }
+    if (watch) {
+      double t = seconds_now() - t0;
+      std::lock_guard<std::mutex> l(g.mu);
+      g.t_watch = std::min(g.t_watch, t);
+      if (++g.watched == runtime::kWatchCalls) {
+        double other = g.mode == runtime::GemmStep::Blas ? g.t_own : g.t_blas;
+        if (g.t_watch > 1.5 * other) {
+          g.mode = g.mode == runtime::GemmStep::Blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
+          if (getenv("DYNAMO_PRINT_CHOICES"))
+            fprintf(stderr, "%s switched to %s: its %d calls took %.1f us at best, the other measured %.1f us\n",
+                    e.callee.c_str(), g.mode == runtime::GemmStep::Own ? "own" : "blas", runtime::kWatchCalls,
+                    g.t_watch * 1e6, other * 1e6);
+        }
+      }
     }
     return;
   }

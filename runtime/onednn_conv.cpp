@@ -28,6 +28,7 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 constexpr int kTimedCalls = 2;
+constexpr int kWatchCalls = 8;
 
 dnnl::engine &cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -109,6 +110,11 @@ struct ConvStep {
   std::string why_aten;  // set when oneDNN does not apply
   int timed = 0;
   double t_onednn = 1e30, t_aten = 1e30;
+  // After the choice: the chosen side's fastest of its next kWatchCalls calls; a choice that
+  // turns out 1.5x slower than the other side measured switches once (two timed calls can
+  // mislead: another thread pool asleep then, spinning later).
+  int watched = 0;
+  double t_watch = 1e30;
 
   std::atomic<bool> built{false};
   int64_t groups = 1;
@@ -228,12 +234,31 @@ std::string conv_step_choice(const ConvStep &s) {
 void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_version,
               const std::function<at::Tensor()> &aten, at::Tensor *out) {
   ConvStep::Mode mode;
+  bool watch;
   {
     std::lock_guard<std::mutex> g(s.mu);
     mode = s.mode;
+    watch = s.watched < kWatchCalls && s.t_onednn < 1e30 && s.t_aten < 1e30;
   }
+  double t0 = watch ? now() : 0;
+  // The end of a watched call (see ConvStep::watched).
+  auto watched = [&] {
+    double t = now() - t0;
+    std::lock_guard<std::mutex> g(s.mu);
+    if (s.mode != mode) return;  // switched meanwhile (a oneDNN failure)
+    s.t_watch = std::min(s.t_watch, t);
+    if (++s.watched < kWatchCalls) return;
+    double other = mode == ConvStep::Aten ? s.t_onednn : s.t_aten;
+    if (s.t_watch > 1.5 * other) {
+      s.mode = mode == ConvStep::Aten ? ConvStep::OneDNN : ConvStep::Aten;
+      if (getenv("DYNAMO_PRINT_CHOICES"))
+        fprintf(stderr, "conv switched to %s: its %d calls took %.1f us at best, the other measured %.1f us\n",
+                s.mode == ConvStep::OneDNN ? "onednn" : "aten", kWatchCalls, s.t_watch * 1e6, other * 1e6);
+    }
+  };
   if (mode == ConvStep::Aten) {
     *out = aten();
+    if (watch) watched();
     return;
   }
   // oneDNN failing at run time (it should not): this step uses LibTorch from now on.
@@ -254,6 +279,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     if (st[2].isTensor()) a.b = st[2].toTensor();
     a.groups = s.groups;
     onednn_or_aten(a);
+    if (watch) watched();
     return;
   }
   std::string why = parse(st, &a);

@@ -12,6 +12,15 @@ max_side_traces side traces compiled under one root trace, at any depth (default
                hot exits resume in the interpreter.
 max_trace_ops  IR instructions a trace may record (default 5000); a longer one is cut: it ends there
                and the rest of the call continues from a snapshot (resumed, or as side traces).
+stitch         when True (default), a call the recorder cannot record (print, a dynamo.disable'd
+               function, unknown C code, .tolist()) ends the trace as a *stitch*: later calls run
+               the trace natively, make that one call in Python, and go on in a trace recorded
+               from after it. False: such a call aborts the recording (the function runs eagerly).
+max_stitches   stitches (continuation traces) under one root trace (default 32); past it, the
+               rest of the call after a stitch runs in the interpreter.
+max_stitch_variants traces recorded after one stitch (default 4); a call that fits none of
+               them drops the root trace (an abort: what follows the stitch depends on values that
+               change between calls, such as numbers read by .tolist()).
 log            None (use $DYNAMO_LOG) or a set of categories to print to stderr: traces, guards,
                exits, recompiles, aborts, perf; {"all"} for every one.
 verify         when True, every native run is also run eagerly and compared (allclose,
@@ -26,6 +35,9 @@ abort_limit = 3
 hotexit = 8
 max_side_traces = 16
 max_trace_ops = 5000
+stitch = True
+max_stitches = 32
+max_stitch_variants = 4
 verify = False
 log = None
 gpu = True

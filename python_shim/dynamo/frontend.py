@@ -36,7 +36,8 @@ from .recorder import Abort, NopythonError, Recorder
 
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                   "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
-                  "compile_failures", "verify_failures", "cache_hits", "compile_seconds")
+                  "compile_failures", "verify_failures", "cache_hits", "compile_seconds", "stitches",
+                  "stitch_traces")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
@@ -86,8 +87,16 @@ def engine(device=None):
     return _engine
 
 
+class _NoCode:
+    """The stats of a trace with no native code (guards, then a stitch)."""
+    num_kernels = num_externs = num_instructions = from_cache = 0
+    compile_ms = 0.0
+
+
 class Compiled:
-    """One compiled trace: its guards, the native entry, and how to rebuild the result."""
+    """One compiled trace: its guards, the native entry, and how to rebuild the result. entry is
+    None for a trace that recorded nothing before a stitch: its guards pick the path, and the
+    call goes straight to the stitch."""
 
     def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=()):
         self.guards = guards
@@ -95,25 +104,27 @@ class Compiled:
         self.check = guards.compile()
         self.text = text
         self.entry = entry
-        self.handle = entry.handle
+        self.handle = entry.handle if entry is not None else None
         self.out_spec = out_spec
         self.ops = ops
         self.inlined = inlined
         self.input_srcs = input_srcs
-        specs = entry.output_specs()
+        specs = entry.output_specs() if entry is not None else []
         self.nout = len(specs)
         self.shapes = [s for _, s in specs]
-        self.aliases = entry.output_aliases()
+        self.aliases = entry.output_aliases() if entry is not None else []
         self.has_alias = any(a is not None for a in self.aliases)
         self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
-        self.stats = entry.stats()
+        self.stats = entry.stats() if entry is not None else _NoCode()
         self.runs = 0
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
         self.root = self          # the root trace of a side-trace tree
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         self.mutates = False      # the trace writes into its inputs (copy_)
-        _compiled_by_entry[self.handle.value] = self
+        self.stitch_count = 0     # roots: continuation traces after stitches under this root
+        if self.handle is not None:
+            _compiled_by_entry[self.handle.value] = self
 
     def mutates_any(self):
         """Does this trace, or a side trace under it, write into the call's tensors?"""
@@ -127,6 +138,9 @@ class Compiled:
 
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
+        if self.handle is None:
+            self.runs += 1
+            return []
         fast = _fastcall()
         if fast is not None:
             outs = fast.run(self.handle.value, inputs, self.nout)
@@ -355,8 +369,15 @@ class OptimizedFunction:
         snap.count += 1
         if log_enabled("exits"):  # a hot path: no message built unless asked for
             log("exits", f"{self.name}: left a trace at {snap.where} [{snap.guard}] (exit {ex.id})")
+        values = ex.values
+        if snap.step is not None:  # a stitch: the one call the trace stopped before, for real
+            _bump("stitches")
+            try:
+                values = values + [snapshot.run_step(snap, fn, args, kwargs, values)]
+            except snapshot.ResumeFailed as e:  # nothing of the call was made: eager runs it
+                return self._resume_failed(c, snap, e, fn, args, kwargs)
         for side in snap.sides:
-            inputs = side.check(args, kwargs, fn.__globals__, fn, ex.values)
+            inputs = side.check(args, kwargs, fn.__globals__, fn, values)
             if inputs is None:
                 continue
             outs = side.run(inputs)
@@ -368,8 +389,15 @@ class OptimizedFunction:
                 return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
             _bump("native_runs")
             return _rebuild(side.out_spec, outs, inputs)
-        if snap.blacklisted is None and snap.count >= max(config.hotexit, snap.retry_at) and \
-                c.root.side_count < config.max_side_traces:
+        if snap.step is not None:  # a stitch is taken every time: record its continuation at once
+            if len(snap.sides) >= config.max_stitch_variants:
+                return self._stitch_unfit(c, snap, fn, args, kwargs, values)
+            room = c.root.stitch_count < config.max_stitches
+            hot = snap.count >= snap.retry_at
+        else:
+            room = c.root.side_count < config.max_side_traces
+            hot = snap.count >= max(config.hotexit, snap.retry_at)
+        if snap.blacklisted is None and hot and room:
             rec = Recorder(f"{self.name}_exit{ex.id}".replace(".", "_").replace("<", "").replace(">", ""))
             gs = GuardSet()
             gs._consts.update(snap.consts)  # the snapshot's source expressions name them
@@ -384,10 +412,11 @@ class OptimizedFunction:
                     for expr in c.input_srcs:
                         if not expr.startswith("x["):  # a side trace's own exit values are not in scope
                             interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
-                    for i, t in enumerate(ex.values):
+                    for i, t in enumerate(values):
                         interp.touch(t, EXIT.item(i))
-                    result = snapshot.resume(snap, fn, args, kwargs, ex.values, interp=interp)
+                    result = snapshot.resume(snap, fn, args, kwargs, values, interp=interp)
             except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
+                torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
                 effect = interp.effect or rec.effect
                 _release(rec, interp)
                 self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}")
@@ -395,13 +424,13 @@ class OptimizedFunction:
                     raise
                 torch.set_rng_state(rng)
                 _bump("exits_resumed")
-                return self._resume(c, snap, fn, args, kwargs, ex.values)
+                return self._resume(c, snap, fn, args, kwargs, values)
             try:
                 return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
             finally:
                 _release(rec, interp)
         _bump("exits_resumed")
-        return self._resume(c, snap, fn, args, kwargs, ex.values)
+        return self._resume(c, snap, fn, args, kwargs, values)
 
     def _resume(self, c, snap, fn, args, kwargs, values):
         """The rest of the call from snapshot snap of trace c. If dynamo cannot rebuild its frames
@@ -410,12 +439,37 @@ class OptimizedFunction:
         try:
             return snapshot.resume(snap, fn, args, kwargs, values)
         except snapshot.ResumeFailed as e:
-            snap.blacklisted = snap.blacklisted or str(e)
-            self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined)
-            if c.root.mutates_any():
-                raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
-            _bump("eager_runs")
-            return fn(*args, **kwargs)
+            if snap.step is not None:  # the stitch's call was made: it must not be made again
+                snap.blacklisted = snap.blacklisted or str(e)
+                self._aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined)
+                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
+            return self._resume_failed(c, snap, e, fn, args, kwargs)
+
+    def _stitch_unfit(self, c, snap, fn, args, kwargs, values):
+        """None of the traces recorded after stitch snap fits this call either: what follows the
+        stitch depends on values that change between calls (numbers read by .tolist()). The root
+        trace goes (an abort, which backs off and, repeated, leaves the function to CPython) and
+        the rest of this call runs in the interpreter."""
+        root = c.root
+        reason = (f"the trace after the stitch at {snap.where} ({snap.guard[len('stitch: '):]}) was recorded "
+                  f"{len(snap.sides)} times and none fits this call: it depends on values that change "
+                  f"between calls")
+        if root in self.compiled:
+            self.compiled.remove(root)
+            self._aborted(reason, root.ops, root.inlined)
+        _bump("exits_resumed")
+        return self._resume(c, snap, fn, args, kwargs, values)
+
+    def _resume_failed(self, c, snap, e, fn, args, kwargs):
+        """dynamo could not rebuild the state at snapshot snap (nothing of the program ran from
+        there yet): the exit is blacklisted and, when no trace on the way wrote into the call's
+        tensors, the whole call runs again eagerly."""
+        snap.blacklisted = snap.blacklisted or str(e)
+        self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined)
+        if c.root.mutates_any():
+            raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
+        _bump("eager_runs")
+        return fn(*args, **kwargs)
 
     @staticmethod
     def _link(parent, k, side):
@@ -493,6 +547,7 @@ class OptimizedFunction:
             with rec:
                 result = interp.run(fn, args, kwargs)
         except Exception as e:  # noqa: BLE001 -- the program's own exception, or ours
+            torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
             return self._recording_raised(e, rec, interp, rng, fn, args, kwargs, in_frame)
         log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         try:
@@ -541,8 +596,13 @@ class OptimizedFunction:
 
     def _compile_trace(self, rec, gs, interp, result, side_of):
         out_spec = names = None
-        if rec.abort_reason is None:
+        # a stitch with nothing recorded before it (print(...) first thing): guards, no native code
+        guards_only = rec.abort_reason is None and rec.cut is not None and rec.cut[0].step is not None and \
+            not rec.ops and not rec.cut[1]
+        if rec.abort_reason is None and not guards_only:
             try:
+                if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
+                    raise Abort("the call changes grad mode and does not restore it")
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
                     raise Abort("autograd: grad mode is on and a tensor requires grad (compile under "
                                 "torch.no_grad() or torch.inference_mode())")
@@ -566,10 +626,10 @@ class OptimizedFunction:
             self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where)
             self._fallback(rec.abort_reason)
             return result
-        text = rec.text(names)
+        text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
         t0 = time.perf_counter()
         frame = self._frame_for(rec.device)
-        job = _InBackground(lambda: frame.compile(native.Trace(text)))
+        job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
         try:
             gs.compile()  # the guards' Python function, built while LLVM compiles (ctypes drops the GIL)
         finally:
@@ -587,9 +647,10 @@ class OptimizedFunction:
             self._fallback(reason)
             return result
         finally:
-            if entry is None:
+            if entry is None and not guards_only:
                 _bump("compile_seconds", time.perf_counter() - t0)
-        c = Compiled(gs, text, entry, out_spec, gs.tensor_inputs, rec.ops, interp.inlined, rec.exits)
+        c = Compiled(gs, text, entry, ("cut",) if guards_only else out_spec, gs.tensor_inputs, rec.ops,
+                     interp.inlined, rec.exits)
         _bump("compile_seconds", c.stats.compile_ms / 1e3)  # the native compile (guards were built meanwhile)
         c.mutates = rec.mutated
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
@@ -607,8 +668,12 @@ class OptimizedFunction:
             parent, k = side_of
             parent.exits[k].sides.append(c)
             c.root = parent.root
-            c.root.side_count += 1
-            _bump("side_traces_compiled")
+            if parent.exits[k].step is not None:  # the trace after a stitch
+                c.root.stitch_count += 1
+                _bump("stitch_traces")
+            else:
+                c.root.side_count += 1
+                _bump("side_traces_compiled")
             self._link(parent, k, c)
             return result
         if self.compiled:

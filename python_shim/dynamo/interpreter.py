@@ -19,15 +19,18 @@ import builtins
 import collections
 import contextlib
 import dis
+import importlib.util
 import inspect
 import math
 import operator
 import re
+import sys
 import types
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
+from . import config
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
 from .recorder import Abort, NopythonError
 
@@ -48,6 +51,8 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
     "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
 _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
+# builtin exception classes: making one (to raise it, caught or not) changes nothing
+_PURE_BUILTINS |= {v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException)}
 # math on Python numbers (a tensor argument would be read through .item(), which aborts).
 _PURE_BUILTINS |= {getattr(math, n) for n in (
     "sqrt", "exp", "log", "log2", "log10", "pow", "sin", "cos", "tan", "tanh", "erf", "ceil", "floor", "trunc",
@@ -78,6 +83,9 @@ _SUPPORTED = {
     "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
     "FORMAT_VALUE", "RETURN_VALUE", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "GET_LEN",
     "RETURN_GENERATOR", "YIELD_VALUE",  # plain generators (genexprs); not `yield from` (SEND)
+    # try/except/finally and with blocks (the exception table): handlers run as CPython runs them
+    "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "BEFORE_WITH", "WITH_EXCEPT_START",
+    "IMPORT_NAME", "IMPORT_FROM",  # imports of modules already loaded (sys.modules, guarded)
 }
 
 # torch functions (not ATen ops, so not recorded) that change global state: they end the trace
@@ -91,7 +99,7 @@ MAX_STEPS = 200_000
 class _Code:
     """Decoded instructions of a code object, cached."""
 
-    __slots__ = ("insts", "index", "unsupported", "names")
+    __slots__ = ("insts", "index", "unsupported", "names", "handlers")
     _cache = {}
 
     def __init__(self, code):
@@ -101,12 +109,20 @@ class _Code:
         self.unsupported = None
         if code.co_flags & CO_GENERATOR_LIKE & ~CO_GENERATOR:
             self.unsupported = "coroutines"
-        elif code.co_exceptiontable:
-            self.unsupported = "try/except/with blocks"
         elif bad:
             self.unsupported = "bytecode " + ", ".join(bad)
         self.names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames] + \
             list(code.co_freevars)
+        # (start, end, target, depth, lasti) per protected range, byte offsets, end exclusive
+        self.handlers = [(e.start, e.end, e.target, e.depth, e.lasti) for e in dis._parse_exception_table(code)]
+
+    def handler_at(self, offset):
+        """The exception-table entry covering bytecode offset (the innermost: the table lists
+        nested ranges first), or None."""
+        for h in self.handlers:
+            if h[0] <= offset < h[1]:
+                return h
+        return None
 
     @classmethod
     def of(cls, code):
@@ -134,6 +150,16 @@ def _is_torch_callable(fn):
     if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
         return True
     return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
+
+
+def _plain_class(fn):
+    """A Python class whose instances are made by object.__new__ and whose __init__ is Python
+    code (or object's): calling it can be interpreted."""
+    if not isinstance(fn, type) or type(fn) is not type or fn.__module__ == "builtins":
+        return False
+    if fn.__new__ is not object.__new__ or issubclass(fn, (torch.Tensor, torch.nn.Module, BaseException)):
+        return False
+    return fn.__init__ is object.__init__ or isinstance(fn.__init__, types.FunctionType)
 
 
 def _has_hooks(m):
@@ -167,6 +193,8 @@ class Interpreter:
         self.tensor_src = {}      # id(tensor) -> source expr it was registered under
         self.input_objs = {}      # id(tensor) -> the input tensor itself (snapshots find views of inputs)
         self.steps = 0
+        self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
+        self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
         self.depth = 0
         self.inlined = []         # qualified names of inlined callees, for explain()
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
@@ -186,6 +214,8 @@ class Interpreter:
         return self.rec.abort_reason is None and self.rec.cut is None
 
     def abort(self, reason):
+        if not self.recording:  # aborted already, or the trace ended at a cut or stitch
+            return
         if self.rec.abort_reason is None and self.frames:
             self.rec.abort_where = self._where(self.frames[-1])
         if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
@@ -355,6 +385,13 @@ class Interpreter:
             # these read the data without an ATen op the recorder could see
             return self._opaque(fnp, args, kwargs, f"data-dependent value: Tensor.{fn.__name__}() reads a "
                                                    f"tensor's contents")
+        if fn is torch._C._set_grad_enabled and len(args) == 1 and not kwargs and type(args[0][0]) is bool:
+            # grad mode set inside the call (torch.no_grad(), set_grad_enabled): the ATen ops are
+            # the same either way; no snapshot is taken while it differs from the trace's start,
+            # and a trace must end with it as it started (frontend)
+            self._touch_elements(*args[0])
+            fn(args[0][0])
+            return (None, None)
         if _is_torch_callable(fn) and _GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""):
             return self._opaque(fnp, args, kwargs, f"torch.{fn.__name__}() changes torch's global state")
         if isinstance(fn, types.FunctionType):
@@ -418,8 +455,27 @@ class Interpreter:
                 return self._concrete(fn, args, kwargs)
             return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                     f"from outside the function")
+        if _plain_class(fn):
+            return self._instantiate(fn, args, kwargs)
+        if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
+                id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
+            return (None, None)  # super().__init__() reaching object's, on an object made in the call
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    def _instantiate(self, cls, args, kwargs):
+        """cls(*args) for a plain Python class (object.__new__, no metaclass): a new object of
+        the call's own, its __init__ interpreted like any method."""
+        obj = object.__new__(cls)
+        self._mark_local(obj)
+        self.keep.append(obj)
+        init = cls.__init__
+        if init is object.__init__:
+            if args or kwargs:
+                raise TypeError(f"{cls.__name__}() takes no arguments")
+        else:
+            self._call_python(init, None, args, kwargs, (obj, None))
+        return (obj, None)
 
     def _sourced_view(self, d, dsrc, which):
         """d.items() / d.values() of a sourced dict as a tuple whose elements keep their sources
@@ -485,8 +541,11 @@ class Interpreter:
         return (r, None)
 
     def _opaque(self, fnp, args, kwargs, why, self_pair=None):
-        """Runs a call we cannot record, for real, and ends the trace."""
-        self.abort(why)
+        """Runs a call we cannot record, for real. The trace ends right before it: where the
+        interpreter state can be carried to later calls, as a stitch (the call becomes a step
+        between this trace and the next, see _stitch), else by an abort."""
+        if not self._stitch(why):
+            self.abort(why)
         self._effect(f"a call not recorded ({why})")
         self.rec.paused += 1
         try:
@@ -511,6 +570,27 @@ class Interpreter:
         f.ip = f.dec.index[target]
 
     def _execute(self, f):
+        """Runs frame f from f.ip until it returns (or yields). An exception raised by an
+        instruction inside a protected range of f's exception table goes to its handler, as in
+        CPython: the value stack is cut to the range's depth, the offset pushed when the entry
+        says lasti, then the exception; dynamo's own exceptions are never handed to the program."""
+        while True:
+            try:
+                return self._execute_loop(f)
+            except (Abort, NopythonError):
+                raise
+            except Exception as e:  # noqa: BLE001 -- the program's exception, for its handler
+                h = f.dec.handler_at(f.dec.insts[f.ip - 1].offset) if f.dec.handlers else None
+                if h is None:
+                    raise
+                del f.stack[h[3]:]
+                if h[4]:
+                    f.stack.append((f.dec.insts[f.ip - 1].offset, None))
+                f.stack.append((e, None))
+                f.kw_names = ()
+                self._jump(f, h[2])
+
+    def _execute_loop(self, f):
         insts = f.dec.insts
         stack = f.stack
         push, pop = stack.append, stack.pop
@@ -882,14 +962,83 @@ class Interpreter:
                 push((AssertionError, None))
             elif op == "RAISE_VARARGS":
                 if arg == 0:
-                    raise RuntimeError("No active exception to reraise")
+                    if self.handled_exc is None:
+                        raise RuntimeError("No active exception to reraise")
+                    raise self.handled_exc
                 cause = pop()[0] if arg == 2 else None
                 exc = pop()[0]
                 if cause is not None:
                     raise exc from cause
                 raise exc
+            elif op == "PUSH_EXC_INFO":
+                v = pop()
+                push((self.handled_exc, None))
+                self.handled_exc = v[0]
+                push(v)
+            elif op == "POP_EXCEPT":
+                self.handled_exc = pop()[0]
+            elif op == "CHECK_EXC_MATCH":
+                right = pop()[0]
+                push((isinstance(stack[-1][0], right), None))
+            elif op == "RERAISE":
+                exc = pop()[0]
+                raise exc
+            elif op == "BEFORE_WITH":
+                mgr, msrc = pop()
+                cls = type(mgr)
+                if not hasattr(cls, "__enter__") or not hasattr(cls, "__exit__"):
+                    raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
+                if msrc is not None and self.recording:
+                    self.guards.guard(Source(f"type({msrc.expr})", msrc), cls)
+                exit_ = cls.__exit__.__get__(mgr, cls)
+                push((exit_, None))
+                push(self.call((cls.__enter__.__get__(mgr, cls), msrc.attr("__enter__") if msrc else None), [], {}))
+            elif op == "WITH_EXCEPT_START":
+                exc = stack[-1][0]
+                push(self.call(stack[-4], [(type(exc), None), (exc, None), (exc.__traceback__, None)], {}))
+            elif op == "IMPORT_NAME":
+                fromlist = pop()[0]
+                level = pop()[0]
+                push(self._import(f, ins.argval, fromlist, level))
+            elif op == "IMPORT_FROM":
+                push(self._import_from(stack[-1], ins.argval))
             else:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
+
+    def _import(self, f, name, fromlist, level):
+        """`import name` / `from name import ...`: a module already loaded is read from
+        sys.modules, with an identity guard, so the trace sees it as the program does; one not
+        loaded yet is imported for real, which ends the trace (importing runs module code)."""
+        absname = name
+        if level:
+            package = f.globals.get("__package__") or f.globals.get("__name__", "")
+            absname = importlib.util.resolve_name("." * level + name, package)
+        want = absname if fromlist else absname.partition(".")[0]
+        mod = sys.modules.get(want)
+        loaded = absname in sys.modules and mod is not None and \
+            all(hasattr(sys.modules[absname], n) for n in (fromlist or ()) if n != "*")
+        if not loaded:
+            self.abort(f"imports {absname}, which is not loaded yet")
+            self._effect(f"importing {absname}")
+            return (builtins.__import__(name, f.globals, None, fromlist, level), None)
+        src = self.guards.const_source(sys.modules).item(want)
+        self.touch(mod, src)
+        return (mod, src)
+
+    def _import_from(self, mp, name):
+        mod, msrc = mp
+        try:
+            v = getattr(mod, name)
+        except AttributeError:
+            full = f"{getattr(mod, '__name__', '')}.{name}"
+            if full not in sys.modules:
+                raise ImportError(f"cannot import name '{name}' from '{getattr(mod, '__name__', mod)}'") from None
+            src = self.guards.const_source(sys.modules).item(full)
+            self.touch(sys.modules[full], src)
+            return (sys.modules[full], src)
+        src = msrc.attr(name) if msrc is not None else None
+        self.touch(v, src)
+        return (v, src)
 
     def _guard_module_call(self, m, msrc):
         """What nn.Module.__call__ of sourced module m would do differently on a later call: the
@@ -1074,9 +1223,53 @@ class Interpreter:
         self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f), "trace cut (config.max_trace_ops)"),
                         live)
 
+    def _stitch(self, why):
+        """Ends the trace right before the current CALL, which is not recordable (why), as a
+        *stitch*: the trace's outputs are the live tensors, and its cut exit carries a snapshot of
+        the frames as they will be *after* the call, with the call's result as one more live
+        value (("live", n)), plus the call itself (`step`: its callable and arguments, encoded like
+        the frames). On later calls the front end runs the trace, makes that one call for real,
+        and goes on in a trace recorded from after it (frontend._continue_at_exit). False when
+        the state cannot be carried (then the recording aborts, as before)."""
+        from .snapshot import FrameState, NoSnapshot, Snapshot
+
+        if not config.stitch or self.nopython or not self.recording or self._start is None or not self.frames or \
+                self._start[0] is not self.frames[-1]:
+            return False
+        f, ip, stack, kw_names, mutated = self._start
+        ins = f.dec.insts[ip]
+        if ins.opname != "CALL" or self.rec.mutated != mutated or len(stack) < ins.arg + 2:
+            return False
+        # inside a try or with block the call's exception would belong to a handler of the frame,
+        # which a call made between two traces cannot reach
+        if any(fr.dec.handlers and fr.dec.handler_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
+               for fr in self.frames):
+            return False
+        live, index = [], {}
+        saved_stack, saved_kw = f.stack, f.kw_names
+        f.stack, f.kw_names = stack, kw_names
+        try:
+            frames = self._snapshot_frames(f, ip, live, index)
+        except NoSnapshot:
+            return False
+        finally:
+            f.stack, f.kw_names = saved_stack, saved_kw
+        inner = frames[-1]
+        k = len(inner.stack) - (ins.arg + 2)
+        step = (inner.stack[k:], tuple(kw_names or ()))
+        frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals,
+                                inner.stack[:k] + [("live", len(live))], ())
+        snap = Snapshot(frames, self.guards._consts, self._where(f), f"stitch: {why}")
+        snap.step = step
+        self.rec.cut = (snap, live)
+        self.rec.stitch_reason = why
+        return True
+
     def _snapshot_frames(self, f, resume_ip, live, index):
         from .snapshot import FrameState, NoSnapshot, encode
 
+        if torch.is_grad_enabled() != self.grad_at_start:
+            raise NoSnapshot("grad mode differs from the trace's start here (inside torch.no_grad() or the like)")
         if any(fr.code.co_flags & CO_GENERATOR for fr in self.frames):
             # a generator's frame runs under whatever iterates it (all(), list(), ...), which
             # cannot be rebuilt in Python

@@ -80,6 +80,7 @@ class Recorder(TorchDispatchMode):
         self.abort_where = None   # "file:line" of the bytecode where the recording ended
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
+        self.stitch_reason = None  # why, when the cut is a stitch (before a call not recordable)
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
         self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
         self._restride = False  # the op being recorded is an as_strided that keeps its argument's elements
@@ -134,7 +135,9 @@ class Recorder(TorchDispatchMode):
             v.dim() == 0 and v.device.type == "cpu"
 
     def abort(self, reason):
-        if self.abort_reason is None:
+        # after a cut (or a stitch) the trace has ended: what the rest of the call does is the
+        # next trace's business
+        if self.abort_reason is None and self.cut is None:
             self.abort_reason = reason
 
     # -- operands ------------------------------------------------------------------------

@@ -61,6 +61,7 @@ class Snapshot:
         self.retry_at = 0   # back-off: exit count before the next recording attempt
         self.blacklisted = None
         self.linked = False  # a side trace is linked natively (the C API) to this exit
+        self.step = None     # a stitch: (specs of the CALL's stack operands, keyword names)
 
 
 _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,
@@ -90,8 +91,10 @@ def encode(interp, x, src, live, live_index):
             live_index[id(x)] = len(live)
             live.append(x)
         return ("live", live_index[id(x)])
-    if src is not None:
+    if src is not None and not src.expr.startswith("x["):
         return ("src", src.expr)
+    # (a value a side trace read as x[i] -- a stitch's result -- is encoded by what it is: the
+    # next exit's x is another one)
     t = type(x)
     if t is types.BuiltinMethodType and x.__self__ is not None and not isinstance(x.__self__, types.ModuleType):
         # x0.masked_select on the stack: bound to this call's object, which must be this call's again
@@ -243,6 +246,30 @@ def _decode_pair(spec, env, live, interp):
         return decode(spec, env, live), None
     interp.touch(v, src)
     return v, src
+
+
+def run_step(snap, fn, args, kwargs, live):
+    """Makes the call a stitch snapshot stands before, as CPython 3.11's CALL would (the stack
+    holds NULL and the callable, or a method and its self, then the arguments; the last
+    len(kw_names) are keywords), and returns its result. Rebuilding the operands can fail
+    (ResumeFailed, nothing of the call made yet); the call's own exception propagates."""
+    from .interpreter import _NULL
+
+    env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
+    specs, kw_names = snap.step
+    try:
+        ops = [decode(s, env, live) for s in specs]
+    except Exception as e:  # noqa: BLE001
+        raise ResumeFailed(f"cannot rebuild the call at {snap.where}: {type(e).__name__}: {e}") from e
+    first, second, items = ops[0], ops[1], ops[2:]
+    if first is _NULL:
+        callee = second
+    else:
+        callee, items = first, [second] + items
+    if kw_names:
+        n = len(items) - len(kw_names)
+        return callee(*items[:n], **dict(zip(kw_names, items[n:])))
+    return callee(*items)
 
 
 def resume(snap, fn, args, kwargs, live, interp=None):

@@ -179,7 +179,7 @@ def test_inplace_mutation_of_inputs_matches_eager():
         assert abs(r1.item() - r2.item()) <= 1e-6 * a2.abs().sum().item(), (r1, r2)
 
 
-def test_side_effects_fall_back_and_happen_once(capsys):
+def test_side_effects_are_stitched_and_happen_once(capsys):
     log = []
 
     def f(x):
@@ -195,9 +195,11 @@ def test_side_effects_fall_back_and_happen_once(capsys):
     assert capsys.readouterr().out.count("hello") == 3
     assert log == [1, 1, 1]
     c = dynamo.counters()
-    assert c["native_runs"] == 0 and c["aborts"] >= 1
+    # print and log.append are stitches; call 2 records the trace after print, whose guard on
+    # log's length (the call appends to it) fails on call 3, which records it again
+    assert c["aborts"] == 0 and c["stitches"] == 1 + 1 and c["stitch_traces"] == 2, c
     e = dynamo.explain(f, x)
-    assert "print" in str(e) and e.traces == []
+    assert "print" in str(e)
 
 
 def test_branch_on_tensor_is_a_side_exit():
