@@ -152,6 +152,21 @@ def _is_torch_callable(fn):
     return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
 
 
+_FROM_DATA = {torch.tensor, torch.as_tensor}
+
+
+def _numbers(v, depth=0):
+    """v is a number or bool, or a (nested) list/tuple of them."""
+    if type(v) in (int, float, bool):
+        return True
+    return type(v) in (list, tuple) and depth < 8 and all(_numbers(x, depth + 1) for x in v)
+
+
+def _freeze(v):
+    """v with its lists made tuples (a constant the guards may hold: it cannot change)."""
+    return tuple(_freeze(x) for x in v) if type(v) in (list, tuple) else v
+
+
 def _plain_class(fn):
     """A Python class whose instances are made by object.__new__ and whose __init__ is Python
     code (or object's): calling it can be interpreted."""
@@ -421,6 +436,10 @@ class Interpreter:
         if fn in _LINEAR and _mixed_bias(args, kwargs):
             return self._opaque(fnp, args, kwargs, "linear with a bias of another dtype (recorded under the "
                                                    "dispatch mode, torch 1.13 adds it out of place and promotes)")
+        if fn in _FROM_DATA and self.recording:
+            made = self._from_data(fn, args, kwargs)
+            if made is not None:
+                return made
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
@@ -462,6 +481,33 @@ class Interpreter:
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    def _from_data(self, fn, args, kwargs):
+        """torch.tensor(data) / as_tensor(data) of Python numbers (nested lists or tuples; dtype
+        and device by value): the numbers are constants or guarded reads, so the tensor is the
+        same on every call that passes the guards. It becomes a trace input whose source makes
+        it again from those numbers, held by the guards (`c7(c8, dtype=c9)`); None when the data
+        are anything else (the call is then recorded, and the recorder refuses it)."""
+        a = [v for v, _ in args]
+        k = {n: v for n, (v, _) in kwargs.items()}
+        if not a or set(k) - {"dtype", "device"} or not all(_numbers(v) for v in a[:1]) or \
+                not all(plain(v) for v in list(a[1:]) + list(k.values())):
+            return None
+        for v, s in list(args) + list(kwargs.values()):
+            self._touch_elements(v, s)
+        frozen = [_freeze(v) for v in a]
+        self.rec.paused += 1
+        try:
+            with self._outside_recorder():
+                t = fn(*frozen, **k)
+        finally:
+            self.rec.paused -= 1
+        c = self.guards.const_source
+        parts = [c(v).expr for v in frozen] + [f"{n}={c(v).expr}" for n, v in k.items()]
+        src = Source(f"{c(fn).expr}({', '.join(parts)})")
+        self.keep.append(t)
+        self.touch(t, src)
+        return (t, src)
 
     def _instantiate(self, cls, args, kwargs):
         """cls(*args) for a plain Python class (object.__new__, no metaclass): a new object of

@@ -184,3 +184,28 @@ def test_warnings_catch_inside_the_function():
     for _ in range(3):
         x = torch.randn(8)
         assert torch.allclose(dynamo.optimize(f)(x), f(x))
+
+
+def test_tensor_from_guarded_python_numbers_is_an_input_made_again_each_call():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = [1.0, 2.0, 3.0]
+
+        def forward(self, x):
+            w = torch.tensor(self.scale, dtype=torch.float32)
+            n = torch.tensor(x.shape[0])
+            return x * w + torch.as_tensor([[0.5, 0.25, 0.125]]) + n
+
+    m = M()
+    opt = dynamo.optimize(m)
+    for i in range(6):
+        if i == 3:
+            m.scale[1] = -7.0  # read by value: the trace must see the change
+        x = randn(i, 2 + i % 2, 3)
+        got = opt(x)
+        m_scale = list(m.scale)
+        want = x * torch.tensor(m_scale) + torch.tensor([[0.5, 0.25, 0.125]]) + x.shape[0]
+        assert torch.allclose(got, want), i
+    c = dynamo.counters()
+    assert c["aborts"] == 0 and c["native_runs"] >= 2, c
