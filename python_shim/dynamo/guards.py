@@ -37,7 +37,12 @@ def torch_state():
     default dtype, CPU and CUDA autocast (enabled, dtype), deterministic algorithms."""
     return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_autocast_cpu_enabled(),
             torch.get_autocast_cpu_dtype(), torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype(),
-            torch.are_deterministic_algorithms_enabled())
+            _deterministic())
+
+
+# torch.are_deterministic_algorithms_enabled() without its Python wrapper (torch_state() runs in
+# every guard function, on every call)
+_deterministic = getattr(torch._C, "_get_deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
 
 
 TORCH_STATE_TEXT = "grad mode, default dtype, autocast (cpu, cuda), deterministic algorithms"
