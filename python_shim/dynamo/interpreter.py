@@ -702,11 +702,13 @@ class Interpreter:
                     push((_NULL, None))
                 push(self.load_attr(obj, osrc, name))
             elif op == "STORE_ATTR":
+                if id(stack[-1][0]) not in self.local_objs:
+                    why = f"sets attribute {ins.argval} of an object from outside the function"
+                    if not self._stitch_store(f, why, "setattr", ins.argval):
+                        self.abort(why)
+                    self._effect(f"setting attribute {ins.argval}")
                 obj, _ = pop()
                 v, _ = pop()
-                if id(obj) not in self.local_objs:
-                    self.abort(f"sets attribute {ins.argval} of an object from outside the function")
-                    self._effect(f"setting attribute {ins.argval}")
                 setattr(obj, ins.argval, v)
             elif op == "MAKE_CELL":
                 v = f.locals[arg]
@@ -843,15 +845,15 @@ class Interpreter:
                 self.touch(v, src)
                 push((v, src))
             elif op == "STORE_SUBSCR":
+                if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
+                    # (a tensor's item assignment is an in-place write, recorded at ATen)
+                    why = "item assignment into an object from outside the function"
+                    if not self._stitch_store(f, why, "setitem", None):
+                        self.abort(why)
+                    self._effect("item assignment")
                 key = pop()
                 obj = pop()[0]
                 v = pop()[0]
-                if id(obj) not in self.local_objs:
-                    if isinstance(obj, torch.Tensor):
-                        pass  # an in-place tensor write: recorded at ATen
-                    else:
-                        self.abort("item assignment into an object from outside the function")
-                        self._effect("item assignment")
                 if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
                     # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
                     # Tensor.__setitem__ does) is made here by a traced op instead of from Python
@@ -1277,17 +1279,28 @@ class Interpreter:
         the frames). On later calls the front end runs the trace, makes that one call for real,
         and goes on in a trace recorded from after it (frontend._continue_at_exit). False when
         the state cannot be carried (then the recording aborts, as before)."""
-        from .snapshot import FrameState, NoSnapshot, Snapshot
-
-        if not config.stitch or self.nopython or not self.recording or self._start is None or not self.frames or \
-                self._start[0] is not self.frames[-1]:
+        if self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
             return False
         f, ip, stack, kw_names, mutated = self._start
         ins = f.dec.insts[ip]
-        if ins.opname != "CALL" or self.rec.mutated != mutated or len(stack) < ins.arg + 2:
+        if ins.opname != "CALL" or self.rec.mutated != mutated:
             return False
-        # inside a try or with block the call's exception would belong to a handler of the frame,
-        # which a call made between two traces cannot reach
+        return self._stitch_at(f, ip, stack, kw_names, why, "call", ins.arg + 2, tuple(kw_names or ()), True)
+
+    def _stitch_store(self, f, why, kind, extra):
+        """A stitch at the STORE_ATTR (kind "setattr", extra the name) or STORE_SUBSCR ("setitem")
+        now at f.ip - 1, into an object from outside the call, before its operands are popped:
+        the step makes the store for real on later calls, between the two traces."""
+        return self._stitch_at(f, f.ip - 1, f.stack, f.kw_names, why, kind, 2 if kind == "setattr" else 3, extra,
+                               False)
+
+    def _stitch_at(self, f, ip, stack, kw_names, why, kind, nops, extra, pushes):
+        from .snapshot import FrameState, NoSnapshot, Snapshot
+
+        if not config.stitch or self.nopython or not self.recording or len(stack) < nops:
+            return False
+        # inside a try or with block the step's exception would belong to a handler of the
+        # frame, which a step made between two traces cannot reach
         if any(fr.dec.handlers and fr.dec.handler_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
                for fr in self.frames):
             return False
@@ -1301,12 +1314,11 @@ class Interpreter:
         finally:
             f.stack, f.kw_names = saved_stack, saved_kw
         inner = frames[-1]
-        k = len(inner.stack) - (ins.arg + 2)
-        step = (inner.stack[k:], tuple(kw_names or ()))
-        frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals,
-                                inner.stack[:k] + [("live", len(live))], ())
+        k = len(inner.stack) - nops
+        after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
+        frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, ())
         snap = Snapshot(frames, self.guards._consts, self._where(f), f"stitch: {why}")
-        snap.step = step
+        snap.step = (kind, inner.stack[k:], extra)
         self.rec.cut = (snap, live)
         self.rec.stitch_reason = why
         return True

@@ -61,7 +61,8 @@ class Snapshot:
         self.retry_at = 0   # back-off: exit count before the next recording attempt
         self.blacklisted = None
         self.linked = False  # a side trace is linked natively (the C API) to this exit
-        self.step = None     # a stitch: (specs of the CALL's stack operands, keyword names)
+        self.step = None     # a stitch: (kind, specs of its stack operands, extra): "call" (extra: the
+        #                      keyword names), "setattr" (the name), "setitem"
         self.step_fn = None  # the step's operands as one compiled function (a, k, g, f, x) -> list
 
 
@@ -280,7 +281,7 @@ def compile_step(snap):
     the specs on every call (eval of each source's text) cost ~15 us. None when a spec has no
     expression form (then run_step decodes them one by one)."""
     names = {}
-    parts = [_step_expr(sp, names) for sp in snap.step[0]]
+    parts = [_step_expr(sp, names) for sp in snap.step[1]]
     if None in parts:
         return None
     env = dict(snap.consts, Tensor=torch.Tensor, torch=torch, **names)
@@ -289,13 +290,14 @@ def compile_step(snap):
 
 
 def run_step(snap, fn, args, kwargs, live):
-    """Makes the call a stitch snapshot stands before, as CPython 3.11's CALL would (the stack
-    holds NULL and the callable, or a method and its self, then the arguments; the last
-    len(kw_names) are keywords), and returns its result. Rebuilding the operands can fail
-    (ResumeFailed, nothing of the call made yet); the call's own exception propagates."""
+    """Makes the step a stitch snapshot stands before and returns its result: a call as
+    CPython 3.11's CALL makes it (the stack holds NULL and the callable, or a method and its
+    self, then the arguments; the last len(kw_names) are keywords), or STORE_ATTR's setattr(obj,
+    name, value) / STORE_SUBSCR's container[key] = value (None). Rebuilding the operands can fail
+    (ResumeFailed, nothing of the step made yet); the step's own exception propagates."""
     from .interpreter import _NULL
 
-    specs, kw_names = snap.step
+    kind, specs, extra = snap.step
     try:
         if snap.step_fn is None:
             snap.step_fn = compile_step(snap) or False
@@ -306,6 +308,13 @@ def run_step(snap, fn, args, kwargs, live):
             ops = [decode(s, env, live) for s in specs]
     except Exception as e:  # noqa: BLE001
         raise ResumeFailed(f"cannot rebuild the call at {snap.where}: {type(e).__name__}: {e}") from e
+    if kind == "setattr":  # stack: value, object
+        setattr(ops[1], extra, ops[0])
+        return None
+    if kind == "setitem":  # stack: value, container, key
+        ops[1][ops[2]] = ops[0]
+        return None
+    kw_names = extra
     first, second, items = ops[0], ops[1], ops[2:]
     if first is _NULL:
         callee = second

@@ -951,6 +951,7 @@ def overlapping_views():
 RECORDED_NOW = [
     Fallback("print", fb_print, lambda: (rn(3),), "stitch"),
     Fallback("append_outer_list", fb_append, lambda: (rn(4),), None),
+    Fallback("setattr_outer_object", fb_setattr, lambda: (rn(4),), "stitch"),
     Fallback("try_except", fb_try_except, lambda: (rn(4),), None),
     Fallback("with_block", fb_with_block, lambda: (rn(4),), None),
     Fallback("tolist_control_flow", fb_tolist, lambda: (rn(5),), "stitch"),
@@ -959,7 +960,6 @@ RECORDED_NOW = [
 ]
 
 FALLBACKS = [
-    Fallback("setattr_outer_object", fb_setattr, lambda: (rn(4),), "sets attribute value"),
     Fallback("generator_function", gen_fn, lambda: (rn(4),), "a generator function"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
     Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
@@ -1032,6 +1032,8 @@ def test_once_fallback_program_is_recorded(p, capsys):
         assert capsys.readouterr().out.count("fb_print called") == 2 * 2 * CALLS
     if p.fn is fb_append:
         assert OUTSIDE_LOG == [4] * (2 * 2 * CALLS)
+    if p.fn is fb_setattr:
+        assert BOX.value == 7
     # fb_tolist: the trace after its stitch depends on the numbers read, so it keeps falling back;
     # fb_append: the outside list is guarded by its length, which the call itself changes
     if p.fn not in (fb_tolist, fb_append):

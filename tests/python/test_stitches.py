@@ -283,3 +283,35 @@ def test_stitch_off_aborts_as_before():
         assert c["stitches"] == 0 and c["aborts"] >= 1 and c["traces_compiled"] == 0
     finally:
         dynamo.config.stitch = True
+
+
+def test_setting_an_attribute_of_self_and_an_outside_dict_item():
+    store = {}
+
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.last = None
+
+        def forward(self, x):
+            y = self.lin(x).relu()
+            self.last = y          # a stitch: the store happens between the two traces
+            store["y"] = y * 2     # likewise
+            return y + 1
+
+    net = Cache().eval()
+    ref = copy.deepcopy(net)
+    opt = dynamo.optimize(net)
+    hist = []
+    with torch.no_grad():
+        for i in range(6):
+            x = torch.randn(3, 4)
+            want = ref(x)
+            want_store = ref.last * 2
+            got = opt(x)
+            assert torch.allclose(got, want, atol=1e-6), i
+            assert torch.allclose(net.last, ref.last, atol=1e-6) and torch.allclose(store["y"], want_store), i
+            hist.append(dynamo.counters())
+    assert_native_after(hist, k=3)  # two stitches: calls 2 and 3 record the traces after them
+    assert hist[-1]["aborts"] == 0
