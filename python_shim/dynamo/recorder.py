@@ -287,10 +287,10 @@ class Recorder(TorchDispatchMode):
 
         if func in _SPLITS:  # several views of one input: a slice (or select) each
             src = self._operand(vals[0])
-            for o, text in zip(outs, _split_views(func, vals, outs, src)):
+            for o, (text, vf, vv) in zip(outs, _split_views(func, vals, outs, src)):
                 res = self._new()
                 self.lines.append(f"  {res} = {text} : {type_text(o)}")
-                self._note_view(o, vals[0], func, vals)
+                self._note_view(o, vals[0], vf, vv)  # as the slice it is: writes through it are traced
                 self._bind(o, res)
             return
         view = self._view_text(func, vals, outs[0])
@@ -387,6 +387,22 @@ class Recorder(TorchDispatchMode):
         self.view_of[id(out)] = (parent, func, vals)
         self.views.setdefault(id(parent), []).append(out)
 
+    def _retake_views(self, t, why):
+        kids, self.views[id(t)] = self.views.pop(id(t), []), []
+        for v in kids:
+            parent, vf, vv = self.view_of[id(v)]
+            text = self._view_text(vf, [parent] + list(vv[1:]), v) if id(v) not in self.poison else None
+            if text is None:
+                self.vals.pop(id(v), None)
+                self.poison[id(v)] = why
+                self._poison_views(v, why)
+                continue
+            n = self._new()
+            self.lines.append(f"  {n} = {text} : {type_text(v)}")
+            self._bind(v, n)
+            self.views[id(t)].append(v)
+            self._retake_views(v, why)
+
     def _poison_views(self, t, why):
         """Every view taken of t (transitively) aliases memory about to change: later uses abort."""
         for v in self.views.pop(id(t), []):
@@ -423,10 +439,8 @@ class Recorder(TorchDispatchMode):
             fn, vals = self._scalar_args(fn, vals, None, check=False)
             res = self._extern(fn, vals, [None], types=type_text(dst))[0]
         new, cur = res, dst
-        chain = []  # (view, parent, op, its arguments) from dst up to the base
         while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
             parent, vf, vv = self.view_of[id(cur)]
-            chain.append((cur, parent, vf, vv))
             inverse = _inverse_view(vf, vv, parent, new)
             if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
                 raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
@@ -450,8 +464,6 @@ class Recorder(TorchDispatchMode):
         bname = self.vals.get(id(base))
         if bname is None:
             raise Abort(self.poison.get(id(base)) or f"{name} writes into a view of a tensor of unknown origin")
-        self._poison_views(base, f"a view of a tensor that {name} wrote into afterwards (aliasing views are "
-                                 "not traced after a write)")
         if bname not in self.input_names and new in self.input_names:
             # a temporary now holds an input's values (t.copy_(x)), not its memory: a value of its
             # own, so that a later write into the temporary is not taken for a write into x
@@ -465,18 +477,12 @@ class Recorder(TorchDispatchMode):
             self.input_names.add(n)  # later in-place ops still write the input's memory
             new = n
         self.vals[id(base)] = new
-        for view, parent, vf, vv in reversed(chain):
-            # The views written through are views of the new contents again (not copies of the values
-            # written): returned, or live at an exit, they alias the base as in eager; a later write
-            # into the base poisons them again.
-            self.poison.pop(id(view), None)
-            text = self._view_text(vf, [parent] + list(vv[1:]), view)
-            if text is None:
-                raise Abort(f"{name} wrote through a {vf._schema.name} view, which cannot be taken again")
-            n = self._new()
-            self.lines.append(f"  {n} = {text} : {type_text(view)}")
-            self._bind(view, n)
-            self._note_view(view, parent, vf, vv)
+        # Every view of the base (the ones written through, their siblings -- the other pieces of
+        # a split --, views of views) sees the new contents, as in eager, where they share its
+        # memory: each is taken again, of the new value of its parent. One that cannot be taken
+        # again (a view the IR records as a copy, such as a diagonal) is poisoned: using it aborts.
+        self._retake_views(base, f"a view of a tensor that {name} wrote into afterwards (this kind of view is "
+                                 "not traced after a write)")
 
     def _view_text(self, func, v, out):
         """IR text of a view op (without result type), or None for non-views."""
@@ -626,16 +632,17 @@ _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int,
 
 
 def _split_views(func, v, outs, src):
-    """IR text of each output of a split/unbind of v[0] along its dim, as slice/select views."""
+    """Each output of a split/unbind of v[0] along its dim as a slice/select view: (IR text, the
+    view op, its arguments)."""
     t = v[0]
     if func is _aten.unbind.int:
         dim = (v[1] if len(v) > 1 else 0) % max(t.dim(), 1)
-        return [f"select({src}, {dim}, {k})" for k in range(len(outs))]
+        return [(f"select({src}, {dim}, {k})", _aten.select.int, [t, dim, k]) for k in range(len(outs))]
     dim = (v[2] if len(v) > 2 else 0) % max(t.dim(), 1)
     texts, start = [], 0
     for o in outs:
         end = start + o.shape[dim]
-        texts.append(f"slice({src}, {dim}, {start}, {end}, 1)")
+        texts.append((f"slice({src}, {dim}, {start}, {end}, 1)", _aten.slice.Tensor, [t, dim, start, end, 1]))
         start = end
     return texts
 

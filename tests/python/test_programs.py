@@ -957,16 +957,16 @@ RECORDED_NOW = [
     Fallback("tolist_control_flow", fb_tolist, lambda: (rn(5),), "stitch"),
     Fallback("import_bytecode", fb_import, lambda: (rn(3),), None),
     Fallback("torch_tensor_inside", fb_torch_tensor, lambda: (rn(3),), None),
+    # a view read after a write into its base sees the new contents: it is taken again of them
+    Fallback("view_read_after_write", fb_stale_view, lambda: (rn(3, 3),), None),
+    Fallback("view_written_then_base_written", fb_view_written_then_base, lambda: (rn(3, 4),), None),
 ]
 
 FALLBACKS = [
     Fallback("generator_function", gen_fn, lambda: (rn(4),), "a generator function"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
     Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
-    Fallback("view_read_after_write", fb_stale_view, lambda: (rn(3, 3),), "aliasing views are not traced"),
-    Fallback("view_written_then_base_written", fb_view_written_then_base, lambda: (rn(3, 4),),
-             "aliasing views are not traced"),
-    Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "aliasing views are not traced"),
+    Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "not traced after a write"),
     Fallback("write_through_diagonal", fb_write_through_diagonal, lambda: (rn(4, 4),),
              "writes through a view made by aten::diagonal"),
     Fallback("inplace_on_overlapping_views", fb_inplace_on_view, overlapping_views, "a view of another tensor"),
