@@ -42,6 +42,7 @@ class KernelEmitter {
   int64_t numel() const { return total; }
   Function *partial() const { return part_fn; }  // split reductions: the parallel partial kernel
   const std::vector<int32_t> &slot_table() const { return local_slots; }  // what the caller passes
+  const std::vector<int64_t> &slot_offsets() const { return local_offsets; }  // bytes added to each
   // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
   // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
   int gpu_block_threads() const { return gpu_block; }
@@ -69,13 +70,22 @@ class KernelEmitter {
   int lanes = 16;
   Function *F = nullptr;
   Value *slots = nullptr;
-  std::map<int32_t, Value *> base;                   // slot -> base pointer
-  // CPU kernels address a table of their own (the slots they use, in order of first use),
-  // which the trace function fills before each call: kernels that differ only in which
-  // slots they touch are then the same code, compiled once. GPU kernels use the global table.
+  std::map<int32_t, Value *> base;                   // pattern slot -> base pointer
+  // CPU kernels address a table of their own (the (slot, byte offset) pairs they use, in order
+  // of first use), which the trace function fills before each call with each slot's pointer
+  // plus the offset: kernels that differ only in which slots they touch, or where in them they
+  // start (the steps of an unrolled loop over slices), are then the same code, compiled once.
+  // On the CPU each pattern's slot is then its table index and its offset 0 (fold_offsets).
+  // GPU kernels use the global table.
   std::vector<int32_t> local_slots;                  // local index -> global slot
-  std::map<int32_t, int32_t> local_of;               // global slot -> local index
-  Value *slot_addr(int32_t global);                  // &table[slot] in the current function
+  std::vector<int64_t> local_offsets;                // local index -> bytes past the slot's pointer
+  std::map<std::pair<int32_t, int64_t>, int32_t> local_of;  // (global slot, bytes) -> local index
+  bool folded = false;
+  void fold_offsets();
+  int32_t local_index(int32_t global, int64_t bytes);
+  Value *slot_addr(int32_t global);                  // &table[slot] in the current function (GPU:
+                                                     // the global table; CPU: the slot at offset 0)
+  Value *local_addr(int32_t index);                  // &table[index] (CPU)
   Value *flag = nullptr;                             // alloca i32: runtime error code
   MDNode *scope_read = nullptr, *scope_write = nullptr;
 

@@ -114,25 +114,41 @@ void KernelEmitter::begin_function(const std::string &name) {
   slots = F->getArg(0);
   flag = B.CreateAlloca(B.getInt32Ty());
   B.CreateStore(B.getInt32(0), flag);
+  fold_offsets();
   for (const Pattern &pt : pats) {
     if (base.count(pt.slot)) continue;
-    Value *b = B.CreateLoad(B.getPtrTy(), slot_addr(pt.slot), "slot" + std::to_string(pt.slot));
+    Value *b = B.CreateLoad(B.getPtrTy(), opt.gpu ? slot_addr(pt.slot) : local_addr(pt.slot),
+                            "slot" + std::to_string(pt.slot));
     // GPU: tensors are in global memory; saying so gives ld/st.global instead of generic ones.
     base[pt.slot] = opt.gpu ? B.CreateAddrSpaceCast(b, PointerType::get(C, 1)) : b;
   }
   outer_off.assign(pats.size(), B.getInt64(0));
 }
 
-Value *KernelEmitter::slot_addr(int32_t global) {
-  int32_t index = global;
-  if (!opt.gpu) {
-    auto it = local_of.find(global);
-    if (it == local_of.end()) {
-      it = local_of.emplace(global, (int32_t)local_slots.size()).first;
-      local_slots.push_back(global);
-    }
-    index = it->second;
+void KernelEmitter::fold_offsets() {
+  if (folded || opt.gpu) return;
+  folded = true;
+  for (Pattern &pt : pats) {
+    pt.slot = local_index(pt.slot, pt.offset * (int64_t)dtype_bytes(pt.dt));
+    pt.offset = 0;
   }
+}
+
+int32_t KernelEmitter::local_index(int32_t global, int64_t bytes) {
+  auto it = local_of.find({global, bytes});
+  if (it == local_of.end()) {
+    it = local_of.emplace(std::make_pair(global, bytes), (int32_t)local_slots.size()).first;
+    local_slots.push_back(global);
+    local_offsets.push_back(bytes);
+  }
+  return it->second;
+}
+
+Value *KernelEmitter::slot_addr(int32_t global) {
+  return B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, opt.gpu ? global : local_index(global, 0));
+}
+
+Value *KernelEmitter::local_addr(int32_t index) {
   return B.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, index);
 }
 
@@ -768,6 +784,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     int32_t ext;
     int32_t optional_slot;
     std::vector<int32_t> table;  // kernels: the global slots of their local table
+    std::vector<int64_t> offsets;  // and the bytes added to each slot's pointer
   };
   std::vector<Call> calls;
   std::unordered_map<uint64_t, std::vector<std::pair<Function *, Function *>>> emitted;  // hash -> (kernel, partial)
@@ -801,12 +818,13 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     table_size = std::max(table_size, table.size());
     if (part) {  // a split reduction: partial states in parallel, then the merge
       int64_t chunks = p.groups[s.index].split_chunks;
-      calls.push_back({true, part, chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1, table});
-      calls.push_back({true, k, 1, 1, -1, -1, table});
+      calls.push_back({true, part, chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1, table,
+                       ke.slot_offsets()});
+      calls.push_back({true, k, 1, 1, -1, -1, table, ke.slot_offsets()});
       continue;
     }
     calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
-                     p.groups[s.index].optional_slot, table});
+                     p.groups[s.index].optional_slot, table, ke.slot_offsets()});
   }
   if (num_kernels) *num_kernels = nk;
 
@@ -826,9 +844,11 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     }
     Value *st;
     if (c.kernel) {
-      for (size_t i = 0; i < c.table.size(); ++i)  // pointers, or a scalar input's 8 bytes
-        B.CreateStore(B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.table[i])),
-                      B.CreateConstInBoundsGEP1_64(ptr_ty, ktable, i));
+      for (size_t i = 0; i < c.table.size(); ++i) {  // pointers (plus offsets), or a scalar input's 8 bytes
+        Value *v = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.table[i]));
+        if (c.offsets[i]) v = B.CreateGEP(B.getInt8Ty(), v, B.getInt64(c.offsets[i]));
+        B.CreateStore(v, B.CreateConstInBoundsGEP1_64(ptr_ty, ktable, i));
+      }
       int64_t numel = c.n0 * c.inner;
       if (opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1) {
         int64_t grain = std::max<int64_t>(1, (opt.parallel_min_elems / 2) / c.inner);
