@@ -17,12 +17,12 @@
 #include <cstring>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/ObjectCache.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LLVMContext.h>
@@ -33,7 +33,10 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/Transforms/Utils/Cloning.h>
+#include <llvm/Transforms/Utils/SplitModule.h>
 #include <llvm/Target/TargetMachine.h>
 
 namespace dynamo::jit {
@@ -211,13 +214,14 @@ bool read_trusted(const std::string &path, std::string *out, std::string *why) {
 // Key: the canonical trace text, the engine's code-generation settings and host CPU, and the
 // identity of this library file (path, size, mtime: a rebuilt library never reuses objects).
 // Files: <hash>.key (first line "<symbol> <kernels>", then the full key, compared on load) and
-// <hash>.o, each written to a temporary name and renamed (concurrent writers are safe). A file
-// that does not read back, match or link is ignored with one warning line, and recompiled.
-struct DiskCache : ObjectCache {
+// <hash>.o (the trace's objects, one per part compiled in parallel: a line "dynamo-objects
+// <n> <size>...", then their bytes), each written to a temporary name and renamed (concurrent
+// writers are safe). A file that does not read back, match or link is ignored with one warning
+// line, and recompiled.
+struct DiskCache {
   std::string dir;
   uint64_t max_bytes = 512ull << 20;
   std::mutex mu;
-  std::map<std::string, std::string> pending_key;  // module id -> key file contents to write
 
   static std::string library_identity() {
     Dl_info info{};
@@ -256,21 +260,31 @@ struct DiskCache : ObjectCache {
     return true;
   }
 
-  void notifyObjectCompiled(const Module *m, MemoryBufferRef obj) override {
-    std::string id = m->getModuleIdentifier(), key;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = pending_key.find(id);
-      if (it == pending_key.end()) return;
-      key = std::move(it->second);
-      pending_key.erase(it);
-    }
-    // The object first: a reader that finds the key also finds a complete object.
-    if (write_atomic(dir + "/" + id + ".o", obj.getBufferStart(), obj.getBufferSize()))
-      write_atomic(dir + "/" + id + ".key", key.data(), key.size());
+  void store(const std::string &id, const std::string &key, const std::vector<std::string> &objects) {
+    std::string blob = "dynamo-objects " + std::to_string(objects.size());
+    for (const std::string &o : objects) blob += " " + std::to_string(o.size());
+    blob += "\n";
+    for (const std::string &o : objects) blob += o;
+    // The objects first: a reader that finds the key also finds them complete.
+    if (write_atomic(dir + "/" + id + ".o", blob.data(), blob.size())) write_atomic(dir + "/" + id + ".key", key.data(), key.size());
     trim();
   }
-  std::unique_ptr<MemoryBuffer> getObject(const Module *) override { return nullptr; }
+
+  // The objects of a stored blob; false when it is not one.
+  static bool split(const std::string &blob, std::vector<std::string> *objects) {
+    size_t nl = blob.find('\n');
+    if (nl == std::string::npos || blob.compare(0, 15, "dynamo-objects ") != 0) return false;
+    std::istringstream head(blob.substr(15, nl - 15));
+    size_t n = 0, at = nl + 1;
+    if (!(head >> n) || n == 0 || n > 1024) return false;
+    for (size_t i = 0; i < n; ++i) {
+      size_t len = 0;
+      if (!(head >> len) || len > blob.size() - at) return false;
+      objects->push_back(blob.substr(at, len));
+      at += len;
+    }
+    return at == blob.size();
+  }
 
   // Keeps the directory under max_bytes by removing the least recently written entries.
   void trim() {
@@ -308,8 +322,9 @@ void warn_cache(const std::string &msg) {
 struct Engine::Impl {
   std::unique_ptr<LLJIT> jit;
   std::unique_ptr<TargetMachine> tm;
+  std::unique_ptr<JITTargetMachineBuilder> jtmb;  // a target machine per compiling thread
   OptimizationLevel level = OptimizationLevel::O2;
-  std::mutex mu;  // serializes the optimizer's use of tm
+  std::mutex mu;  // serializes the optimizer's use of tm (dumps)
   std::shared_ptr<DiskCache> cache;  // null: no cache (off, or the directory was refused)
   std::string cache_salt;            // settings and library identity, part of every key
   std::atomic<uint64_t> next_dylib{0};
@@ -340,6 +355,7 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   auto tm = jtmb->createTargetMachine();
   if (!tm) compile_fail("creating the target machine", tm.takeError());
   impl_->tm = std::move(*tm);
+  impl_->jtmb = std::make_unique<JITTargetMachineBuilder>(*jtmb);
 
   std::string refused;
   std::string cdir = cache_directory(&refused);
@@ -357,12 +373,6 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   }
   LLJITBuilder builder;
   builder.setJITTargetMachineBuilder(std::move(*jtmb));
-  if (impl_->cache) {
-    ObjectCache *oc = impl_->cache.get();
-    builder.setCompileFunctionCreator([oc](JITTargetMachineBuilder b) -> Expected<std::unique_ptr<IRCompileLayer::IRCompiler>> {
-      return std::make_unique<ConcurrentIRCompiler>(std::move(b), oc);
-    });
-  }
   auto jit = builder.create();
   if (!jit) compile_fail("creating the LLJIT", jit.takeError());
   impl_->jit = std::move(*jit);
@@ -425,6 +435,100 @@ CompiledCode Engine::finish(JITDylib &jd, const std::string &symbol, std::string
   return cc;
 }
 
+namespace {
+
+void optimize(Module &m, TargetMachine &tm, OptimizationLevel level) {
+  LoopAnalysisManager lam;
+  FunctionAnalysisManager fam;
+  CGSCCAnalysisManager cgam;
+  ModuleAnalysisManager mam;
+  PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  ModulePassManager mpm = level == OptimizationLevel::O0 ? pb.buildO0DefaultPipeline(OptimizationLevel::O0)
+                                                         : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(m, mam);
+}
+
+std::string emit_object(Module &m, TargetMachine &tm) {
+  SmallVector<char, 0> buf;
+  raw_svector_ostream os(buf);
+  legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::ObjectFile))
+    dynamo::jit::fail(ErrorCode::Compile, "this target cannot emit object files");
+  pm.run(m);
+  return std::string(buf.data(), buf.size());
+}
+
+// Threads that compile one trace: $DYNAMO_COMPILE_THREADS, else the hardware's, at most 8.
+unsigned compile_threads() {
+  static const unsigned n = [] {
+    const char *e = getenv("DYNAMO_COMPILE_THREADS");
+    long v = e && *e ? strtol(e, nullptr, 10) : (long)std::thread::hardware_concurrency();
+    return (unsigned)std::max(1l, std::min(8l, v));
+  }();
+  return n;
+}
+
+}  // namespace
+
+// The module optimized and emitted as objects: split into parts (LLVM's SplitModule, functions
+// dealt round-robin by size) that threads compile at once, each in an LLVMContext and target
+// machine of its own (a part crosses over as bitcode); one part when it is small.
+std::vector<std::string> Engine::compile_parts(std::unique_ptr<Module> mod) {
+  size_t bodies = 0, insts = 0;
+  for (const Function &f : *mod)
+    if (!f.isDeclaration()) {
+      ++bodies;
+      insts += f.getInstructionCount();
+    }
+  unsigned n = (unsigned)std::min<size_t>({compile_threads(), bodies, std::max<size_t>(1, insts / 2000)});
+  if (n <= 1) {
+    std::unique_ptr<TargetMachine> tm = target_machine();
+    optimize(*mod, *tm, impl_->level);
+    return {emit_object(*mod, *tm)};
+  }
+  std::vector<SmallVector<char, 0>> parts;
+  SplitModule(*mod, n, [&](std::unique_ptr<Module> part) {
+    parts.emplace_back();
+    raw_svector_ostream os(parts.back());
+    WriteBitcodeToFile(*part, os);
+  }, /*PreserveLocals=*/false, /*RoundRobin=*/true);
+  mod.reset();
+  std::vector<std::string> objects(parts.size()), errors(parts.size());
+  auto work = [&](size_t i) {
+    try {
+      LLVMContext ctx;
+      auto m = parseBitcodeFile(MemoryBufferRef(StringRef(parts[i].data(), parts[i].size()), "part"), ctx);
+      if (!m) {
+        errors[i] = "reading a part back: " + take(m.takeError());
+        return;
+      }
+      std::unique_ptr<TargetMachine> tm = target_machine();
+      optimize(**m, *tm, impl_->level);
+      objects[i] = emit_object(**m, *tm);
+    } catch (const std::exception &e) {
+      errors[i] = e.what();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < parts.size(); ++i) pool.emplace_back(work, i);
+  work(0);
+  for (std::thread &th : pool) th.join();
+  for (const std::string &e : errors)
+    if (!e.empty()) dynamo::jit::fail(ErrorCode::Compile, "compiling in parallel: " + e);
+  return objects;
+}
+
+std::unique_ptr<TargetMachine> Engine::target_machine() {
+  auto tm = impl_->jtmb->createTargetMachine();
+  if (!tm) compile_fail("creating a target machine", tm.takeError());
+  return std::move(*tm);
+}
+
 CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
                              bool *from_cache) {
   if (from_cache) *from_cache = false;
@@ -445,11 +549,16 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
         warn_cache(id + ".key does not match this trace and build");
       } else if (!have_obj) {
         warn_cache(why.empty() ? id + ".o is missing" : why);
+      } else if (std::vector<std::string> objects; !DiskCache::split(object, &objects)) {
+        warn_cache(id + ".o is not a dynamo object file");
       } else {
         JITDylib &jd = new_dylib();
-        auto obj = MemoryBuffer::getMemBufferCopy(object, id + ".o");
-        if (auto err = impl_->jit->addObjectFile(jd, std::move(obj))) {
-          warn_cache(id + ".o: " + take(std::move(err)));
+        std::string err;
+        for (const std::string &o : objects)
+          if (auto e = impl_->jit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(o, id + ".o")); e && err.empty())
+            err = take(std::move(e));
+        if (!err.empty()) {
+          warn_cache(id + ".o: " + err);
           if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
         } else {
           CompiledCode cc = finish(jd, symbol, &why);
@@ -482,44 +591,31 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     dump_text(stem + ".plan", [&](raw_ostream &os) { os << describe_plan(t, p); });
     dump_text(stem + ".ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
   }
-  {
+  std::vector<std::string> objects;
+  if (dump) {  // one module, optimized and emitted here, so that the dumps show all of it
     std::lock_guard<std::mutex> lock(impl_->mu);
-    LoopAnalysisManager lam;
-    FunctionAnalysisManager fam;
-    CGSCCAnalysisManager cgam;
-    ModuleAnalysisManager mam;
-    PassBuilder pb(impl_->tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    ModulePassManager mpm = impl_->level == OptimizationLevel::O0
-                                ? pb.buildO0DefaultPipeline(OptimizationLevel::O0)
-                                : pb.buildPerModuleDefaultPipeline(impl_->level);
-    mpm.run(*mod, mam);
-    if (dump) {
-      dump_text(stem + ".opt.ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
+    optimize(*mod, *impl_->tm, impl_->level);
+    dump_text(stem + ".opt.ll", [&](raw_ostream &os) { mod->print(os, nullptr); });
+    dump_text(stem + ".s", [&](raw_fd_ostream &os) {
       std::unique_ptr<Module> copy = CloneModule(*mod);
-      dump_text(stem + ".s", [&](raw_fd_ostream &os) {
-        legacy::PassManager pm;
-        if (impl_->tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile))
-          os << "; this target cannot emit assembly\n";
-        else
-          pm.run(*copy);
-      });
-    }
+      legacy::PassManager pm;
+      if (impl_->tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile))
+        os << "; this target cannot emit assembly\n";
+      else
+        pm.run(*copy);
+    });
+    objects.push_back(emit_object(*mod, *impl_->tm));
+  } else {
+    objects = compile_parts(std::move(mod));
   }
-  if (impl_->cache) {  // the object is written when the compile layer produces it
-    mod->setModuleIdentifier(id);
-    std::lock_guard<std::mutex> lock(impl_->cache->mu);
-    impl_->cache->pending_key[id] = fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + "\n" + key;
-  }
+  if (impl_->cache)
+    impl_->cache->store(id, fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + "\n" + key, objects);
   JITDylib &jd = new_dylib();  // its default tracker owns the code; removing the dylib frees it
-  if (auto err = impl_->jit->addIRModule(jd, ThreadSafeModule(std::move(mod), std::move(ctx)))) {
-    if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
-    compile_fail("adding the module", std::move(err));
-  }
+  for (size_t i = 0; i < objects.size(); ++i)
+    if (auto err = impl_->jit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(objects[i], fn_name + ".part" + std::to_string(i)))) {
+      if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
+      compile_fail("adding the object", std::move(err));
+    }
   std::string why;
   CompiledCode cc = finish(jd, fn_name, &why);
   if (!cc.fn) dynamo::jit::fail(ErrorCode::Compile, "compiling " + fn_name + ": " + why);

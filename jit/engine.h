@@ -6,12 +6,17 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lower_cpu.h"
 
-namespace llvm::orc {
+namespace llvm {
+class Module;
+class TargetMachine;
+namespace orc {
 class JITDylib;
-}  // namespace llvm::orc
+}  // namespace orc
+}  // namespace llvm
 
 namespace dynamo::jit {
 
@@ -33,9 +38,10 @@ class Engine {
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
 
-  // Lowers, optimizes and compiles a planned trace; thread-safe. With DYNAMO_CACHE_DIR set, an
-  // object compiled earlier (by any process) for the same trace and build is loaded instead
-  // (*from_cache = true), and new objects are written there.
+  // Lowers, optimizes and compiles a planned trace (a large one in parts, on
+  // $DYNAMO_COMPILE_THREADS threads, default the hardware's); thread-safe. With the compile
+  // cache on, objects compiled earlier (by any process) for the same trace and build are loaded
+  // instead (*from_cache = true), and new ones are written there.
   CompiledCode compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
                        bool *from_cache = nullptr);
   const LowerOptions &lower_options() const { return lower_opt_; }
@@ -43,6 +49,8 @@ class Engine {
  private:
   llvm::orc::JITDylib &new_dylib();
   CompiledCode finish(llvm::orc::JITDylib &jd, const std::string &symbol, std::string *error);
+  std::vector<std::string> compile_parts(std::unique_ptr<llvm::Module> mod);
+  std::unique_ptr<llvm::TargetMachine> target_machine();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   LowerOptions lower_opt_;
