@@ -767,6 +767,8 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
       FunctionType::get(B.getInt32Ty(), {ptr, ptr, ptr, B.getInt64Ty(), B.getInt64Ty()}, false));
   FunctionCallee ext = mod->getOrInsertFunction(
       "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
+  FunctionCallee fill = mod->getOrInsertFunction(
+      "dynamo_rt_fill_table", FunctionType::get(B.getVoidTy(), {ptr, ptr, ptr, B.getInt64Ty()}, false));
 
   // Kernels that are the same code are compiled once: a structural hash buckets them and
   // LLVM's FunctionComparator (MergeFunctions' test of equal behaviour) decides. Kernels address
@@ -833,6 +835,9 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   Value *slots = tf->getArg(0), *rtctx = tf->getArg(1);
   llvm::Type *ptr_ty = B.getPtrTy();
   Value *ktable = B.CreateAlloca(ptr_ty, B.getInt64(table_size), "kernel_slots");
+  // one block returns a failing call's status (a block per call made a large trace function)
+  BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
+  PHINode *fail_status = PHINode::Create(B.getInt32Ty(), 0, "status");
   for (const Call &c : calls) {
     BasicBlock *skip = nullptr;
     if (c.optional_slot >= 0) {  // an elided output copy: the caller passed no buffer
@@ -844,10 +849,22 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     }
     Value *st;
     if (c.kernel) {
-      for (size_t i = 0; i < c.table.size(); ++i) {  // pointers (plus offsets), or a scalar input's 8 bytes
-        Value *v = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.table[i]));
-        if (c.offsets[i]) v = B.CreateGEP(B.getInt8Ty(), v, B.getInt64(c.offsets[i]));
-        B.CreateStore(v, B.CreateConstInBoundsGEP1_64(ptr_ty, ktable, i));
+      if (c.table.size() > 2) {  // one runtime call reading a constant description: a trace of
+        // hundreds of kernels keeps a small trace function, quick to compile
+        std::vector<int64_t> desc;
+        for (size_t i = 0; i < c.table.size(); ++i) {
+          desc.push_back(c.table[i]);
+          desc.push_back(c.offsets[i]);
+        }
+        Constant *arr = ConstantDataArray::get(ctx, desc);
+        auto *gv = new GlobalVariable(*mod, arr->getType(), true, GlobalValue::PrivateLinkage, arr, "table_desc");
+        B.CreateCall(fill, {ktable, slots, gv, B.getInt64((int64_t)c.table.size())});
+      } else {
+        for (size_t i = 0; i < c.table.size(); ++i) {  // pointers (plus offsets), or a scalar input's 8 bytes
+          Value *v = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.table[i]));
+          if (c.offsets[i]) v = B.CreateGEP(B.getInt8Ty(), v, B.getInt64(c.offsets[i]));
+          B.CreateStore(v, B.CreateConstInBoundsGEP1_64(ptr_ty, ktable, i));
+        }
       }
       int64_t numel = c.n0 * c.inner;
       if (opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1) {
@@ -859,11 +876,9 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     } else {
       st = B.CreateCall(ext, {rtctx, slots, B.getInt32(c.ext)});
     }
-    BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
     BasicBlock *ok_bb = BasicBlock::Create(ctx, "ok", tf);
     B.CreateCondBr(B.CreateICmpNE(st, B.getInt32(0)), fail_bb, ok_bb);
-    B.SetInsertPoint(fail_bb);
-    B.CreateRet(st);
+    fail_status->addIncoming(st, B.GetInsertBlock());
     B.SetInsertPoint(ok_bb);
     if (skip) {
       B.CreateBr(skip);
@@ -871,6 +886,13 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     }
   }
   B.CreateRet(B.getInt32(0));
+  if (fail_status->getNumIncomingValues() == 0) {
+    fail_bb->eraseFromParent();
+  } else {
+    B.SetInsertPoint(fail_bb);
+    B.Insert(fail_status);
+    B.CreateRet(fail_status);
+  }
   set_target_attrs(tf, opt);
   // The trace function only sequences calls (hundreds of them in a CNN): optimizing it buys
   // nothing at run time and cost half the compile time of a large trace.

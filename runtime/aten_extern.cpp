@@ -278,12 +278,17 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
 
 std::map<std::string, void *> runtime_symbols() {
   return {{"dynamo_rt_parallel_for", (void *)&dynamo_rt_parallel_for},
+          {"dynamo_rt_fill_table", (void *)&dynamo_rt_fill_table},
           {"dynamo_rt_extern", (void *)&dynamo_rt_extern}};
 }
 
 }  // namespace dynamo::runtime
 
 using namespace dynamo;
+
+extern "C" void dynamo_rt_fill_table(void **table, void **slots, const int64_t *desc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) table[i] = static_cast<char *>(slots[desc[2 * i]]) + desc[2 * i + 1];
+}
 
 extern "C" int32_t dynamo_rt_parallel_for(void *vctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,
                                           int64_t grain) {
