@@ -209,3 +209,27 @@ def test_tensor_from_guarded_python_numbers_is_an_input_made_again_each_call():
         assert torch.allclose(got, want), i
     c = dynamo.counters()
     assert c["aborts"] == 0 and c["native_runs"] >= 2, c
+
+
+def test_a_call_that_may_raise_inside_try_is_not_a_stitch():
+    # a stitch inside a try block would make the call between two traces, where the handler
+    # cannot catch its exception: the recording aborts there instead, and every call is right
+    @dynamo.disable
+    def risky(t):
+        if float(t.sum()) > 0:
+            raise ValueError("positive")
+        return t * 2
+
+    def f(x):
+        y = x + 1
+        try:
+            y = risky(y)
+        except ValueError:
+            y = y - 100
+        return y * 3
+
+    opt = dynamo.optimize(f)
+    for i in range(6):
+        x = torch.full((4,), 1.0 if i % 2 else -5.0)
+        assert torch.allclose(opt(x), f(x)), i
+    assert dynamo.counters()["stitches"] == 0
