@@ -270,6 +270,7 @@ class OptimizedFunction:
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
+        self.state_fallbacks = {}  # _grad_state() -> why: recorded under it, it aborted (autograd)
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
@@ -350,6 +351,11 @@ class OptimizedFunction:
         if self.disabled_reason is not None:
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
+        if self.state_fallbacks:  # it aborted for the grad state: eager until that state changes
+            why = self.state_fallbacks.get(_grad_state(args))
+            if why is not None:
+                self._fallback(why)
+                return self._eager(fn, args, kwargs, in_frame)
         if self.calls < self.retry_at:  # backing off after an abort
             return self._eager(fn, args, kwargs, in_frame)
         if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
@@ -496,6 +502,20 @@ class OptimizedFunction:
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
+    def _state_aborted(self, reason, args):
+        """An abort caused by the grad state (autograd): it does not count toward the function's
+        abort limit; calls in the same state run eagerly without recording again, and a call in
+        another state (under torch.no_grad(), inputs that do not require grad) records. The user
+        can fix it, so it is said once on stderr."""
+        _bump("aborts")
+        log("aborts", f"{self.name}: runs eagerly in this grad state: {reason}")
+        self.attempts.append(Attempt(reason, ops=[], inlined=[]))
+        self.state_fallbacks[_grad_state(args)] = reason
+        if not getattr(self, "_warned_state", False):
+            self._warned_state = True
+            print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
+                  f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
+
     def _aborted(self, reason, ops, inlined, where=None):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
         recording is tried again; at config.abort_limit the function is left to CPython."""
@@ -604,7 +624,7 @@ class OptimizedFunction:
                 if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
                     raise Abort("the call changes grad mode and does not restore it")
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
-                    raise Abort("autograd: grad mode is on and a tensor requires grad (compile under "
+                    raise Abort(f"{_AUTOGRAD}: grad mode is on and a tensor requires grad (compile under "
                                 "torch.no_grad() or torch.inference_mode())")
                 if rec.cut is not None:  # the trace's outputs are the live values at the cut
                     names = [rec.output_name(t) for t in rec.cut[1]]
@@ -623,7 +643,10 @@ class OptimizedFunction:
             if side_of is not None:
                 self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason)
                 return result
-            self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where)
+            if rec.abort_reason.startswith(_AUTOGRAD):
+                self._state_aborted(rec.abort_reason, interp.run_args)
+            else:
+                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where)
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
@@ -689,6 +712,7 @@ class OptimizedFunction:
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
+        self.state_fallbacks = {}
         for f in self.frames.values():
             f.close()
         self.frames = {}
@@ -721,6 +745,15 @@ class _InBackground:
         return self._value
 
 
+_AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
+
+
+def _grad_state(args):
+    """What an autograd abort depends on: grad mode, and which tensor arguments require grad."""
+    return (torch.is_grad_enabled(),
+            tuple(a.requires_grad for a in args if isinstance(a, torch.Tensor)))
+
+
 def _release(rec, interp):
     """Drops what a finished recording holds (the call's tensors, frames and stacks), so that a
     caller's `del x` frees x without waiting for the garbage collector (the recorder and the
@@ -732,6 +765,7 @@ def _release(rec, interp):
     interp.keep = []
     interp.input_objs = {}
     interp._start = None
+    interp.run_args = ()
 
 
 def _flat_tensors(v, out):

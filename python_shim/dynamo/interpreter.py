@@ -210,6 +210,7 @@ class Interpreter:
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
+        self.run_args = ()        # the call's positional arguments (run)
         self.depth = 0
         self.inlined = []         # qualified names of inlined callees, for explain()
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
@@ -300,6 +301,7 @@ class Interpreter:
     # -- entry ---------------------------------------------------------------------------
     def run(self, fn, args, kwargs):
         """Runs fn(*args, **kwargs) (fn a Python function) and returns its real result."""
+        self.run_args = args
         a = [(v, ARG.item(i)) for i, v in enumerate(args)]
         self.touch(tuple(args), ARG)  # how many: g(x) and g(x, 3.0) bind parameters differently
         self.touch(kwargs, KWARG)

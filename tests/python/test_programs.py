@@ -1218,3 +1218,25 @@ def test_bool_flag_argument_changing():
         assert_same(opt(x, flag), f(x, flag), f"flag={flag}")
     c = dynamo.counters()
     assert c["traces_compiled"] == 2 and c["native_runs"] == 4, c
+
+
+def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys):
+    lin = torch.nn.Linear(5, 5)
+
+    def f(x):
+        return lin(x).relu() * 2
+
+    opt = dynamo.optimize(f)
+    for _ in range(5):  # grad mode on, weights requiring grad: eager, recorded only once
+        x = torch.randn(3, 5)
+        assert torch.allclose(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["aborts"] == 1 and c["interpreted_runs"] == 1 and c["eager_runs"] == 4, c
+    err = capsys.readouterr().err
+    assert err.count("torch.no_grad()") == 1, err
+    with torch.no_grad():  # another grad state: recorded, compiled, native
+        for _ in range(3):
+            x = torch.randn(3, 5)
+            assert torch.allclose(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["native_runs"] == 2 and opt.disabled_reason is None, c

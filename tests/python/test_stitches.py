@@ -315,3 +315,4 @@ def test_setting_an_attribute_of_self_and_an_outside_dict_item():
             hist.append(dynamo.counters())
     assert_native_after(hist, k=3)  # two stitches: calls 2 and 3 record the traces after them
     assert hist[-1]["aborts"] == 0
+
