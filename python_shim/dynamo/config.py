@@ -13,9 +13,10 @@ max_side_traces side traces compiled under one root trace, at any depth (default
 max_trace_ops  IR instructions a trace may record (default 5000); a longer one is cut: it ends there
                and the rest of the call continues from a snapshot (resumed, or as side traces).
 stitch         when True (default), a call the recorder cannot record (print, a dynamo.disable'd
-               function, unknown C code, .tolist()) ends the trace as a *stitch*: later calls run
-               the trace natively, make that one call in Python, and go on in a trace recorded
-               from after it. False: such a call aborts the recording (the function runs eagerly).
+               function, unknown C code, .tolist(), a store into an outside object) ends the trace
+               as a *stitch*: the recording makes the call and records the trace after it; later
+               calls run the trace natively, make that one call in Python, and go on in the native
+               trace after it. False: such a call aborts the recording (the function runs eagerly).
 max_stitches   stitches (continuation traces) under one root trace (default 32); past it, the
                rest of the call after a stitch runs in the interpreter.
 max_stitch_variants traces recorded after one stitch (default 4); a call that fits none of

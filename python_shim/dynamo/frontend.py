@@ -31,7 +31,7 @@ from . import _capi, config, native, snapshot
 from .log import enabled as log_enabled, log
 from ._capi import DynamoError
 from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
-from .interpreter import Interpreter, unsupported_reason
+from .interpreter import Interpreter, StitchNow, unsupported_reason
 from .recorder import Abort, NopythonError, Recorder
 
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
@@ -382,6 +382,35 @@ class OptimizedFunction:
                 values = values + [snapshot.run_step(snap, fn, args, kwargs, values)]
             except snapshot.ResumeFailed as e:  # nothing of the call was made: eager runs it
                 return self._resume_failed(c, snap, e, fn, args, kwargs)
+        return self._after_exit(c, ex.id, values, fn, args, kwargs)
+
+    def _through_stitch(self, rec, gs, interp, value, side_of, fn, args, kwargs):
+        """A recording (a root, or a side trace of side_of) stopped at a stitch whose step it just
+        made (value: its result): the trace so far is compiled, and the rest of this call goes on
+        from the stitch's snapshot with the recording's live tensors -- recording the trace after
+        it now, so that the next call runs natively through the stitch."""
+        snap, live = rec.cut
+        values = [t.contiguous() for t in live] + [value]
+        try:
+            self._compile(rec, gs, interp, None, side_of=side_of)
+        finally:
+            _release(rec, interp)
+        _bump("stitches")
+        snap.count += 1
+        owner = snap.owner
+        if owner is None:  # not compiled (an abort, counted): the rest in the interpreter
+            _bump("exits_resumed")
+            try:
+                return snapshot.resume(snap, fn, args, kwargs, values)
+            except snapshot.ResumeFailed as e:
+                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
+        return self._after_exit(owner, owner.cut_id, values, fn, args, kwargs)
+
+    def _after_exit(self, c, exit_id, values, fn, args, kwargs):
+        """The rest of a call that left trace c through exit exit_id with these values (a
+        stitch's step made already): a side trace whose guards pass, a new one recorded, or the
+        interpreter."""
+        snap = c.exits[exit_id]
         for side in snap.sides:
             inputs = side.check(args, kwargs, fn.__globals__, fn, values)
             if inputs is None:
@@ -404,7 +433,7 @@ class OptimizedFunction:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
         if snap.blacklisted is None and hot and room:
-            rec = Recorder(f"{self.name}_exit{ex.id}".replace(".", "_").replace("<", "").replace(">", ""))
+            rec = Recorder(f"{self.name}_exit{exit_id}".replace(".", "_").replace("<", "").replace(">", ""))
             gs = GuardSet()
             gs._consts.update(snap.consts)  # the snapshot's source expressions name them
             gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
@@ -421,6 +450,8 @@ class OptimizedFunction:
                     for i, t in enumerate(values):
                         interp.touch(t, EXIT.item(i))
                     result = snapshot.resume(snap, fn, args, kwargs, values, interp=interp)
+            except StitchNow as s:  # the side trace reached a stitch of its own and made its step
+                return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
             except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
                 torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
                 effect = interp.effect or rec.effect
@@ -432,7 +463,7 @@ class OptimizedFunction:
                 _bump("exits_resumed")
                 return self._resume(c, snap, fn, args, kwargs, values)
             try:
-                return self._compile(rec, gs, interp, result, side_of=(c, ex.id))
+                return self._compile(rec, gs, interp, result, side_of=(c, exit_id))
             finally:
                 _release(rec, interp)
         _bump("exits_resumed")
@@ -566,6 +597,9 @@ class OptimizedFunction:
         try:
             with rec:
                 result = interp.run(fn, args, kwargs)
+        except StitchNow as s:  # a stitch's step was made: the rest of the call from its snapshot
+            log("perf", f"{self.name}: recorded up to a stitch in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+            return self._through_stitch(rec, gs, interp, s.value, None, fn, args, kwargs)
         except Exception as e:  # noqa: BLE001 -- the program's own exception, or ours
             torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
             return self._recording_raised(e, rec, interp, rng, fn, args, kwargs, in_frame)
@@ -687,6 +721,7 @@ class OptimizedFunction:
         if rec.cut is not None:
             c.cut_id = len(c.exits)
             c.exits.append(rec.cut[0])
+            rec.cut[0].owner = c
         if side_of is not None:
             parent, k = side_of
             parent.exits[k].sides.append(c)

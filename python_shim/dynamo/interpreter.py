@@ -152,6 +152,16 @@ def _is_torch_callable(fn):
     return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
 
 
+class StitchNow(Exception):
+    """Raised by a recording right after it made a stitch's step: the front end compiles the
+    trace so far and records the rest of the call from the stitch's snapshot, in the same call
+    (value: the step's result). Never handed to the program's exception handlers."""
+
+    def __init__(self, value):
+        super().__init__("stitch")
+        self.value = value
+
+
 _FROM_DATA = {torch.tensor, torch.as_tensor}
 
 
@@ -592,7 +602,8 @@ class Interpreter:
         """Runs a call we cannot record, for real. The trace ends right before it: where the
         interpreter state can be carried to later calls, as a stitch (the call becomes a step
         between this trace and the next, see _stitch), else by an abort."""
-        if not self._stitch(why):
+        stitched = self._stitch(why)
+        if not stitched:
             self.abort(why)
         self._effect(f"a call not recorded ({why})")
         self.rec.paused += 1
@@ -601,9 +612,12 @@ class Interpreter:
             if self_pair is not None:
                 a = [self_pair[0]] + a
             with self._outside_recorder():  # exactly as eager runs it
-                return (fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()}), None)
+                r = fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()})
         finally:
             self.rec.paused -= 1
+        if stitched:
+            raise StitchNow(r)
+        return (r, None)
 
     def _outside_recorder(self):
         """A context without the recorder's dispatch mode. An active Python dispatch mode makes
@@ -625,7 +639,7 @@ class Interpreter:
         while True:
             try:
                 return self._execute_loop(f)
-            except (Abort, NopythonError):
+            except (Abort, NopythonError, StitchNow):
                 raise
             except Exception as e:  # noqa: BLE001 -- the program's exception, for its handler
                 h = f.dec.handler_at(f.dec.insts[f.ip - 1].offset) if f.dec.handlers else None
@@ -706,9 +720,14 @@ class Interpreter:
             elif op == "STORE_ATTR":
                 if id(stack[-1][0]) not in self.local_objs:
                     why = f"sets attribute {ins.argval} of an object from outside the function"
-                    if not self._stitch_store(f, why, "setattr", ins.argval):
+                    stitched = self._stitch_store(f, why, "setattr", ins.argval)
+                    if not stitched:
                         self.abort(why)
                     self._effect(f"setting attribute {ins.argval}")
+                    if stitched:
+                        obj, _ = pop()
+                        setattr(obj, ins.argval, pop()[0])
+                        raise StitchNow(None)
                 obj, _ = pop()
                 v, _ = pop()
                 setattr(obj, ins.argval, v)
@@ -850,9 +869,14 @@ class Interpreter:
                 if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
                     # (a tensor's item assignment is an in-place write, recorded at ATen)
                     why = "item assignment into an object from outside the function"
-                    if not self._stitch_store(f, why, "setitem", None):
+                    stitched = self._stitch_store(f, why, "setitem", None)
+                    if not stitched:
                         self.abort(why)
                     self._effect("item assignment")
+                    if stitched:
+                        key, obj, v = pop()[0], pop()[0], pop()[0]
+                        obj[key] = v
+                        raise StitchNow(None)
                 key = pop()
                 obj = pop()[0]
                 v = pop()[0]

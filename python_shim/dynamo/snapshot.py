@@ -64,6 +64,7 @@ class Snapshot:
         self.step = None     # a stitch: (kind, specs of its stack operands, extra): "call" (extra: the
         #                      keyword names), "setattr" (the name), "setitem"
         self.step_fn = None  # the step's operands as one compiled function (a, k, g, f, x) -> list
+        self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
 
 
 _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,

@@ -195,9 +195,9 @@ def test_side_effects_are_stitched_and_happen_once(capsys):
     assert capsys.readouterr().out.count("hello") == 3
     assert log == [1, 1, 1]
     c = dynamo.counters()
-    # print and log.append are stitches; call 2 records the trace after print, whose guard on
-    # log's length (the call appends to it) fails on call 3, which records it again
-    assert c["aborts"] == 0 and c["stitches"] == 1 + 1 and c["stitch_traces"] == 2, c
+    # print and log.append are stitches, made on every call (the trace after print guards log's
+    # length, which the call itself changes: it is recorded again on each call)
+    assert c["aborts"] == 0 and c["stitches"] == 2 * 3, c
     e = dynamo.explain(f, x)
     assert "print" in str(e)
 
