@@ -10,6 +10,7 @@
 #include "dynamo.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/program.h"
+#include "runtime/blas_threads.h"
 #include "runtime/entry.h"
 
 using namespace dynamo;
@@ -135,6 +136,7 @@ extern "C" {
 
 const char *dynamo_last_error(void) { return t_last_error.c_str(); }
 uint32_t dynamo_abi_version(void) { return DYNAMO_ABI_VERSION; }
+
 const char *dynamo_version_string(void) { return kVersion; }
 void dynamo_string_free(char *s) { free(s); }
 
@@ -505,6 +507,17 @@ dynamo_status dynamo_entry_link_exit(dynamo_entry *parent, int32_t exit_id, dyna
   return DYNAMO_OK;
   API_END
 }
+
+/* -- The BLAS beside dynamo -- */
+dynamo_status dynamo_blas_hold(int enter) {
+  if (enter != 0 && enter != 1)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_blas_hold: enter must be 0 or 1, got " + std::to_string(enter));
+  if (!runtime::blas_hold(enter == 1))
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_blas_hold: released without a hold");
+  return DYNAMO_OK;
+}
+
+int dynamo_blas_threads(void) { return runtime::blas_threads(); }
 
 dynamo_status dynamo_gpu_available(char *why, size_t why_len) {
   API_BEGIN

@@ -296,6 +296,22 @@ DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
 /* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */
 DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id);
 
+/* -- The BLAS beside dynamo ------------------------------------------------------------------
+ * A threaded OpenBLAS (behind LibTorch's matrix products and batch-1 convolutions) starts
+ * threads of its own beside ATen's OpenMP threads; on few cores the two fight and a product
+ * between two OpenMP ops runs 2-6x slower than alone. While held, OpenBLAS runs each product on
+ * the calling thread; dynamo's kernels and own GEMM keep every OpenMP thread. dynamo_entry_run
+ * and dynamo_frame_run hold it themselves around traces that call LibTorch; a caller that runs
+ * eager ATen code for dynamo (a recording interpreter) holds it around that.
+ * The hold is process-wide and counted: enter=1 holds, enter=0 releases; the last release
+ * restores OpenBLAS's thread count. A product made by another thread meanwhile also runs on one
+ * thread (slower at worst, never a different result). Without OpenBLAS in the process nothing
+ * changes. DYNAMO_ERR_INVALID_ARGUMENT: enter is not 0 or 1, or a release without a hold. */
+DYNAMO_API dynamo_status dynamo_blas_hold(int enter);
+/* OpenBLAS's own thread count (the count it returns to when no hold is left); 0 when the
+ * process has no OpenBLAS. */
+DYNAMO_API int dynamo_blas_threads(void);
+
 /* -- GPU ------------------------------------------------------------------------------------ */
 
 /* DYNAMO_OK if an NVIDIA driver (libcuda.so.1, opened at run time) is present; otherwise

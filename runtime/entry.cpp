@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gpu/program.h"
+#include "runtime/blas_threads.h"
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -280,7 +281,11 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   ctx.args = args;
   ctx.nargs = nargs;
   auto fn = reinterpret_cast<int32_t (*)(void **, void *)>(code.fn);
-  int32_t rc = fn(slots, &ctx);
+  int32_t rc;
+  {
+    BlasHold hold(stats.num_externs > 0);  // LibTorch's products on this thread, see blas_threads.h
+    rc = fn(slots, &ctx);
+  }
   if (pool) pool->release(arena_buf); else free(arena_buf.data);
   switch (rc) {
     case DYNAMO_RT_OK: return DYNAMO_OK;

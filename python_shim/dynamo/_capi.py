@@ -158,6 +158,8 @@ def _declare(lib):
         "dynamo_exit_entry": (P, []),
         "dynamo_entry_link_exit": (st, [P, ctypes.c_int32, P]),
         "dynamo_entry_exit_count": (ctypes.c_int64, [P, ctypes.c_int32]),
+        "dynamo_blas_hold": (st, [ctypes.c_int]),
+        "dynamo_blas_threads": (ctypes.c_int, []),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -442,7 +442,7 @@ class OptimizedFunction:
             env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
             rng = torch.get_rng_state()
             try:
-                with rec:
+                with rec, native.blas_one_thread():
                     # Inputs in the order native linking needs: the parent's, then the live values.
                     for expr in c.input_srcs:
                         if not expr.startswith("x["):  # a side trace's own exit values are not in scope
@@ -595,7 +595,7 @@ class OptimizedFunction:
         t0 = time.perf_counter()
         rng = torch.get_rng_state()
         try:
-            with rec:
+            with rec, native.blas_one_thread():
                 result = interp.run(fn, args, kwargs)
         except StitchNow as s:  # a stitch's step was made: the rest of the call from its snapshot
             log("perf", f"{self.name}: recorded up to a stitch in {(time.perf_counter() - t0) * 1e3:.1f} ms")

@@ -1,4 +1,5 @@
 """Thin Python objects over the C API: Engine, Frame, Trace and Entry, with torch tensors in and out."""
+import contextlib
 import ctypes
 
 import torch
@@ -217,3 +218,22 @@ class Frame:
         if self.handle:
             _check(lib().dynamo_frame_destroy(self.handle))
             self.handle = None
+
+
+@contextlib.contextmanager
+def blas_one_thread():
+    """OpenBLAS held to one thread (dynamo_blas_hold) for the block: a recording runs the forward
+    op by op, and a threaded OpenBLAS fights ATen's spinning OpenMP threads for the cores between
+    ops (resnet50 at 64x64 on 2 cores: eager's first call 78-187 ms with OpenBLAS's 2 threads,
+    25-31 ms with one). Process-wide and counted, restored by the last release. Only speed
+    depends on it: without the library (it failed to load) the block runs unheld."""
+    try:
+        L = lib()
+    except ImportError:
+        yield
+        return
+    L.dynamo_blas_hold(1)
+    try:
+        yield
+    finally:
+        L.dynamo_blas_hold(0)

@@ -4,6 +4,8 @@
  * crashes. Also the happy path: a successful run computes the right numbers. Public header only. */
 #include "helpers.h"
 
+#include <dlfcn.h>
+
 
 
 /* Asserts that the status is s and the last error contains needle (and is never empty). */
@@ -1053,6 +1055,74 @@ static void test_entry_run_floordiv_by_zero(void **state) {
   assert_ok(dynamo_frame_destroy(f));
 }
 
+/* -- The BLAS hold ------------------------------------------------------------------------- */
+
+/* OpenBLAS's get/set of the process (already mapped through LibTorch), or NULLs without one. */
+static int (*ob_get)(void);
+static void (*ob_set)(int);
+static void find_openblas(void) {
+  static const char *names[] = {"libblas.so.3", "libopenblas.so.0", "libopenblasp.so.0"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !ob_get; ++i) {
+    void *h = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) continue;
+    *(void **)&ob_get = dlsym(h, "openblas_get_num_threads");
+    *(void **)&ob_set = dlsym(h, "openblas_set_num_threads");
+    if (!ob_get || !ob_set) ob_get = NULL, ob_set = NULL;
+  }
+}
+
+/* Holds nest, the last release restores OpenBLAS's count, bad use is refused, and a run of a
+ * trace with a LibTorch call leaves the count as it found it. */
+static void test_blas_hold(void **state) {
+  (void)state;
+  assert_fails(dynamo_blas_hold(2), DYNAMO_ERR_INVALID_ARGUMENT, "enter must be 0 or 1, got 2");
+  assert_fails(dynamo_blas_hold(-1), DYNAMO_ERR_INVALID_ARGUMENT, "enter must be 0 or 1");
+  assert_fails(dynamo_blas_hold(0), DYNAMO_ERR_INVALID_ARGUMENT, "released without a hold");
+  find_openblas();
+  if (!ob_get) {  /* the reference BLAS or MKL: holds are counted and change nothing */
+    assert_int_equal(dynamo_blas_threads(), 0);
+    assert_ok(dynamo_blas_hold(1));
+    assert_ok(dynamo_blas_hold(0));
+    return;
+  }
+  int before = ob_get();
+  if (before < 2) ob_set(2); /* OPENBLAS_NUM_THREADS=1: give the hold something to change */
+  int n = ob_get();
+  assert_true(n >= 2);
+  assert_int_equal(dynamo_blas_threads(), n);
+  assert_ok(dynamo_blas_hold(1));
+  assert_int_equal(ob_get(), 1);
+  assert_int_equal(dynamo_blas_threads(), n); /* the count it returns to */
+  assert_ok(dynamo_blas_hold(1));
+  assert_ok(dynamo_blas_hold(0));
+  assert_int_equal(ob_get(), 1); /* one hold left */
+  assert_ok(dynamo_blas_hold(0));
+  assert_int_equal(ob_get(), n);
+  assert_fails(dynamo_blas_hold(0), DYNAMO_ERR_INVALID_ARGUMENT, "released without a hold");
+
+  const char *mm =
+      "trace @mm_hold {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = input f32[3,2]\n"
+      "  %2 = extern aten::mm(%0, %1) : f32[2,2]\n"
+      "  return %2\n"
+      "}\n";
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, mm, &entry);
+  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1}, mo[4] = {0};
+  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
+  test_tensor t0, t1, tm;
+  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
+  tt_init(&tm, mo, kDLFloat, 32, 2, s22, NULL);
+  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
+  for (int i = 0; i < 3; ++i) assert_ok(dynamo_entry_run(entry, margs, 2, &tm.dl, 1));
+  assert_true(mo[0] == 4.0f && mo[1] == 5.0f && mo[2] == 10.0f && mo[3] == 11.0f);
+  assert_int_equal(ob_get(), n);
+  assert_ok(dynamo_frame_destroy(f));
+  ob_set(before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_abi_version_matches_header),
@@ -1087,6 +1157,7 @@ int main(void) {
       cmocka_unit_test(test_frame_run_destroyed_handle),
       cmocka_unit_test(test_entry_run_extern_rejected),
       cmocka_unit_test(test_entry_run_floordiv_by_zero),
+      cmocka_unit_test(test_blas_hold),
   };
   return cmocka_run_group_tests_name("capi", tests, group_setup, group_teardown);
 }
