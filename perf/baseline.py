@@ -55,6 +55,54 @@ def describe():
     return f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas()}, {allocator()}"
 
 
+def _openblas():
+    """The mapped OpenBLAS as a ctypes library (openblas_get/set_num_threads), or None."""
+    import ctypes
+    import torch
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))  # libblas loaded and bound
+    for p in sorted(_mapped_libraries()):
+        name = os.path.basename(p)
+        if name.startswith("libopenblas") or name.startswith("libblas"):
+            try:
+                lib = ctypes.CDLL(p, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                lib.openblas_get_num_threads.restype = ctypes.c_int
+                lib.openblas_set_num_threads.argtypes = [ctypes.c_int]
+                return lib
+            except (OSError, AttributeError):
+                continue
+    return None
+
+
+class openblas_threads:
+    """`with openblas_threads(1):` runs the block with OpenBLAS on that many threads, as
+    OPENBLAS_NUM_THREADS=1 would (a user's remedy for OpenBLAS's threads fighting ATen's
+    spinning OpenMP threads on few cores); does nothing without OpenBLAS. `available` says
+    whether the process has one."""
+
+    _lib = False
+
+    def __init__(self, n):
+        if openblas_threads._lib is False:
+            openblas_threads._lib = _openblas()
+        self.n, self.saved = n, None
+
+    @classmethod
+    def available(cls):
+        if cls._lib is False:
+            cls._lib = _openblas()
+        return cls._lib is not None
+
+    def __enter__(self):
+        if self._lib is not None:
+            self.saved = self._lib.openblas_get_num_threads()
+            self._lib.openblas_set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self._lib.openblas_set_num_threads(self.saved)
+
+
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"  # Debian's libjemalloc2
 
 

@@ -24,14 +24,16 @@ float tensors with allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everythin
 
 Per model: status, largest error over the calls, largest |eager output|, native runs and traces
 (+ side traces) compiled (dynamo.counters() deltas), the first fallback reason (dynamo.report()),
-and the times. Calls alternate which side runs first; call 1 is left out of the comparison of
-speeds (dynamo records and compiles there). eager ms / dynamo ms: the fastest of calls 2..N of
-each side; passive: eager again, in a child process with OMP_WAIT_POLICY=passive (GNU OpenMP's
-threads otherwise spin after each parallel region and fight a threaded OpenBLAS for the cores,
-which slows eager's matrix products 2-10x on two cores; a user can set it, so the faster of the
-two eager settings is the baseline; models with a native run only, --no-passive-eager skips it);
-speedup: best eager / dynamo ms (>1 means dynamo is faster); med ratio: median eager /
-median dynamo over calls 2..N (shown beside it because single calls swing 2x on a small
+and the times. Calls rotate which side runs first; call 1 is left out of the comparison of
+speeds (dynamo records and compiles there). Eager is timed under every setting a user can pick
+(EAGER_SETTINGS): GNU OpenMP's default, whose threads spin after each parallel region and fight a
+threaded OpenBLAS for the cores (2-10x slower matrix products on two cores); OpenBLAS held to one
+thread (as OPENBLAS_NUM_THREADS=1), interleaved in the same process; and both again in a child
+process with OMP_WAIT_POLICY=passive (models with a native run only; --no-passive-eager skips
+it). eager ms: the fastest of calls 2..N under the fastest setting, which "eager setting" names;
+dynamo ms: dynamo's fastest of calls 2..N (dynamo runs with the defaults);
+speedup: best eager / dynamo ms (>1 means dynamo is faster); med ratio: eager's median (the
+lowest over its settings) / dynamo's median over calls 2..N (shown beside it because single calls swing 2x on a small
 machine); 1st call ms: dynamo's first call (recording, compiling, running); compile ms: the
 time spent compiling traces to native code over the whole run (dynamo.counters()'s
 compile_seconds: every trace and side trace, recording excluded), "(N cached)" where N traces
@@ -398,17 +400,35 @@ def _timed(fn, x):
     return out, time.perf_counter() - t0
 
 
-def timing(eager_s, dynamo_s):
+# The eager settings a user can pick, each timed per model: the keys of a result's per-call
+# seconds under each, and the names the table gives them. "spin": GNU OpenMP's default (threads
+# spin after each parallel region) with OpenBLAS's own threads; "1-thread BLAS": OpenBLAS held to
+# one thread (as OPENBLAS_NUM_THREADS=1), so that its products do not fight the spinning OpenMP
+# threads; "passive": OMP_WAIT_POLICY=passive (timed in a child process).
+EAGER_SETTINGS = (("eager_s", "spin"), ("eager_blas1_s", "1-thread BLAS"), ("eager_passive_s", "passive"),
+                  ("eager_passive_blas1_s", "passive, 1-thread BLAS"))
+
+
+def timing(eager_s, dynamo_s, settings=None):
     """The times the table shows, from each side's per-call seconds: best and median of calls
     2..N (call 1 records and compiles), speedup (eager best / dynamo best) and median ratio
     (eager median / dynamo median), both >1 where dynamo is faster, and dynamo's first call.
-    None where there are too few calls."""
-    e, d = eager_s[1:], dynamo_s[1:]
+    settings: {EAGER_SETTINGS key: per-call seconds} of eager's other settings; the baseline is
+    the setting with the fastest call (eager_setting names it; the median is the lowest of the
+    settings' medians). None where there are too few calls."""
+    d = dynamo_s[1:]
+    runs = {"eager_s": eager_s, **(settings or {})}
     t = dict(eager_best=None, dynamo_best=None, eager_median=None, dynamo_median=None, speedup=None,
-             median_ratio=None, first_call_s=dynamo_s[0] if dynamo_s else None)
-    if e and d:
-        t.update(eager_best=min(e), dynamo_best=min(d), eager_median=statistics.median(e),
-                 dynamo_median=statistics.median(d))
+             median_ratio=None, first_call_s=dynamo_s[0] if dynamo_s else None, eager_setting=None,
+             eager_by_setting={})
+    names = dict(EAGER_SETTINGS)
+    for key, times in runs.items():
+        if times[1:]:
+            t["eager_by_setting"][names[key]] = (min(times[1:]), statistics.median(times[1:]))
+    if t["eager_by_setting"] and d:
+        name, (best, _) = min(t["eager_by_setting"].items(), key=lambda kv: kv[1][0])
+        t.update(eager_best=best, eager_setting=name, dynamo_best=min(d), dynamo_median=statistics.median(d),
+                 eager_median=min(m for _, m in t["eager_by_setting"].values()))
         t.update(speedup=t["eager_best"] / t["dynamo_best"], median_ratio=t["eager_median"] / t["dynamo_median"])
     return t
 
@@ -421,7 +441,7 @@ class ModelRun:
         self.family, self.calls, self.mode = family, calls, mode
         self.r = dict(name=name, family=family, group=group_of(name, family), size=self.size, shape=self.shape,
                       note=note, status="ok", reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0,
-                      eager_s=[], dynamo_s=[])
+                      eager_s=[], eager_blas1_s=[], dynamo_s=[])
 
     def _fail(self, status, reason, tb=""):
         self.r.update(status=status, reason=reason, traceback=tb)
@@ -447,27 +467,33 @@ class ModelRun:
             return None, (f"{which} call {k + 1}: {type(e).__name__}: {e}", traceback.format_exc())
 
     def _one_call(self, k, eager, jit):
-        """Call k on both sides with one input (eager first on even calls, dynamo first on odd
-        ones, so that neither always runs on a warm cache); False when the run must stop: eager
-        raised (eager-fails), or dynamo raised where eager did not (LEAKED)."""
+        """Call k on both sides with one input, and eager again with OpenBLAS on one thread (the
+        order rotates, so that no side always runs on a warm cache); False when the run must
+        stop: eager raised (eager-fails), or dynamo raised where eager did not (LEAKED)."""
         x = make_input(self.family, self.shape, seed=1000 + k)
         order = [("eager", eager), ("dynamo", jit)]
-        done = dict((which, self._side(k, which, fn, x)) for which, fn in (order[::-1] if k % 2 else order))
+        if openblas_threads.available():
+            order.append(("eager with 1-thread BLAS", lambda v: _with_blas1(eager, v)))
+        order = order[k % len(order):] + order[:k % len(order)]
+        done = dict((which, self._side(k, which, fn, x)) for which, fn in order)
         (e, e_fail), (j, j_fail) = done["eager"], done["dynamo"]
         if e_fail:
             self._fail("eager-fails", *e_fail)
         elif j_fail:
             self._fail("LEAKED", *j_fail)
         else:
-            self._account(k, e[0], j[0], e[1], j[1])
+            e1 = done.get("eager with 1-thread BLAS", (None, None))[0]
+            self._account(k, e[0], j[0], e[1], j[1], e1[1] if e1 else None)
         return not (e_fail or j_fail)
 
-    def _account(self, k, want, got, te, tj):
+    def _account(self, k, want, got, te, tj, te1=None):
         """Compares call k's outputs and keeps the error, scale and times."""
         r = self.r
         r["calls_done"] = k + 1
         r["eager_s"].append(te)
         r["dynamo_s"].append(tj)
+        if te1 is not None:
+            r["eager_blas1_s"].append(te1)
         try:
             err, scale = compare(want, got)
         except Mismatch as m:
@@ -492,7 +518,7 @@ class ModelRun:
         after = dynamo.counters()
         self.r["counters"] = {k: after[k] - before[k] for k in after}
         self.r["fallback"] = first_fallback(dynamo.report())
-        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"]))
+        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"], {"eager_blas1_s": self.r["eager_blas1_s"]}))
         return self.r
 
 
@@ -504,12 +530,24 @@ def setup_torch():
     torch.set_num_threads(THREADS)
 
 
-def eager_baseline():
-    """perf/baseline.py's describe() (BLAS, allocator, threads) of this process, whichever
-    directory it was started from."""
+def _with_blas1(model, x):
+    with openblas_threads(1):
+        return model(x)
+
+
+def _perf_dir_on_path():
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
+
+
+_perf_dir_on_path()
+from baseline import openblas_threads  # noqa: E402  -- perf/baseline.py, beside this file
+
+
+def eager_baseline():
+    """perf/baseline.py's describe() (BLAS, allocator, threads) of this process, whichever
+    directory it was started from."""
     from baseline import describe
     return describe()
 
@@ -521,16 +559,22 @@ def run_one(name, family, size, calls, mode):
 
 
 def run_eager_only(name, family, size, calls):
-    """A child that runs only the eager side (same inputs): {"eager_s": [...]} as a tagged line."""
+    """A child that runs only the eager side (same inputs), with OpenBLAS's threads and with one
+    (alternating which goes first): {"eager_s": [...], "eager_blas1_s": [...]} as a tagged line."""
     import torch
     setup_torch()
     run = ModelRun(name, family, size, calls)
     model = build_model(name, family, run.size)
-    times = []
+    times = {"eager_s": [], "eager_blas1_s": []}
+    sides = [("eager_s", model), ("eager_blas1_s", lambda v: _with_blas1(model, v))]
     with torch.no_grad():
         for k in range(calls):
-            times.append(_timed(model, clone_input(make_input(family, run.shape, seed=1000 + k)))[1])
-    print(RESULT_TAG + json.dumps({"eager_s": times}), flush=True)
+            x = make_input(family, run.shape, seed=1000 + k)
+            for key, fn in (sides[::-1] if k % 2 else sides):
+                times[key].append(_timed(fn, clone_input(x))[1])
+    if not openblas_threads.available():
+        times["eager_blas1_s"] = []
+    print(RESULT_TAG + json.dumps(times), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -582,8 +626,9 @@ PASSIVE_ENV = {"OMP_WAIT_POLICY": "passive"}
 
 
 def eager_with_passive_threads(r, args):
-    """Times the eager side again in a child with OMP_WAIT_POLICY=passive and makes the best of
-    the two eager settings the baseline of r's speedup and median ratio."""
+    """Times the eager side again in a child with OMP_WAIT_POLICY=passive (with OpenBLAS's
+    threads and with one) and makes the best of every eager setting the baseline of r's speedup
+    and median ratio."""
     cmd = [sys.executable, os.path.abspath(__file__), "--eager-only", r["name"], "--family", r["family"],
            "--size", str(args.size), "--calls", str(calls_for(r["family"], args.calls))]
     try:
@@ -594,15 +639,9 @@ def eager_with_passive_threads(r, args):
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT_TAG)]
     if not lines:
         return
-    e = json.loads(lines[-1][len(RESULT_TAG):])["eager_s"][1:]
-    if not e:
-        return
-    r["eager_passive_best"], r["eager_passive_median"] = min(e), statistics.median(e)
-    r["eager_spin_best"], r["eager_spin_median"] = r["eager_best"], r["eager_median"]
-    r["eager_best"] = min(r["eager_best"], r["eager_passive_best"])
-    r["eager_median"] = min(r["eager_median"], r["eager_passive_median"])
-    r["speedup"] = r["eager_best"] / r["dynamo_best"]
-    r["median_ratio"] = r["eager_median"] / r["dynamo_median"]
+    child = json.loads(lines[-1][len(RESULT_TAG):])
+    r["eager_passive_s"], r["eager_passive_blas1_s"] = child["eager_s"], child.get("eager_blas1_s", [])
+    r.update(timing(r["eager_s"], r["dynamo_s"], {k: r.get(k, []) for k, _ in EAGER_SETTINGS[1:]}))
 
 
 def run_isolated(name, family, args):
@@ -664,7 +703,7 @@ def _why(r):
     return f"{misses} guard miss(es)" if misses else ""
 
 
-COLUMNS = ("model", "input", "status", "max err", "max |out|", "native", "traces", "eager ms", "passive",
+COLUMNS = ("model", "input", "status", "max err", "max |out|", "native", "traces", "eager ms", "eager setting",
            "dynamo ms", "speedup", "med ratio", "1st call ms", "compile ms", "reason / first fallback")
 
 
@@ -675,7 +714,7 @@ def table_row(r, width=90):
     why = _why(r).replace("\n", " ")
     why = why if len(why) <= width else why[:width - 3] + "..."
     return (r["name"], "x".join(map(str, r["shape"])), r["status"], _fmt(r.get("max_err")), _fmt(r.get("max_abs")),
-            _native(r), traces, _ms(r.get("eager_spin_best", r["eager_best"])), _ms(r.get("eager_passive_best")),
+            _native(r), traces, _ms(r["eager_best"]), r.get("eager_setting") or "-",
             _ms(r["dynamo_best"]), _x(r["speedup"]),
             _x(r["median_ratio"]), _ms(r["first_call_s"]), _compile_ms(c), why)
 
@@ -690,9 +729,9 @@ def print_table(results, out=sys.stdout):
 
 def progress_line(i, n, r):
     """The line printed as a model finishes."""
-    name, _, status, err, scale, native, traces, eager, passive, jit, speedup, *_, why = table_row(r, width=120)
+    name, _, status, err, scale, native, traces, eager, setting, jit, speedup, *_, why = table_row(r, width=120)
     return (f"[{i:>3}/{n}] {name:<36} {status:<11} err {err:<8} |out| {scale:<8} native {native:<5} "
-            f"traces {traces:<5} eager {eager:>6} ms (passive {passive:>6})  dynamo {jit:>6} ms {speedup:>7}  "
+            f"traces {traces:<5} eager {eager:>6} ms ({setting:<22})  dynamo {jit:>6} ms {speedup:>7}  "
             f"{r['wall_s']:6.1f} s  {why}")
 
 
