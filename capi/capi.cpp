@@ -10,7 +10,7 @@
 #include "dynamo.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/program.h"
-#include "runtime/blas_threads.h"
+#include "runtime/openblas.h"
 #include "runtime/entry.h"
 
 using namespace dynamo;

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "gpu/program.h"
-#include "runtime/blas_threads.h"
+#include "runtime/openblas.h"
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -283,7 +283,7 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   auto fn = reinterpret_cast<int32_t (*)(void **, void *)>(code.fn);
   int32_t rc;
   {
-    BlasHold hold(stats.num_externs > 0);  // LibTorch's products on this thread, see blas_threads.h
+    BlasHold hold(stats.num_externs > 0);  // LibTorch's products on this thread, see openblas.h
     rc = fn(slots, &ctx);
   }
   if (pool) pool->release(arena_buf); else free(arena_buf.data);

@@ -1,5 +1,5 @@
-// blas_threads.cpp -- see blas_threads.h.
-#include "runtime/blas_threads.h"
+// openblas.cpp -- see openblas.h.
+#include "runtime/openblas.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -16,6 +16,7 @@ using SetThreads = void (*)(int);
 struct OpenBlas {
   GetThreads get = nullptr;
   SetThreads set = nullptr;
+  CblasSgemm sgemm = nullptr;
 };
 
 // The OpenBLAS already mapped into the process (as libblas.so.3 through Debian's alternatives,
@@ -31,6 +32,7 @@ int find_openblas(struct dl_phdr_info *info, size_t, void *data) {
   auto *ob = static_cast<OpenBlas *>(data);
   ob->get = reinterpret_cast<GetThreads>(dlsym(h, "openblas_get_num_threads"));
   ob->set = reinterpret_cast<SetThreads>(dlsym(h, "openblas_set_num_threads"));
+  ob->sgemm = reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm"));
   dlclose(h);  // drops the reference NOLOAD took; the library stays mapped (LibTorch needs it)
   if (ob->get && ob->set) return 1;
   *ob = OpenBlas{};
@@ -66,6 +68,8 @@ bool blas_hold(bool enter) {
   if (--depth == 0 && ob.get && saved > 1) ob.set(saved);
   return true;
 }
+
+CblasSgemm openblas_sgemm() { return openblas().sgemm; }
 
 int blas_threads() {
   const OpenBlas &ob = openblas();
