@@ -56,8 +56,10 @@ std::string take(llvm::Error e) {
   dynamo::jit::fail(ErrorCode::Compile, what + ": " + take(std::move(e)));
 }
 
-// DYNAMO_DUMP_DIR=dir: each compiled module is written there as <fn>.ll (as lowered),
-// <fn>.opt.ll (after the pass pipeline) and <fn>.s (host assembly), named by trace function.
+// DYNAMO_DUMP_DIR=dir: each compiled module is written there as <fn>.trace (the trace),
+// <fn>.plan (its steps), <fn>.ll (as lowered), <fn>.opt.ll (after the pass pipeline) and <fn>.s
+// (host assembly), named by trace function. While it is set nothing is loaded from the disk
+// cache, so every trace is compiled (and dumped).
 const char *dump_dir() {
   const char *d = getenv("DYNAMO_DUMP_DIR");
   return d && *d ? d : nullptr;
@@ -546,7 +548,9 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     key = impl_->cache_salt + print_trace(t);
     id = DiskCache::hex_hash(key);
     std::string stored, why;
-    if (read_trusted(impl_->cache->dir + "/" + id + ".key", &stored, &why)) {
+    // DYNAMO_DUMP_DIR asks to see the compilation: a cached object would skip it (the result
+    // is still stored for later processes).
+    if (!dump_dir() && read_trusted(impl_->cache->dir + "/" + id + ".key", &stored, &why)) {
       std::string symbol, object;
       int nk = -1;
       size_t nl = stored.find('\n');
