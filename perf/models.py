@@ -829,7 +829,8 @@ def write_chart(path, results, eager):
     fig, ax = plt.subplots(figsize=(10, 1.6 + 0.16 * len(rows)))
     _draw_speedups(ax, rows)
     ax.set_title(f"dynamo model zoo, {time.strftime('%Y-%m-%d')}: geomean {_x(mean)} over {n} models\n"
-                 f"eager: {eager}", fontsize=9)
+                 f"eager: {eager};\nthe fastest of OpenBLAS's threads or one, spinning or passive OpenMP threads",
+                 fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
