@@ -165,16 +165,21 @@ class StitchNow(Exception):
 _FROM_DATA = {torch.tensor, torch.as_tensor}
 
 
+# Sequences torch.tensor(data) reads element by element. A torch.Size (x.shape[-2:]) is a
+# trace's static shape: as data it is a tuple of the same ints.
+_SEQUENCES = (list, tuple, torch.Size)
+
+
 def _numbers(v, depth=0):
-    """v is a number or bool, or a (nested) list/tuple of them."""
+    """v is a number or bool, or a (nested) list/tuple/torch.Size of them."""
     if type(v) in (int, float, bool):
         return True
-    return type(v) in (list, tuple) and depth < 8 and all(_numbers(x, depth + 1) for x in v)
+    return type(v) in _SEQUENCES and depth < 8 and all(_numbers(x, depth + 1) for x in v)
 
 
 def _freeze(v):
-    """v with its lists made tuples (a constant the guards may hold: it cannot change)."""
-    return tuple(_freeze(x) for x in v) if type(v) in (list, tuple) else v
+    """v with its lists and sizes made tuples (a constant the guards may hold: it cannot change)."""
+    return tuple(_freeze(x) for x in v) if type(v) in _SEQUENCES else v
 
 
 def _plain_class(fn):
@@ -469,6 +474,10 @@ class Interpreter:
                 self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
                                         f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
             return r
+        if fn in (enumerate, zip) and self.recording:
+            made = self._sourced_pairs(fn, args, kwargs)
+            if made is not None:
+                return made
         if fn in _PURE_BUILTINS or fn is collections.OrderedDict:
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)
@@ -1321,7 +1330,7 @@ class Interpreter:
                                False)
 
     def _stitch_at(self, f, ip, stack, kw_names, why, kind, nops, extra, pushes):
-        from .snapshot import FrameState, NoSnapshot, Snapshot
+        from .snapshot import FrameState, NoSnapshot, Snapshot, spec_objects
 
         if not config.stitch or self.nopython or not self.recording or len(stack) < nops:
             return False
@@ -1341,6 +1350,16 @@ class Interpreter:
             f.stack, f.kw_names = saved_stack, saved_kw
         inner = frames[-1]
         k = len(inner.stack) - nops
+        # The step is made on objects decoded for it alone; one the frames also hold (a list
+        # passed to the call and kept in a local) would then be two objects after the stitch.
+        held, ops = set(), set()
+        for fs in frames:
+            for sp in fs.locals + (fs.stack[:k] if fs is inner else fs.stack):
+                spec_objects(sp, held)
+        for sp in inner.stack[k:]:
+            spec_objects(sp, ops)
+        if held & ops:
+            return False
         after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
         frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, ())
         snap = Snapshot(frames, self.guards._consts, self._where(f), f"stitch: {why}")
@@ -1376,6 +1395,47 @@ class Interpreter:
         ins = f.dec.insts[f.ip - 1]
         line = ins.positions.lineno if getattr(ins, "positions", None) else "?"
         return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
+
+    def _sourced_items(self, v, s):
+        """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential,
+        list or tuple (or a tuple whose elements' sources are known); None otherwise."""
+        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and not _has_hooks(v):
+            return list(v._modules.values()), list(self._submodule_srcs(v, s).values())
+        if type(v) in (list, tuple) and len(v) <= 256 and (s is not None or id(v) in self._tuple_srcs):
+            return list(v), self._element_srcs(v, s, len(v))
+        return None
+
+    def _sourced_pairs(self, fn, args, kwargs):
+        """enumerate(xs[, start]) / zip(xs, ys, ...) over sourced containers (a ModuleList's
+        layers with their weights, a list of tensors passed in): an iterator of tuples whose
+        elements keep their sources, so what is read through them stays guarded and their
+        tensors are trace inputs. None where an argument's elements have no sources (the call
+        is then made as any builtin's)."""
+        if fn is enumerate:
+            if len(args) not in (1, 2) or set(kwargs) - {"start"}:
+                return None
+            start = args[1] if len(args) == 2 else kwargs.get("start", (0, None))
+            if type(start[0]) is not int:
+                return None
+            self.touch(*start)
+            parts = [self._sourced_items(*args[0])]
+        else:
+            if kwargs or not args:
+                return None
+            parts = [self._sourced_items(v, s) for v, s in args]
+        if any(p is None for p in parts) or not any(x is not None for p in parts for x in p[1]):
+            return None
+        if fn is enumerate:
+            rows = [((start[0] + i, x), [None, xs]) for i, (x, xs) in enumerate(zip(*parts[0]))]
+        else:
+            n = min(len(p[0]) for p in parts)
+            rows = [(tuple(p[0][i] for p in parts), [p[1][i] for p in parts]) for i in range(n)]
+        items = []
+        for t, srcs in rows:
+            self._tuple_srcs[id(t)] = srcs
+            self.keep.append(t)
+            items.append(t)
+        return (self._mark_local(_SourcedIter(items, [None] * len(items))), None)
 
     def _submodule_srcs(self, m, src):
         """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard

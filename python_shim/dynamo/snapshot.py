@@ -13,10 +13,17 @@ a later call with other inputs:
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
   ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
-  ("tuple"|"list"|"dict", ...), ("cell", ...), ("siter", ...), ("seqiter", ...), ("null",)
+  ("tuple", ...), ("siter", ...), ("seqiter", ...), ("null",)
+  ("list", items, n), ("dict", items, n), ("cell", spec, n), ("cell_empty", n),
+  ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
+                     call made, attrs its __dict__): made again, once, as object n of the snapshot
+  ("ref", n)         object n again: two frames holding one list (an accumulator passed to a
+                     helper) must hold one list after the exit too, or appends through one would
+                     not be seen through the other
 
-What cannot be encoded faithfully (a tensor made outside the trace, an object created inside the
-function, a closure over the recording's cells) makes the branch abort the recording instead.
+What cannot be encoded faithfully (a tensor made outside the trace, a closure over the
+recording's cells, an object of a class with its own __new__ or slots) makes the branch abort
+the recording instead.
 """
 import types
 
@@ -71,8 +78,54 @@ _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, 
                 range, type, types.BuiltinFunctionType, types.ModuleType, type(Ellipsis))
 
 
+def _plain_object(interp, x):
+    """x is an instance the call made (object.__new__) of a plain Python class, its state all in
+    its __dict__."""
+    from .interpreter import _plain_class
+
+    t = type(x)
+    return id(x) in interp.local_objs and _plain_class(t) and isinstance(getattr(x, "__dict__", None), dict) and \
+        all("__slots__" not in c.__dict__ for c in t.__mro__[:-1])
+
+
+def _object_number(x, live_index):
+    """(n, seen): x's number among the snapshot's mutable objects (kept in live_index under
+    ("ref", id(x)); live_index otherwise maps live tensors), and whether it was numbered before."""
+    key = ("ref", id(x))
+    if key in live_index:
+        return live_index[key], True
+    n = live_index.get("refs", 0)
+    live_index["refs"] = n + 1
+    live_index[key] = n
+    return n, False
+
+
+def spec_objects(spec, out):
+    """Adds to out the numbers of the mutable objects spec holds or refers to (at any depth)."""
+    kind = spec[0]
+    if kind in ("ref", "cell_empty"):
+        out.add(spec[1])
+    elif kind in ("list", "tuple", "siter"):
+        if kind == "list":
+            out.add(spec[2])
+        for e in spec[1]:
+            spec_objects(e, out)
+    elif kind in ("dict", "obj"):
+        out.add(spec[2])
+        for _, e in spec[1]:
+            spec_objects(e, out)
+    elif kind == "cell":
+        out.add(spec[2])
+        spec_objects(spec[1], out)
+    elif kind in ("seqiter", "bound"):
+        spec_objects(spec[1], out)
+    return out
+
+
 def encode(interp, x, src, live, live_index):
-    """The spec of interpreter value x (read from src, or None)."""
+    """The spec of interpreter value x (read from src, or None). Mutable objects (lists, dicts,
+    cells, plain objects the call made) are numbered in live_index, so that each is one object
+    again when the snapshot is decoded."""
     from .interpreter import _NULL, _SourcedIter
 
     if x is _NULL:
@@ -111,11 +164,15 @@ def encode(interp, x, src, live, live_index):
     if t is tuple:
         srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
         return ("tuple", [encode(interp, e, s, live, live_index) for e, s in zip(x, srcs)])
+    if t is list or t is dict or t is types.CellType or _plain_object(interp, x):
+        n, seen = _object_number(x, live_index)
+        if seen:
+            return ("ref", n)
     if t is list:
-        return ("list", [encode(interp, e, None, live, live_index) for e in x])
+        return ("list", [encode(interp, e, None, live, live_index) for e in x], n)
     if t is dict:
         srcs = interp._dict_srcs.get(id(x), {})
-        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()])
+        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n)
     if t is _SourcedIter:
         rest = range(x.i, len(x.items))
         return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
@@ -123,11 +180,14 @@ def encode(interp, x, src, live, live_index):
         try:
             v = x.cell_contents
         except ValueError:
-            return ("cell_empty",)
-        return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index))
+            return ("cell_empty", n)
+        return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index), n)
     if t.__name__ in ("range_iterator", "list_iterator", "tuple_iterator"):
         _, (seq,), state = x.__reduce__()
         return ("seqiter", encode(interp, seq, None, live, live_index), state)
+    if _plain_object(interp, x):  # numbered above
+        attrs = [(name, encode(interp, v, None, live, live_index)) for name, v in x.__dict__.items()]
+        return ("obj", attrs, n, t)
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
 
 
@@ -160,10 +220,17 @@ def _live_view(interp, x, live, live_index):
     return ("liveview", spec[1], tuple(x.shape), tuple(x.stride()), x.storage_offset() - b.storage_offset())
 
 
+def _made(env):
+    """The objects decoded so far in this decoding (env is one per resume or step)."""
+    return env.setdefault("_dynamo_objects", {})
+
+
 def decode(spec, env, live):
     from .interpreter import _NULL, _SourcedIter
 
     kind = spec[0]
+    if kind == "ref":
+        return _made(env)[spec[1]]
     if kind == "live":
         return live[spec[1]]
     if kind == "src":
@@ -182,16 +249,29 @@ def decode(spec, env, live):
     if kind == "tuple":
         return tuple(decode(s, env, live) for s in spec[1])
     if kind == "list":
-        return [decode(s, env, live) for s in spec[1]]
+        out = _made(env)[spec[2]] = []  # registered first: it may hold itself
+        out.extend(decode(s, env, live) for s in spec[1])
+        return out
     if kind == "dict":
-        return {k: decode(s, env, live) for k, s in spec[1]}
+        out = _made(env)[spec[2]] = {}
+        for k, s in spec[1]:
+            out[k] = decode(s, env, live)
+        return out
+    if kind == "obj":
+        out = _made(env)[spec[2]] = object.__new__(spec[3])
+        for name, s in spec[1]:
+            out.__dict__[name] = decode(s, env, live)
+        return out
     if kind == "siter":
         items = [decode(s, env, live) for s in spec[1]]
         return _SourcedIter(items, [None] * len(items))
     if kind == "cell":
-        return types.CellType(decode(spec[1], env, live))
+        out = _made(env)[spec[2]] = types.CellType()
+        out.cell_contents = decode(spec[1], env, live)
+        return out
     if kind == "cell_empty":
-        return types.CellType()
+        out = _made(env)[spec[1]] = types.CellType()
+        return out
     if kind == "item":  # the number .item()/int()/float()/bool() read from a live tensor
         return _convert(live[spec[1]], spec[2])
     if kind == "seqiter":
@@ -207,24 +287,35 @@ def _decode_pair(spec, env, live, interp):
     from .guards import EXIT, Source
 
     kind = spec[0]
+    if kind == "ref":
+        return _made(env)[spec[1]], None
     if kind == "src":
         v, src = eval(spec[1], env), Source(spec[1])  # noqa: S307
     elif kind == "live":
         v, src = live[spec[1]], EXIT.item(spec[1])
-    elif kind in ("tuple", "list", "siter"):
+    elif kind in ("tuple", "siter"):
         pairs = [_decode_pair(s, env, live, interp) for s in spec[1]]
         if kind == "siter":
             from .interpreter import _SourcedIter
             return _SourcedIter([p[0] for p in pairs], [p[1] for p in pairs]), None
-        v = tuple(p[0] for p in pairs) if kind == "tuple" else interp._mark_local([p[0] for p in pairs])
-        if kind == "tuple":
-            interp._tuple_srcs[id(v)] = [p[1] for p in pairs]
-            interp.keep.append(v)
+        v = tuple(p[0] for p in pairs)
+        interp._tuple_srcs[id(v)] = [p[1] for p in pairs]
+        interp.keep.append(v)
+        return v, None
+    elif kind == "list":
+        v = _made(env)[spec[2]] = interp._mark_local([])
+        v.extend(_decode_pair(s, env, live, interp)[0] for s in spec[1])
         return v, None
     elif kind == "dict":
-        pairs = {k: _decode_pair(s, env, live, interp) for k, s in spec[1]}
-        v = interp._mark_local({k: p[0] for k, p in pairs.items()})
-        interp._dict_srcs[id(v)] = {k: p[1] for k, p in pairs.items()}
+        v = _made(env)[spec[2]] = interp._mark_local({})
+        srcs = interp._dict_srcs[id(v)] = {}
+        for k, s in spec[1]:
+            v[k], srcs[k] = _decode_pair(s, env, live, interp)
+        return v, None
+    elif kind == "obj":
+        v = _made(env)[spec[2]] = interp._mark_local(object.__new__(spec[3]))
+        for name, s in spec[1]:
+            v.__dict__[name] = _decode_pair(s, env, live, interp)[0]
         return v, None
     elif kind == "item":
         # The side trace specializes on this number: its guards read it back from x[i].
@@ -240,10 +331,10 @@ def _decode_pair(spec, env, live, interp):
     elif kind == "bound":
         return getattr(_decode_pair(spec[1], env, live, interp)[0], spec[2]), None
     elif kind == "cell":
-        inner, isrc = _decode_pair(spec[1], env, live, interp)
-        cell = types.CellType(inner)
-        interp._cell_src[id(cell)] = isrc
+        cell = _made(env)[spec[2]] = types.CellType()
         interp.keep.append(cell)
+        cell.cell_contents, isrc = _decode_pair(spec[1], env, live, interp)
+        interp._cell_src[id(cell)] = isrc
         return cell, None
     else:
         return decode(spec, env, live), None
@@ -264,11 +355,15 @@ def _step_expr(spec, names):
         name = f"_s{len(names)}"
         names[name] = spec[1] if kind == "const" else _NULL
         return name
-    if kind in ("tuple", "list"):
+    if kind == "tuple":
         parts = [_step_expr(x, names) for x in spec[1]]
         if None in parts:
             return None
-        return f"({', '.join(parts)},)" if kind == "tuple" else f"[{', '.join(parts)}]"
+        return f"({', '.join(parts)},)"
+    if kind == "list" and not spec_objects(spec, set()) - {spec[2]}:
+        # a list of tensors and constants, held by nothing else: made anew each call
+        parts = [_step_expr(x, names) for x in spec[1]]
+        return None if None in parts else f"[{', '.join(parts)}]"
     if kind == "bound":
         inner = _step_expr(spec[1], names)
         return None if inner is None else f"getattr({inner}, {spec[2]!r})"
