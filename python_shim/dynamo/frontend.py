@@ -446,7 +446,7 @@ class OptimizedFunction:
                     # Inputs in the order native linking needs: the parent's, then the live values.
                     for expr in c.input_srcs:
                         if not expr.startswith("x["):  # a side trace's own exit values are not in scope
-                            interp.touch(eval(expr, env), Source(expr))  # noqa: S307 -- our guard expressions
+                            interp.touch(snapshot.eval_source(expr, env, rec), Source(expr))
                     for i, t in enumerate(values):
                         interp.touch(t, EXIT.item(i))
                     result = snapshot.resume(snap, fn, args, kwargs, values, interp=interp)
@@ -524,12 +524,23 @@ class OptimizedFunction:
         return st == 0
 
     def _side_aborted(self, snap, reason):
-        """A side-trace recording from snap failed: back off, then blacklist the exit."""
+        """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
+        continuation is blacklisted at once, and its root trace dropped (see below)."""
         _bump("aborts")
         log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
         snap.aborts.append(reason)
-        if len(snap.aborts) >= config.abort_limit:
+        # A stitch's continuation is recorded from the same state on every call: what failed
+        # once fails again, so one failure decides (a branch's side trace may see other values).
+        if len(snap.aborts) >= (1 if snap.step is not None else config.abort_limit):
             snap.blacklisted = reason
+            root = snap.owner.root if snap.step is not None and snap.owner is not None else None
+            if root is not None and root in self.compiled:
+                # A stitch is taken on every call: without a trace after it, the rest of every
+                # call would run in dynamo's interpreter, slower than CPython runs the function
+                # whole. The root trace goes (an abort: back-off, then CPython for good).
+                self.compiled.remove(root)
+                self._aborted(f"the trace after the stitch at {snap.where} cannot be recorded ({reason})",
+                              root.ops, root.inlined)
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 

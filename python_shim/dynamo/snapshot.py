@@ -14,7 +14,7 @@ a later call with other inputs:
   ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple", ...), ("siter", ...), ("seqiter", ...), ("null",)
-  ("list", items, n), ("dict", items, n), ("cell", spec, n), ("cell_empty", n),
+  ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n), ("cell_empty", n),
   ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
                      call made, attrs its __dict__): made again, once, as object n of the snapshot
   ("ref", n)         object n again: two frames holding one list (an accumulator passed to a
@@ -25,6 +25,7 @@ What cannot be encoded faithfully (a tensor made outside the trace, a closure ov
 recording's cells, an object of a class with its own __new__ or slots) makes the branch abort
 the recording instead.
 """
+import collections
 import types
 
 import torch
@@ -74,6 +75,7 @@ class Snapshot:
         self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
 
 
+_DICTS = (dict, collections.OrderedDict)  # exactly these: rebuilt empty, then filled in order
 _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,
                 range, type, types.BuiltinFunctionType, types.ModuleType, type(Ellipsis))
 
@@ -164,15 +166,15 @@ def encode(interp, x, src, live, live_index):
     if t is tuple:
         srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
         return ("tuple", [encode(interp, e, s, live, live_index) for e, s in zip(x, srcs)])
-    if t is list or t is dict or t is types.CellType or _plain_object(interp, x):
+    if t is list or t in _DICTS or t is types.CellType or _plain_object(interp, x):
         n, seen = _object_number(x, live_index)
         if seen:
             return ("ref", n)
     if t is list:
         return ("list", [encode(interp, e, None, live, live_index) for e in x], n)
-    if t is dict:
+    if t in _DICTS:
         srcs = interp._dict_srcs.get(id(x), {})
-        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n)
+        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
     if t is _SourcedIter:
         rest = range(x.i, len(x.items))
         return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
@@ -253,7 +255,7 @@ def decode(spec, env, live):
         out.extend(decode(s, env, live) for s in spec[1])
         return out
     if kind == "dict":
-        out = _made(env)[spec[2]] = {}
+        out = _made(env)[spec[2]] = spec[3]()
         for k, s in spec[1]:
             out[k] = decode(s, env, live)
         return out
@@ -281,6 +283,17 @@ def decode(spec, env, live):
     raise AssertionError(f"unknown snapshot spec {kind}")
 
 
+def eval_source(expr, env, rec):
+    """The value of source expr now, read without recording: a source may make a tensor (the
+    guards' `c7(c8, dtype=c9)` for a torch.tensor of numbers), which is the trace's input, not
+    an op of the trace being recorded."""
+    rec.paused += 1
+    try:
+        return eval(expr, env)  # noqa: S307 -- our own guard expressions
+    finally:
+        rec.paused -= 1
+
+
 def _decode_pair(spec, env, live, interp):
     """(value, source) for recording a side trace: sourced values keep their source, live
     tensors become the side trace's inputs x[i]; both are guarded as they are read."""
@@ -290,7 +303,7 @@ def _decode_pair(spec, env, live, interp):
     if kind == "ref":
         return _made(env)[spec[1]], None
     if kind == "src":
-        v, src = eval(spec[1], env), Source(spec[1])  # noqa: S307
+        v, src = eval_source(spec[1], env, interp.rec), Source(spec[1])
     elif kind == "live":
         v, src = live[spec[1]], EXIT.item(spec[1])
     elif kind in ("tuple", "siter"):
@@ -307,7 +320,7 @@ def _decode_pair(spec, env, live, interp):
         v.extend(_decode_pair(s, env, live, interp)[0] for s in spec[1])
         return v, None
     elif kind == "dict":
-        v = _made(env)[spec[2]] = interp._mark_local({})
+        v = _made(env)[spec[2]] = interp._mark_local(spec[3]())
         srcs = interp._dict_srcs[id(v)] = {}
         for k, s in spec[1]:
             v[k], srcs[k] = _decode_pair(s, env, live, interp)
