@@ -537,10 +537,13 @@ class OptimizedFunction:
             if root is not None and root in self.compiled:
                 # A stitch is taken on every call: without a trace after it, the rest of every
                 # call would run in dynamo's interpreter, slower than CPython runs the function
-                # whole. The root trace goes (an abort: back-off, then CPython for good).
+                # whole. The root trace goes, and the function is left to CPython: recording it
+                # again would reach the same stitch and the same failure.
                 self.compiled.remove(root)
-                self._aborted(f"the trace after the stitch at {snap.where} cannot be recorded ({reason})",
-                              root.ops, root.inlined)
+                why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
+                self._aborted(why, root.ops, root.inlined)
+                if not self.compiled:
+                    self.disabled_reason = why
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 

@@ -1,7 +1,7 @@
 """A stitch whose continuation cannot be recorded: one failure blacklists it (the continuation
 starts from the same state on every call) and drops the root trace, so the rest of each call
-is not left to dynamo's interpreter, slower than CPython; the function then backs off and, after
-the abort limit, runs in CPython. The results are eager's on every call."""
+is not left to dynamo's interpreter, slower than CPython; the function then runs in CPython
+(recording it again would meet the same stitch). The results are eager's on every call."""
 import torch
 
 import dynamo
@@ -33,8 +33,7 @@ def test_unrecordable_continuation_drops_the_root_trace():
             x = torch.randn(6)
             assert torch.allclose(jit(x), f(x))
     c = dynamo.counters()
-    assert c["aborts"] >= dynamo.config.abort_limit, c
-    assert c["eager_runs"] >= 2, c  # left to CPython at the end
+    assert c["aborts"] >= 1 and c["traces_compiled"] == 1, c  # recorded once, not again
+    assert c["eager_runs"] >= 8, c  # left to CPython from the second call on
     assert "cannot be recorded" in dynamo.report(), dynamo.report()
-    # each root trace was tried once after its stitch, not once per call
-    assert c["exits_resumed"] <= dynamo.config.abort_limit, c
+    assert c["exits_resumed"] <= 1, c  # the rest was interpreted once at most, not every call
