@@ -364,9 +364,15 @@ struct Planner {
   }
 
   void decide_materialization() {
+    // next_extern[i]: the first extern instruction after instruction i (size(): none).
+    std::vector<size_t> next_extern(t.insts.size() + 1, t.insts.size());
+    for (size_t i = t.insts.size(); i-- > 0;)
+      next_extern[i] = i + 1 < t.insts.size() && op_info(t.insts[i + 1].op).kind == OpKind::EXTERN ? i + 1
+                                                                                                   : next_extern[i + 1];
     for (size_t v = 0; v < t.types.size(); ++v) {
       if (!t.types[v].tensor || !is_computed((int32_t)v)) continue;
       bool m = false;
+      const size_t boundary = next_extern[(size_t)t.def[v]];
       for (auto [i, k] : users[v]) {
         const Inst &u = t.insts[i];
         OpKind kind = op_info(u.op).kind;
@@ -374,6 +380,10 @@ struct Planner {
         if (is_pointwise((int32_t)v) && kind == OpKind::POINTWISE &&
             t.types[u.results[0]].numel() != t.types[v].numel())
           m = true;
+        // Read again past an extern: the loops after it would recompute v's whole expression,
+        // and a value carried from step to step of an unrolled loop (an LSTM's cell state)
+        // would grow its expression by one step each time (quadratic code and work).
+        if (is_pointwise((int32_t)v) && (size_t)i > boundary) m = true;
       }
       p.materialized[v] = m;
     }

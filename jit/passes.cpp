@@ -1,5 +1,7 @@
-// passes.cpp -- trace simplification: common subexpression elimination and dead code
-// elimination, rebuilding value numbers densely. Inputs are never removed (they are slots).
+// passes.cpp -- trace simplification: common subexpression elimination, slices of
+// slice_scatter chains folded, and dead code elimination, rebuilding value numbers densely.
+// Inputs are never removed (they are slots).
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -16,6 +18,65 @@ std::string cse_key(const Inst &in) {
   return k;
 }
 
+// Externs without effects, which DCE may drop when nothing reads them.
+bool pure_extern(const Inst &in) {
+  return in.op == Op::extern_ && (in.callee == "aten::slice_scatter" || in.callee == "aten::select_scatter");
+}
+
+// A step-1 range [start, end) along dim of a tensor of size n there, normalized as ATen does
+// (negative from the end, clamped); false when the operands are not plain integers or none.
+bool unit_range(const Operand &dim, const Operand &start, const Operand &end, const Operand &step, int64_t rank,
+                const std::vector<int64_t> &sizes, int64_t *d, int64_t *a, int64_t *b) {
+  auto is_int = [](const Operand &o) { return o.kind == Operand::Int; };
+  if (!is_int(dim) || (!is_int(step) && step.kind != Operand::None) || (is_int(step) && step.i != 1)) return false;
+  if ((!is_int(start) && start.kind != Operand::None) || (!is_int(end) && end.kind != Operand::None)) return false;
+  *d = dim.i < 0 ? dim.i + rank : dim.i;
+  if (*d < 0 || *d >= rank) return false;
+  const int64_t n = sizes[(size_t)*d];
+  int64_t s = is_int(start) ? start.i : 0, e = is_int(end) ? end.i : n;
+  if (s < 0) s += n;
+  if (e < 0) e += n;
+  *a = std::clamp<int64_t>(s, 0, n);
+  *b = std::clamp<int64_t>(e, *a, n);
+  return true;
+}
+
+// A step-1 slice of the result of a chain of aten::slice_scatter(base, src, dim, start, end, 1)
+// along its own dim: the scattered src when the ranges are equal, else (disjoint ranges) the
+// same slice of base, and so on down the chain. An LSTM cell's in-place activations of its
+// gate chunks are recorded as such chains (one scatter per chunk, then the chunks read back):
+// folded, the scatters are dead. Returns the value the slice equals (-1: none), or rewrites
+// the slice's operand to the deepest base it can read instead.
+int32_t fold_slice_of_scatter(const Trace &t, Inst &in, const std::vector<int32_t> &rep) {
+  if (in.op != Op::slice || in.args.size() != 5 || in.args[0].kind != Operand::Value) return -1;
+  for (int guard = 0; guard < 1 << 16; ++guard) {
+    int32_t x = in.args[0].value, di = t.def[x];
+    if (di < 0) return -1;
+    const Inst &sc = t.insts[(size_t)di];
+    if (sc.op != Op::extern_ || sc.callee != "aten::slice_scatter" || sc.args.size() != 6 ||
+        sc.args[0].kind != Operand::Value || sc.args[1].kind != Operand::Value)
+      return -1;
+    const Type &xt = t.types[x];
+    int64_t d1, a1, b1, d2, a2, b2;
+    if (!unit_range(in.args[1], in.args[2], in.args[3], in.args[4], xt.rank(), xt.sizes, &d1, &a1, &b1) ||
+        !unit_range(sc.args[2], sc.args[3], sc.args[4], sc.args[5], xt.rank(), xt.sizes, &d2, &a2, &b2) || d1 != d2)
+      return -1;
+    int32_t base = rep[sc.args[0].value], src = rep[sc.args[1].value];
+    if (a1 == a2 && b1 == b2) {
+      const Type &st = t.types[src], &rt = t.types[in.results[0]];
+      return st.tensor && st.dtype == rt.dtype && st.sizes == rt.sizes ? src : -1;
+    }
+    if (b1 <= a2 || b2 <= a1 || a1 == b1) {  // disjoint (or empty): the base's elements
+      const Type &bt = t.types[base];
+      if (!bt.tensor || bt.dtype != xt.dtype || bt.sizes != xt.sizes) return -1;
+      in.args[0].value = base;
+      continue;
+    }
+    return -1;  // overlapping ranges: kept
+  }
+  return -1;
+}
+
 }  // namespace
 
 void simplify_trace(Trace &t) {
@@ -26,19 +87,23 @@ void simplify_trace(Trace &t) {
   for (Inst &in : t.insts) {
     for (Operand &o : in.args)
       if (o.kind == Operand::Value) o.value = rep[o.value];
+    if (int32_t same = fold_slice_of_scatter(t, in, rep); same >= 0) {
+      rep[in.results[0]] = same;
+      continue;
+    }
     if (in.op == Op::input || in.op == Op::extern_ || in.op == Op::copy_) continue;  // effects stay
     auto [it, fresh] = seen.emplace(cse_key(in), in.results[0]);
     if (!fresh) rep[in.results[0]] = it->second;
   }
   for (int32_t &o : t.outputs) o = rep[o];
 
-  // DCE: mark live from outputs backwards; inputs and externs stay.
+  // DCE: mark live from outputs backwards; inputs and externs with effects stay.
   std::vector<char> live(t.types.size(), 0);
   for (int32_t o : t.outputs) live[o] = 1;
   std::vector<char> keep(t.insts.size(), 0);
   for (int i = (int)t.insts.size() - 1; i >= 0; --i) {
     const Inst &in = t.insts[i];
-    bool k = in.op == Op::input || in.op == Op::extern_ || in.op == Op::copy_;
+    bool k = in.op == Op::input || (in.op == Op::extern_ && !pure_extern(in)) || in.op == Op::copy_;
     for (int32_t r : in.results) k = k || (live[r] && rep[r] == r);
     if (!k) continue;
     keep[i] = 1;
