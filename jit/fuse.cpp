@@ -363,16 +363,44 @@ struct Planner {
     }
   }
 
+  // The longest inline expression a loop after an extern recomputes rather than load.
+  static constexpr int64_t kRecomputeOps = 3;
+
   void decide_materialization() {
     // next_extern[i]: the first extern instruction after instruction i (size(): none).
     std::vector<size_t> next_extern(t.insts.size() + 1, t.insts.size());
     for (size_t i = t.insts.size(); i-- > 0;)
       next_extern[i] = i + 1 < t.insts.size() && op_info(t.insts[i + 1].op).kind == OpKind::EXTERN ? i + 1
                                                                                                    : next_extern[i + 1];
+    // inline_ops[v]: the pointwise ops a loop evaluates to recompute v inline (v and the inline
+    // values it reads, counted once per read).
+    // reads_written[v]: v's inline expression reads a trace input that a copy_ writes in place
+    // (recomputed after the write, it would read the new contents).
+    std::vector<int64_t> inline_ops(t.types.size(), 0);
+    std::vector<char> reads_written(t.types.size(), 0);
+    std::vector<char> written(t.types.size(), 0);
+    for (const Inst &in : t.insts)
+      if (in.op == Op::copy_ && !in.args.empty() && in.args[0].kind == Operand::Value) {
+        int32_t d = in.args[0].value;
+        while (t.insts[(size_t)t.def[d]].op != Op::input && op_info(t.insts[(size_t)t.def[d]].op).kind == OpKind::VIEW)
+          d = t.insts[(size_t)t.def[d]].args[0].value;  // a write through a view writes its base
+        written[d] = 1;
+      }
     for (size_t v = 0; v < t.types.size(); ++v) {
       if (!t.types[v].tensor || !is_computed((int32_t)v)) continue;
       bool m = false;
       const size_t boundary = next_extern[(size_t)t.def[v]];
+      if (is_pointwise((int32_t)v)) {
+        int64_t n = 1;
+        for (const Operand &o : t.insts[(size_t)t.def[v]].args) {
+          if (o.kind != Operand::Value) continue;
+          if (written[o.value]) reads_written[v] = 1;
+          if (p.materialized[o.value]) continue;
+          n += inline_ops[o.value];
+          reads_written[v] |= reads_written[o.value];
+        }
+        inline_ops[v] = std::min<int64_t>(n, 1 << 20);
+      }
       for (auto [i, k] : users[v]) {
         const Inst &u = t.insts[i];
         OpKind kind = op_info(u.op).kind;
@@ -382,8 +410,11 @@ struct Planner {
           m = true;
         // Read again past an extern: the loops after it would recompute v's whole expression,
         // and a value carried from step to step of an unrolled loop (an LSTM's cell state)
-        // would grow its expression by one step each time (quadratic code and work).
-        if (is_pointwise((int32_t)v) && (size_t)i > boundary) m = true;
+        // would grow its expression by one step each time (quadratic code and work). A short
+        // expression (a few ops) is cheaper to recompute than to store and load.
+        // Nor may one be recomputed from an input written in place meanwhile.
+        if (is_pointwise((int32_t)v) && (size_t)i > boundary && (inline_ops[v] > kRecomputeOps || reads_written[v]))
+          m = true;
       }
       p.materialized[v] = m;
     }
