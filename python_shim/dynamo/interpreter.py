@@ -980,7 +980,9 @@ class Interpreter:
                         not _has_hooks(v):
                     srcs = self._submodule_srcs(v, s)
                     push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
-                elif s is not None and type(v) in (list, tuple) and len(v) <= 256:
+                elif s is not None and type(v) is list:
+                    push((_SourcedIter.live(v, s), None))
+                elif s is not None and type(v) is tuple and len(v) <= 256:
                     srcs = self._element_srcs(v, s, len(v))
                     push((_SourcedIter(list(v), srcs), None))
                 else:
@@ -993,7 +995,14 @@ class Interpreter:
                 it = stack[-1][0]
                 try:
                     if isinstance(it, (_SourcedIter, _Generator)):
-                        v, src = it.next_pair()
+                        try:
+                            v, src = it.next_pair()
+                        except StopIteration:
+                            if type(it) is _SourcedIter and it.src is not None and self.recording:
+                                # where the loop over a sourced list ended (it may have grown)
+                                self.guards.guard_state(f"len({it.src.expr})", it.i,
+                                                        f"{it.src.expr} has {it.i} elements", src=it.src)
+                            raise
                         self.touch(v, src)
                         push((v, src))
                     else:
@@ -1397,17 +1406,18 @@ class Interpreter:
         return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
 
     def _sourced_items(self, v, s):
-        """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential,
-        list or tuple (or a tuple whose elements' sources are known); None otherwise."""
+        """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential or
+        tuple (or a tuple whose elements' sources are known); None otherwise."""
         if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and not _has_hooks(v):
             return list(v._modules.values()), list(self._submodule_srcs(v, s).values())
-        if type(v) in (list, tuple) and len(v) <= 256 and (s is not None or id(v) in self._tuple_srcs):
+        # (a list may grow while the loop runs: its items are not taken ahead of time)
+        if type(v) is tuple and len(v) <= 256 and (s is not None or id(v) in self._tuple_srcs):
             return list(v), self._element_srcs(v, s, len(v))
         return None
 
     def _sourced_pairs(self, fn, args, kwargs):
         """enumerate(xs[, start]) / zip(xs, ys, ...) over sourced containers (a ModuleList's
-        layers with their weights, a list of tensors passed in): an iterator of tuples whose
+        layers with their weights, a tuple of tensors passed in): an iterator of tuples whose
         elements keep their sources, so what is read through them stays guarded and their
         tensors are trace inputs. None where an argument's elements have no sources (the call
         is then made as any builtin's)."""
@@ -1553,17 +1563,28 @@ class _Generator:
 
 
 class _SourcedIter:
-    """Iteration over a sourced list/tuple: elements keep their sources (and guards)."""
+    """Iteration over a sourced list/tuple: elements keep their sources (and guards). Over a
+    list (`seq`, read from `src`) it is live, as CPython's list iterator: element i is read when
+    reached, so appends made during the loop are seen."""
 
-    __slots__ = ("items", "srcs", "i")
+    __slots__ = ("items", "srcs", "i", "seq", "src")
 
-    def __init__(self, items, srcs):
-        self.items, self.srcs, self.i = items, srcs, 0
+    def __init__(self, items, srcs, seq=None, src=None, i=0):
+        self.items, self.srcs, self.i, self.seq, self.src = items, srcs, i, seq, src
+
+    @classmethod
+    def live(cls, seq, src, i=0):
+        return cls(None, None, seq, src, i)
 
     def next_pair(self):
-        if self.i >= len(self.items):
-            raise StopIteration
         k = self.i
+        if self.seq is not None:
+            if k >= len(self.seq):
+                raise StopIteration
+            self.i += 1
+            return self.seq[k], (self.src.item(k) if self.src is not None else None)
+        if k >= len(self.items):
+            raise StopIteration
         self.i += 1
         return self.items[k], self.srcs[k]
 

@@ -14,6 +14,7 @@ a later call with other inputs:
   ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple", ...), ("siter", ...), ("seqiter", ...), ("null",)
+  ("liter", spec, i)  a loop over a list at element i: live again over the list spec stands for
   ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n), ("cell_empty", n),
   ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
                      call made, attrs its __dict__): made again, once, as object n of the snapshot
@@ -119,7 +120,7 @@ def spec_objects(spec, out):
     elif kind == "cell":
         out.add(spec[2])
         spec_objects(spec[1], out)
-    elif kind in ("seqiter", "bound"):
+    elif kind in ("seqiter", "bound", "liter"):
         spec_objects(spec[1], out)
     return out
 
@@ -175,6 +176,8 @@ def encode(interp, x, src, live, live_index):
     if t in _DICTS:
         srcs = interp._dict_srcs.get(id(x), {})
         return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
+    if t is _SourcedIter and x.seq is not None:  # live over a list: the list and the position
+        return ("liter", encode(interp, x.seq, x.src, live, live_index), x.i)
     if t is _SourcedIter:
         rest = range(x.i, len(x.items))
         return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
@@ -267,6 +270,8 @@ def decode(spec, env, live):
     if kind == "siter":
         items = [decode(s, env, live) for s in spec[1]]
         return _SourcedIter(items, [None] * len(items))
+    if kind == "liter":
+        return _SourcedIter.live(decode(spec[1], env, live), None, spec[2])
     if kind == "cell":
         out = _made(env)[spec[2]] = types.CellType()
         out.cell_contents = decode(spec[1], env, live)
@@ -306,6 +311,10 @@ def _decode_pair(spec, env, live, interp):
         v, src = eval_source(spec[1], env, interp.rec), Source(spec[1])
     elif kind == "live":
         v, src = live[spec[1]], EXIT.item(spec[1])
+    elif kind == "liter":
+        from .interpreter import _SourcedIter
+        seq, ssrc = _decode_pair(spec[1], env, live, interp)
+        return _SourcedIter.live(seq, ssrc, spec[2]), None
     elif kind in ("tuple", "siter"):
         pairs = [_decode_pair(s, env, live, interp) for s in spec[1]]
         if kind == "siter":

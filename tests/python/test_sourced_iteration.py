@@ -89,18 +89,61 @@ class Zipped(nn.Module):
         return torch.stack(outs).sum(0)
 
 
-def test_zip_of_module_lists_and_a_list_of_tensors():
-    run(Zipped(), lambda: ([torch.randn(3, 6), torch.randn(3, 6)],))
+def test_zip_of_module_lists_and_a_tuple_of_tensors():
+    run(Zipped(), lambda: ((torch.randn(3, 6), torch.randn(3, 6)),))
 
 
-def test_zip_sees_another_list_length():
+def test_zip_sees_another_tuple_length():
     m = Zipped()
     jit, ref = dynamo.optimize(m), copy.deepcopy(m)
     with torch.no_grad():
         for n in (2, 2, 1, 1):  # one tensor: zip stops after one layer pair
-            xs = [torch.randn(3, 6) for _ in range(n)]
+            xs = tuple(torch.randn(3, 6) for _ in range(n))
             assert torch.allclose(jit(xs), ref(xs), rtol=1e-5, atol=1e-5)
     assert dynamo.counters()["native_runs"] >= 2, dynamo.report()
+
+
+def test_zip_over_a_list_is_cpythons():
+    """A list may grow during the loop, so zip over one is CPython's own (live); its tensors
+    have no sources then and the recording falls back. The answers are eager's."""
+    m = Zipped()
+    jit, ref = dynamo.optimize(m), copy.deepcopy(m)
+    with torch.no_grad():
+        for _ in range(3):
+            xs = [torch.randn(3, 6), torch.randn(3, 6)]
+            assert torch.allclose(jit(xs), ref(xs), rtol=1e-5, atol=1e-5)
+
+
+class Queue:
+    def __init__(self):
+        self.items = []
+
+
+def test_a_loop_sees_appends_to_the_list_it_iterates():
+    """for t in q.items: ... q.items.append(...): the append is a stitch, and the loop after it
+    goes on over the grown list, as CPython's list iterator does (it used to stop at the length
+    the loop started with: a wrong answer on the first call)."""
+    q = Queue()
+
+    def f(x):
+        out = x * 0
+        for t in q.items:
+            out = out + t
+            if len(q.items) < 4:
+                q.items.append(t * 2)
+        return out
+
+    jit = dynamo.optimize(f)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(3)
+            q.items = [x.clone()]
+            want = f(x)
+            assert len(q.items) == 4
+            q.items = [x.clone()]
+            got = jit(x)
+            assert len(q.items) == 4
+            assert torch.allclose(got, want), (got, want)
 
 
 class SizeAsData(nn.Module):
