@@ -980,7 +980,7 @@ class Interpreter:
                         not _has_hooks(v):
                     srcs = self._submodule_srcs(v, s)
                     push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
-                elif s is not None and type(v) is list:
+                elif s is not None and type(v) is list and len(v) <= 256:
                     push((_SourcedIter.live(v, s), None))
                 elif s is not None and type(v) is tuple and len(v) <= 256:
                     srcs = self._element_srcs(v, s, len(v))
