@@ -585,6 +585,23 @@ static void test_entry_get_stats_bad_args(void **state) {
 
 /* -- Running: happy path -------------------------------------------------------------------- */
 
+/* Compiles `text` (a trace of f32[2,3] and f32[3,2] inputs, one f32[2,2] output), runs it `runs`
+ * times on [[1,2,3],[4,5,6]] and [[1,0],[0,1],[1,1]], and leaves the output in out. */
+static void run_mm_trace(const char *text, int runs, float out[4]) {
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine, text, &entry);
+  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1};
+  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
+  test_tensor t0, t1, tm;
+  memset(out, 0, 4 * sizeof(float));
+  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
+  tt_init(&tm, out, kDLFloat, 32, 2, s22, NULL);
+  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
+  for (int i = 0; i < runs; ++i) assert_ok(dynamo_entry_run(entry, margs, 2, &tm.dl, 1));
+  assert_ok(dynamo_frame_destroy(f));
+}
+
 static void test_entry_run_happy_path(void **state) {
   (void)state;
   add_fixture x;
@@ -624,19 +641,10 @@ static void test_entry_run_happy_path(void **state) {
       "  %3 = add(%2, 1.0) : f32[2,2]\n"
       "  return %3\n"
       "}\n";
-  dynamo_entry *entry = NULL;
-  dynamo_frame *f = compile_text(g_engine, mm, &entry);
-  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1}, mo[4] = {0};
-  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
-  test_tensor t0, t1, tm;
-  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
-  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
-  tt_init(&tm, mo, kDLFloat, 32, 2, s22, NULL);
-  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
-  assert_ok(dynamo_entry_run(entry, margs, 2, &tm.dl, 1));
+  float mo[4];
+  run_mm_trace(mm, 1, mo);
   /* [[1,2,3],[4,5,6]] @ [[1,0],[0,1],[1,1]] = [[4,5],[10,11]], plus 1. */
   assert_true(mo[0] == 5.0f && mo[1] == 6.0f && mo[2] == 11.0f && mo[3] == 12.0f);
-  assert_ok(dynamo_frame_destroy(f));
 }
 
 /* Engine-allocated outputs: values, ownership past the engine's lifetime, reuse of released
@@ -1107,19 +1115,10 @@ static void test_blas_hold(void **state) {
       "  %2 = extern aten::mm(%0, %1) : f32[2,2]\n"
       "  return %2\n"
       "}\n";
-  dynamo_entry *entry = NULL;
-  dynamo_frame *f = compile_text(g_engine, mm, &entry);
-  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1}, mo[4] = {0};
-  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
-  test_tensor t0, t1, tm;
-  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
-  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
-  tt_init(&tm, mo, kDLFloat, 32, 2, s22, NULL);
-  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
-  for (int i = 0; i < 3; ++i) assert_ok(dynamo_entry_run(entry, margs, 2, &tm.dl, 1));
+  float mo[4];
+  run_mm_trace(mm, 3, mo);
   assert_true(mo[0] == 4.0f && mo[1] == 5.0f && mo[2] == 10.0f && mo[3] == 11.0f);
   assert_int_equal(ob_get(), n);
-  assert_ok(dynamo_frame_destroy(f));
   ob_set(before);
 }
 
