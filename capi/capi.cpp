@@ -519,6 +519,20 @@ dynamo_status dynamo_blas_hold(int enter) {
 
 int dynamo_blas_threads(void) { return runtime::blas_threads(); }
 
+dynamo_status dynamo_cache_directory(char **out_dir) {
+  CHECK_PTR(out_dir, "out_dir");
+  *out_dir = nullptr;
+  API_BEGIN
+  std::string why;
+  std::string dir = jit::disk_cache_directory(&why);
+  if (dir.empty())
+    return set_error(DYNAMO_ERR_UNSUPPORTED, why.empty() ? "dynamo_cache_directory: the cache is off" : "dynamo_cache_directory: " + why);
+  *out_dir = dup_string(dir);
+  if (!*out_dir) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_cache_directory: out of memory");
+  return DYNAMO_OK;
+  API_END
+}
+
 dynamo_status dynamo_gpu_available(char *why, size_t why_len) {
   API_BEGIN
   std::string msg;
@@ -565,6 +579,28 @@ size_t dynamo_entry_num_exits(const dynamo_entry *entry) {
 int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id) {
   if (!entry || !live(entry) || exit_id < 0 || exit_id >= entry->e->num_exits) return -1;
   return entry->e->exit_counts[exit_id].load(std::memory_order_relaxed);
+}
+
+dynamo_status dynamo_entry_choices(const dynamo_entry *entry, char **out_text) {
+  CHECK_PTR(out_text, "out_text");
+  *out_text = nullptr;
+  CHECK_HANDLE(entry, "entry");
+  API_BEGIN
+  *out_text = dup_string(runtime::entry_choices(*entry->e));
+  if (!*out_text) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_entry_choices: out of memory");
+  return DYNAMO_OK;
+  API_END
+}
+
+dynamo_status dynamo_entry_set_choices(dynamo_entry *entry, const char *choices) {
+  CHECK_HANDLE(entry, "entry");
+  CHECK_PTR(choices, "choices");
+  API_BEGIN
+  std::string why;
+  if (!runtime::set_entry_choices(*entry->e, choices, &why))
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_set_choices: " + why);
+  return DYNAMO_OK;
+  API_END
 }
 
 dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,

@@ -296,6 +296,27 @@ DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
 /* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */
 DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id);
 
+/* What an entry's convolution and matrix product steps chose by timing both implementations
+ * on their first calls, as text a later process can hand to dynamo_entry_set_choices so that
+ * it starts from the choice instead of timing again: "<step>=<choice>" separated by spaces,
+ * step = index among the entry's extern steps, choice = onednn | aten (convolutions), own |
+ * blas (products); steps still timing are left out ("" when none has chosen). *out_text:
+ * owned by the caller (dynamo_string_free). */
+DYNAMO_API dynamo_status dynamo_entry_choices(const dynamo_entry *entry, char **out_text);
+/* Applies such a text (all or nothing). DYNAMO_ERR_INVALID_ARGUMENT, naming the word, for a
+ * malformed word, a step that does not exist or a choice the step cannot make (an entry
+ * compiled from the same trace text has the same steps). */
+DYNAMO_API dynamo_status dynamo_entry_set_choices(dynamo_entry *entry, const char *choices);
+
+/* -- The disk cache ------------------------------------------------------------------------
+ * The directory the compile cache uses: $DYNAMO_CACHE_DIR, else $XDG_CACHE_HOME/dynamo, else
+ * ~/.cache/dynamo; created 0700, and refused while it is not owned by this user or is
+ * writable by group or others. Front ends keep their own cached files there (they must check
+ * each file they read the same way). *out_dir: owned by the caller (dynamo_string_free).
+ * DYNAMO_ERR_UNSUPPORTED when the cache is off (DYNAMO_CACHE_DIR=off) or the directory is
+ * refused (the message says why). */
+DYNAMO_API dynamo_status dynamo_cache_directory(char **out_dir);
+
 /* -- The BLAS beside dynamo ------------------------------------------------------------------
  * A threaded OpenBLAS (behind LibTorch's matrix products and batch-1 convolutions) starts
  * threads of its own beside ATen's OpenMP threads; on few cores the two fight and a product

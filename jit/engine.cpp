@@ -321,6 +321,8 @@ void warn_cache(const std::string &msg) {
 
 }  // namespace
 
+std::string disk_cache_directory(std::string *why) { return cache_directory(why); }
+
 struct Engine::Impl {
   std::unique_ptr<LLJIT> jit;
   std::unique_ptr<TargetMachine> tm;

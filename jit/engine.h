@@ -56,4 +56,9 @@ class Engine {
   LowerOptions lower_opt_;
 };
 
+// The directory of the on-disk compile cache ("" when it is off or refused; then *why, if not
+// empty, says why): $DYNAMO_CACHE_DIR, $XDG_CACHE_HOME/dynamo or ~/.cache/dynamo, created 0700
+// and used only while it is this user's and not writable by others.
+std::string disk_cache_directory(std::string *why);
+
 }  // namespace dynamo::jit

@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 
 #include "entry.h"
 #include "derived.h"
 #include "gemm.h"
 #include "onednn_conv.h"
 #include "openblas.h"
+
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {
@@ -404,6 +406,65 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
     ops->gemms.push_back(std::move(g));
   }
   return ops;
+}
+
+std::string entry_choices(const Entry &en) {
+  std::string out;
+  if (!en.externs) return out;
+  auto add = [&](size_t k, const char *choice) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(k) + "=" + choice;
+  };
+  for (size_t k = 0; k < en.externs->ops.size(); ++k) {
+    if (const auto &c = en.externs->convs[k]) {
+      std::string ch = conv_step_choice(*c);
+      if (ch != "timing") add(k, ch == "onednn" ? "onednn" : "aten");
+    } else if (const auto &g = en.externs->gemms[k]) {
+      std::lock_guard<std::mutex> l(g->mu);
+      if (g->mode != GemmStep::Timing) add(k, g->mode == GemmStep::Own ? "own" : "blas");
+    }
+  }
+  return out;
+}
+
+bool set_entry_choices(const Entry &en, const std::string &text, std::string *why) {
+  std::vector<std::pair<size_t, std::string>> picks;
+  std::istringstream in(text);
+  std::string word;
+  size_t n = en.externs ? en.externs->ops.size() : 0;
+  while (in >> word) {
+    size_t eq = word.find('=');
+    char *end = nullptr;
+    unsigned long long k = eq == std::string::npos ? 0 : strtoull(word.c_str(), &end, 10);
+    if (eq == std::string::npos || eq == 0 || end != word.c_str() + eq || !isdigit((unsigned char)word[0])) {
+      *why = "'" + word + "' is not <step>=<choice>";
+      return false;
+    }
+    std::string choice = word.substr(eq + 1);
+    if (k >= n) {
+      *why = "step " + word.substr(0, eq) + " does not exist (the entry has " + std::to_string(n) + " extern steps)";
+      return false;
+    }
+    bool conv = en.externs->convs[k] != nullptr, gemm = en.externs->gemms[k] != nullptr;
+    bool fits = conv ? (choice == "onednn" || choice == "aten") : gemm ? (choice == "own" || choice == "blas") : false;
+    if (!fits) {
+      *why = "step " + std::to_string(k) + " (" + en.plan.externs[k].callee + ") cannot take '" + choice + "'" +
+             (conv ? " (a convolution: onednn or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
+      return false;
+    }
+    picks.push_back({(size_t)k, choice});
+  }
+  for (auto &[k, choice] : picks) {
+    if (const auto &c = en.externs->convs[k]) {
+      conv_step_choose(*c, choice);
+    } else {
+      GemmStep &g = *en.externs->gemms[k];
+      std::lock_guard<std::mutex> l(g.mu);
+      g.mode = choice == "own" ? GemmStep::Own : GemmStep::Blas;
+      g.watched = kWatchCalls;  // nothing measured in this process to compare with
+    }
+  }
+  return true;
 }
 
 std::map<std::string, void *> runtime_symbols() {

@@ -92,6 +92,12 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
 
 // LibTorch side (aten_extern.cpp).
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p);
+// The measured choices of an entry's convolution and product steps, for a later process:
+// "<step>=<choice>" separated by spaces (conv: onednn | aten; product: own | blas), steps still
+// timing left out. set_entry_choices applies such a text; false with *why for a malformed one
+// or a step that is not of that kind (then nothing is changed).
+std::string entry_choices(const Entry &en);
+bool set_entry_choices(const Entry &en, const std::string &text, std::string *why);
 // Host symbols generated code calls (dynamo_rt_*), for the engine.
 std::map<std::string, void *> runtime_symbols();
 

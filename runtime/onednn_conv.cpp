@@ -231,6 +231,20 @@ std::string conv_step_choice(const ConvStep &s) {
   }
 }
 
+bool conv_step_choose(ConvStep &s, const std::string &choice) {
+  std::lock_guard<std::mutex> g(s.mu);
+  if (choice == "onednn") {
+    s.mode = ConvStep::OneDNN;
+  } else if (choice == "aten") {
+    s.mode = ConvStep::Aten;
+    s.why_aten.clear();
+  } else {
+    return false;
+  }
+  s.watched = kWatchCalls;  // nothing measured here to compare with
+  return true;
+}
+
 void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_version,
               const std::function<at::Tensor()> &aten, at::Tensor *out) {
   ConvStep::Mode mode;

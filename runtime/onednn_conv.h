@@ -32,4 +32,8 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
 // "aten (why oneDNN does not apply)".
 std::string conv_step_choice(const ConvStep &s);
 
+// Sets the step's path as a measurement made earlier (another process) chose it: "onednn" or
+// "aten"; false for any other text. A oneDNN step that then fails still falls back to LibTorch.
+bool conv_step_choose(ConvStep &s, const std::string &choice);
+
 }  // namespace dynamo::runtime

@@ -160,6 +160,9 @@ def _declare(lib):
         "dynamo_entry_exit_count": (ctypes.c_int64, [P, ctypes.c_int32]),
         "dynamo_blas_hold": (st, [ctypes.c_int]),
         "dynamo_blas_threads": (ctypes.c_int, []),
+        "dynamo_entry_choices": (st, [P, ctypes.POINTER(P)]),
+        "dynamo_entry_set_choices": (st, [P, ctypes.c_char_p]),
+        "dynamo_cache_directory": (st, [ctypes.POINTER(P)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

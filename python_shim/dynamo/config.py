@@ -22,8 +22,12 @@ max_stitches   stitches (continuation traces) under one root trace (default 32);
 max_stitch_variants traces recorded after one stitch (default 4); a call that fits none of
                them drops the root trace (an abort: what follows the stitch depends on values that
                change between calls, such as numbers read by .tolist()).
+trace_store    when True (default), compiled traces without side exits or stitches are kept in the
+               disk cache with their guards, and a later process whose call passes those guards
+               runs them without recording (see store.py); off with DYNAMO_TRACE_STORE=0 or
+               DYNAMO_CACHE_DIR=off.
 log            None (use $DYNAMO_LOG) or a set of categories to print to stderr: traces, guards,
-               exits, recompiles, aborts, perf; {"all"} for every one.
+               exits, recompiles, aborts, perf, store; {"all"} for every one.
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
@@ -40,5 +44,6 @@ stitch = True
 max_stitches = 32
 max_stitch_variants = 4
 verify = False
+trace_store = True
 log = None
 gpu = True

@@ -27,7 +27,7 @@ import weakref
 
 import torch
 
-from . import _capi, config, native, snapshot
+from . import _capi, config, native, snapshot, store
 from .log import enabled as log_enabled, log
 from ._capi import DynamoError
 from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
@@ -37,7 +37,7 @@ from .recorder import Abort, NopythonError, Recorder
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                   "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
                   "compile_failures", "verify_failures", "cache_hits", "compile_seconds", "stitches",
-                  "stitch_traces")
+                  "stitch_traces", "traces_from_store")
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
@@ -45,6 +45,9 @@ _registry = []     # weak references to every OptimizedFunction, for reset() and
 _GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
 _compiled_by_entry = {}  # native entry handle (int) -> Compiled
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
+_MISS = object()   # no trace accepted the call
+_NEXT = object()   # this trace did not (its native guards), try the next
+_CHOICES_AT = (3, 12)  # native runs after which a stored trace's step choices are saved
 
 
 def _all():
@@ -119,6 +122,9 @@ class Compiled:
         self.runs = 0
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
+        self.store_id = None      # kept in the trace store (store.py) under this id
+        self.store_code = None    # ... for the function of this code
+        self.stored_choices = ""  # the step choices stored with it
         self.root = self          # the root trace of a side-trace tree
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         self.mutates = False      # the trace writes into its inputs (copy_)
@@ -272,6 +278,8 @@ class OptimizedFunction:
         self.disabled_reason = None
         self.state_fallbacks = {}  # _grad_state() -> why: recorded under it, it aborted (autograd)
         self.frames = {}          # device (None: CPU) -> native.Frame
+        self.stored = None        # traces from the store not yet loaded (None: not read yet)
+        self._recording_code = None
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
         _registry.append(weakref.ref(self))
@@ -319,28 +327,8 @@ class OptimizedFunction:
         hook, which runs the frame itself when we return EAGER instead of a result."""
         _bump("calls")
         self.calls += 1
-        for c in self.compiled:
-            inputs = c.check(args, kwargs, fn.__globals__, fn)
-            if inputs is None:
-                continue
-            try:
-                outs = c.run(inputs)
-            except DynamoError as e:  # a run-time failure inside the trace: eager decides
-                # The trace goes (a user error comes back from eager; a broken trace must not
-                # be run, nor recorded again and again).
-                self.compiled.remove(c)
-                self._aborted(f"native run failed: {e.message}", c.ops, c.inlined)
-                break
-            if outs is None:
-                continue
-            if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
-                return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
-            if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
-                return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
-            _bump("native_runs")
-            result = _rebuild(c.out_spec, outs, inputs)
-            if config.verify:
-                self._verify(fn, result, args, kwargs)
+        result = self._run_traces(self.compiled, fn, args, kwargs)
+        if result is not _MISS:
             return result
         if self.compiled:
             _bump("guard_misses")
@@ -365,7 +353,127 @@ class OptimizedFunction:
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
             return self._eager(fn, args, kwargs, in_frame)
+        if self.stored is None or self.stored:
+            result = self._from_store(fn, args, kwargs)
+            if result is not _MISS:
+                return result
         return self._record(fn, args, kwargs, in_frame)
+
+    def _from_store(self, fn, args, kwargs):
+        """Before recording: the traces an earlier process stored for this code (store.py) whose
+        constants bind and whose guards accept this call are compiled (their objects come from
+        the disk cache) and run it. _MISS when none does."""
+        code = getattr(fn, "__code__", None)
+        if self.stored is None:
+            try:
+                self.stored = store.load(code) if code is not None else []
+            except Exception as e:  # noqa: BLE001 -- the store only ever saves a recording
+                log("store", f"{self.name}: the trace store failed: {type(e).__name__}: {e}")
+                self.stored = []
+        for t in list(self.stored):
+            if len(self.compiled) >= config.cache_limit:
+                break
+            inputs = None
+            try:
+                env, consts = store.bind(t, args, kwargs, fn.__globals__, fn)
+                why = consts
+                gs = GuardSet.restore(t, consts, env) if env is not None else None
+                if gs is not None:
+                    inputs = gs.compile()(args, kwargs, fn.__globals__, fn)
+                    if inputs is None:
+                        why = f"its guards reject this call: {gs.first_failure(args, kwargs, fn.__globals__, fn)}"
+            except Exception as e:  # noqa: BLE001 -- a stored trace that does not load is dropped
+                if t in self.stored:
+                    self.stored.remove(t)
+                log("store", f"{self.name}: stored trace {t.get('id')} dropped: {type(e).__name__}: {e}")
+                continue
+            if inputs is None:
+                log("store", f"{self.name}: stored trace {t['id']} does not apply: {why}")
+                continue
+            if t not in self.stored:  # another thread took it meanwhile
+                continue
+            self.stored.remove(t)
+            c = self._compile_stored(t, gs, code)
+            if c is not None:
+                result = self._run_one(c, inputs, fn, args, kwargs)
+                if result is not _NEXT:
+                    return result
+        return _MISS
+
+    def _compile_stored(self, t, gs, code):
+        """A Compiled for stored trace t whose guards gs were bound for this process, or None."""
+        try:
+            entry = self._frame_for(None).compile(native.Trace(t["text"]))
+        except DynamoError as e:
+            log("store", f"{self.name}: stored trace {t['id']} does not compile: {e.message}")
+            return None
+        if t.get("choices"):
+            try:
+                entry.set_choices(t["choices"])
+            except DynamoError as e:  # then the steps time both ways again
+                log("store", f"{self.name}: stored choices not applied: {e.message}")
+        c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
+        c.mutates = t["mutates"]
+        c.store_code, c.store_id, c.stored_choices = code, t["id"], t.get("choices", "")
+        _bump("compile_seconds", c.stats.compile_ms / 1e3)
+        if c.stats.from_cache:
+            _bump("cache_hits")
+        _bump("traces_from_store")
+        if self.compiled:
+            _bump("recompiles")
+        self.compiled.append(c)
+        self.attempts.append(Attempt(None, c, c.ops, c.inlined))
+        log("traces", f"{self.name}: trace from the store: {c.stats.num_instructions} IR instruction(s) -> "
+                      f"{c.stats.num_kernels} fused kernel(s), {c.stats.num_externs} LibTorch call(s), "
+                      f"{c.stats.compile_ms:.1f} ms{' (from the disk cache)' if c.stats.from_cache else ''}")
+        return c
+
+    def _store_choices(self, c):
+        """Keeps what the trace's convolution and product steps chose by timing, for the next
+        process that loads it from the store (they then skip the timing calls)."""
+        try:
+            choices = c.entry.choices()
+            if choices != c.stored_choices:
+                store.save_choices(c.store_code, c.store_id, choices)
+                c.stored_choices = choices
+        except Exception as e:  # noqa: BLE001 -- only speed depends on it
+            log("store", f"{self.name}: choices not stored: {type(e).__name__}: {e}")
+
+    def _run_traces(self, traces, fn, args, kwargs):
+        """The call run by the first of traces whose guards accept it; _MISS when none does."""
+        for c in traces:
+            inputs = c.check(args, kwargs, fn.__globals__, fn)
+            if inputs is None:
+                continue
+            result = self._run_one(c, inputs, fn, args, kwargs)
+            if result is not _NEXT:
+                return result
+        return _MISS
+
+    def _run_one(self, c, inputs, fn, args, kwargs):
+        """The call run by trace c, whose guards fetched inputs; _NEXT on a native guard miss,
+        _MISS when the trace failed (it is dropped)."""
+        try:
+            outs = c.run(inputs)
+        except DynamoError as e:  # a run-time failure inside the trace: eager decides
+            # The trace goes (a user error comes back from eager; a broken trace must not
+            # be run, nor recorded again and again).
+            self.compiled.remove(c)
+            self._aborted(f"native run failed: {e.message}", c.ops, c.inlined)
+            return _MISS
+        if outs is None:
+            return _NEXT
+        if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
+            return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
+        if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
+            return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
+        _bump("native_runs")
+        if c.store_id is not None and c.runs in _CHOICES_AT:
+            self._store_choices(c)
+        result = _rebuild(c.out_spec, outs, inputs)
+        if config.verify:
+            self._verify(fn, result, args, kwargs)
+        return result
 
     def _continue_at_exit(self, c, ex, fn, args, kwargs):
         """Trace c left through side exit ex: run a compiled side trace of that exit whose guards
@@ -598,6 +706,7 @@ class OptimizedFunction:
             _bump("aborts")
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
+        self._recording_code = getattr(fn, "__code__", None)
         rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
         gs = GuardSet()
         gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
@@ -701,8 +810,10 @@ class OptimizedFunction:
         t0 = time.perf_counter()
         frame = self._frame_for(rec.device)
         job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
+        storable = side_of is None and not rec.exits and rec.cut is None and not guards_only and \
+            rec.device is None and store.enabled()
         try:
-            gs.compile()  # the guards' Python function, built while LLVM compiles (ctypes drops the GIL)
+            gs.compile(binder=storable)  # the guards' function, built while LLVM compiles (ctypes drops the GIL)
         finally:
             job.thread.join()
         entry = None
@@ -753,6 +864,13 @@ class OptimizedFunction:
         self.compiled.append(c)
         self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
         _bump("traces_compiled")
+        if storable and self._recording_code is not None:
+            try:
+                c.store_id = store.save(self._recording_code, self.name, gs.export(), text, out_spec, rec.ops,
+                                        interp.inlined, rec.mutated)
+                c.store_code = self._recording_code
+            except Exception as e:  # noqa: BLE001 -- only later processes depend on it
+                log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
         return result
 
     def reset(self):
@@ -762,6 +880,7 @@ class OptimizedFunction:
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.state_fallbacks = {}
+        self.stored = None
         for f in self.frames.values():
             f.close()
         self.frames = {}
@@ -828,6 +947,17 @@ def _flat_tensors(v, out):
             _flat_tensors(x, out)
 
 
+def _load_library():
+    """libdynamo and the native call path loaded when a function is optimized rather than in its
+    first call (loading them, with LLVM, takes ~17 ms); a missing library is reported by the
+    first call, as before."""
+    try:
+        native.lib()
+        _fastcall()
+    except Exception:  # noqa: BLE001 -- reported by the first call, with the fallback
+        pass
+
+
 def optimize(fn_or_module=None, *, nopython=False):
     """Returns a version of a function (or nn.Module) that records and compiles its hot paths.
 
@@ -841,6 +971,7 @@ def optimize(fn_or_module=None, *, nopython=False):
     torch.jit.script(module) scripts the class's forward (scripting a parent module puts a plain
     twin of the optimized one, sharing its parameters and buffers, in the parent's place).
     """
+    _load_library()
     if fn_or_module is None:
         from .hook import OptimizeContext
         return OptimizeContext(nopython=nopython)

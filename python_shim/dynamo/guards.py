@@ -191,11 +191,21 @@ class GuardSet:
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
         self._about = []         # the Source each check reads (None: none), for _hoisted
         self._input_srcs = []    # the Source of each tensor input
+        self._where = {}         # const name -> the source expr an identity guard found it at
         self._fn = None
+        self._code = None        # the compiled module code of _fn (kept for the trace store)
+        self._binder = False     # ... which also defines the _at_<name> functions
 
-    def _const(self, obj):
+    def _const(self, obj, at=None):
         """The name of obj among the constants: an existing one when obj is one of them, or an
-        equal plain value (same type and repr; a parent trace's constants are shared); else new."""
+        equal plain value (same type and repr; a parent trace's constants are shared); else new.
+        at: the source expression obj was read from (an identity guard), kept for the store."""
+        name = self._const_name(obj)
+        if at is not None:
+            self._where.setdefault(name, at)
+        return name
+
+    def _const_name(self, obj):
         if self._indexed != len(self._consts):  # names were added from outside (a snapshot's)
             self._by_id, self._by_value, self._indexed = {}, {}, 0
             for name, o in self._consts.items():
@@ -248,7 +258,7 @@ class GuardSet:
             self._add(src, f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
             self.lines.append((e, "keys", repr(list(value))))
         else:
-            self._add(src, f"{e} is {self._const(value)}")
+            self._add(src, f"{e} is {self._const(value, at=e)}")
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
         self._fn = None
 
@@ -290,18 +300,49 @@ class GuardSet:
         self._input_srcs.append(src)
         self._fn = None
 
-    def compile(self):
+    def compile(self, binder=False):
         """Returns check(a, k, g, f, x=None) -> list of input tensors, or None when a guard fails
-        (x: the live values of the side exit a side trace starts from)."""
+        (x: the live values of the side exit a side trace starts from). binder: the same code
+        also defines _at_<name>() for each constant an identity guard found, returning the
+        source it was found at (the trace store binds constants with them in a new process)."""
         if self._fn is None:
             body = ["def check(a, k, g, f, x=None):", "    try:"]
             body += ["        " + line for line in _hoisted(self._checks, self._about, self._input_srcs)]
             body.append("    except Exception:")
             body.append("        return None")
+            if binder:
+                for name, expr in self._where.items():
+                    body.append(f"def _at_{name}():")
+                    body.append(f"    return {expr}")
+            self._code = compile("\n".join(body), "<dynamo guards>", "exec")
+            self._binder = binder
             env = dict(self._consts, **_HELPERS)
-            exec(compile("\n".join(body), "<dynamo guards>", "exec"), env)
+            exec(self._code, env)
             self._fn = env["check"]
         return self._fn
+
+    def export(self):
+        """What a later process needs to rebuild these guards (see store.py): the checks, the
+        constants (objects, with the source each identity guard found them at) and the compiled
+        code (check and the binder). None unless compiled with binder=True."""
+        if self._fn is None or not self._binder:
+            return None
+        return dict(checks=list(self._checks), lines=list(self.lines), consts=dict(self._consts),
+                    where=dict(self._where), code=self._code, tensor_inputs=list(self.tensor_inputs))
+
+    @classmethod
+    def restore(cls, exported, consts, env):
+        """Guards rebuilt from export() whose code ran in env and whose constants were bound
+        anew there (store.bind); only for checking and explaining (no guards are added)."""
+        gs = cls()
+        gs._checks = list(exported["checks"])
+        gs._about = [None] * len(gs._checks)
+        gs.lines = list(exported["lines"])
+        gs._consts = dict(consts)
+        gs.tensor_inputs = list(exported["tensor_inputs"])
+        gs._seen = {e for e, _, _ in gs.lines}
+        gs._fn = env["check"]
+        return gs
 
     def first_failure(self, a, k, g, f, x=None):
         """The first guard that rejects these arguments (for logs), or None."""

@@ -1,4 +1,4 @@
-"""Logging, by category, to stderr: DYNAMO_LOG=traces,guards,exits,recompiles,aborts,perf (or
+"""Logging, by category, to stderr: DYNAMO_LOG=traces,guards,exits,recompiles,aborts,perf,store (or
 `all`), or dynamo.config.log = {"traces", ...} (config wins when set). Quiet by default, except
 the one warning line per function that reaches its cache limit."""
 import os
@@ -6,7 +6,7 @@ import sys
 
 from . import config
 
-CATEGORIES = ("traces", "guards", "exits", "recompiles", "aborts", "perf")
+CATEGORIES = ("traces", "guards", "exits", "recompiles", "aborts", "perf", "store")
 
 
 _memo = (None, None, frozenset())  # (config.log, $DYNAMO_LOG) -> categories: checks on hot paths are cheap

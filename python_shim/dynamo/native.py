@@ -104,15 +104,29 @@ class Trace:
         self.handle = h
 
     def text(self):
-        p = ctypes.c_void_p()
-        _check(lib().dynamo_trace_print(self.handle, ctypes.byref(p)))
-        s = ctypes.string_at(p).decode()
-        lib().dynamo_string_free(p)
-        return s
+        return _taken_string(lambda p: lib().dynamo_trace_print(self.handle, p))
 
     def __del__(self):
         if getattr(self, "handle", None) and _lib is not None:
             _lib.dynamo_trace_destroy(self.handle)
+
+
+def _taken_string(call):
+    """The string a C API call hands over (char **, freed with dynamo_string_free)."""
+    p = ctypes.c_void_p()
+    _check(call(ctypes.byref(p)))
+    try:
+        return ctypes.string_at(p).decode()
+    finally:
+        lib().dynamo_string_free(p)
+
+
+def cache_directory():
+    """The disk cache's directory (dynamo_cache_directory), or None when it is off or refused."""
+    try:
+        return _taken_string(lambda p: lib().dynamo_cache_directory(p))
+    except DynamoError:
+        return None
 
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
@@ -180,6 +194,13 @@ class Entry:
             _check(L.dynamo_entry_output_alias(self.handle, k, ctypes.byref(a)))
             res.append(None if a.input < 0 else (a.input, a.offset, tuple(a.strides[: a.ndim])))
         return res
+
+    def choices(self):
+        """What the entry's convolution and product steps chose by timing ("3=onednn 7=blas")."""
+        return _taken_string(lambda p: lib().dynamo_entry_choices(self.handle, p))
+
+    def set_choices(self, text):
+        _check(lib().dynamo_entry_set_choices(self.handle, text.encode()))
 
     def stats(self):
         s = _capi.EntryStats()

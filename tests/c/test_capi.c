@@ -5,6 +5,9 @@
 #include "helpers.h"
 
 #include <dlfcn.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 
 
@@ -1122,6 +1125,110 @@ static void test_blas_hold(void **state) {
   ob_set(before);
 }
 
+/* What an entry's product step chose by timing, handed to a second entry of the same trace. */
+static void test_entry_choices(void **state) {
+  (void)state;
+  const char *mm =
+      "trace @mm_choice {\n"
+      "  %0 = input f32[2,3]\n"
+      "  %1 = input f32[3,2]\n"
+      "  %2 = extern aten::mm(%0, %1) : f32[2,2]\n"
+      "  %3 = exp(%2) : f32[2,2]\n"
+      "  return %3\n"
+      "}\n";
+  float m0[6] = {1, 2, 3, 4, 5, 6}, m1[6] = {1, 0, 0, 1, 1, 1}, out[4];
+  int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s22[2] = {2, 2};
+  test_tensor t0, t1, tm;
+  tt_init(&t0, m0, kDLFloat, 32, 2, s23, NULL);
+  tt_init(&t1, m1, kDLFloat, 32, 2, s32, NULL);
+  tt_init(&tm, out, kDLFloat, 32, 2, s22, NULL);
+  dynamo_arg margs[2] = {arg_tensor(&t0), arg_tensor(&t1)};
+  dynamo_entry *e1 = NULL, *e2 = NULL;
+  dynamo_frame *f1 = compile_text(g_engine, mm, &e1), *f2 = compile_text(g_engine, mm, &e2);
+  char *text = NULL;
+  assert_fails(dynamo_entry_choices(NULL, &text), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_choices(e1, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out_text is NULL");
+  assert_ok(dynamo_entry_choices(e1, &text));
+  assert_string_equal(text, ""); /* nothing timed yet */
+  dynamo_string_free(text);
+  for (int i = 0; i < 3; ++i) assert_ok(dynamo_entry_run(e1, margs, 2, &tm.dl, 1));
+  assert_true(fabsf(out[0] - expf(4.0f)) < 1e-3f * expf(4.0f) && fabsf(out[3] - expf(11.0f)) < 1e-3f * expf(11.0f));
+  assert_ok(dynamo_entry_choices(e1, &text));
+  assert_true(!strcmp(text, "0=own") || !strcmp(text, "0=blas"));
+  const char *other = !strcmp(text, "0=own") ? "0=blas" : "0=own";
+  /* The second entry starts from the first's choice, without timing. */
+  assert_ok(dynamo_entry_set_choices(e2, text));
+  char *text2 = NULL;
+  assert_ok(dynamo_entry_choices(e2, &text2));
+  assert_string_equal(text2, text);
+  dynamo_string_free(text2);
+  assert_ok(dynamo_entry_run(e2, margs, 2, &tm.dl, 1));
+  assert_true(fabsf(out[1] - expf(5.0f)) < 1e-3f * expf(5.0f));
+  /* Bad texts are refused whole, naming what is wrong. */
+  assert_fails(dynamo_entry_set_choices(NULL, "0=own"), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_set_choices(e2, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "choices is NULL");
+  assert_fails(dynamo_entry_set_choices(e2, "0=onednn"), DYNAMO_ERR_INVALID_ARGUMENT, "cannot take 'onednn' (a product");
+  assert_fails(dynamo_entry_set_choices(e2, "7=own"), DYNAMO_ERR_INVALID_ARGUMENT, "step 7 does not exist (the entry has 1");
+  assert_fails(dynamo_entry_set_choices(e2, "own"), DYNAMO_ERR_INVALID_ARGUMENT, "'own' is not <step>=<choice>");
+  assert_fails(dynamo_entry_set_choices(e2, "=own"), DYNAMO_ERR_INVALID_ARGUMENT, "is not <step>=<choice>");
+  assert_fails(dynamo_entry_set_choices(e2, "0x=own"), DYNAMO_ERR_INVALID_ARGUMENT, "is not <step>=<choice>");
+  char both[32];
+  snprintf(both, sizeof both, "%s 1=own", other);
+  assert_fails(dynamo_entry_set_choices(e2, both), DYNAMO_ERR_INVALID_ARGUMENT, "step 1 does not exist");
+  assert_ok(dynamo_entry_choices(e2, &text2));
+  assert_string_equal(text2, text); /* unchanged */
+  dynamo_string_free(text2);
+  assert_ok(dynamo_entry_set_choices(e2, other));
+  assert_ok(dynamo_entry_set_choices(e2, "")); /* nothing to change */
+  assert_ok(dynamo_entry_choices(e2, &text2));
+  assert_string_equal(text2, other);
+  dynamo_string_free(text2);
+  dynamo_string_free(text);
+  /* A trace without convolutions or products makes no choices. */
+  dynamo_entry *e3 = NULL;
+  dynamo_frame *f3 = compile_text(g_engine, kAdd, &e3);
+  assert_fails(dynamo_entry_set_choices(e3, "0=own"), DYNAMO_ERR_INVALID_ARGUMENT, "step 0 does not exist (the entry has 0");
+  assert_ok(dynamo_frame_destroy(f3));
+  assert_ok(dynamo_frame_destroy(f1));
+  assert_ok(dynamo_frame_destroy(f2));
+  assert_fails(dynamo_entry_choices(e1, &text), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+}
+
+/* The cache directory: off, a private one, and one others may write into. */
+static void test_cache_directory(void **state) {
+  (void)state;
+  const char *saved = getenv("DYNAMO_CACHE_DIR");
+  char *keep = saved ? strdup(saved) : NULL;
+  char *dir = NULL;
+  assert_fails(dynamo_cache_directory(NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out_dir is NULL");
+  setenv("DYNAMO_CACHE_DIR", "off", 1);
+  assert_fails(dynamo_cache_directory(&dir), DYNAMO_ERR_UNSUPPORTED, "the cache is off");
+  assert_null(dir);
+  char tmpl[] = "/tmp/dynamo-capi-cache-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  char sub[64];
+  snprintf(sub, sizeof sub, "%s/c", tmpl);
+  setenv("DYNAMO_CACHE_DIR", sub, 1);
+  assert_ok(dynamo_cache_directory(&dir)); /* created, 0700 */
+  assert_string_equal(dir, sub);
+  dynamo_string_free(dir);
+  struct stat st;
+  assert_int_equal(stat(sub, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  chmod(sub, 0777);
+  dir = NULL;
+  assert_fails(dynamo_cache_directory(&dir), DYNAMO_ERR_UNSUPPORTED, "writable by others (mode 0777)");
+  assert_null(dir);
+  rmdir(sub);
+  rmdir(tmpl);
+  if (keep) {
+    setenv("DYNAMO_CACHE_DIR", keep, 1);
+    free(keep);
+  } else {
+    unsetenv("DYNAMO_CACHE_DIR");
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_abi_version_matches_header),
@@ -1157,6 +1264,8 @@ int main(void) {
       cmocka_unit_test(test_entry_run_extern_rejected),
       cmocka_unit_test(test_entry_run_floordiv_by_zero),
       cmocka_unit_test(test_blas_hold),
+      cmocka_unit_test(test_entry_choices),
+      cmocka_unit_test(test_cache_directory),
   };
   return cmocka_run_group_tests_name("capi", tests, group_setup, group_teardown);
 }

@@ -1,0 +1,175 @@
+"""The trace store (python_shim/dynamo/store.py): a second process runs a stored trace without
+recording it when its constants bind and its guards pass, and records anew, with eager's answer,
+whenever anything the trace was recorded under differs: an edited helper, an attribute's value,
+which arguments are the same object, an unsafe or damaged file, the store turned off. Each run is
+a child process with its own copy of the program, as a user's second run would be."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROGRAM = r'''
+import copy, json, sys, torch, dynamo
+import helper
+
+class Block(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 7 * 7, 10)
+        self.scale = scale
+
+    def forward(self, x):
+        y = helper.act(self.bn(self.conv(x))) * self.scale
+        return self.fc(y.flatten(1))
+
+def pick(x, p, q):
+    if p is q:
+        return x * 2.0
+    return x + 1.0
+
+def accumulate(x, buf):
+    buf.add_(x)
+    return buf * 2.0
+
+class Tag:
+    pass
+
+mode, arg = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+out = {}
+with torch.no_grad():
+    if mode == "block":
+        m = Block(float(arg)).eval()
+        ref = copy.deepcopy(m)
+        x = torch.randn(1, 3, 7, 7)
+        om = dynamo.optimize(m)
+        ys = [om(x) for _ in range(4)]
+        out["ok"] = all(torch.allclose(y, ref(x), rtol=1e-4, atol=1e-5) for y in ys)
+        out["choices"] = om.forward.compiled[0].entry.choices() if om.forward.compiled else None
+    elif mode == "pick":
+        a, b = Tag(), Tag()
+        x = torch.randn(5)
+        fp = dynamo.optimize(pick)
+        q = a if arg == "same" else b
+        ys = [fp(x, a, q) for _ in range(3)]
+        out["ok"] = all(torch.equal(y, pick(x, a, q)) for y in ys)
+    elif mode == "accumulate":
+        x = torch.randn(6)
+        buf, ref = torch.zeros(6), torch.zeros(6)
+        fa = dynamo.optimize(accumulate)
+        ys = [fa(x, buf) for _ in range(3)]
+        rs = [accumulate(x, ref) for _ in range(3)]
+        out["ok"] = all(torch.allclose(y, r) for y, r in zip(ys, rs)) and torch.allclose(buf, ref)
+c = dynamo.counters()
+out.update(from_store=c["traces_from_store"], recorded=c["interpreted_runs"], compiled=c["traces_compiled"])
+print(json.dumps(out))
+'''
+
+RELU = "import torch\n\ndef act(x):\n    return torch.relu(x)\n"
+SIGMOID = "import torch\n\ndef act(x):\n    return torch.sigmoid(x)\n"
+
+
+def make_program(tmp_path, helper=RELU):
+    (tmp_path / "prog").mkdir(exist_ok=True)
+    (tmp_path / "prog" / "main.py").write_text(PROGRAM)
+    (tmp_path / "prog" / "helper.py").write_text(helper)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    return cache
+
+
+def run(tmp_path, mode, arg, **env_overrides):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim"), DYNAMO_CACHE_DIR=str(tmp_path / "cache"),
+               DYNAMO_LOG="store", **env_overrides)
+    r = subprocess.run([sys.executable, str(tmp_path / "prog" / "main.py"), mode, arg], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got["log"] = r.stderr
+    assert got["ok"], r.stderr
+    return got
+
+
+def stored_files(tmp_path, suffix):
+    return [p for p in (tmp_path / "cache").iterdir() if p.name.startswith("py-") and p.name.endswith(suffix)]
+
+
+def test_second_process_runs_the_stored_trace(tmp_path):
+    make_program(tmp_path)
+    first = run(tmp_path, "block", "2.0")
+    assert first["from_store"] == 0 and first["recorded"] == 1, first
+    assert len(stored_files(tmp_path, ".traces")) == 1
+    second = run(tmp_path, "block", "2.0")
+    assert second["from_store"] == 1 and second["recorded"] == 0 and second["compiled"] == 0, second
+    # the convolution's and product's choices were stored and applied before the first run
+    assert first["choices"] and second["choices"] == first["choices"], (first, second)
+    assert all(w.split("=")[1] in ("onednn", "aten", "own", "blas") for w in first["choices"].split())
+
+
+def test_an_edited_helper_is_recorded_anew(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "block", "2.0")
+    (tmp_path / "prog" / "helper.py").write_text(SIGMOID)  # the forward is the same, what it calls is not
+    second = run(tmp_path, "block", "2.0")  # ok: compared with eager's sigmoid
+    assert second["from_store"] == 0 and second["recorded"] == 1, second
+    assert "does not apply" in second["log"] and "helper" in second["log"], second["log"]
+
+
+def test_a_changed_attribute_is_recorded_anew(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "block", "2.0")
+    other = run(tmp_path, "block", "3.0")
+    assert other["from_store"] == 0 and other["recorded"] == 1, other
+    again = run(tmp_path, "block", "2.0")  # both variants are stored now
+    assert again["from_store"] == 1 and again["recorded"] == 0, again
+
+
+def test_which_arguments_are_the_same_object_is_kept(tmp_path):
+    make_program(tmp_path)
+    distinct = run(tmp_path, "pick", "distinct")  # recorded: p is not q -> x + 1
+    assert distinct["recorded"] == 1
+    same = run(tmp_path, "pick", "same")  # binding both constants to one object is refused
+    assert same["from_store"] == 0 and same["recorded"] == 1, same
+    assert "the same object as another constant" in same["log"], same["log"]
+    assert run(tmp_path, "pick", "distinct")["from_store"] == 1
+    assert run(tmp_path, "pick", "same")["from_store"] == 1  # (stored by the second run)
+
+
+def test_in_place_writes_are_made_by_a_stored_trace(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "accumulate", "-")
+    second = run(tmp_path, "accumulate", "-")  # ok compares the buffer too
+    assert second["from_store"] == 1 and second["recorded"] == 0, second
+
+
+def test_an_unsafe_store_file_is_not_loaded(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "accumulate", "-")
+    (path,) = stored_files(tmp_path, ".traces")
+    os.chmod(path, 0o646)  # others could have written the guards' code
+    second = run(tmp_path, "accumulate", "-")
+    assert second["from_store"] == 0 and second["recorded"] == 1, second
+    assert "not a private file" in second["log"], second["log"]
+
+
+def test_a_damaged_store_file_is_ignored_and_rewritten(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "accumulate", "-")
+    (path,) = stored_files(tmp_path, ".traces")
+    path.write_bytes(path.read_bytes()[:100])
+    second = run(tmp_path, "accumulate", "-")
+    assert second["from_store"] == 0 and second["recorded"] == 1, second
+    assert run(tmp_path, "accumulate", "-")["from_store"] == 1
+
+
+def test_the_store_can_be_turned_off(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "accumulate", "-", DYNAMO_TRACE_STORE="0")
+    assert stored_files(tmp_path, ".traces") == []
+    run(tmp_path, "accumulate", "-")
+    off = run(tmp_path, "accumulate", "-", DYNAMO_TRACE_STORE="0")
+    assert off["from_store"] == 0 and off["recorded"] == 1, off
