@@ -4,7 +4,8 @@ and matrix product both ways), the native compile time, and eager's calls for co
 
     PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 /usr/bin/python3 perf/first_call.py resnet50
     (DYNAMO_CACHE_DIR=off for a cold compile every time; run twice with the default cache to see a
-    second process)
+    second process, which runs the trace stored by the first; DYNAMO_TRACE_STORE=0 records it again
+    with the compile cache warm)
 """
 import argparse
 import time
@@ -39,7 +40,8 @@ def main():
     ms = lambda ts: " ".join(f"{t:.0f}" for t in ts)  # noqa: E731
     print(f"{args.model}: dynamo calls {ms(jit)} ms; eager calls {ms(eager)} ms; "
           f"compile {dynamo.counters()['compile_seconds'] * 1e3:.0f} ms "
-          f"({dynamo.counters()['cache_hits']} from the compile cache)")
+          f"({dynamo.counters()['cache_hits']} from the compile cache, "
+          f"{dynamo.counters()['traces_from_store']} from the trace store)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ A call never returns anything eager PyTorch would not: anything we cannot record
 the recording (the call still completes in the interpreter), and the reason is kept for
 dynamo.explain and the --report of `python -m dynamo`.
 """
+import atexit
 import collections
 import copy
 import ctypes
@@ -48,6 +49,18 @@ EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython ru
 _MISS = object()   # no trace accepted the call
 _NEXT = object()   # this trace did not (its native guards), try the next
 _CHOICES_AT = (3, 12)  # native runs after which a stored trace's step choices are saved
+
+
+def _store_choices_at_exit():
+    """A process that ends before a stored trace's 3rd native run still leaves what its steps
+    chose (a short script's next run then skips the timing calls too)."""
+    for f in _all():
+        for c in f.compiled:
+            if c.store_id is not None and c.runs:
+                f._store_choices(c)
+
+
+atexit.register(_store_choices_at_exit)
 
 
 def _all():
@@ -125,6 +138,7 @@ class Compiled:
         self.store_id = None      # kept in the trace store (store.py) under this id
         self.store_code = None    # ... for the function of this code
         self.stored_choices = ""  # the step choices stored with it
+        self.from_store = False   # loaded from the store (recorded by an earlier process)
         self.root = self          # the root trace of a side-trace tree
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         self.mutates = False      # the trace writes into its inputs (copy_)
@@ -415,6 +429,7 @@ class OptimizedFunction:
         c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
         c.mutates = t["mutates"]
         c.store_code, c.store_id, c.stored_choices = code, t["id"], t.get("choices", "")
+        c.from_store = True
         _bump("compile_seconds", c.stats.compile_ms / 1e3)
         if c.stats.from_cache:
             _bump("cache_hits")
@@ -999,6 +1014,11 @@ def disable(fn):
         pass
     if isinstance(fn, OptimizedFunction):
         fn.disabled_reason = "dynamo.disable"
+    # Traces that inlined it were recorded before it was disabled: they go (the next call records
+    # with fn as a stitch). The trace store checks the mark in a function's fingerprint.
+    name = getattr(target, "__qualname__", None)
+    for f in _all():
+        f.compiled = [c for c in f.compiled if name not in c.inlined]
     return fn
 
 
@@ -1046,8 +1066,9 @@ class Explanation:
         for a in self.attempts:
             if a.compiled is not None:
                 c = a.compiled
+                how = "loaded from the trace store" if c.from_store else "compiled"
                 out.append(f"  trace: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
-                           f"{c.stats.num_externs} LibTorch call(s), compiled in {c.stats.compile_ms:.1f} ms")
+                           f"{c.stats.num_externs} LibTorch call(s), {how} in {c.stats.compile_ms:.1f} ms")
                 if c.inlined:
                     out.append("    inlined: " + ", ".join(dict.fromkeys(c.inlined)))
                 out.extend(_exit_tree(c, "    "))
@@ -1105,8 +1126,8 @@ def report():
         lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s), "
                      f"{sum(c.runs for c in f.compiled)} native run(s)")
         for c in f.compiled:
-            lines.append(f"  compiled: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
-                         f"{c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
+            lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
+                         f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
             lines.extend(_exit_tree(c, "    "))
         for a in f.attempts:
             if a.compiled is None:

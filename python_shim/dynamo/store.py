@@ -129,8 +129,9 @@ def fingerprint(obj):
         return ("module", obj.__name__)
     if isinstance(obj, type):
         return ("class", obj.__module__, obj.__qualname__)
-    if isinstance(obj, types.FunctionType):
-        return ("function", obj.__module__, obj.__qualname__, code_fingerprint(obj.__code__))
+    if isinstance(obj, types.FunctionType):  # (dynamo.disable'd or not: recorded differently)
+        return ("function", obj.__module__, obj.__qualname__, code_fingerprint(obj.__code__),
+                bool(getattr(obj, "_dynamo_disable", False)))
     if isinstance(obj, types.CodeType):
         return ("code", code_fingerprint(obj))
     if isinstance(obj, types.BuiltinFunctionType):

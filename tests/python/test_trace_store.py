@@ -42,7 +42,9 @@ mode, arg = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
 out = {}
 with torch.no_grad():
-    if mode == "block":
+    if mode in ("block", "block-disabled"):
+        if mode == "block-disabled":
+            dynamo.disable(helper.act)  # not to be compiled nor inlined: the stored trace inlined it
         m = Block(float(arg)).eval()
         ref = copy.deepcopy(m)
         x = torch.randn(1, 3, 7, 7)
@@ -50,6 +52,7 @@ with torch.no_grad():
         ys = [om(x) for _ in range(4)]
         out["ok"] = all(torch.allclose(y, ref(x), rtol=1e-4, atol=1e-5) for y in ys)
         out["choices"] = om.forward.compiled[0].entry.choices() if om.forward.compiled else None
+        out["report"] = dynamo.report()
     elif mode == "pick":
         a, b = Tag(), Tag()
         x = torch.randn(5)
@@ -108,6 +111,7 @@ def test_second_process_runs_the_stored_trace(tmp_path):
     # the convolution's and product's choices were stored and applied before the first run
     assert first["choices"] and second["choices"] == first["choices"], (first, second)
     assert all(w.split("=")[1] in ("onednn", "aten", "own", "blas") for w in first["choices"].split())
+    assert "from the trace store" in second["report"] and "from the trace store" not in first["report"]
 
 
 def test_an_edited_helper_is_recorded_anew(tmp_path):
@@ -117,6 +121,39 @@ def test_an_edited_helper_is_recorded_anew(tmp_path):
     second = run(tmp_path, "block", "2.0")  # ok: compared with eager's sigmoid
     assert second["from_store"] == 0 and second["recorded"] == 1, second
     assert "does not apply" in second["log"] and "helper" in second["log"], second["log"]
+
+
+def test_a_helper_disabled_since_is_not_inlined_by_a_stored_trace(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "block", "2.0")
+    second = run(tmp_path, "block-disabled", "2.0")
+    assert second["from_store"] == 0 and second["recorded"] >= 1, second
+
+
+def test_disable_drops_the_traces_that_inlined_the_function():
+    import torch
+
+    import dynamo
+
+    def helper(x):
+        return x * 3
+
+    def f(x):
+        return helper(x) + 1
+
+    opt, x = dynamo.optimize(f), torch.randn(4)
+    for _ in range(2):
+        opt(x)
+    assert dynamo.counters()["native_runs"] == 1
+    dynamo.disable(helper)
+    try:
+        assert torch.allclose(opt(x), f(x))
+        c = dynamo.counters()
+        assert c["native_runs"] == 1 and c["interpreted_runs"] >= 2 and c["traces_compiled"] >= 2, c  # recorded again
+        assert all("test_disable_drops_the_traces_that_inlined_the_function.<locals>.helper" not in t.inlined
+                   for t in opt.compiled)
+    finally:
+        helper._dynamo_disable = False
 
 
 def test_a_changed_attribute_is_recorded_anew(tmp_path):
