@@ -556,6 +556,20 @@ struct Planner {
         s.erase(s.begin() + d);
         break;
       }
+      case Op::as_strided: {
+        // Strides count x's elements in row-major order: over a source laid out otherwise, a
+        // contiguous copy of it first (as a reshape that strides cannot express).
+        if (s != contiguous_strides(st.sizes)) {
+          if (copy_slot[src] < 0) {
+            copy_slot[src] = new_slot(st.numel() * dtype_bytes(st.dtype));
+            roots_at[i].insert(roots_at[i].begin(), Root{src, copy_slot[src]});  // before readers
+          }
+          bv = {copy_slot[src], 0, contiguous_strides(st.sizes)};
+        }
+        bv.offset += in.args[3].i;
+        bv.strides = in.args[2].list;
+        break;
+      }
       default:
         fail(ErrorCode::Internal, "fold_view: not a view op");
     }

@@ -279,6 +279,26 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
         s.erase(s.begin() + d);
         break;
       }
+      case Op::as_strided: {
+        const auto &sz = list_arg(1), &st = list_arg(2);
+        int64_t off = int_arg(3);
+        if (sz.size() != st.size()) vfail(where, "as_strided needs one stride per size");
+        if (off < 0) vfail(where, "as_strided offset must be >= 0, got " + std::to_string(off));
+        int64_t last = off, n = 1;  // the furthest element read (when none is empty)
+        for (size_t i = 0; i < sz.size(); ++i) {
+          if (sz[i] < 0) vfail(where, "negative size " + std::to_string(sz[i]));
+          if (st[i] < 0) vfail(where, "as_strided stride must be >= 0, got " + std::to_string(st[i]));
+          int64_t step;
+          if (__builtin_mul_overflow(sz[i] > 0 ? sz[i] - 1 : 0, st[i], &step) || __builtin_add_overflow(last, step, &last) ||
+              __builtin_mul_overflow(n, sz[i], &n))
+            vfail(where, "as_strided extent overflows int64");
+        }
+        if (n > 0 && last >= x.numel())
+          vfail(where, "as_strided reads element " + std::to_string(last) + " of a tensor of " +
+                           std::to_string(x.numel()));
+        s = sz;
+        break;
+      }
       default: vfail(where, "unknown view");
     }
     r.sizes = s;
@@ -301,6 +321,7 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
       const Inst &def = t.insts[t.def[d]];
       OpKind k = op_info(def.op).kind;
       if (def.op == Op::input) break;
+      if (def.op == Op::as_strided) vfail(where, "copy_ destination may not be an as_strided view (its elements may repeat)");
       if (k == OpKind::VIEW || def.op == Op::copy_) { d = def.args[0].value; continue; }
       vfail(where, "copy_ destination must be an input tensor or a view of one");
     }

@@ -17,8 +17,9 @@ stitch         when True (default), a call the recorder cannot record (print, a 
                as a *stitch*: the recording makes the call and records the trace after it; later
                calls run the trace natively, make that one call in Python, and go on in the native
                trace after it. False: such a call aborts the recording (the function runs eagerly).
-max_stitches   stitches (continuation traces) under one root trace (default 32); past it, the
-               rest of the call after a stitch runs in the interpreter.
+max_stitches   stitches (continuation traces) under one root trace (default 32); a call that
+               needs one more drops the root trace (an abort: the function is left to CPython
+               rather than interpreted from that stitch on every call).
 max_stitch_variants traces recorded after one stitch (default 4); a call that fits none of
                them drops the root trace (an abort: what follows the stitch depends on values that
                change between calls, such as numbers read by .tolist()).

@@ -136,7 +136,7 @@ class Compiled:
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
         self.store_id = None      # kept in the trace store (store.py) under this id
-        self.store_code = None    # ... for the function of this code
+        self.store_where = None   # ... at this place (store.where: the code and call signature)
         self.stored_choices = ""  # the step choices stored with it
         self.from_store = False   # loaded from the store (recorded by an earlier process)
         self.root = self          # the root trace of a side-trace tree
@@ -292,8 +292,8 @@ class OptimizedFunction:
         self.disabled_reason = None
         self.state_fallbacks = {}  # _grad_state() -> why: recorded under it, it aborted (autograd)
         self.frames = {}          # device (None: CPU) -> native.Frame
-        self.stored = None        # traces from the store not yet loaded (None: not read yet)
-        self._recording_code = None
+        self.stored = {}          # call signature -> traces from the store not yet loaded
+        self._recording_where = None
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
         _registry.append(weakref.ref(self))
@@ -367,7 +367,7 @@ class OptimizedFunction:
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
             return self._eager(fn, args, kwargs, in_frame)
-        if self.stored is None or self.stored:
+        if store.enabled():
             result = self._from_store(fn, args, kwargs)
             if result is not _MISS:
                 return result
@@ -378,13 +378,17 @@ class OptimizedFunction:
         constants bind and whose guards accept this call are compiled (their objects come from
         the disk cache) and run it. _MISS when none does."""
         code = getattr(fn, "__code__", None)
-        if self.stored is None:
-            try:
-                self.stored = store.load(code) if code is not None else []
-            except Exception as e:  # noqa: BLE001 -- the store only ever saves a recording
-                log("store", f"{self.name}: the trace store failed: {type(e).__name__}: {e}")
-                self.stored = []
-        for t in list(self.stored):
+        if code is None:
+            return _MISS
+        try:
+            at = store.where(code, args, kwargs)
+            if at[1] not in self.stored:
+                self.stored[at[1]] = store.load(at)
+        except Exception as e:  # noqa: BLE001 -- the store only ever saves a recording
+            log("store", f"{self.name}: the trace store failed: {type(e).__name__}: {e}")
+            return _MISS
+        pending = self.stored[at[1]]
+        for t in list(pending):
             if len(self.compiled) >= config.cache_limit:
                 break
             inputs = None
@@ -397,24 +401,24 @@ class OptimizedFunction:
                     if inputs is None:
                         why = f"its guards reject this call: {gs.first_failure(args, kwargs, fn.__globals__, fn)}"
             except Exception as e:  # noqa: BLE001 -- a stored trace that does not load is dropped
-                if t in self.stored:
-                    self.stored.remove(t)
+                if t in pending:
+                    pending.remove(t)
                 log("store", f"{self.name}: stored trace {t.get('id')} dropped: {type(e).__name__}: {e}")
                 continue
             if inputs is None:
                 log("store", f"{self.name}: stored trace {t['id']} does not apply: {why}")
                 continue
-            if t not in self.stored:  # another thread took it meanwhile
+            if t not in pending:  # another thread took it meanwhile
                 continue
-            self.stored.remove(t)
-            c = self._compile_stored(t, gs, code)
+            pending.remove(t)
+            c = self._compile_stored(t, gs, at)
             if c is not None:
                 result = self._run_one(c, inputs, fn, args, kwargs)
                 if result is not _NEXT:
                     return result
         return _MISS
 
-    def _compile_stored(self, t, gs, code):
+    def _compile_stored(self, t, gs, at):
         """A Compiled for stored trace t whose guards gs were bound for this process, or None."""
         try:
             entry = self._frame_for(None).compile(native.Trace(t["text"]))
@@ -428,7 +432,7 @@ class OptimizedFunction:
                 log("store", f"{self.name}: stored choices not applied: {e.message}")
         c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
         c.mutates = t["mutates"]
-        c.store_code, c.store_id, c.stored_choices = code, t["id"], t.get("choices", "")
+        c.store_where, c.store_id, c.stored_choices = at, t["id"], t.get("choices", "")
         c.from_store = True
         _bump("compile_seconds", c.stats.compile_ms / 1e3)
         if c.stats.from_cache:
@@ -449,7 +453,7 @@ class OptimizedFunction:
         try:
             choices = c.entry.choices()
             if choices != c.stored_choices:
-                store.save_choices(c.store_code, c.store_id, choices)
+                store.save_choices(c.store_where, c.store_id, choices)
                 c.stored_choices = choices
         except Exception as e:  # noqa: BLE001 -- only speed depends on it
             log("store", f"{self.name}: choices not stored: {type(e).__name__}: {e}")
@@ -552,6 +556,12 @@ class OptimizedFunction:
                 return self._stitch_unfit(c, snap, fn, args, kwargs, values)
             room = c.root.stitch_count < config.max_stitches
             hot = snap.count >= snap.retry_at
+            if not room and snap.blacklisted is None:
+                # Every later call would interpret the rest from here, slower than CPython runs
+                # the whole function (a detection model's post-processing: dozens of nms and
+                # unique steps): the root trace goes, as for a continuation that cannot be recorded.
+                self._side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
+                                         "stitches")
         else:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
@@ -721,7 +731,12 @@ class OptimizedFunction:
             _bump("aborts")
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
-        self._recording_code = getattr(fn, "__code__", None)
+        self._recording_where = None
+        if store.enabled() and getattr(fn, "__code__", None) is not None:
+            try:  # (the arguments as the call gets them: before it runs)
+                self._recording_where = store.where(fn.__code__, args, kwargs)
+            except Exception as e:  # noqa: BLE001 -- only later processes depend on it
+                log("store", f"{self.name}: no place in the trace store: {type(e).__name__}: {e}")
         rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
         gs = GuardSet()
         gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
@@ -879,11 +894,11 @@ class OptimizedFunction:
         self.compiled.append(c)
         self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
         _bump("traces_compiled")
-        if storable and self._recording_code is not None:
+        if storable and self._recording_where is not None:
             try:
-                c.store_id = store.save(self._recording_code, self.name, gs.export(), text, out_spec, rec.ops,
+                c.store_id = store.save(self._recording_where, self.name, gs.export(), text, out_spec, rec.ops,
                                         interp.inlined, rec.mutated)
-                c.store_code = self._recording_code
+                c.store_where = self._recording_where
             except Exception as e:  # noqa: BLE001 -- only later processes depend on it
                 log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
         return result
@@ -895,7 +910,7 @@ class OptimizedFunction:
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.state_fallbacks = {}
-        self.stored = None
+        self.stored = {}
         for f in self.frames.values():
             f.close()
         self.frames = {}

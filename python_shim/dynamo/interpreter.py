@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from . import config
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
-from .recorder import Abort, NopythonError
+from .recorder import Abort, DataDependentStep, NopythonError
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 CO_GENERATOR = 0x20
@@ -460,14 +460,20 @@ class Interpreter:
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
+            mark, self.rec.step_mark = self.rec.step_mark, len(self.rec.lines)
             try:
                 r = self._concrete(fn, args, kwargs)
+            except DataDependentStep as e:  # torch.unique, nms: a stitch step (see the recorder)
+                self.rec.step_mark = mark
+                return self._opaque(fnp, args, kwargs, str(e))
             except Exception as e:  # noqa: BLE001 -- judged by running it as eager does
                 # Under a Python dispatch mode torch 1.13's composite ops take other paths, which can
                 # fail where eager's do not (F.max_pool1d of a too-short row gives an empty tensor in
                 # eager): the call runs again outside the recorder, raising only if eager raises.
+                self.rec.step_mark = mark
                 name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a torch call")
                 return self._opaque(fnp, args, kwargs, f"{name} raised under the recorder ({type(e).__name__}: {e})")
+            self.rec.step_mark = mark
             if not args and not kwargs and type(r[0]) in _BY_VALUE and self.recording and \
                     (getattr(fn, "__self__", None) is None or isinstance(fn.__self__, types.ModuleType)):
                 # torch state read by the program (torch.are_deterministic_algorithms_enabled())
@@ -500,6 +506,13 @@ class Interpreter:
         if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
                 id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
+        if type(type(fn)) is type and not isinstance(fn, (torch.Tensor, torch.nn.Module)) and \
+                type(fn).__module__ != "builtins":
+            # an instance of a Python class with a __call__ in Python (torchvision's LevelMapper):
+            # a method call, guarded as one
+            call = self._plain_method(fn, fsrc, "__call__")
+            if call is not None:
+                return self._call_python(call[0], None, args, kwargs, (fn, fsrc))
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
 

@@ -41,6 +41,14 @@ class Abort(Exception):
     """The trace cannot be compiled; the call itself still completes correctly."""
 
 
+class DataDependentStep(Exception):
+    """Raised out of the dispatch mode, before the op runs, for an op whose output size depends
+    on the data and that no side exit can check in the trace (torch.unique, torchvision's nms),
+    when it is the first op of a torch call the interpreter makes (step_mark): the interpreter
+    makes that call a stitch step instead (it runs for real between two traces, its results the
+    next trace's inputs). Elsewhere such an op aborts the recording, as before."""
+
+
 class NopythonError(RuntimeError):
     """dynamo.optimize(nopython=True) met something it cannot compile (raised to the caller)."""
 
@@ -82,6 +90,7 @@ class Recorder(TorchDispatchMode):
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.stitch_reason = None  # why, when the cut is a stitch (before a call not recordable)
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
+        self.step_mark = None   # inside a torch call the interpreter makes: len(lines) when it began
         self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
         self._restride = False  # the op being recorded is an as_strided that keeps its argument's elements
         self._n = 0
@@ -221,6 +230,9 @@ class Recorder(TorchDispatchMode):
                 decomposition[0](*args, **kwargs):
             with self:  # its parts are dispatched (and recorded) one by one
                 return decomposition[1](*args, **kwargs)
+        if self.step_mark is not None and self.step_mark == len(self.lines) and not self.paused and \
+                self.abort_reason is None and self.cut is None and _needs_step(func):
+            raise DataDependentStep(f"{_sig(func)}: the output size depends on the data (a step between traces)")
         # judged before the op runs: as_strided_ changes its argument's strides
         self._restride = func in _LAYOUT_DEPENDENT and _restrides_in_place(func, args, kwargs)
         out = func(*args, **kwargs)
@@ -269,9 +281,10 @@ class Recorder(TorchDispatchMode):
             self._note_view(out, args[0], func, list(args))
             self._bind(out, res)
             return
-        if func in _LAYOUT_DEPENDENT:
+        if func in _LAYOUT_DEPENDENT and not (func is _aten.as_strided.default and _row_major_strided(args, kwargs)):
             raise Abort(f"{name}: general strided views are not supported (stride arguments describe eager's "
-                        "memory layout, which compiled intermediates need not have)")
+                        "memory layout, which compiled intermediates need not have; over a contiguous tensor, "
+                        "inside its elements, they are)")
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if not all(isinstance(o, torch.Tensor) for o in outs):
             raise Abort(f"{name} returns a non-tensor value")
@@ -515,6 +528,11 @@ class Recorder(TorchDispatchMode):
         if func is _aten.slice.Tensor:
             dim, start, end, step = _slice_params(v)
             return f"slice({x()}, {dim}, {start}, {end}, {step})"
+        if func is _aten.as_strided.default and _row_major_strided(v, {}):
+            # over a contiguous x, eager's strides count x's elements in row-major order: the IR's
+            # as_strided means just that on any layout (stft's frames, views of a snapshot's values)
+            offset = (v[3] if len(v) > 3 and v[3] is not None else v[0].storage_offset()) - v[0].storage_offset()
+            return f"as_strided({x()}, {shape}, [{','.join(str(d) for d in v[2])}], {offset})"
         if func is _aten.unfold.default:
             raise Abort(f"{func._schema.name}: general strided views are not supported")
         return None
@@ -552,6 +570,11 @@ class Recorder(TorchDispatchMode):
         elif func is _aten.masked_select.default and isinstance(vals[1], torch.Tensor) and \
                 vals[1].shape == vals[0].shape:
             mask, count = vals[1], outs[0].numel()
+        elif func is _aten.index.Tensor and _one_mask_index(vals):
+            # x[mask] (SSD's box filtering), x[:, mask]: the masked dims become one of the
+            # mask's count of true elements, at the mask's position
+            j = next(i for i, ix in enumerate(vals[1]) if ix is not None)
+            mask, count = vals[1][j], outs[0].shape[j]
         else:
             raise Abort(f"{name}: the output size depends on the data (not traced for this op)")
         if self.snapshot_here is None:
@@ -598,6 +621,53 @@ def outs_of(out):
 def _shape(t):
     """t's sizes as IR text: [2,3]."""
     return "[" + ",".join(str(d) for d in t.shape) + "]"
+
+
+# Ops whose output size depends on the data, besides those a side exit checks in the trace
+# (nonzero, masked_select, a boolean-mask index: _shape_exit): custom ops carry no tags.
+_STEP_CUSTOM = ("torchvision::nms",)
+_SHAPE_EXITS = (_aten.nonzero.default, _aten.masked_select.default, _aten.index.Tensor)
+
+
+_NEEDS_STEP = {}  # ATen op -> bool (cached: asked for every op dispatched while recording)
+
+
+def _needs_step(func):
+    hit = _NEEDS_STEP.get(func)
+    if hit is None:
+        hit = _NEEDS_STEP[func] = func not in _SHAPE_EXITS and (
+            torch.Tag.dynamic_output_shape in func.tags or func._schema.name in _STEP_CUSTOM)
+    return hit
+
+
+def _one_mask_index(vals):
+    """aten::index.Tensor's indices are one boolean mask, after Nones only (x[mask], x[:, mask])."""
+    ix = vals[1] if len(vals) > 1 else None
+    if not isinstance(ix, (list, tuple)):
+        return False
+    tensors = [i for i in ix if i is not None]
+    if len(tensors) != 1 or not isinstance(tensors[0], torch.Tensor) or tensors[0].dtype != torch.bool:
+        return False
+    j = next(k for k, i in enumerate(ix) if i is not None)
+    return all(i is None for i in ix[:j]) and len(ix) == j + 1 and tensors[0].dim() >= 1 and \
+        tuple(tensors[0].shape) == tuple(vals[0].shape[j:j + tensors[0].dim()])
+
+
+def _row_major_strided(args, kwargs):
+    """as_strided(x, size, stride[, offset]) over a contiguous x that reads only x's own elements
+    with strides >= 0: the strides count x's elements in row-major order."""
+    x = args[0] if args else kwargs.get("self")
+    size = args[1] if len(args) > 1 else kwargs.get("size")
+    stride = args[2] if len(args) > 2 else kwargs.get("stride")
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    if not isinstance(x, torch.Tensor) or size is None or stride is None or not x.is_contiguous():
+        return False
+    rel = (x.storage_offset() if offset is None else offset) - x.storage_offset()
+    if rel < 0 or len(size) != len(stride) or any(st < 0 for st in stride) or any(n < 0 for n in size):
+        return False
+    if any(n == 0 for n in size):
+        return True
+    return rel + sum((n - 1) * st for n, st in zip(size, stride)) < x.numel()
 
 
 def _restrides_in_place(func, args, kwargs):

@@ -15,9 +15,12 @@ a later call with other inputs:
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple", ...), ("siter", ...), ("seqiter", ...), ("null",)
   ("liter", spec, i)  a loop over a list at element i: live again over the list spec stands for
-  ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n), ("cell_empty", n),
+  ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n, local),
+  ("cell_empty", n, local), ("lazy", kind, parts, n, strict),
   ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
-                     call made, attrs its __dict__): made again, once, as object n of the snapshot
+                     call made, attrs its __dict__; a cell is local when the call made it, so the
+                     resumed frame may assign it; lazy: a zip or an enumerate, its parts
+                     as __reduce__ gives them): made again, once, as object n of the snapshot
   ("ref", n)         object n again: two frames holding one list (an accumulator passed to a
                      helper) must hold one list after the exit too, or appends through one would
                      not be seen through the other
@@ -120,6 +123,10 @@ def spec_objects(spec, out):
     elif kind == "cell":
         out.add(spec[2])
         spec_objects(spec[1], out)
+    elif kind == "lazy":
+        out.add(spec[3])
+        for e in spec[2]:
+            spec_objects(e, out)
     elif kind in ("seqiter", "bound", "liter"):
         spec_objects(spec[1], out)
     return out
@@ -167,7 +174,7 @@ def encode(interp, x, src, live, live_index):
     if t is tuple:
         srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
         return ("tuple", [encode(interp, e, s, live, live_index) for e, s in zip(x, srcs)])
-    if t is list or t in _DICTS or t is types.CellType or _plain_object(interp, x):
+    if t is list or t in _DICTS or t is types.CellType or t in _LAZY or _plain_object(interp, x):
         n, seen = _object_number(x, live_index)
         if seen:
             return ("ref", n)
@@ -182,14 +189,19 @@ def encode(interp, x, src, live, live_index):
         rest = range(x.i, len(x.items))
         return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
     if t is types.CellType:
+        local = id(x) in interp.local_objs  # made by this call (MAKE_CELL): it may be assigned again
         try:
             v = x.cell_contents
         except ValueError:
-            return ("cell_empty", n)
-        return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index), n)
+            return ("cell_empty", n, local)
+        return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index), n, local)
     if t.__name__ in ("range_iterator", "list_iterator", "tuple_iterator"):
-        _, (seq,), state = x.__reduce__()
-        return ("seqiter", encode(interp, seq, None, live, live_index), state)
+        r = x.__reduce__()  # (iter, (seq,), position); an exhausted one: (iter, ((),))
+        return ("seqiter", encode(interp, r[1][0], None, live, live_index), r[2] if len(r) > 2 else 0)
+    if t in _LAZY:  # zip / enumerate over iterators: what they hold, in order
+        r = x.__reduce__()
+        parts = [encode(interp, p, None, live, live_index) for p in r[1]]
+        return ("lazy", t.__name__, parts, n, len(r) > 2 and bool(r[2]))
     if _plain_object(interp, x):  # numbered above
         attrs = [(name, encode(interp, v, None, live, live_index)) for name, v in x.__dict__.items()]
         return ("obj", attrs, n, t)
@@ -282,10 +294,30 @@ def decode(spec, env, live):
     if kind == "item":  # the number .item()/int()/float()/bool() read from a live tensor
         return _convert(live[spec[1]], spec[2])
     if kind == "seqiter":
-        it = iter(decode(spec[1], env, live))
-        it.__setstate__(spec[2])
-        return it
+        return _seqiter(decode(spec[1], env, live), spec[2])
+    if kind == "lazy":
+        out = _made(env)[spec[3]] = _lazy(spec, [decode(p, env, live) for p in spec[2]])
+        return out
     raise AssertionError(f"unknown snapshot spec {kind}")
+
+
+def _seqiter(seq, position):
+    it = iter(seq)
+    if position:
+        it.__setstate__(position)
+    return it
+
+
+# Iterators that only rearrange what their parts yield (map and filter call functions as they go,
+# outside the interpreter: they stay unencodable).
+_LAZY = (zip, enumerate)
+
+
+def _lazy(spec, parts):
+    """A zip / enumerate again, over its decoded parts (as its __reduce__ gave them)."""
+    if spec[1] == "zip":
+        return zip(*parts, strict=True) if spec[4] else zip(*parts)
+    return enumerate(parts[0], parts[1])
 
 
 def eval_source(expr, env, rec):
@@ -355,9 +387,23 @@ def _decode_pair(spec, env, live, interp):
     elif kind == "cell":
         cell = _made(env)[spec[2]] = types.CellType()
         interp.keep.append(cell)
+        if len(spec) > 3 and spec[3]:
+            interp._mark_local(cell)
         cell.cell_contents, isrc = _decode_pair(spec[1], env, live, interp)
         interp._cell_src[id(cell)] = isrc
         return cell, None
+    elif kind == "cell_empty":
+        cell = _made(env)[spec[1]] = types.CellType()
+        interp.keep.append(cell)
+        if len(spec) > 2 and spec[2]:
+            interp._mark_local(cell)
+        return cell, None
+    elif kind == "seqiter":
+        return _seqiter(_decode_pair(spec[1], env, live, interp)[0], spec[2]), None
+    elif kind == "lazy":
+        v = _made(env)[spec[3]] = _lazy(spec, [_decode_pair(p, env, live, interp)[0] for p in spec[2]])
+        interp.keep.append(v)
+        return v, None
     else:
         return decode(spec, env, live), None
     interp.touch(v, src)

@@ -25,7 +25,8 @@ the bound objects stay their constants: later calls check identity again, as a r
 guards do.
 
 Files live in the disk cache's directory (dynamo_cache_directory: private, this user's) as
-`py-<hash>.traces` (marshal, one per function code; the constants pickled inside) and `py-<hash>-<trace>.choices`; each file
+`py-<hash>.traces` (marshal, one per function code and call signature -- argument types, tensor
+shapes, modules' parameter counts --; the constants pickled inside) and `py-<hash>-<trace>.choices`; each file
 read must be this user's and not writable by others, as for compiled objects. The key holds this
 front end's own source, the library file, Python's and torch's versions: any change records anew.
 DYNAMO_TRACE_STORE=0 (or config.trace_store = False) turns the store off; it is off with the
@@ -46,7 +47,7 @@ from .guards import _HELPERS
 from .log import log
 
 _FORMAT = "dynamo-traces-v1"
-_MAX_TRACES = 8          # stored traces per function code (the newest kept)
+_MAX_TRACES = 8          # stored traces per function code and call signature (the newest kept)
 _salt = None
 _dir = False             # False: not looked up yet; None: no store
 
@@ -290,22 +291,45 @@ def _write_atomic(path, data):
             pass
 
 
-def _key(code):
-    return hashlib.sha256(f"{_salt_text()}\n{code_fingerprint(code)}".encode()).hexdigest()[:32]
+def signature(args, kwargs):
+    """What the call is made with, cheaply (types; tensors' shapes and dtypes; modules' parameter
+    counts and sizes): part of the store's key, so that models of one family (one forward's code,
+    resnet18 .. resnet152) keep their traces apart and a process reads only those of its own."""
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), str(v.dtype), v.device.type)
+        if isinstance(v, torch.nn.Module):
+            n = total = 0
+            for p in v.parameters():
+                n += 1
+                total += p.numel()
+            return ("module", type(v).__module__, type(v).__qualname__, n, total)
+        return (type(v).__module__, type(v).__qualname__)
+    return repr([one(v) for v in args] + [(k, one(kwargs[k])) for k in sorted(kwargs)])
 
 
-def _path(code):
+def where(code, args, kwargs):
+    """The store's place for a call of code with these arguments: (code, signature)."""
+    return (code, signature(args, kwargs))
+
+
+def _key(at):
+    code, sig = at
+    return hashlib.sha256(f"{_salt_text()}\n{code_fingerprint(code)}\n{sig}".encode()).hexdigest()[:32]
+
+
+def _path(at):
     d = _directory()
-    return None if d is None else os.path.join(d, f"py-{_key(code)}.traces")
+    return None if d is None else os.path.join(d, f"py-{_key(at)}.traces")
 
 
-def _read_all(path, code):
+def _read_all(path, at):
     data = _trusted_read(path)
     if data is None:
         return []
     try:
         stored = marshal.loads(data)  # a private file of this user's (as compiled objects are)
-        if type(stored) is not dict or stored.get("format") != _FORMAT or stored.get("key") != _key(code):
+        if type(stored) is not dict or stored.get("format") != _FORMAT or stored.get("key") != _key(at):
             return []
         return list(stored["traces"])
     except Exception as e:  # noqa: BLE001 -- a damaged file is ignored and rewritten
@@ -313,14 +337,14 @@ def _read_all(path, code):
         return []
 
 
-def load(code):
-    """The stored traces of a function's code (newest last), each a dict; [] when none."""
+def load(at):
+    """The traces stored at `at` (where()), newest last, each a dict; [] when none."""
     if not enabled():
         return []
-    path = _path(code)
+    path = _path(at)
     if path is None:
         return []
-    traces = _read_all(path, code)
+    traces = _read_all(path, at)
     for t in traces:
         ch = _trusted_read(f"{path[:-len('.traces')]}-{t['id']}.choices")
         t["choices"] = ch.decode(errors="replace") if ch else ""
@@ -329,15 +353,13 @@ def load(code):
     return traces
 
 
-def save(code, name, exported, text, out_spec, ops, inlined, mutates):
-    """Stores a compiled root trace; returns its id (for save_choices), or None with a log line
-    saying why it is not stored."""
-    if not enabled():
+def save(at, name, exported, text, out_spec, ops, inlined, mutates):
+    """Stores a compiled root trace at `at` (where()); returns its id (for save_choices), or None
+    with a log line saying why it is not stored."""
+    if not enabled() or exported is None:
         return None
-    path = _path(code)
+    path = _path(at)
     if path is None:
-        return None
-    if exported is None:
         return None
     consts = portable_consts(exported)
     if isinstance(consts, str):
@@ -353,19 +375,15 @@ def save(code, name, exported, text, out_spec, ops, inlined, mutates):
     except Exception as e:  # noqa: BLE001 -- not storable: record next time
         log("store", f"{name}: trace not stored: {type(e).__name__}: {e}")
         return None
-    traces = [t for t in _read_all(path, code) if t.get("id") != entry["id"]]
+    traces = [t for t in _read_all(path, at) if t.get("id") != entry["id"]]
     traces = (traces + [entry])[-_MAX_TRACES:]
-    _write_atomic(path, marshal.dumps(dict(format=_FORMAT, key=_key(code), traces=traces)))
+    _write_atomic(path, marshal.dumps(dict(format=_FORMAT, key=_key(at), traces=traces)))
     log("store", f"{name}: trace stored ({len(consts)} constants, {len(exported['checks'])} guards)")
     return entry["id"]
 
 
-def save_choices(code, trace_id, choices):
-    path = _path(code) if enabled() else None
+def save_choices(at, trace_id, choices):
+    path = _path(at) if enabled() else None
     if path is not None and trace_id is not None:
         _write_atomic(f"{path[:-len('.traces')]}-{trace_id}.choices", choices.encode())
-
-
-def code_of(exported_trace):
-    return marshal.loads(exported_trace["code"])
 

@@ -165,6 +165,19 @@ static void test_parse_errors_name_line_and_column(void **state) {
       {"trace @t {\n  %0 = input f32[4,6]\n  %1 = transpose(%0, 0, 1)\n"
        "  %2 = extern aten::as_strided(%1, [2,2], [1,6], 0) : f32[2,2]\n  return %2\n}",
        DYNAMO_ERR_VERIFY, "aten::as_strided applies stride arguments to %1"},
+      /* the IR's own as_strided: strides over the row-major order of its operand, inside it */
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [4,4], [2,1], 1)\n  return %1\n}",
+       DYNAMO_ERR_VERIFY, "as_strided reads element 10 of a tensor of 10"},
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [4,3], [2,1], -1)\n  return %1\n}",
+       DYNAMO_ERR_VERIFY, "as_strided offset must be >= 0, got -1"},
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [4,3], [2,-1], 3)\n  return %1\n}",
+       DYNAMO_ERR_VERIFY, "as_strided stride must be >= 0, got -1"},
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [4,3], [2], 0)\n  return %1\n}",
+       DYNAMO_ERR_VERIFY, "as_strided needs one stride per size"},
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [4611686018427387904,3], [4611686018427387904,1], 0)\n"
+       "  return %1\n}", DYNAMO_ERR_VERIFY, "as_strided extent overflows int64"},
+      {"trace @t {\n  %0 = input f32[10]\n  %1 = as_strided(%0, [3,2], [2,1], 0)\n  %2 = copy_(%1, 1.0)\n"
+       "  return %2\n}", DYNAMO_ERR_VERIFY, "copy_ destination may not be an as_strided view"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
     dynamo_trace *t = (dynamo_trace *)0x1;

@@ -912,8 +912,8 @@ def fb_write_through_diagonal(x):
     return x * 1
 
 
-def fb_mask_index(x):
-    return x[x > 0].sum() * 2  # a boolean mask: the size of x[mask] depends on the data
+def fb_unfold(x):
+    return x.unfold(-1, 2, 1).sum() * 2  # overlapping windows by stride arguments: an abort
 
 
 def fb_torch_tensor(x):
@@ -965,7 +965,7 @@ RECORDED_NOW = [
 FALLBACKS = [
     Fallback("generator_function", gen_fn, lambda: (rn(4),), "a generator function"),
     Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
-    Fallback("bool_mask_index", fb_mask_index, lambda: (rn(3, 4),), "depends on the data"),
+    Fallback("unfold_view", fb_unfold, lambda: (rn(3, 4),), "general strided views are not supported"),
     Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "not traced after a write"),
     Fallback("write_through_diagonal", fb_write_through_diagonal, lambda: (rn(4, 4),),
              "writes through a view made by aten::diagonal"),
@@ -1041,11 +1041,11 @@ def test_once_fallback_program_is_recorded(p, capsys):
 
 
 def test_fallback_disables_after_abort_limit():
-    opt = dynamo.optimize(fb_mask_index)
+    opt = dynamo.optimize(fb_unfold)
     seen = []
     for call in range(6):
         x = seeded(lambda: (rn(3, 4),), call)[0]
-        assert_same(opt(x), fb_mask_index(x))
+        assert_same(opt(x), fb_unfold(x))
         seen.append(dynamo.counters()["aborts"])
     # back-off: the 2nd abort makes the next call run in CPython before the 3rd try
     assert seen[:4] == [1, 2, 2, 3], seen
@@ -1053,7 +1053,7 @@ def test_fallback_disables_after_abort_limit():
     lim = dynamo.config.abort_limit
     assert c["aborts"] == lim and c["interpreted_runs"] == lim and c["eager_runs"] == 6 - lim, c
     assert c["native_runs"] == 0
-    assert "depends on the data" in dynamo.report()
+    assert "general strided views" in dynamo.report()
 
 
 def test_stitch_whose_next_trace_never_fits_falls_back():

@@ -37,3 +37,28 @@ def test_unrecordable_continuation_drops_the_root_trace():
     assert c["eager_runs"] >= 8, c  # left to CPython from the second call on
     assert "cannot be recorded" in dynamo.report(), dynamo.report()
     assert c["exits_resumed"] <= 1, c  # the rest was interpreted once at most, not every call
+
+
+def many_steps(x, log):
+    for i in range(6):
+        x = x * 2 + i
+        log.append(i)   # a stitch each time round
+    return x
+
+
+def test_a_call_past_max_stitches_leaves_the_function_to_cpython():
+    import dynamo
+    old = dynamo.config.max_stitches
+    dynamo.config.max_stitches = 3
+    try:
+        opt = dynamo.optimize(many_steps)
+        x = torch.randn(5)
+        for _ in range(4):
+            got, want = [], []
+            assert torch.allclose(opt(x, got), many_steps(x, want)) and got == want
+        c = dynamo.counters()
+        # not interpreted from the 4th stitch on every call: the root went, CPython runs it
+        assert c["aborts"] >= 1 and c["eager_runs"] >= 2 and c["exits_resumed"] <= 1, c
+        assert "max_stitches" in dynamo.report()
+    finally:
+        dynamo.config.max_stitches = old
