@@ -15,11 +15,11 @@ import copy, json, sys, torch, dynamo
 import helper
 
 class Block(torch.nn.Module):
-    def __init__(self, scale):
+    def __init__(self, scale, width=8):
         super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.fc = torch.nn.Linear(8 * 7 * 7, 10)
+        self.conv = torch.nn.Conv2d(3, width, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(width)
+        self.fc = torch.nn.Linear(width * 7 * 7, 10)
         self.scale = scale
 
     def forward(self, x):
@@ -42,10 +42,10 @@ mode, arg = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
 out = {}
 with torch.no_grad():
-    if mode in ("block", "block-disabled"):
+    if mode in ("block", "block-disabled", "block-wide"):
         if mode == "block-disabled":
             dynamo.disable(helper.act)  # not to be compiled nor inlined: the stored trace inlined it
-        m = Block(float(arg)).eval()
+        m = Block(float(arg), 16 if mode == "block-wide" else 8).eval()
         ref = copy.deepcopy(m)
         x = torch.randn(1, 3, 7, 7)
         om = dynamo.optimize(m)
@@ -112,6 +112,16 @@ def test_second_process_runs_the_stored_trace(tmp_path):
     assert first["choices"] and second["choices"] == first["choices"], (first, second)
     assert all(w.split("=")[1] in ("onednn", "aten", "own", "blas") for w in first["choices"].split())
     assert "from the trace store" in second["report"] and "from the trace store" not in first["report"]
+
+
+def test_one_forward_for_models_of_several_sizes_keeps_their_traces_apart(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "block", "2.0")
+    wide = run(tmp_path, "block-wide", "2.0")   # the same code, another model: its own place
+    assert wide["from_store"] == 0 and wide["recorded"] == 1, wide
+    assert len(stored_files(tmp_path, ".traces")) == 2
+    assert run(tmp_path, "block", "2.0")["from_store"] == 1
+    assert run(tmp_path, "block-wide", "2.0")["from_store"] == 1
 
 
 def test_an_edited_helper_is_recorded_anew(tmp_path):
