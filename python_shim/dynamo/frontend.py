@@ -395,10 +395,11 @@ class OptimizedFunction:
             try:
                 env, consts = store.bind(t, args, kwargs, fn.__globals__, fn)
                 why = consts
-                gs = GuardSet.restore(t, consts, env) if env is not None else None
+                tid = t["id"]
+                gs = GuardSet.restore(t, consts, env, lambda: store.texts(at, tid)) if env is not None else None
                 if gs is not None:
                     inputs = gs.compile()(args, kwargs, fn.__globals__, fn)
-                    if inputs is None:
+                    if inputs is None and log_enabled("store"):
                         why = f"its guards reject this call: {gs.first_failure(args, kwargs, fn.__globals__, fn)}"
             except Exception as e:  # noqa: BLE001 -- a stored trace that does not load is dropped
                 if t in pending:
@@ -406,7 +407,8 @@ class OptimizedFunction:
                 log("store", f"{self.name}: stored trace {t.get('id')} dropped: {type(e).__name__}: {e}")
                 continue
             if inputs is None:
-                log("store", f"{self.name}: stored trace {t['id']} does not apply: {why}")
+                if log_enabled("store"):
+                    log("store", f"{self.name}: stored trace {t['id']} does not apply: {why}")
                 continue
             if t not in pending:  # another thread took it meanwhile
                 continue

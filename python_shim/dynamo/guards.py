@@ -331,16 +331,15 @@ class GuardSet:
                     where=dict(self._where), code=self._code, tensor_inputs=list(self.tensor_inputs))
 
     @classmethod
-    def restore(cls, exported, consts, env):
+    def restore(cls, exported, consts, env, texts):
         """Guards rebuilt from export() whose code ran in env and whose constants were bound
-        anew there (store.bind); only for checking and explaining (no guards are added)."""
-        gs = cls()
-        gs._checks = list(exported["checks"])
-        gs._about = [None] * len(gs._checks)
-        gs.lines = list(exported["lines"])
+        anew there (store.bind); only for checking and explaining (no guards are added). texts()
+        gives (checks, lines), read on first use: explain and logs need them, calls do not."""
+        gs = StoredGuards()
+        del gs._checks, gs.lines, gs._about, gs._seen
+        gs._texts = texts
         gs._consts = dict(consts)
         gs.tensor_inputs = list(exported["tensor_inputs"])
-        gs._seen = {e for e, _, _ in gs.lines}
         gs._fn = env["check"]
         return gs
 
@@ -357,3 +356,17 @@ class GuardSet:
 
     def source_text(self):
         return "\n".join(f"{e}: {kind} {desc}" for e, kind, desc in self.lines)
+
+
+class StoredGuards(GuardSet):
+    """Guards of a trace from the store (GuardSet.restore): the texts of the checks and their
+    descriptions are read from the store the first time something asks for them."""
+
+    def __getattr__(self, name):  # only for attributes not set: the texts, once
+        if name in ("_checks", "lines", "_about", "_seen") and "_texts" in self.__dict__:
+            checks, lines = self.__dict__.pop("_texts")()
+            self._checks, self.lines = list(checks), [tuple(x) for x in lines]
+            self._about = [None] * len(self._checks)
+            self._seen = {e for e, _, _ in self.lines}
+            return getattr(self, name)
+        raise AttributeError(name)

@@ -53,6 +53,7 @@ with torch.no_grad():
         out["ok"] = all(torch.allclose(y, ref(x), rtol=1e-4, atol=1e-5) for y in ys)
         out["choices"] = om.forward.compiled[0].entry.choices() if om.forward.compiled else None
         out["report"] = dynamo.report()
+        out["guard_lines"] = len(om.forward.compiled[0].guards.source_text().splitlines()) if om.forward.compiled else 0
     elif mode == "pick":
         a, b = Tag(), Tag()
         x = torch.randn(5)
@@ -112,6 +113,7 @@ def test_second_process_runs_the_stored_trace(tmp_path):
     assert first["choices"] and second["choices"] == first["choices"], (first, second)
     assert all(w.split("=")[1] in ("onednn", "aten", "own", "blas") for w in first["choices"].split())
     assert "from the trace store" in second["report"] and "from the trace store" not in first["report"]
+    assert second["guard_lines"] == first["guard_lines"] > 10  # explain's guard texts, read from the store
 
 
 def test_one_forward_for_models_of_several_sizes_keeps_their_traces_apart(tmp_path):
