@@ -18,7 +18,6 @@
 #include "gemm.h"
 #include "onednn_conv.h"
 #include "openblas.h"
-
 #include "jit/rt_abi.h"
 
 namespace dynamo::runtime {

@@ -197,7 +197,11 @@ def encode(interp, x, src, live, live_index):
         return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index), n, local)
     if t.__name__ in ("range_iterator", "list_iterator", "tuple_iterator"):
         r = x.__reduce__()  # (iter, (seq,), position); an exhausted one: (iter, ((),))
-        return ("seqiter", encode(interp, r[1][0], None, live, live_index), r[2] if len(r) > 2 else 0)
+        seq = r[1][0]
+        if type(seq) is list and id(seq) not in interp.local_objs:
+            # made again as a copy, it would not see the program's appends to the real list
+            raise NoSnapshot("an iterator over a list from outside the call is live at the branch")
+        return ("seqiter", encode(interp, seq, None, live, live_index), r[2] if len(r) > 2 else 0)
     if t in _LAZY:  # zip / enumerate over iterators: what they hold, in order
         r = x.__reduce__()
         parts = [encode(interp, p, None, live, live_index) for p in r[1]]
