@@ -182,10 +182,12 @@ def _name_of(obj):
         mod, qn = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
         if type(mod) is not str or type(qn) is not str or "<" in qn or sys.modules.get(mod) is None:
             return None
-        try:
-            return ("attr", mod, qn) if _walk(sys.modules[mod], qn) is obj else None
-        except AttributeError:
-            return None
+        for path in (qn, getattr(obj, "__name__", None)):  # torch.tensor: qualname _VariableFunctionsClass.tensor
+            try:
+                if type(path) is str and _walk(sys.modules[mod], path) is obj:
+                    return ("attr", mod, path)
+            except AttributeError:
+                pass
     return None
 
 

@@ -38,6 +38,9 @@ def accumulate(x, buf):
 class Tag:
     pass
 
+def with_constant(x):
+    return x * 2.0 + torch.tensor([1.0, 2.0, 3.0])  # a source made by a torch builtin (torch.tensor)
+
 mode, arg = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
 out = {}
@@ -61,6 +64,10 @@ with torch.no_grad():
         q = a if arg == "same" else b
         ys = [fp(x, a, q) for _ in range(3)]
         out["ok"] = all(torch.equal(y, pick(x, a, q)) for y in ys)
+    elif mode == "constant":
+        x = torch.randn(3)
+        fc = dynamo.optimize(with_constant)
+        out["ok"] = all(torch.equal(fc(x), with_constant(x)) for _ in range(3))
     elif mode == "accumulate":
         x = torch.randn(6)
         buf, ref = torch.zeros(6), torch.zeros(6)
@@ -186,6 +193,13 @@ def test_which_arguments_are_the_same_object_is_kept(tmp_path):
     assert "the same object as another constant" in same["log"], same["log"]
     assert run(tmp_path, "pick", "distinct")["from_store"] == 1
     assert run(tmp_path, "pick", "same")["from_store"] == 1  # (stored by the second run)
+
+
+def test_a_tensor_made_from_numbers_is_made_again_by_a_stored_trace(tmp_path):
+    make_program(tmp_path)
+    run(tmp_path, "constant", "-")
+    second = run(tmp_path, "constant", "-")
+    assert second["from_store"] == 1 and second["recorded"] == 0, second
 
 
 def test_in_place_writes_are_made_by_a_stored_trace(tmp_path):
