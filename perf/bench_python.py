@@ -217,18 +217,31 @@ def main():
 
         print("\n3. first call of a 20-op function (record + compile + run), [256, 512]")
         sx, sy = torch.randn(256, 512), torch.randn(256, 512)
-        lat = []
-        for _ in range(5):
-            dynamo.reset()
-            fast = dynamo.optimize(twenty_ops)
-            t0 = time.perf_counter()
-            fast(sx, sy)
-            lat.append((time.perf_counter() - t0) * 1e3)
+
+        def first_calls(store):
+            """Five first calls; store False records each time (the trace store off: after a reset,
+            a stored trace would be run instead), True runs the trace an earlier call stored."""
+            saved, dynamo.config.trace_store = dynamo.config.trace_store, store
+            lat = []
+            try:
+                for _ in range(5):
+                    dynamo.reset()
+                    f = dynamo.optimize(twenty_ops)
+                    t0 = time.perf_counter()
+                    f(sx, sy)
+                    lat.append((time.perf_counter() - t0) * 1e3)
+            finally:
+                dynamo.config.trace_store = saved
+            return f, sorted(lat)[2]
+
+        fast, first_ms = first_calls(False)
+        _, stored_ms = first_calls(True)
         ops = len(dynamo.explain(twenty_ops, sx, sy).traces[0].ops)
         ok &= check("twenty_ops", fast(sx, sy), twenty_ops(sx, sy))
         e = median_ms(twenty_ops, (sx, sy))
-        print(f"   {ops} ATen ops recorded; first call median {sorted(lat)[2]:.1f} ms "
-              f"(target <= 100 ms); later calls: eager {e:.3f} ms, dynamo {median_ms(fast, (sx, sy)):.3f} ms")
+        print(f"   {ops} ATen ops recorded; first call median {first_ms:.1f} ms (target <= 100 ms; from the "
+              f"trace store, as a later process runs it: {stored_ms:.1f} ms); later calls: eager {e:.3f} ms, "
+              f"dynamo {median_ms(fast, (sx, sy)):.3f} ms")
 
         print("\n4. transformer encoder block (dim 256, 4 heads, MLP 1024), batch 8 x 128 tokens")
         block = EncoderBlock(256, 4, 1024).eval()

@@ -460,20 +460,21 @@ class Interpreter:
         if _is_torch_callable(fn) or (fn is super and len(args) == 2):
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
-            mark, self.rec.step_mark = self.rec.step_mark, len(self.rec.lines)
+            mark, self.rec.step_mark, why = self.rec.step_mark, len(self.rec.lines), None
             try:
                 r = self._concrete(fn, args, kwargs)
             except DataDependentStep as e:  # torch.unique, nms: a stitch step (see the recorder)
-                self.rec.step_mark = mark
-                return self._opaque(fnp, args, kwargs, str(e))
+                why = str(e)
             except Exception as e:  # noqa: BLE001 -- judged by running it as eager does
                 # Under a Python dispatch mode torch 1.13's composite ops take other paths, which can
                 # fail where eager's do not (F.max_pool1d of a too-short row gives an empty tensor in
                 # eager): the call runs again outside the recorder, raising only if eager raises.
-                self.rec.step_mark = mark
                 name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a torch call")
-                return self._opaque(fnp, args, kwargs, f"{name} raised under the recorder ({type(e).__name__}: {e})")
-            self.rec.step_mark = mark
+                why = f"{name} raised under the recorder ({type(e).__name__}: {e})"
+            finally:
+                self.rec.step_mark = mark
+            if why is not None:
+                return self._opaque(fnp, args, kwargs, why)
             if not args and not kwargs and type(r[0]) in _BY_VALUE and self.recording and \
                     (getattr(fn, "__self__", None) is None or isinstance(fn.__self__, types.ModuleType)):
                 # torch state read by the program (torch.are_deterministic_algorithms_enabled())
