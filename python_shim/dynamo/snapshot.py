@@ -218,14 +218,34 @@ def _input_view(interp, x):
     through it), re-derived with the strides eager gave it (the input's layout is guarded)."""
     if x.numel() == 0:
         return None
-    ptr = x.storage().data_ptr()
-    for tid, expr in interp.tensor_src.items():
-        if expr.startswith("x["):  # a parent exit's values: copies, not the caller's memory
-            continue
-        t = interp.input_objs.get(tid)
-        if t is not None and t.numel() and t.storage().data_ptr() == ptr:
-            return ("inview", expr, tuple(x.shape), tuple(x.stride()), x.storage_offset() - t.storage_offset())
-    return None
+    found = _input_memory(interp).get(_memory_of(x))
+    if found is None:
+        return None
+    expr, t = found
+    return ("inview", expr, tuple(x.shape), tuple(x.stride()), x.storage_offset() - t.storage_offset())
+
+
+def _memory_of(t):
+    """Where t's storage starts (the storage's data pointer, without making a storage object)."""
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _input_memory(interp):
+    """{storage start: (source, tensor)} of the call's input tensors, the first input of each
+    memory; kept up to date on interp as inputs are added (a snapshot asks once per live tensor:
+    rebuilding it each time made a detection model's snapshots quadratic, seconds per call)."""
+    index, seen = getattr(interp, "_input_memory", None) or ({}, 0)
+    items = interp.tensor_src
+    if seen != len(items):
+        for tid, expr in list(items.items())[seen:]:
+            if expr.startswith("x["):  # a parent exit's values: copies, not the caller's memory
+                continue
+            t = interp.input_objs.get(tid)
+            if t is not None and t.numel():
+                index.setdefault(_memory_of(t), (expr, t))
+        seen = len(items)
+    interp._input_memory = (index, seen)
+    return index
 
 
 def _live_view(interp, x, live, live_index):
