@@ -12,7 +12,11 @@ recording interpreter reads from a source is guarded:
   * tuples and lists: by type and length (elements are guarded when they are read);
   * dicts: by type and key order;
   * sets, and whole containers of plain values: by contents (`guard_contents`);
-  * everything else (modules, functions, classes, objects): by identity.
+  * plain data objects (instances of an ordinary Python class, state in their __dict__, such
+    as torchvision's ImageList or a dataclass made anew for every call): by class, their
+    attributes guarded as they are read; by identity as well once the trace depends on which
+    object it is (`is`, `==`, a dict key, passed into a builtin or torch: `pin`);
+  * everything else (modules, functions, classes, other objects): by identity.
 
 The guards of one trace are compiled into a single Python function, in the order they were
 recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed its own.
@@ -23,6 +27,24 @@ import math
 import torch
 
 _BY_VALUE = (type(None), bool, int, float, str, torch.dtype, torch.device)
+
+
+def structural(v):
+    """Whether v is a plain data object, guarded by its class and the attributes read (see the
+    module's text): an instance of a class written in Python with the plain metaclass (no enum,
+    no ABC), its own __dict__, and attribute access, setting and comparison of object's own;
+    no module, tensor, function or class, nothing of torch itself."""
+    t = type(v)
+    if type(t) is not type or t.__module__ == "builtins" or t.__module__.startswith("torch.") or \
+            isinstance(v, (torch.Tensor, torch.nn.Module, BaseException)):
+        return False
+    try:
+        object.__getattribute__(v, "__dict__")
+    except AttributeError:
+        return False
+    return (t.__getattribute__ is object.__getattribute__ and t.__setattr__ is object.__setattr__ and
+            getattr(t, "__getattr__", None) is None and t.__eq__ is object.__eq__ and
+            t.__hash__ is object.__hash__ and "__slots__" not in t.__dict__)
 
 
 def same_float(x, c):
@@ -188,6 +210,7 @@ class GuardSet:
         self._by_value = {}      # (type, repr) of a plain constant -> its name
         self._indexed = 0        # how many of _consts the two indexes cover
         self._seen = set()       # source exprs already guarded
+        self._structural = {}    # source expr -> the plain data object guarded there by class only
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
         self._about = []         # the Source each check reads (None: none), for _hoisted
         self._input_srcs = []    # the Source of each tensor input
@@ -257,9 +280,24 @@ class GuardSet:
         elif t is dict or t is collections.OrderedDict:
             self._add(src, f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
             self.lines.append((e, "keys", repr(list(value))))
+        elif structural(value):
+            self._add(src, f"type({e}) is {self._const(t)}")
+            self.lines.append((e, "class", f"a {t.__qualname__} (its attributes guarded as read)"))
+            self._structural[e] = value
         else:
             self._add(src, f"{e} is {self._const(value, at=e)}")
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
+        self._fn = None
+
+    def pin(self, src, value):
+        """The trace depends on which object src holds (identity compared, hashed, handed to a
+        builtin or torch): a plain data object guarded by class only gets an identity guard too."""
+        if src is None or self._structural.get(src.expr) is not value or ("pin", src.expr) in self._seen:
+            return
+        self._seen.add(("pin", src.expr))
+        e = src.expr
+        self._add(src, f"{e} is {self._const(value, at=e)}")
+        self.lines.append((e, "identity", f"{type(value).__name__} at {id(value):#x}"))
         self._fn = None
 
     def guard_contents(self, src, value):

@@ -192,6 +192,15 @@ def _plain_class(fn):
     return fn.__init__ is object.__init__ or isinstance(fn.__init__, types.FunctionType)
 
 
+def runs_class_forward(m):
+    """Whether calling module m runs its class's forward: no forward set on the instance, or the
+    one dynamo.optimize(m) set (an optimized function of that very forward, owned by m; inside a
+    recording it is inlined like the plain one, its own traces are for calls from CPython)."""
+    f = m.__dict__.get("forward")
+    return f is None or (getattr(type(f), "dynamo_optimized_forward", False) and f.owner is m and
+                         f.fn is type(m).forward)
+
+
 def _has_hooks(m):
     from torch.nn.modules import module as mm
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
@@ -218,6 +227,7 @@ class Interpreter:
     def __init__(self, recorder, guards):
         self.rec = recorder
         self.guards = guards
+        recorder.on_abort = self._note_abort
         self.local_objs = set()   # ids of containers/objects created during the call
         self.keep = []
         self.tensor_src = {}      # id(tensor) -> source expr it was registered under
@@ -247,11 +257,17 @@ class Interpreter:
     def abort(self, reason):
         if not self.recording:  # aborted already, or the trace ended at a cut or stitch
             return
-        if self.rec.abort_reason is None and self.frames:
-            self.rec.abort_where = self._where(self.frames[-1])
         if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
             raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}: {reason}")
         self.rec.abort(reason)
+
+    def _note_abort(self):
+        """Where the recording aborted: the bytecode, and the first argument of every inlined
+        frame below the root (the modules whose forwards were running: a part of an optimized
+        module that the abort happened in is compiled apart, see OptimizedFunction._aborted)."""
+        if self.frames:
+            self.rec.abort_where = self._where(self.frames[-1])
+        self.rec.abort_selves = [f.locals[0][0] for f in self.frames[1:] if f.locals]
 
     def touch(self, v, src, depth=0):
         """v was read from src: guard it (and register tensors as inputs)."""
@@ -290,6 +306,7 @@ class Interpreter:
                            "guard element by element, and not made of plain values)")
             return
         self.touch(v, src)
+        self.guards.pin(src, v)  # (a plain data object handed to a builtin: which one matters)
         if t in (list, tuple):
             for i, x in enumerate(v):
                 self.touch_deep(x, src.item(i), depth + 1)
@@ -434,7 +451,7 @@ class Interpreter:
             if _has_hooks(fn):
                 return self._opaque(fnp, args, kwargs, "module with hooks")
             fwd = type(fn).forward
-            if isinstance(fwd, types.FunctionType) and "forward" not in fn.__dict__:
+            if isinstance(fwd, types.FunctionType) and runs_class_forward(fn):
                 self._guard_module_call(fn, fsrc)
                 return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
         if fn is type and len(args) == 1 and not kwargs and args[0][1] is not None:
@@ -486,9 +503,12 @@ class Interpreter:
             if made is not None:
                 return made
         if fn in _PURE_BUILTINS or fn is collections.OrderedDict:
-            for v, s in list(args) + list(kwargs.values()):
-                self._touch_elements(v, s)
-            r = self._concrete(fn, args, kwargs)
+            for i, (v, s) in enumerate(list(args) + list(kwargs.values())):
+                if i == 0 and fn in (isinstance, issubclass, callable):
+                    self.touch(v, s)  # its class decides, which the class guard checks
+                else:
+                    self._touch_elements(v, s)
+            r = self._concrete(fn, args, kwargs, pin=fn not in (isinstance, issubclass, callable))
             if fn is collections.OrderedDict:  # a new dict of the call's own, as {} makes
                 self._mark_local(r[0])
             return r
@@ -613,7 +633,12 @@ class Interpreter:
             self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
         return self.call_function(fn, fsrc, args, kwargs, self_pair)
 
-    def _concrete(self, fn, args, kwargs):
+    def _concrete(self, fn, args, kwargs, pin=True):
+        """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
+        object among them is pinned (its identity guarded): what fn does with it is not seen."""
+        if pin and self.guards._structural:
+            for v, s in list(args) + list(kwargs.values()):
+                self.guards.pin(s, v)
         a = [v for v, _ in args]
         k = {n: v for n, (v, _) in kwargs.items()}
         r = fn(*a, **k)
@@ -679,6 +704,20 @@ class Interpreter:
         insts = f.dec.insts
         stack = f.stack
         push, pop = stack.append, stack.pop
+        pinned = self.guards._structural  # plain data objects guarded by class only
+
+        def popv():
+            """The value on top, its source dropped: a plain data object guarded by class only
+            loses track here, so the trace depends on which object it is (GuardSet.pin)."""
+            v, s = pop()
+            if s is not None and pinned:
+                self.guards.pin(s, v)
+            return v
+
+        def pin(*pairs):
+            if pinned:
+                for v, s in pairs:
+                    self.guards.pin(s, v)
         while True:
             ins = insts[f.ip]
             f.ip += 1
@@ -749,7 +788,7 @@ class Interpreter:
                     self._effect(f"setting attribute {ins.argval}")
                     if stitched:
                         obj, _ = pop()
-                        setattr(obj, ins.argval, pop()[0])
+                        setattr(obj, ins.argval, popv())
                         raise StitchNow(None)
                 obj, _ = pop()
                 v, _ = pop()
@@ -825,12 +864,12 @@ class Interpreter:
                     pop()
                 push(self.call(fnp, pos, kwargs))
             elif op == "MAKE_FUNCTION":
-                code = pop()[0]
-                closure = pop()[0] if arg & 0x08 else None
+                code = popv()
+                closure = popv() if arg & 0x08 else None
                 if arg & 0x04:
                     pop()
-                kwdefaults = pop()[0] if arg & 0x02 else None
-                defaults = pop()[0] if arg & 0x01 else None
+                kwdefaults = popv() if arg & 0x02 else None
+                defaults = popv() if arg & 0x01 else None
                 fn = types.FunctionType(code, f.globals, code.co_name, defaults, closure)
                 if kwdefaults:
                     fn.__kwdefaults__ = kwdefaults
@@ -841,6 +880,7 @@ class Interpreter:
                 b = pop()
                 a = pop()
                 fn = _BINARY[arg]
+                pin(a, b)
                 if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
                     self.abort("augmented assignment changes a container from outside the function")
                     self._effect("changing a container in place")
@@ -848,27 +888,31 @@ class Interpreter:
             elif op == "COMPARE_OP":
                 b = pop()
                 a = pop()
+                pin(a, b)
                 push((_COMPARE[arg](a[0], b[0]), None))
             elif op == "IS_OP":
                 b = pop()
                 a = pop()
+                pin(a, b)
                 push(((a[0] is not b[0]) if arg else (a[0] is b[0]), None))
             elif op == "CONTAINS_OP":
                 b = pop()
                 a = pop()
                 self.touch_deep(*b)
+                pin(a)
                 r = a[0] in b[0]
                 push(((not r) if arg else r, None))
             elif op == "UNARY_NEGATIVE":
-                push((-pop()[0], None))
+                push((-popv(), None))
             elif op == "UNARY_POSITIVE":
-                push((+pop()[0], None))
+                push((+popv(), None))
             elif op == "UNARY_INVERT":
-                push((~pop()[0], None))
+                push((~popv(), None))
             elif op == "UNARY_NOT":
-                push((not pop()[0], None))
+                push((not popv(), None))
             elif op == "BINARY_SUBSCR":
                 key = pop()
+                pin(key)
                 obj, osrc = pop()
                 v = obj[key[0]]
                 src = None
@@ -897,12 +941,12 @@ class Interpreter:
                         self.abort(why)
                     self._effect("item assignment")
                     if stitched:
-                        key, obj, v = pop()[0], pop()[0], pop()[0]
+                        key, obj, v = popv(), popv(), popv()
                         obj[key] = v
                         raise StitchNow(None)
                 key = pop()
-                obj = pop()[0]
-                v = pop()[0]
+                obj = popv()
+                v = popv()
                 if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
                     # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
                     # Tensor.__setitem__ does) is made here by a traced op instead of from Python
@@ -920,37 +964,41 @@ class Interpreter:
             elif op == "BUILD_LIST":
                 items = stack[len(stack) - arg:] if arg else []
                 del stack[len(stack) - arg:]
+                pin(*items)
                 push((self._mark_local([v for v, _ in items]), None))
             elif op == "BUILD_SET":
                 items = stack[len(stack) - arg:] if arg else []
                 del stack[len(stack) - arg:]
+                pin(*items)
                 push((self._mark_local({v for v, _ in items}), None))
             elif op == "BUILD_MAP":
                 items = stack[len(stack) - 2 * arg:] if arg else []
                 del stack[len(stack) - 2 * arg:]
+                pin(*items)
                 d = {items[2 * i][0]: items[2 * i + 1][0] for i in range(arg)}
                 push((self._mark_local(d), None))
             elif op == "BUILD_CONST_KEY_MAP":
-                keys = pop()[0]
+                keys = popv()
                 items = stack[len(stack) - arg:]
                 del stack[len(stack) - arg:]
+                pin(*items)
                 push((self._mark_local(dict(zip(keys, (v for v, _ in items)))), None))
             elif op == "BUILD_STRING":
                 items = stack[len(stack) - arg:] if arg else []
                 del stack[len(stack) - arg:]
                 push(("".join(v for v, _ in items), None))
             elif op == "BUILD_SLICE":
-                items = [pop()[0] for _ in range(arg)][::-1]
+                items = [popv() for _ in range(arg)][::-1]
                 push((slice(*items), None))
             elif op == "LIST_APPEND":
-                v = pop()[0]
+                v = popv()
                 stack[-arg][0].append(v)
             elif op == "SET_ADD":
-                v = pop()[0]
+                v = popv()
                 stack[-arg][0].add(v)
             elif op == "MAP_ADD":
-                v = pop()[0]
-                k = pop()[0]
+                v = popv()
+                k = popv()
                 stack[-arg][0][k] = v
             elif op == "LIST_EXTEND":
                 v, s = pop()
@@ -966,7 +1014,7 @@ class Interpreter:
                         raise TypeError(f"got multiple values for keyword argument '{next(iter(dup))}'")
                 d.update(v)
             elif op == "LIST_TO_TUPLE":
-                push((tuple(pop()[0]), None))
+                push((tuple(popv()), None))
             elif op == "UNPACK_SEQUENCE":
                 v, s = pop()
                 items = list(v)
@@ -1027,7 +1075,7 @@ class Interpreter:
             elif op in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT"):
                 self._jump(f, ins.argval)
             elif op.startswith("POP_JUMP"):
-                v = pop()[0]
+                v = popv()
                 if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
                         self.rec.known(v):
                     take = self._branch_on_tensor(f, v, op.endswith("IF_TRUE"), ins.argval)
@@ -1051,8 +1099,8 @@ class Interpreter:
                 else:
                     pop()
             elif op == "FORMAT_VALUE":
-                spec = pop()[0] if (arg & 0x04) else ""
-                v = pop()[0]
+                spec = popv() if (arg & 0x04) else ""
+                v = popv()
                 conv = arg & 0x03
                 v = str(v) if conv == 1 else repr(v) if conv == 2 else ascii(v) if conv == 3 else v
                 push((format(v, spec), None))
@@ -1071,8 +1119,8 @@ class Interpreter:
                     if self.handled_exc is None:
                         raise RuntimeError("No active exception to reraise")
                     raise self.handled_exc
-                cause = pop()[0] if arg == 2 else None
-                exc = pop()[0]
+                cause = popv() if arg == 2 else None
+                exc = popv()
                 if cause is not None:
                     raise exc from cause
                 raise exc
@@ -1082,12 +1130,12 @@ class Interpreter:
                 self.handled_exc = v[0]
                 push(v)
             elif op == "POP_EXCEPT":
-                self.handled_exc = pop()[0]
+                self.handled_exc = popv()
             elif op == "CHECK_EXC_MATCH":
-                right = pop()[0]
+                right = popv()
                 push((isinstance(stack[-1][0], right), None))
             elif op == "RERAISE":
-                exc = pop()[0]
+                exc = popv()
                 raise exc
             elif op == "BEFORE_WITH":
                 mgr, msrc = pop()
@@ -1103,8 +1151,8 @@ class Interpreter:
                 exc = stack[-1][0]
                 push(self.call(stack[-4], [(type(exc), None), (exc, None), (exc.__traceback__, None)], {}))
             elif op == "IMPORT_NAME":
-                fromlist = pop()[0]
-                level = pop()[0]
+                fromlist = popv()
+                level = popv()
                 push(self._import(f, ins.argval, fromlist, level))
             elif op == "IMPORT_FROM":
                 push(self._import_from(stack[-1], ins.argval))
@@ -1154,7 +1202,8 @@ class Interpreter:
         from torch.nn.modules import module as mm
         if msrc is not None:  # one guard per module call
             e, c = msrc.expr, self.guards.const_source(type(m).forward).expr
-            self.guards.guard_state(f"type({e}).forward is {c} and not ('forward' in {e}.__dict__ or "
+            h = self.guards.const_source(runs_class_forward).expr
+            self.guards.guard_state(f"type({e}).forward is {c} and not (('forward' in {e}.__dict__ and not {h}({e})) or "
                                     f"{e}._forward_hooks or {e}._forward_pre_hooks or {e}._backward_hooks)", True,
                                     f"{e} runs {type(m).__qualname__}.forward, with no hooks", src=msrc)
         g = self.guards.const_source(mm).expr
@@ -1237,9 +1286,11 @@ class Interpreter:
         if type(v) is tuple and id(v) in self._tuple_srcs:
             for x, xs in zip(v, self._tuple_srcs[id(v)]):
                 self.touch(x, xs)
+                self.guards.pin(xs, x)
         elif type(v) is dict and id(v) in self._dict_srcs:
             for key, x in v.items():
                 self.touch(x, self._dict_srcs[id(v)].get(key))
+                self.guards.pin(self._dict_srcs[id(v)].get(key), x)
         else:
             self.touch_deep(v, s)
 

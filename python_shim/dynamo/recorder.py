@@ -86,6 +86,8 @@ class Recorder(TorchDispatchMode):
         self.paused = 0
         self.abort_reason = None
         self.abort_where = None   # "file:line" of the bytecode where the recording ended
+        self.abort_selves = []    # the first argument of each inlined frame then (modules: where it was)
+        self.on_abort = None      # called when the recording first aborts (the interpreter notes where)
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.stitch_reason = None  # why, when the cut is a stitch (before a call not recordable)
@@ -148,6 +150,8 @@ class Recorder(TorchDispatchMode):
         # next trace's business
         if self.abort_reason is None and self.cut is None:
             self.abort_reason = reason
+            if self.on_abort is not None:
+                self.on_abort()
 
     # -- operands ------------------------------------------------------------------------
     def _operand(self, v):
