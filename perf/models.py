@@ -280,7 +280,54 @@ def build_model(name, family, size):
             model = BLOCKS[family]()[name][0]()
         else:
             model = get_model_builder(name)(**builder_kwargs(name, family, size))
+            if family == "detection":
+                _spread_scores(model, size)
     return _unzero(model).eval()
+
+
+# torchvision draws a detection model's score layers (objectness, class logits) with std 0.01:
+# over a random backbone every score is then about the same (Faster R-CNN: 1/91 +- 1e-4 over 1,000
+# boxes; RetinaNet's sigmoid saturates at 1.0), top-k and NMS choose among near-ties, and a
+# last-bit difference of the products (1e-8) picks other boxes: a comparison would test rounding.
+
+
+def _score_layers(model):
+    """The layers whose outputs rank the boxes: the last convolution or linear layer of each
+    objectness / classification head."""
+    import torch
+    found = []
+    for name, m in model.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        if last in ("cls_logits", "cls_score"):
+            found.append(m)
+        elif name.rsplit(".", 2)[0].endswith("classification_head.module_list") and last.isdigit():
+            convs = [c for c in m.modules() if isinstance(c, (torch.nn.Conv2d, torch.nn.Linear))]
+            found.append(convs[-1])  # SSD: per feature map, a conv (or a depthwise block, then one)
+    return found
+
+
+def _spread_scores(model, size):
+    """Rescales each score layer so that its outputs have std 1 around 0 on an image of the
+    zoo's size: the scores then differ by far more than rounding, and top-k / NMS pick the same
+    boxes on both sides."""
+    import torch
+    stds = {}
+    hooks = [m.register_forward_hook(lambda m, i, o: stds.setdefault(m, []).append(o.float().std().item()))
+             for m in _score_layers(model)]
+    try:
+        with torch.no_grad():
+            model.eval()(make_input("detection", (1, 3, size, size), 12345))
+    finally:
+        for h in hooks:
+            h.remove()
+    with torch.no_grad():
+        for m, seen in stds.items():
+            s = max(seen)
+            if s > 0:
+                m.weight.mul_(1.0 / s)
+            if m.bias is not None:
+                m.bias.zero_()
+    return model
 
 
 def make_input(family, shape, seed):
@@ -529,11 +576,13 @@ class ModelRun:
             self._fail("LEAKED", *j_fail)
         else:
             e1 = done.get("eager with 1-thread BLAS", (None, None))[0]
-            self._account(k, e[0], j[0], e[1], j[1], e1[1] if e1 else None)
+            self._account(k, e[0], j[0], e[1], j[1], e1[1] if e1 else None, lambda: _ill_conditioned(eager, x))
         return not (e_fail or j_fail)
 
-    def _account(self, k, want, got, te, tj, te1=None):
-        """Compares call k's outputs and keeps the error, scale and times."""
+    def _account(self, k, want, got, te, tj, te1=None, ill_conditioned=None):
+        """Compares call k's outputs and keeps the error, scale and times. A detection model's
+        mismatch where eager itself is ill-conditioned (ill_conditioned() is true: near-tied
+        scores) is judged by what survives rounding (_detections_agree) and noted."""
         r = self.r
         r["calls_done"] = k + 1
         r["eager_s"].append(te)
@@ -544,7 +593,14 @@ class ModelRun:
             err, scale = compare(want, got)
         except Mismatch as m:
             err, scale = (m.args[1], m.args[2]) if len(m.args) == 3 else (math.inf, 0.0)
-            if r["status"] == "ok":
+            if self.family == "detection" and ill_conditioned is not None and ill_conditioned() and \
+                    _detections_agree(want, got):
+                err, scale = 0.0, 0.0
+                if "near-tied" not in r["note"]:
+                    r["note"] = (r["note"] + "; " if r["note"] else "") + \
+                        f"near-tied scores from call {k + 1} on (eager also picks other boxes from an input " \
+                        "rounded differently): compared the number of detections and the sorted scores"
+            elif r["status"] == "ok":
                 self._fail("WRONG", f"call {k + 1}: {m.args[0]}")
         r["max_err"], r["max_abs"] = max(r["max_err"], err), max(r["max_abs"], scale)
 
@@ -566,6 +622,33 @@ class ModelRun:
         self.r["fallback"] = first_fallback(dynamo.report())
         self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"], {"eager_blas1_s": self.r["eager_blas1_s"]}))
         return self.r
+
+
+def _ill_conditioned(eager, x):
+    """Whether a detection model's boxes at input x hang on rounding: eager given x with relative
+    noise of 1e-6 (far above a compiled model's rounding differences, 1e-13..1e-8 here) picks
+    other boxes too. Random weights over a 64x64 image make many proposals pool the same
+    features, whose scores then tie exactly, and NMS's choice among ties is the last bit's."""
+    import torch
+    gen = torch.Generator().manual_seed(7)
+    noisy = [t * (1 + 1e-6 * torch.randn(t.shape, generator=gen)) for t in x]
+    try:
+        compare(eager(clone_input(x)), eager(noisy))
+    except Mismatch:
+        return True
+    return False
+
+
+def _detections_agree(want, got):
+    """What a near-tied detection output must still match: per image, the number of boxes and
+    the scores sorted (the same values, whichever of the tied boxes carry them)."""
+    def summary(out):
+        return [(len(d["scores"]), d["scores"].sort(descending=True).values) for d in out]
+    try:
+        compare(summary(want), summary(got))
+    except (Mismatch, KeyError, TypeError):
+        return False
+    return True
 
 
 def setup_torch():

@@ -17,12 +17,16 @@ stitch         when True (default), a call the recorder cannot record (print, a 
                as a *stitch*: the recording makes the call and records the trace after it; later
                calls run the trace natively, make that one call in Python, and go on in the native
                trace after it. False: such a call aborts the recording (the function runs eagerly).
-max_stitches   stitches (continuation traces) under one root trace (default 32); a call that
+max_stitches   stitches (continuation traces) under one root trace (default 8); a call that
                needs one more drops the root trace (an abort: the function is left to CPython
                rather than interpreted from that stitch on every call).
 max_stitch_variants traces recorded after one stitch (default 4); a call that fits none of
                them drops the root trace (an abort: what follows the stitch depends on values that
                change between calls, such as numbers read by .tolist()).
+compile_parts  when True (default), an optimized module whose forward runs in CPython after an
+               abort (backing off, or left to CPython for good) has its submodules optimized
+               apart, each with its own traces and guards; a part that aborts splits the same
+               way, down to the leaves. False: the whole forward runs eagerly.
 trace_store    when True (default), compiled traces without side exits or stitches are kept in the
                disk cache with their guards, and a later process whose call passes those guards
                runs them without recording (see store.py); off with DYNAMO_TRACE_STORE=0 or
@@ -42,9 +46,10 @@ hotexit = 8
 max_side_traces = 16
 max_trace_ops = 5000
 stitch = True
-max_stitches = 32
+max_stitches = 8
 max_stitch_variants = 4
 verify = False
+compile_parts = True
 trace_store = True
 log = None
 gpu = True

@@ -281,6 +281,8 @@ class Attempt:
 
 
 class OptimizedFunction:
+    dynamo_optimized_forward = True  # what interpreter.runs_class_forward looks for
+
     def __init__(self, fn, nopython=False, owner=None):
         self.fn = fn
         self.owner = owner        # the module, for optimized nn.Module.forward
@@ -293,6 +295,7 @@ class OptimizedFunction:
         self.state_fallbacks = {}  # _grad_state() -> why: recorded under it, it aborted (autograd)
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
+        self.parts = None         # left to CPython: the submodules compiled apart (_compile_parts)
         self._recording_where = None
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
@@ -352,6 +355,8 @@ class OptimizedFunction:
                     log("guards", f"{self.name}: trace {i} rejected the call: {why}")
         if self.disabled_reason is not None:
             self._fallback(self.disabled_reason)
+            if self.parts is None and self.owner is not None:
+                self._compile_parts()
             return self._eager(fn, args, kwargs, in_frame)
         if self.state_fallbacks:  # it aborted for the grad state: eager until that state changes
             why = self.state_fallbacks.get(_grad_state(args))
@@ -359,6 +364,8 @@ class OptimizedFunction:
                 self._fallback(why)
                 return self._eager(fn, args, kwargs, in_frame)
         if self.calls < self.retry_at:  # backing off after an abort
+            if self.parts is None and self.owner is not None:
+                self._compile_parts()  # what failed once mostly fails again: the parts start now
             return self._eager(fn, args, kwargs, in_frame)
         if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
             if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
@@ -372,6 +379,53 @@ class OptimizedFunction:
             if result is not _MISS:
                 return result
         return self._record(fn, args, kwargs, in_frame)
+
+    def _parts(self):
+        """{id(module): name} of the module's parts: its direct children, through containers."""
+        found = {}
+
+        def visit(prefix, m):
+            for name, child in m.named_children():
+                if type(child).forward is torch.nn.Module.forward:
+                    visit(f"{prefix}{name}.", child)
+                else:
+                    found[id(child)] = prefix + name
+        visit("", self.owner)
+        return found
+
+    def _part_named(self, selves):
+        """The name of the first of the module's parts among selves, or None."""
+        parts = self._parts()
+        for v in selves:
+            if isinstance(v, torch.nn.Module) and id(v) in parts:
+                return parts[id(v)]
+        return None
+
+    def _compile_parts(self):
+        """The module's forward runs in CPython (it aborted: backing off, or left to CPython for
+        good): its submodules are compiled apart meanwhile
+        (dynamo.optimize on each direct child, through ModuleList/ModuleDict containers), so that
+        what cannot be recorded whole (a detection model's post-processing, a complex-valued
+        spectrogram) still runs its backbone and heads natively. A child that is left to CPython
+        in turn splits the same way, down to the leaves. Not for functions the user disabled or
+        when config.compile_parts is False."""
+        self.parts = []
+        if not config.compile_parts or getattr(self.fn, "_dynamo_disable", False) or \
+                self.disabled_reason == "dynamo.disable":
+            return
+
+        names = self._parts()
+        for name, child in self.owner.named_modules():
+            if id(child) not in names or isinstance(child.__dict__.get("forward"), OptimizedFunction):
+                continue  # not a part, or optimized already (by the user, or as another module's part)
+            fwd = type(child).forward
+            if isinstance(fwd, types.FunctionType) and not getattr(fwd, "_dynamo_disable", False):
+                optimize(child, nopython=False)
+                self.parts.append(names[id(child)])
+        if self.parts:
+            why = self.disabled_reason or self.attempts[-1].reason
+            log("aborts", f"{self.name}: runs in CPython ({why}); compiling its submodules apart: "
+                          f"{', '.join(self.parts)}")
 
     def _from_store(self, fn, args, kwargs):
         """Before recording: the traces an earlier process stored for this code (store.py) whose
@@ -696,14 +750,21 @@ class OptimizedFunction:
             print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
                   f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
 
-    def _aborted(self, reason, ops, inlined, where=None):
+    def _aborted(self, reason, ops, inlined, where=None, selves=()):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
-        recording is tried again; at config.abort_limit the function is left to CPython."""
+        recording is tried again; at config.abort_limit the function is left to CPython. An abort
+        inside the forward of one of the module's parts (selves: the first argument of each frame
+        the recording had inlined) leaves the module to CPython at once, with its parts compiled
+        apart: recording it again would inline that part again, and the part on its own gets
+        the retries (and splits in turn)."""
         _bump("aborts")
         log("aborts", f"{self.name}: falls back{' at ' + where if where else ''}: {reason}")
         self.attempts.append(Attempt(reason, ops=ops, inlined=inlined))
         k = len([a for a in self.attempts if a.compiled is None])
-        if k >= config.abort_limit:
+        part = self._part_named(selves) if self.owner is not None and config.compile_parts else None
+        if part is not None and not self.compiled:
+            self.disabled_reason = f"recording aborted inside its part {part}: {reason}"
+        elif k >= config.abort_limit:
             self.disabled_reason = f"recording aborted {k} times; last: {reason}"
         else:
             self.retry_at = self.calls + 2 ** (k - 1)
@@ -784,7 +845,7 @@ class OptimizedFunction:
             self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
             return EAGER
         out = fn(*args, **kwargs)
-        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
+        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves)
         return out
 
     def _compile(self, rec, gs, interp, result, side_of=None):
@@ -835,7 +896,7 @@ class OptimizedFunction:
             if rec.abort_reason.startswith(_AUTOGRAD):
                 self._state_aborted(rec.abort_reason, interp.run_args)
             else:
-                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where)
+                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves)
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
@@ -913,6 +974,7 @@ class OptimizedFunction:
         self.disabled_reason = None
         self.state_fallbacks = {}
         self.stored = {}
+        self.parts = None  # the parts stay optimized: inside a new trace of this forward they are inlined
         for f in self.frames.values():
             f.close()
         self.frames = {}
@@ -1151,6 +1213,8 @@ def report():
                 lines.append(f"  fell back: {a.reason}")
         if f.disabled_reason:
             lines.append(f"  not compiled: {f.disabled_reason}")
+        if f.parts:
+            lines.append(f"  its submodules are compiled apart: {', '.join(f.parts)}")
     c = counters()
     lines.append("counters: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in c.items()))
