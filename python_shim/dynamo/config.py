@@ -6,6 +6,7 @@ cache_limit    compiled traces kept per function (default 8); further variants r
                with one warning line on stderr.
 abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
+               Two aborts in a row at the same place for the same reason leave it at once.
 hotexit        times a side exit (a data-dependent branch leaving a trace) is taken before a side
                trace is recorded from it (default 8); until then the call resumes in the interpreter.
 max_side_traces side traces compiled under one root trace, at any depth (default 16); further

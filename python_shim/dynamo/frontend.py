@@ -273,8 +273,9 @@ def _rebuild(spec, outs, inputs):
 class Attempt:
     """What one recording did: the trace (or why there is none)."""
 
-    def __init__(self, reason, compiled=None, ops=(), inlined=()):
+    def __init__(self, reason, compiled=None, ops=(), inlined=(), where=None):
         self.reason = reason
+        self.where = where        # "file:line" where an aborted recording stopped, when known
         self.compiled = compiled
         self.ops = list(ops)
         self.inlined = list(inlined)
@@ -752,18 +753,23 @@ class OptimizedFunction:
 
     def _aborted(self, reason, ops, inlined, where=None, selves=()):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
-        recording is tried again; at config.abort_limit the function is left to CPython. An abort
-        inside the forward of one of the module's parts (selves: the first argument of each frame
-        the recording had inlined) leaves the module to CPython at once, with its parts compiled
+        recording is tried again; at config.abort_limit the function is left to CPython, and at
+        once when the last two recordings stopped at the same place for the same reason (what
+        failed twice alike fails again: the retries only cost recordings). An abort inside the
+        forward of one of the module's parts (selves: the first argument of each frame the
+        recording had inlined) leaves the module to CPython at once, with its parts compiled
         apart: recording it again would inline that part again, and the part on its own gets
         the retries (and splits in turn)."""
         _bump("aborts")
         log("aborts", f"{self.name}: falls back{' at ' + where if where else ''}: {reason}")
-        self.attempts.append(Attempt(reason, ops=ops, inlined=inlined))
-        k = len([a for a in self.attempts if a.compiled is None])
+        aborts = [a for a in self.attempts if a.compiled is None]
+        self.attempts.append(Attempt(reason, ops=ops, inlined=inlined, where=where))
+        k = len(aborts) + 1
         part = self._part_named(selves) if self.owner is not None and config.compile_parts else None
         if part is not None and not self.compiled:
             self.disabled_reason = f"recording aborted inside its part {part}: {reason}"
+        elif aborts and where is not None and (aborts[-1].reason, aborts[-1].where) == (reason, where):
+            self.disabled_reason = f"recording aborted twice at {where}: {reason}"
         elif k >= config.abort_limit:
             self.disabled_reason = f"recording aborted {k} times; last: {reason}"
         else:
@@ -889,6 +895,7 @@ class OptimizedFunction:
                     names = [rec.last_value()]  # a trace has an output; this one is not returned
             except Abort as e:
                 rec.abort(str(e))
+                rec.abort_where = rec.abort_where or "the end of the call"  # (what it returns, grad mode)
         if rec.abort_reason is not None:
             if side_of is not None:
                 self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason)
