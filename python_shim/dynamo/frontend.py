@@ -1146,6 +1146,7 @@ class Explanation:
         self.traces = [a.compiled for a in attempts if a.compiled is not None]
         self.aborts = [a.reason for a in attempts if a.compiled is None]
         self.live = []  # for an optimized function: its compiled trace tree as it runs now
+        self.parts = []  # a module that aborted: the submodules its calls compile apart
 
     def __str__(self):
         out = [f"dynamo.explain({self.name}): {len(self.traces)} trace(s), {len(self.aborts)} abort(s)"]
@@ -1165,6 +1166,9 @@ class Explanation:
                 out.append(f"  aborted: {a.reason}")
                 if a.ops:
                     out.append("    ops recorded before: " + ", ".join(a.ops))
+        if self.parts:
+            out.append(f"  {self.name} runs in CPython when it aborts; its submodules are then compiled apart: "
+                       + ", ".join(self.parts))
         if self.live:
             out.append(f"{self.name} as it runs now (roots, exits, side traces):")
             out.extend(self.live)
@@ -1195,6 +1199,8 @@ def explain(fn, *args, **kwargs):
         of.attempts.append(Attempt(of.disabled_reason))
     _name_originals(of.attempts, memo)
     e = Explanation(of.name, of.attempts)
+    if of.owner is not None and config.compile_parts and any(not a.startswith(_AUTOGRAD) for a in e.aborts):
+        e.parts = list(of._parts().values())
     live = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
         for i, c in enumerate(live.compiled):

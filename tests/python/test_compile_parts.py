@@ -155,3 +155,10 @@ def test_an_abort_inside_a_part_splits_the_module_at_once():
     # the parent recorded once; `good` runs natively from the second call on
     assert m.forward.attempts and len(m.forward.attempts) == 1
     assert m.good.forward.compiled and m.good.forward.compiled[0].runs == 4
+
+
+def test_explain_names_the_parts():
+    with torch.no_grad():
+        text = str(dynamo.explain(Parent(), torch.randn(2, 16)))
+    assert "aborted: returns a Boxes" in text, text
+    assert "submodules are then compiled apart: stem, blocks.0, blocks.1" in text, text
