@@ -220,7 +220,7 @@ def _fastcall():
             _fast = _ext.load("_fastcall")
         except ImportError as e:
             print(f"dynamo: the native call path is unavailable ({e}); calls go through ctypes "
-                  f"(about 20 us more per call)", file=sys.stderr)
+                  f"(tens of microseconds more per tensor input: milliseconds per call for a model)", file=sys.stderr)
             _fast = None
     return _fast
 
