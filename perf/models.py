@@ -578,13 +578,14 @@ class ModelRun:
         else:
             e1 = done.get("eager with 1-thread BLAS", (None, None))[0]
             self._account(k, e[0], j[0], e[1], j[1], e1[1] if e1 else None,
-                          lambda: _ill_conditioned(eager, x, e[0]))
+                          lambda: _rounding_budget(eager, x, e[0]))
         return not (e_fail or j_fail)
 
-    def _account(self, k, want, got, te, tj, te1=None, ill_conditioned=None):
+    def _account(self, k, want, got, te, tj, te1=None, rounding_budget=None):
         """Compares call k's outputs and keeps the error, scale and times. A detection model's
-        mismatch where eager itself is ill-conditioned (ill_conditioned() is true: tied
-        scores) is judged by what survives rounding (_detections_agree) and noted."""
+        mismatch is held to what eager's own output does under rounding-sized noise
+        (rounding_budget(): how many boxes eager then puts elsewhere): the same number of
+        detections per image, and no more of them elsewhere than that; such a call is noted."""
         r = self.r
         r["calls_done"] = k + 1
         r["eager_s"].append(te)
@@ -595,14 +596,14 @@ class ModelRun:
             err, scale = compare(want, got)
         except Mismatch as m:
             err, scale = (m.args[1], m.args[2]) if len(m.args) == 3 else (math.inf, 0.0)
-            if self.family == "detection" and ill_conditioned is not None and ill_conditioned() and \
-                    _detections_agree(want, got):
+            moved = _unmatched(got, want) if self.family == "detection" and rounding_budget is not None else None
+            budget = rounding_budget() if moved is not None else 0
+            if moved is not None and moved <= budget:
                 err, scale = 0.0, 0.0
-                if "tied scores" not in r["note"]:
+                if "rounding-sized noise" not in r["note"]:
                     r["note"] = (r["note"] + "; " if r["note"] else "") + \
-                        f"tied scores from call {k + 1} on (eager's output ties boxes exactly, or eager picks " \
-                        "others from an input rounded differently): compared the number of detections and the " \
-                        "sorted scores"
+                        f"call {k + 1}: {moved} of the boxes differ, where eager given rounding-sized noise " \
+                        f"moves up to {budget} (tied scores)"
             elif r["status"] == "ok":
                 self._fail("WRONG", f"call {k + 1}: {m.args[0]}")
         r["max_err"], r["max_abs"] = max(r["max_err"], err), max(r["max_abs"], scale)
@@ -627,52 +628,60 @@ class ModelRun:
         return self.r
 
 
-def _ill_conditioned(eager, x, want):
-    """Whether a detection model's boxes at input x hang on rounding. Random weights over a 64x64
-    image make many proposals pool the same features: their scores tie exactly in eager's output
-    (want), and which of the tied boxes top-k and NMS keep is decided by the last bit, which any
-    other summation order (a compiled GEMM's row blocks) changes. Or near-ties: eager picks other
-    boxes too when its input, or its score layers' outputs, get relative noise of 1e-6 (far above
-    a compiled model's rounding, 1e-13..1e-8 here)."""
+def _unmatched(a, b):
+    """Detections of output a (a list of per-image dicts with boxes, labels, scores) that b has
+    no detection for with the same label, a box within 0.01 pixels and the score within 1e-4;
+    None where the images have different numbers of detections or the outputs are no detection
+    lists."""
     import torch
-    for d in want:
-        s, b = d.get("scores"), d.get("boxes")
-        if s is not None and b is not None and len(s) > 1:
-            order = s.argsort()
-            s, b = s[order], b[order]
-            if bool(((s[1:] == s[:-1]) & (b[1:] != b[:-1]).any(-1)).any()):
-                return True
-    gen = torch.Generator().manual_seed(7)
-
-    def noise(t):
-        return t * (1 + 1e-6 * torch.randn(t.shape, generator=gen))
-    noisy = [noise(t) for t in x]
     try:
-        compare(want, eager(noisy))
-    except Mismatch:
-        return True
-    # the scores themselves rounded differently, row by row (rows a GEMM's blocks compute apart)
-    hooks = [m.register_forward_hook(lambda m, i, o: noise(o)) for m in _score_layers(eager)]
-    try:
-        compare(want, eager(clone_input(x)))
-    except Mismatch:
-        return True
-    finally:
-        for h in hooks:
-            h.remove()
-    return False
+        n = 0
+        for da, db in zip(a, b, strict=True):
+            ba, bb = da["boxes"].float(), db["boxes"].float()
+            if len(ba) != len(bb):
+                return None
+            if not len(ba):
+                continue
+            # label and score as more coordinates: a match has both (scores to 1e-4)
+            fa = [ba, da["labels"].float()[:, None] * 1e4, da["scores"].float()[:, None] * 100]
+            fb = [bb, db["labels"].float()[:, None] * 1e4, db["scores"].float()[:, None] * 100]
+            n += int((torch.cdist(torch.cat(fa, 1), torch.cat(fb, 1)).min(1).values > 1e-2).sum())
+        return n
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
-def _detections_agree(want, got):
-    """What a near-tied detection output must still match: per image, the number of boxes and
-    the scores sorted (the same values, whichever of the tied boxes carry them)."""
-    def summary(out):
-        return [(len(d["scores"]), d["scores"].sort(descending=True).values) for d in out]
-    try:
-        compare(summary(want), summary(got))
-    except (Mismatch, KeyError, TypeError):
-        return False
-    return True
+def _rounding_budget(eager, x, want):
+    """How many of a detection model's boxes at input x hang on rounding: the most detections
+    that eager itself puts elsewhere when its input, or its score layers' outputs, get relative
+    noise of 1e-6 (far above a compiled model's rounding, 1e-13..1e-8 here), over six such runs;
+    0 for a well-conditioned output. Random weights over a 64x64 image make many proposals pool
+    the same features: their scores tie exactly or to 1e-7, which of them top-k and NMS keep is
+    the last bit's (any other summation order, such as a compiled GEMM's row blocks, changes it),
+    and NMS cascades a different pick into other boxes kept or suppressed."""
+    import torch
+    budget = 0
+    for seed in (7, 8, 9):
+        gen = torch.Generator().manual_seed(seed)
+
+        def noise(t):
+            return t * (1 + 1e-6 * torch.randn(t.shape, generator=gen))
+        runs = [lambda: eager([noise(t) for t in x])]
+        hooks = []
+
+        def on_scores():  # the scores rounded differently, row by row (rows a GEMM computes apart)
+            hooks.extend(m.register_forward_hook(lambda m, i, o: noise(o)) for m in _score_layers(eager))
+            try:
+                return eager(clone_input(x))
+            finally:
+                for h in hooks:
+                    h.remove()
+                hooks.clear()
+        runs.append(on_scores)
+        for run in runs:
+            n = _unmatched(run(), want)
+            budget = max(budget, n if n is not None else 0)
+    return budget
 
 
 def setup_torch():

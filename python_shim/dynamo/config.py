@@ -7,6 +7,9 @@ cache_limit    compiled traces kept per function (default 8); further variants r
 abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
                Two aborts in a row at the same place for the same reason leave it at once.
+retry_after    calls after which a function left to CPython is recorded once more (default 1000;
+               each later try waits 4x as many calls; 0: never). A change of any other knob
+               here also lets it be recorded again at its next call. dynamo.disable is for good.
 hotexit        times a side exit (a data-dependent branch leaving a trace) is taken before a side
                trace is recorded from it (default 8); until then the call resumes in the interpreter.
 max_side_traces side traces compiled under one root trace, at any depth (default 16); further
@@ -43,6 +46,7 @@ gpu            when True (default), traces over CUDA tensors (all inputs on one 
 hot_threshold = 1
 cache_limit = 8
 abort_limit = 3
+retry_after = 1000
 hotexit = 8
 max_side_traces = 16
 max_trace_ops = 5000

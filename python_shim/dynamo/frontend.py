@@ -28,7 +28,7 @@ import weakref
 
 import torch
 
-from . import _capi, config, native, snapshot, store
+from . import _capi, config, native, reasons, snapshot, store
 from .log import enabled as log_enabled, log
 from ._capi import DynamoError
 from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
@@ -38,7 +38,7 @@ from .recorder import Abort, NopythonError, Recorder
 _COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                   "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
                   "compile_failures", "verify_failures", "cache_hits", "compile_seconds", "stitches",
-                  "stitch_traces", "traces_from_store")
+                  "stitch_traces", "traces_from_store") + reasons.COUNTERS
 _counters = dict.fromkeys(_COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0
 _engine = None
@@ -78,7 +78,8 @@ def _unlist(of):
 
 def counters():
     """A copy of the global counters (reset by dynamo.reset()). side_exits counts every failing
-    mid-trace guard, including those a natively linked side trace took over."""
+    mid-trace guard, including those a natively linked side trace took over; abort_<kind> counts
+    aborts by their reason's row in reasons.KINDS (dtype, python, data_dependent, ...)."""
     c = dict(_counters)
     c["side_exits"] += sum(t.exits_taken() for f in _all() for t in f.compiled)
     return c
@@ -238,7 +239,7 @@ def _flatten_result(result, rec, input_index):
         if isinstance(v, torch.Tensor):
             n = rec.output_name(v)
             if n is None:
-                raise Abort("returns a tensor that was not recorded")
+                raise Abort("returns a tensor that was not recorded", "result")
             if n not in names:  # the same tensor returned twice stays one tensor
                 names.append(n)
             return ("T", names.index(n))
@@ -248,7 +249,7 @@ def _flatten_result(result, rec, input_index):
             return (type(v).__name__, list(v.keys()), [walk(x) for x in v.values()])
         if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
             return ("C", v)
-        raise Abort(f"returns a {type(v).__name__}")
+        raise Abort(f"returns a {type(v).__name__}", "result")
 
     return walk(result), names
 
@@ -297,6 +298,9 @@ class OptimizedFunction:
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
         self.parts = None         # left to CPython: the submodules compiled apart (_compile_parts)
+        self._left_at = None      # left to CPython: (calls then, config then, calls until a new try)
+        self._comebacks = 0       # tries since (each waits 4x longer)
+        self._abort_base = 0      # aborts before the last try (abort_limit counts those after)
         self._recording_where = None
         self.name = getattr(fn, "__qualname__", "fn")
         functools.update_wrapper(self, fn)
@@ -354,7 +358,7 @@ class OptimizedFunction:
                 for i, c in enumerate(self.compiled):
                     why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
                     log("guards", f"{self.name}: trace {i} rejected the call: {why}")
-        if self.disabled_reason is not None:
+        if self.disabled_reason is not None and not self._comes_back():
             self._fallback(self.disabled_reason)
             if self.parts is None and self.owner is not None:
                 self._compile_parts()
@@ -380,6 +384,28 @@ class OptimizedFunction:
             if result is not _MISS:
                 return result
         return self._record(fn, args, kwargs, in_frame)
+
+    def _comes_back(self):
+        """Whether a function left to CPython is recorded again on this call: after a change of
+        dynamo.config (what failed may now work), or once config.retry_after calls went by, and
+        then after four times as many each time (a path that failed on the first calls, as
+        an empty batch, may be recordable later; the cost is one recording per try). A function
+        the user disabled never comes back."""
+        if self.disabled_reason == "dynamo.disable" or getattr(self.fn, "_dynamo_disable", False):
+            return False
+        if self._left_at is None:  # left just now: note the config and when to try again
+            self._left_at = (self.calls, _config_key(), config.retry_after * 4 ** self._comebacks)
+            return False
+        at, key, gap = self._left_at
+        if key == _config_key() and (not gap or self.calls < at + gap):
+            return False
+        log("aborts", f"{self.name}: recorded again after {self.calls - at} calls in CPython"
+                      f"{' (dynamo.config changed)' if key != _config_key() else ''}")
+        self._comebacks += key == _config_key()
+        self.disabled_reason, self._left_at = None, None
+        self.retry_at = 0
+        self._abort_base = len([a for a in self.attempts if a.compiled is None])
+        return True
 
     def _parts(self):
         """{id(module): name} of the module's parts: its direct children, through containers."""
@@ -535,7 +561,7 @@ class OptimizedFunction:
             # The trace goes (a user error comes back from eager; a broken trace must not
             # be run, nor recorded again and again).
             self.compiled.remove(c)
-            self._aborted(f"native run failed: {e.message}", c.ops, c.inlined)
+            self._aborted(f"native run failed: {e.message}", c.ops, c.inlined, kind="native_run")
             return _MISS
         if outs is None:
             return _NEXT
@@ -618,7 +644,7 @@ class OptimizedFunction:
                 # the whole function (a detection model's post-processing: dozens of nms and
                 # unique steps): the root trace goes, as for a continuation that cannot be recorded.
                 self._side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
-                                         "stitches")
+                                         "stitches", "continuation")
         else:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
@@ -646,7 +672,7 @@ class OptimizedFunction:
                 torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
                 effect = interp.effect or rec.effect
                 _release(rec, interp)
-                self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}")
+                self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}", "internal")
                 if effect is not None or isinstance(e, NopythonError):
                     raise
                 torch.set_rng_state(rng)
@@ -668,7 +694,7 @@ class OptimizedFunction:
         except snapshot.ResumeFailed as e:
             if snap.step is not None:  # the stitch's call was made: it must not be made again
                 snap.blacklisted = snap.blacklisted or str(e)
-                self._aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined)
+                self._aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
                 raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
             return self._resume_failed(c, snap, e, fn, args, kwargs)
 
@@ -683,7 +709,7 @@ class OptimizedFunction:
                   f"between calls")
         if root in self.compiled:
             self.compiled.remove(root)
-            self._aborted(reason, root.ops, root.inlined)
+            self._aborted(reason, root.ops, root.inlined, kind="continuation")
         _bump("exits_resumed")
         return self._resume(c, snap, fn, args, kwargs, values)
 
@@ -692,7 +718,7 @@ class OptimizedFunction:
         there yet): the exit is blacklisted and, when no trace on the way wrote into the call's
         tensors, the whole call runs again eagerly."""
         snap.blacklisted = snap.blacklisted or str(e)
-        self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined)
+        self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
         if c.root.mutates_any():
             raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
         _bump("eager_runs")
@@ -713,10 +739,11 @@ class OptimizedFunction:
         parent.exits[k].linked = st == 0
         return st == 0
 
-    def _side_aborted(self, snap, reason):
+    def _side_aborted(self, snap, reason, kind="internal"):
         """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
         continuation is blacklisted at once, and its root trace dropped (see below)."""
         _bump("aborts")
+        _bump(f"abort_{kind}")
         log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
         snap.aborts.append(reason)
         # A stitch's continuation is recorded from the same state on every call: what failed
@@ -731,7 +758,7 @@ class OptimizedFunction:
                 # again would reach the same stitch and the same failure.
                 self.compiled.remove(root)
                 why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
-                self._aborted(why, root.ops, root.inlined)
+                self._aborted(why, root.ops, root.inlined, kind="continuation")
                 if not self.compiled:
                     self.disabled_reason = why
         else:
@@ -743,6 +770,7 @@ class OptimizedFunction:
         another state (under torch.no_grad(), inputs that do not require grad) records. The user
         can fix it, so it is said once on stderr."""
         _bump("aborts")
+        _bump("abort_autograd")
         log("aborts", f"{self.name}: runs eagerly in this grad state: {reason}")
         self.attempts.append(Attempt(reason, ops=[], inlined=[]))
         self.state_fallbacks[_grad_state(args)] = reason
@@ -751,7 +779,7 @@ class OptimizedFunction:
             print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
                   f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
 
-    def _aborted(self, reason, ops, inlined, where=None, selves=()):
+    def _aborted(self, reason, ops, inlined, where=None, selves=(), kind="internal"):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
         recording is tried again; at config.abort_limit the function is left to CPython, and at
         once when the last two recordings stopped at the same place for the same reason (what
@@ -761,14 +789,16 @@ class OptimizedFunction:
         apart: recording it again would inline that part again, and the part on its own gets
         the retries (and splits in turn)."""
         _bump("aborts")
+        _bump(f"abort_{kind}")
         log("aborts", f"{self.name}: falls back{' at ' + where if where else ''}: {reason}")
         aborts = [a for a in self.attempts if a.compiled is None]
         self.attempts.append(Attempt(reason, ops=ops, inlined=inlined, where=where))
-        k = len(aborts) + 1
+        k = len(aborts) + 1 - self._abort_base
         part = self._part_named(selves) if self.owner is not None and config.compile_parts else None
         if part is not None and not self.compiled:
             self.disabled_reason = f"recording aborted inside its part {part}: {reason}"
-        elif aborts and where is not None and (aborts[-1].reason, aborts[-1].where) == (reason, where):
+        elif aborts and where is not None and reasons.policy(kind) == "same" and \
+                (aborts[-1].reason, aborts[-1].where) == (reason, where):
             self.disabled_reason = f"recording aborted twice at {where}: {reason}"
         elif k >= config.abort_limit:
             self.disabled_reason = f"recording aborted {k} times; last: {reason}"
@@ -798,6 +828,7 @@ class OptimizedFunction:
             self.disabled_reason = f"{self.name} uses {why}"
             self.attempts.append(Attempt(self.disabled_reason))
             _bump("aborts")
+            _bump("abort_python")
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
         self._recording_where = None
@@ -848,10 +879,10 @@ class OptimizedFunction:
         reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
         torch.set_rng_state(rng)
         if in_frame:  # CPython runs the frame; an internal failure is then counted at the next call
-            self._aborted(reason, rec.ops, interp.inlined, rec.abort_where)
+            self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, kind="internal")
             return EAGER
         out = fn(*args, **kwargs)
-        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves)
+        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves, kind="internal")
         return out
 
     def _compile(self, rec, gs, interp, result, side_of=None):
@@ -878,10 +909,10 @@ class OptimizedFunction:
         if rec.abort_reason is None and not guards_only:
             try:
                 if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
-                    raise Abort("the call changes grad mode and does not restore it")
+                    raise Abort("the call changes grad mode and does not restore it", "python")
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
                     raise Abort(f"{_AUTOGRAD}: grad mode is on and a tensor requires grad (compile under "
-                                "torch.no_grad() or torch.inference_mode())")
+                                "torch.no_grad() or torch.inference_mode())", "autograd")
                 if rec.cut is not None:  # the trace's outputs are the live values at the cut
                     names = [rec.output_name(t) for t in rec.cut[1]]
                     out_spec = ("cut",)
@@ -890,20 +921,21 @@ class OptimizedFunction:
                              if e in gs.tensor_inputs}
                     out_spec, names = _flatten_result(result, rec, index)
                 if not rec.ops:
-                    raise Abort("no tensor operations on this path (nothing to compile)")
+                    raise Abort("no tensor operations on this path (nothing to compile)", "nothing")
                 if not names:  # the work is in place, or returns inputs and Python values only:
                     names = [rec.last_value()]  # a trace has an output; this one is not returned
             except Abort as e:
-                rec.abort(str(e))
+                rec.abort(str(e), e.kind)
                 rec.abort_where = rec.abort_where or "the end of the call"  # (what it returns, grad mode)
         if rec.abort_reason is not None:
             if side_of is not None:
-                self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason)
+                self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
                 return result
-            if rec.abort_reason.startswith(_AUTOGRAD):
+            if rec.abort_kind == "autograd":
                 self._state_aborted(rec.abort_reason, interp.run_args)
             else:
-                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves)
+                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
+                              kind=rec.abort_kind)
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
@@ -982,6 +1014,7 @@ class OptimizedFunction:
         self.state_fallbacks = {}
         self.stored = {}
         self.parts = None  # the parts stay optimized: inside a new trace of this forward they are inlined
+        self._left_at, self._comebacks, self._abort_base = None, 0, 0
         for f in self.frames.values():
             f.close()
         self.frames = {}
@@ -1230,8 +1263,17 @@ def report():
             lines.append(f"  its submodules are compiled apart: {', '.join(f.parts)}")
     c = counters()
     lines.append("counters: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                                         for k, v in c.items()))
+                                         for k, v in c.items() if v or not k.startswith("abort_")))
     return "\n".join(lines)
+
+
+# The knobs whose change lets a function left to CPython be recorded again (_comes_back).
+_CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
+                 "compile_parts", "abort_limit", "cache_limit", "hotexit")
+
+
+def _config_key():
+    return tuple(getattr(config, n) for n in _CONFIG_KNOBS)
 
 
 # Instance attributes dynamo.optimize gives a module (both refer to its OptimizedFunction).

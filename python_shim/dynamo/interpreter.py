@@ -254,12 +254,13 @@ class Interpreter:
     def recording(self):
         return self.rec.abort_reason is None and self.rec.cut is None
 
-    def abort(self, reason):
+    def abort(self, reason, kind="python"):
+        """Ends the recording (the call goes on, unrecorded); kind: the row in reasons.KINDS."""
         if not self.recording:  # aborted already, or the trace ended at a cut or stitch
             return
         if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
             raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}: {reason}")
-        self.rec.abort(reason)
+        self.rec.abort(reason, kind)
 
     def _note_abort(self):
         """Where the recording aborted: the bytecode, and the first argument of every inlined
@@ -287,7 +288,7 @@ class Interpreter:
                 return
             self.guards.guard(src, v)
         except Abort as e:
-            self.abort(str(e))
+            self.abort(str(e), e.kind)
 
     def touch_deep(self, v, src, depth=0):
         """A sourced container escapes into a builtin: guard everything inside it (element by
@@ -340,7 +341,7 @@ class Interpreter:
         k = {name: (v, KWARG.item(name)) for name, v in kwargs.items()}
         r = self.call_function(fn, FUNC, a, k)[0]
         if _holds_generator(r):
-            self.abort("returns a generator made in the call (its body would run outside the trace)")
+            self.abort("returns a generator made in the call (its body would run outside the trace)", "result")
             if isinstance(r, _Generator):  # the caller gets a real generator, which runs the rest lazily
                 r = (v for v in r)
         return r
@@ -723,7 +724,7 @@ class Interpreter:
             f.ip += 1
             self.steps += 1
             if self.steps == MAX_STEPS:
-                self.abort(f"trace longer than {MAX_STEPS} bytecodes")
+                self.abort(f"trace longer than {MAX_STEPS} bytecodes", "too_long")
             if len(self.rec.lines) >= self.max_ops and self.recording:
                 self._cut(f)
             if ins.opname in _MAY_CALL_TORCH and self.recording:
@@ -1310,7 +1311,7 @@ class Interpreter:
         try:
             frames = self._snapshot_frames(f, resume_ip, live, index)
         except NoSnapshot as e:
-            self.abort(f"data-dependent branch on a tensor: {e}")
+            self.abort(f"data-dependent branch on a tensor: {e}", "data_dependent")
             return take
         self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, self._where(f),
                                                     f"branch on a tensor (recorded: {truth})"))
@@ -1333,7 +1334,7 @@ class Interpreter:
         try:
             frames = self._snapshot_frames(f, f.ip, live, index)
         except NoSnapshot as e:
-            self.abort(f"data-dependent value: {e}")
+            self.abort(f"data-dependent value: {e}", "data_dependent")
             return (value, None)
         if id(t) not in index:
             index[id(t)] = len(live)
@@ -1372,10 +1373,10 @@ class Interpreter:
         try:
             frames = self._snapshot_frames(f, f.ip - 1, live, index)
         except NoSnapshot as e:
-            self.abort(f"trace longer than {self.max_ops} ops and not cut here: {e}")
+            self.abort(f"trace longer than {self.max_ops} ops and not cut here: {e}", "too_long")
             return
         if not live:
-            self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut")
+            self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut", "too_long")
             return
         self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f), "trace cut (config.max_trace_ops)"),
                         live)

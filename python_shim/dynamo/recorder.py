@@ -38,7 +38,17 @@ DTYPE_NAMES = {
 
 
 class Abort(Exception):
-    """The trace cannot be compiled; the call itself still completes correctly."""
+    """The trace cannot be compiled; the call itself still completes correctly. kind: the
+    reason's row in reasons.KINDS (the message says the particulars)."""
+
+    def __init__(self, message, kind="internal"):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _poison_kind(message):
+    """The kind of a poisoned tensor's reason: a dtype the compiler lacks, or a write."""
+    return "dtype" if "is not supported by the compiler" in message else "write"
 
 
 class DataDependentStep(Exception):
@@ -55,7 +65,7 @@ class NopythonError(RuntimeError):
 
 def type_text(t):
     if t.dtype not in DTYPE_NAMES:
-        raise Abort(f"dtype {t.dtype} is not supported by the compiler")
+        raise Abort(f"dtype {t.dtype} is not supported by the compiler", "dtype")
     return f"{DTYPE_NAMES[t.dtype]}[{','.join(str(s) for s in t.shape)}]"
 
 
@@ -86,6 +96,7 @@ class Recorder(TorchDispatchMode):
         self.paused = 0
         self.abort_reason = None
         self.abort_where = None   # "file:line" of the bytecode where the recording ended
+        self.abort_kind = None    # the reason's row in reasons.KINDS
         self.abort_selves = []    # the first argument of each inlined frame then (modules: where it was)
         self.on_abort = None      # called when the recording first aborts (the interpreter notes where)
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
@@ -114,20 +125,20 @@ class Recorder(TorchDispatchMode):
         if t.device.type == "cuda":
             from . import config
             if not config.gpu:
-                raise Abort(f"tensor on {t.device}: dynamo.config.gpu is False")
+                raise Abort(f"tensor on {t.device}: dynamo.config.gpu is False", "device")
             dev = torch.device("cuda", t.device.index or 0)
             if self.device is not None and self.device != dev:
-                raise Abort(f"tensors on several devices ({self.device} and {dev})")
+                raise Abort(f"tensors on several devices ({self.device} and {dev})", "device")
             if self.device is None and self.inputs:
-                raise Abort(f"CPU and CUDA tensors mixed in one call ({dev})")
+                raise Abort(f"CPU and CUDA tensors mixed in one call ({dev})", "device")
             self.device = dev
             where = f" cuda:{dev.index}"
         elif t.device.type != "cpu":
-            raise Abort(f"tensor on {t.device}: dynamo compiles CPU and CUDA tensors only")
+            raise Abort(f"tensor on {t.device}: dynamo compiles CPU and CUDA tensors only", "device")
         elif self.device is not None:
-            raise Abort(f"CPU and CUDA tensors mixed in one call ({self.device})")
+            raise Abort(f"CPU and CUDA tensors mixed in one call ({self.device})", "device")
         if t.layout != torch.strided or t.is_quantized or t.is_sparse:
-            raise Abort("only dense strided tensors are supported")
+            raise Abort("only dense strided tensors are supported", "layout")
         name = f"%i{len(self.inputs)}"
         strides = ",".join(str(s) for s in t.stride())
         rg = " requires_grad" if t.requires_grad else ""
@@ -145,11 +156,12 @@ class Recorder(TorchDispatchMode):
         return isinstance(v, torch.Tensor) and id(v) not in self.vals and id(v) not in self.poison and \
             v.dim() == 0 and v.device.type == "cpu"
 
-    def abort(self, reason):
+    def abort(self, reason, kind="internal"):
         # after a cut (or a stitch) the trace has ended: what the rest of the call does is the
         # next trace's business
         if self.abort_reason is None and self.cut is None:
             self.abort_reason = reason
+            self.abort_kind = kind
             if self.on_abort is not None:
                 self.on_abort()
 
@@ -160,14 +172,15 @@ class Recorder(TorchDispatchMode):
             if name is not None:
                 return name
             if id(v) in self.poison:
-                raise Abort(self.poison[id(v)])
+                raise Abort(self.poison[id(v)], _poison_kind(self.poison[id(v)]))
             if self._wrapped(v):
                 # A Python number ATen wrapped into a tensor (`x + 2.5`).
                 x = v.item()
                 if isinstance(x, complex):
-                    raise Abort("complex numbers are not supported")
+                    raise Abort("complex numbers are not supported", "dtype")
                 return self._operand(x)
-            raise Abort("a tensor of unknown origin reached an ATen op (made by code that was not recorded)")
+            raise Abort("a tensor of unknown origin reached an ATen op (made by code that was not recorded)",
+                        "unknown_tensor")
         if v is None:
             return "none"
         if isinstance(v, bool):
@@ -180,7 +193,7 @@ class Recorder(TorchDispatchMode):
             return '"' + v + '"'
         if isinstance(v, torch.dtype):
             if v not in DTYPE_NAMES:
-                raise Abort(f"dtype {v} is not supported")
+                raise Abort(f"dtype {v} is not supported", "dtype")
             return DTYPE_NAMES[v]
         if isinstance(v, (list, tuple)):
             if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -189,10 +202,10 @@ class Recorder(TorchDispatchMode):
                     any(isinstance(x, torch.Tensor) for x in v):
                 # Tensor[] / Tensor?[] (torch.cat, torch.stack, indexing by tensors): a tensor list
                 return "[" + ", ".join(self._operand(x) for x in v) + "]"
-            raise Abort("ATen op with a list argument of floats or mixed values is not supported yet")
+            raise Abort("ATen op with a list argument of floats or mixed values is not supported yet", "op_arguments")
         if isinstance(v, (torch.device, torch.layout, torch.memory_format)):
-            raise Abort(f"ATen op with a {type(v).__name__} argument is not supported yet")
-        raise Abort(f"ATen op with a {type(v).__name__} argument is not supported")
+            raise Abort(f"ATen op with a {type(v).__name__} argument is not supported yet", "op_arguments")
+        raise Abort(f"ATen op with a {type(v).__name__} argument is not supported", "op_arguments")
 
     def _args(self, func, args, kwargs):
         """Operands in schema order; missing trailing arguments are left to schema defaults.
@@ -217,7 +230,8 @@ class Recorder(TorchDispatchMode):
             if v is _MISSING:
                 d = schema.arguments[i]
                 if not d.has_default_value():
-                    raise Abort(f"{schema.name}: argument {d.name} missing (or not expressible in the IR)")
+                    raise Abort(f"{schema.name}: argument {d.name} missing (or not expressible in the IR)",
+                                "op_arguments")
                 vals[i] = d.default_value
         return vals
 
@@ -245,7 +259,7 @@ class Recorder(TorchDispatchMode):
         try:
             self._record(func, args, kwargs, out)
         except Abort as e:
-            self.abort(str(e))
+            self.abort(str(e), e.kind)
         return out
 
     def _note_effect(self, func, args, kwargs):
@@ -273,9 +287,9 @@ class Recorder(TorchDispatchMode):
         self.ops.append(name if overload == "default" else f"{name}.{overload}")
         if func is _aten._local_scalar_dense.default:
             raise Abort("data-dependent value: a tensor's contents are read (.item(), bool(), int()) inside a call "
-                        "the interpreter runs whole, where it cannot place a side exit")
+                        "the interpreter runs whole, where it cannot place a side exit", "data_dependent")
         if func is _aten.lift_fresh.default or name in ("aten::lift_fresh_copy",):
-            raise Abort("tensor created from Python data inside the function (torch.tensor)")
+            raise Abort("tensor created from Python data inside the function (torch.tensor)", "python")
         if self._restride:
             if func is _aten.as_strided_.default:
                 return  # the same elements in the same order: nothing changes for the trace
@@ -288,16 +302,16 @@ class Recorder(TorchDispatchMode):
         if func in _LAYOUT_DEPENDENT and not (func is _aten.as_strided.default and _row_major_strided(args, kwargs)):
             raise Abort(f"{name}: general strided views are not supported (stride arguments describe eager's "
                         "memory layout, which compiled intermediates need not have; over a contiguous tensor, "
-                        "inside its elements, they are)")
+                        "inside its elements, they are)", "strided_view")
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if not all(isinstance(o, torch.Tensor) for o in outs):
-            raise Abort(f"{name} returns a non-tensor value")
+            raise Abort(f"{name} returns a non-tensor value", "op_arguments")
         vals = self._args(func, args, kwargs)
 
         mutates = bool(schema.arguments) and schema.arguments[0].alias_info is not None and \
             schema.arguments[0].alias_info.is_write
         if any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
-            raise Abort(f"{name}: out= variants are not supported")
+            raise Abort(f"{name}: out= variants are not supported", "op_arguments")
         if mutates:
             self._record_inplace(func, vals, args[0])
             return
@@ -333,7 +347,7 @@ class Recorder(TorchDispatchMode):
                 return
         why = _hidden_write(func, vals) or _bool_scalar(func, vals, outs)
         if why is not None:
-            raise Abort(why)
+            raise Abort(why, "write" if "write" in why else "op_arguments")
         orig = func
         func, vals = self._scalar_args(func, vals, outs, check=not seeded)
         self._extern(func, vals, outs)
@@ -378,7 +392,7 @@ class Recorder(TorchDispatchMode):
                 if self._wrapped(v):
                     v = v.item()
                 if isinstance(v, complex):
-                    raise Abort(f"{_sig(func)}: complex numbers are not supported")
+                    raise Abort(f"{_sig(func)}: complex numbers are not supported", "dtype")
                 if isinstance(v, (bool, int, float)):
                     nums[i] = v
         pos = list(nums)
@@ -392,7 +406,8 @@ class Recorder(TorchDispatchMode):
             return alt, new
         argn = ", ".join(func._schema.arguments[i].name for i in pos)
         if not check:
-            raise Abort(f"{_sig(func)}: a Python number as Tensor argument '{argn}' and no Scalar overload of the op")
+            raise Abort(f"{_sig(func)}: a Python number as Tensor argument '{argn}' and no Scalar overload of the op",
+                        "op_arguments")
         reps = {i: torch.scalar_tensor(nums[i], dtype=_NUMBER_DTYPE[type(nums[i])]) for i in pos}
         new = [reps[i] if i in reps else v for i, v in enumerate(vals)]
         _same_result(func, new, outs, f"{_sig(func)} with '{argn}' as a 0-dim tensor")
@@ -436,7 +451,7 @@ class Recorder(TorchDispatchMode):
         name = func._schema.name
         dname = self.vals.get(id(dst))
         if dname is None:
-            raise Abort(self.poison.get(id(dst)) or f"{name} writes into a tensor of unknown origin")
+            raise Abort(self.poison.get(id(dst)) or f"{name} writes into a tensor of unknown origin", "write")
         if name == "aten::copy_":  # the source, broadcast and cast to the destination
             res = self._operand(vals[1])
             src = vals[1]
@@ -452,7 +467,7 @@ class Recorder(TorchDispatchMode):
         else:
             fn = _functional(func)
             if fn is None:
-                raise Abort(f"{name}: no functional form")
+                raise Abort(f"{name}: no functional form", "write")
             fn, vals = self._scalar_args(fn, vals, None, check=False)
             res = self._extern(fn, vals, [None], types=type_text(dst))[0]
         new, cur = res, dst
@@ -461,7 +476,7 @@ class Recorder(TorchDispatchMode):
             inverse = _inverse_view(vf, vv, parent, new)
             if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
                 raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
-                            "selects, reshapes and transposes are traced)")
+                            "selects, reshapes and transposes are traced)", "write")
             pname = self._operand(parent)
             n = self._new()
             if inverse is not None:  # the view keeps every element: its new contents, viewed back
@@ -477,10 +492,11 @@ class Recorder(TorchDispatchMode):
         base = cur
         if base._base is not None:  # an input that is itself a view: other inputs may share its memory
             raise Abort(f"{name} writes into an input that is a view of another tensor (aliasing between "
-                        "inputs is not traced)")
+                        "inputs is not traced)", "write")
         bname = self.vals.get(id(base))
         if bname is None:
-            raise Abort(self.poison.get(id(base)) or f"{name} writes into a view of a tensor of unknown origin")
+            raise Abort(self.poison.get(id(base)) or f"{name} writes into a view of a tensor of unknown origin",
+                        "write")
         if bname not in self.input_names and new in self.input_names:
             # a temporary now holds an input's values (t.copy_(x)), not its memory: a value of its
             # own, so that a later write into the temporary is not taken for a write into x
@@ -538,7 +554,7 @@ class Recorder(TorchDispatchMode):
             offset = (v[3] if len(v) > 3 and v[3] is not None else v[0].storage_offset()) - v[0].storage_offset()
             return f"as_strided({x()}, {shape}, [{','.join(str(d) for d in v[2])}], {offset})"
         if func is _aten.unfold.default:
-            raise Abort(f"{func._schema.name}: general strided views are not supported")
+            raise Abort(f"{func._schema.name}: general strided views are not supported", "strided_view")
         return None
 
     def _guard(self, cond_name, shape, truth, live, snapshot):
@@ -580,13 +596,13 @@ class Recorder(TorchDispatchMode):
             j = next(i for i, ix in enumerate(vals[1]) if ix is not None)
             mask, count = vals[1][j], outs[0].shape[j]
         else:
-            raise Abort(f"{name}: the output size depends on the data (not traced for this op)")
+            raise Abort(f"{name}: the output size depends on the data (not traced for this op)", "data_dependent")
         if self.snapshot_here is None:
-            raise Abort(f"{name}: the output size depends on the data")
+            raise Abort(f"{name}: the output size depends on the data", "data_dependent")
         try:
             snap, live = self.snapshot_here()
         except NoSnapshot as e:
-            raise Abort(f"{name}: the output size depends on the data, and {e}") from None
+            raise Abort(f"{name}: the output size depends on the data, and {e}", "data_dependent") from None
         m = self._operand(mask)
         shape = ",".join(str(s) for s in mask.shape)
         nz, total, c = self._new(), self._new(), self._new()
@@ -605,7 +621,7 @@ class Recorder(TorchDispatchMode):
 
     def output_name(self, t):
         if id(t) in self.poison:
-            raise Abort(self.poison[id(t)])
+            raise Abort(self.poison[id(t)], _poison_kind(self.poison[id(t)]))
         return self.vals.get(id(t))
 
     def text(self, outputs):
@@ -802,19 +818,20 @@ def _implied(op, arg, v, all_cpu):
     if isinstance(v, torch.device):
         if v.type == "cpu" and all_cpu:
             return True
-        raise Abort(f"{op}: a device={v} argument (compiled code does not create or move tensors across devices)")
+        raise Abort(f"{op}: a device={v} argument (compiled code does not create or move tensors across devices)",
+                    "device")
     if isinstance(v, torch.layout):
         if v == torch.strided:
             return True
-        raise Abort(f"{op}: layout={v} (only dense strided tensors are supported)")
+        raise Abort(f"{op}: layout={v} (only dense strided tensors are supported)", "layout")
     if isinstance(v, torch.memory_format):
         if v in (torch.contiguous_format, torch.preserve_format):
             return True  # same values; compiled results are contiguous either way
-        raise Abort(f"{op}: memory_format={v} is not supported (compiled results are contiguous)")
+        raise Abort(f"{op}: memory_format={v} is not supported (compiled results are contiguous)", "layout")
     if arg.name == "pin_memory" and not isinstance(v, torch.Tensor):
         if v is None or v is False:
             return True
-        raise Abort(f"{op}: pin_memory=True is not supported")
+        raise Abort(f"{op}: pin_memory=True is not supported", "layout")
     return False
 
 
@@ -886,10 +903,10 @@ def _same_result(func, vals, outs, what):
     try:
         got = _call(func, vals)
     except Exception as e:  # noqa: BLE001 - any failure means: not the same op
-        raise Abort(f"{what} fails: {type(e).__name__}: {e}") from None
+        raise Abort(f"{what} fails: {type(e).__name__}: {e}", "op_arguments") from None
     got = list(got) if isinstance(got, (tuple, list)) else [got]
     if len(got) != len(outs) or not all(_identical(g, o) for g, o in zip(got, outs)):
-        raise Abort(f"{what} does not reproduce eager's result (type promotion of a Python number)")
+        raise Abort(f"{what} does not reproduce eager's result (type promotion of a Python number)", "op_arguments")
 
 
 def _functional(func):

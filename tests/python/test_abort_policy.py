@@ -1,0 +1,107 @@
+"""The abort policy: every abort has a kind from one table (dynamo.reasons), counted as
+abort_<kind> in dynamo.counters(); a function left to CPython is recorded again after a change
+of dynamo.config, or after config.retry_after calls (then four times as many); a function the
+user disabled never is. Results equal eager's on every call."""
+import pytest
+import torch
+
+import dynamo
+from dynamo import reasons
+
+
+@pytest.fixture(autouse=True)
+def saved_config():
+    saved = {k: getattr(dynamo.config, k) for k in ("stitch", "retry_after")}
+    yield
+    for k, v in saved.items():
+        setattr(dynamo.config, k, v)
+
+
+def unfolds(x):
+    return x.unfold(0, 2, 1).sum(-1) + 1
+
+
+def test_every_kind_is_counted_and_listed():
+    assert set(reasons.COUNTERS) <= set(dynamo.counters())
+    assert all(p in ("retry", "same", "state") for p, _ in reasons.KINDS.values())
+    jit = dynamo.optimize(unfolds)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(7)
+            assert torch.allclose(jit(x), unfolds(x))
+    c = dynamo.counters()
+    assert c["abort_strided_view"] == c["aborts"] == 2, c  # the same abort twice: left to CPython
+    assert "abort_strided_view=2" in dynamo.report() and "abort_dtype" not in dynamo.report()
+
+
+def spectrum(x):
+    return torch.fft.rfft(x).abs() * 2
+
+
+def test_a_dtype_the_compiler_lacks_is_its_own_kind():
+    jit = dynamo.optimize(spectrum)
+    with torch.no_grad():
+        x = torch.randn(16)
+        assert torch.allclose(jit(x), spectrum(x))
+    assert dynamo.counters()["abort_dtype"] == 1, dynamo.counters()
+
+
+def talks(x):
+    y = x * 2
+    print("between")
+    return y + 1
+
+
+def test_a_config_change_brings_a_function_back(capsys):
+    dynamo.config.stitch = False  # print aborts
+    jit = dynamo.optimize(talks)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(5)
+            assert torch.allclose(jit(x), talks(x))
+        assert dynamo.counters()["native_runs"] == 0 and dynamo.counters()["abort_python"] == 2
+        dynamo.config.stitch = True  # the next call is recorded again, with the print as a stitch
+        for _ in range(4):
+            x = torch.randn(5)
+            assert torch.allclose(jit(x), talks(x))
+    c = dynamo.counters()
+    assert c["stitches"] >= 3 and c["native_runs"] >= 3, c
+    assert capsys.readouterr().out.count("between") == 16  # once per call, eager's or dynamo's
+
+
+MODE = {"unfold": True}
+
+
+def sometimes(x):
+    if MODE["unfold"]:
+        return x.unfold(0, 2, 1).sum(-1)
+    return x * 2
+
+
+def test_a_function_left_to_cpython_is_tried_again_later():
+    dynamo.config.retry_after = 5
+    MODE["unfold"] = True
+    jit = dynamo.optimize(sometimes)
+    try:
+        with torch.no_grad():
+            for call in range(1, 13):
+                if call == 3:
+                    MODE["unfold"] = False  # what made it abort is gone; it runs in CPython still
+                x = torch.randn(6)
+                assert torch.allclose(jit(x), sometimes(x))
+                if call == 6:
+                    assert dynamo.counters()["traces_compiled"] == 0
+    finally:
+        MODE["unfold"] = True
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["native_runs"] >= 4, c
+
+
+def test_a_disabled_function_never_comes_back():
+    dynamo.config.retry_after = 1
+    jit = dynamo.disable(dynamo.optimize(lambda x: x * 3))
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(3)
+            assert torch.equal(jit(x), x * 3)
+    assert dynamo.counters()["traces_compiled"] == 0
