@@ -824,6 +824,12 @@ def run_isolated(name, family, args):
         if args.passive_eager and r["status"] == "ok" and r.get("speedup") and \
                 (r.get("counters") or {}).get("native_runs", 0) > 0:
             eager_with_passive_threads(r, args)
+        if "native call path is unavailable" in (p.stderr or ""):
+            # (dynamo said so on the child's stderr, which the table does not show)
+            r["note"] = (r["note"] + "; " if r["note"] else "") + \
+                "dynamo ran without its native call path (_fastcall not built): its times are not representative"
+            print("zoo: warning: dynamo's native call path (build/python/_fastcall*.so) is missing; "
+                  "dynamo's times are milliseconds per call too slow", file=sys.stderr)
     r["wall_s"] = time.perf_counter() - t0
     return r
 
