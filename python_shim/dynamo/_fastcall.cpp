@@ -65,10 +65,9 @@ PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (THPVariable_Check(o)) {
       const at::Tensor &t = THPVariable_Unpack(o);
       DLTensor &d = dls[(size_t)k].tensor;
-      if (!dl_dtype(t.scalar_type(), &d.dtype)) {
+      if (!dl_dtype(t.scalar_type(), &d.dtype)) {  // (complex, quantized): no trace takes it, a guard miss
         Py_DECREF(seq);
-        PyErr_Format(PyExc_TypeError, "dynamo: unsupported dtype %s", c10::toString(t.scalar_type()));
-        return nullptr;
+        Py_RETURN_NONE;
       }
       d.data = t.numel() ? t.data_ptr() : nullptr;
       d.device = {t.is_cuda() ? kDLCUDA : kDLCPU, t.is_cuda() ? (int32_t)t.get_device() : 0};

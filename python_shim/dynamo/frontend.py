@@ -179,7 +179,10 @@ class Compiled:
                         outs[k] = src.as_strided(self.shapes[k], alias[2], src.storage_offset() + alias[1])
             self.runs += 1
             return outs
-        args, keep = native.make_args(inputs)
+        try:
+            args, keep = native.make_args(inputs)
+        except TypeError:  # a dtype no trace takes (complex, quantized): a guard miss, as natively
+            return None
         ptrs = self._ptrs_type()  # per call: the same trace may run on several threads
         st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
         if st == _GUARD_MISS:
@@ -294,7 +297,7 @@ class OptimizedFunction:
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
-        self.state_fallbacks = {}  # _grad_state() -> why: recorded under it, it aborted (autograd)
+        self.state_fallbacks = {}  # _call_state() -> (why, kind): recorded in that state, it aborted for it
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
         self.parts = None         # left to CPython: the submodules compiled apart (_compile_parts)
@@ -363,10 +366,12 @@ class OptimizedFunction:
             if self.parts is None and self.owner is not None:
                 self._compile_parts()
             return self._eager(fn, args, kwargs, in_frame)
-        if self.state_fallbacks:  # it aborted for the grad state: eager until that state changes
-            why = self.state_fallbacks.get(_grad_state(args))
-            if why is not None:
-                self._fallback(why)
+        if self.state_fallbacks:  # it aborted for the call's state: eager until that state changes
+            seen = self.state_fallbacks.get(_call_state(args))
+            if seen is not None:
+                self._fallback(seen[0])
+                if seen[1] != "autograd" and self.parts is None and self.owner is not None:
+                    self._compile_parts()  # (grad mode would stop the parts as well)
                 return self._eager(fn, args, kwargs, in_frame)
         if self.calls < self.retry_at:  # backing off after an abort
             if self.parts is None and self.owner is not None:
@@ -764,17 +769,19 @@ class OptimizedFunction:
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
-    def _state_aborted(self, reason, args):
-        """An abort caused by the grad state (autograd): it does not count toward the function's
-        abort limit; calls in the same state run eagerly without recording again, and a call in
-        another state (under torch.no_grad(), inputs that do not require grad) records. The user
-        can fix it, so it is said once on stderr."""
+    def _state_aborted(self, reason, args, kind="autograd"):
+        """An abort caused by the call's state (a kind whose policy is "state": grad mode and
+        requires_grad, or the dtype, device or layout of its tensors): it does not count toward
+        the function's abort limit; calls in the same state (_call_state) run eagerly without
+        recording again, a module's parts compiled apart meanwhile, and a call in another state
+        (under torch.no_grad(), float32 instead of complex inputs) records. Autograd the user can
+        fix: it is said once on stderr."""
         _bump("aborts")
-        _bump("abort_autograd")
-        log("aborts", f"{self.name}: runs eagerly in this grad state: {reason}")
+        _bump(f"abort_{kind}")
+        log("aborts", f"{self.name}: runs eagerly in this state ({kind}): {reason}")
         self.attempts.append(Attempt(reason, ops=[], inlined=[]))
-        self.state_fallbacks[_grad_state(args)] = reason
-        if not getattr(self, "_warned_state", False):
+        self.state_fallbacks[_call_state(args)] = (reason, kind)
+        if kind == "autograd" and not getattr(self, "_warned_state", False):
             self._warned_state = True
             print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
                   f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
@@ -931,8 +938,8 @@ class OptimizedFunction:
             if side_of is not None:
                 self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
                 return result
-            if rec.abort_kind == "autograd":
-                self._state_aborted(rec.abort_reason, interp.run_args)
+            if reasons.policy(rec.abort_kind) == "state":
+                self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind)
             else:
                 self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
                               kind=rec.abort_kind)
@@ -1050,10 +1057,30 @@ class _InBackground:
 _AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
 
 
-def _grad_state(args):
-    """What an autograd abort depends on: grad mode, and which tensor arguments require grad."""
-    return (torch.is_grad_enabled(),
-            tuple(a.requires_grad for a in args if isinstance(a, torch.Tensor)))
+def _call_state(args):
+    """What a "state" abort depends on: grad mode, and the dtype, device, layout and
+    requires_grad of the tensor arguments (also inside argument lists, tuples and dicts) and of
+    a module argument's first parameter."""
+    seen = []
+
+    def add(t):
+        seen.append((t.dtype, t.device, t.layout, t.requires_grad))
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            add(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    add(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                if isinstance(x, torch.Tensor):
+                    add(x)
+        elif isinstance(a, torch.nn.Module):
+            p = next(a.parameters(), None)
+            if p is not None:
+                add(p)
+    return (torch.is_grad_enabled(), tuple(seen))
 
 
 def _release(rec, interp):

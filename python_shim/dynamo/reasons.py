@@ -7,18 +7,20 @@ as `abort_<kind>`, and the kind decides what the front end does next:
     backs off and is tried again, up to config.abort_limit;
   * "same" kinds fail the same way for calls that look the same: two in a row at the same
     place leave the function to CPython at once (the back-off would only repeat the recording);
-  * "state" kinds depend on state the call can change (grad mode): the function runs eagerly
-    while that state holds, is recorded again when it changes, and the user is told once how to
-    get a compiled call (see OptimizedFunction._state_aborted).
+  * "state" kinds depend on state another call may not have (grad mode and requires_grad; the
+    dtype, device or layout of its tensors): they do not count toward the abort limit; the
+    function runs eagerly while that state holds (a module's parts compiled apart meanwhile), and
+    is recorded again in another state (OptimizedFunction._state_aborted); for autograd the user
+    is told once how to get a compiled call.
 
 This module is a leaf: the recorder, the interpreter and the front end import it.
 """
 
 # kind: (policy, what it means)
 KINDS = {
-    "dtype": ("same", "a tensor dtype the compiler has no type for (complex, quantized), or a complex number"),
-    "device": ("same", "tensors on a device dynamo does not compile for, or on several devices in one call"),
-    "layout": ("same", "a sparse or other non-strided tensor, or a layout, memory format or pinned memory "
+    "dtype": ("state", "a tensor dtype the compiler has no type for (complex, quantized), or a complex number"),
+    "device": ("state", "tensors on a device dynamo does not compile for, or on several devices in one call"),
+    "layout": ("state", "a sparse or other non-strided tensor, or a layout, memory format or pinned memory "
                        "an op asks for"),
     "autograd": ("state", "grad mode is on and a tensor requires grad, or the call leaves grad mode changed"),
     "unknown_tensor": ("same", "a tensor made by code that was not recorded reached a recorded op"),

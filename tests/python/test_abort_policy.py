@@ -105,3 +105,52 @@ def test_a_disabled_function_never_comes_back():
             x = torch.randn(3)
             assert torch.equal(jit(x), x * 3)
     assert dynamo.counters()["traces_compiled"] == 0
+
+
+def doubled_sum(x):
+    return (x * 2).sum(-1)
+
+
+def test_a_dtype_abort_waits_for_another_dtype():
+    jit = dynamo.optimize(doubled_sum)
+    with torch.no_grad():
+        for _ in range(4):  # complex: eager, recorded once only
+            z = torch.randn(3, 4, dtype=torch.complex64)
+            assert torch.allclose(jit(z), doubled_sum(z))
+        c = dynamo.counters()
+        assert c["abort_dtype"] == 1 and c["interpreted_runs"] == 1 and c["eager_runs"] == 3, c
+        for _ in range(3):  # float32: another state, compiled
+            x = torch.randn(3, 4)
+            assert torch.allclose(jit(x), doubled_sum(x))
+        z = torch.randn(3, 4, dtype=torch.complex64)
+        assert torch.allclose(jit(z), doubled_sum(z))  # back in the complex state: eager again
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["native_runs"] == 2 and c["abort_dtype"] == 1, c
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs()
+
+
+class WithSpectrum(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.spec = Spectrum()
+        self.head = torch.nn.Linear(9, 4)
+
+    def forward(self, x):
+        return self.head(self.spec(x)).relu()
+
+
+def test_a_module_waiting_for_another_state_compiles_its_parts():
+    import copy
+    m = WithSpectrum()
+    eager = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(2, 16)
+            assert torch.allclose(jit(x), eager(x), rtol=1e-5, atol=1e-6)
+    assert m.head.forward.compiled and m.head.forward.compiled[0].runs >= 3, dynamo.report()
+    assert dynamo.counters()["abort_dtype"] == 2, dynamo.counters()  # the module, then its spec part
