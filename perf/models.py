@@ -598,12 +598,12 @@ class ModelRun:
             err, scale = (m.args[1], m.args[2]) if len(m.args) == 3 else (math.inf, 0.0)
             moved = _unmatched(got, want) if self.family == "detection" and rounding_budget is not None else None
             budget = rounding_budget() if moved is not None else 0
-            if moved is not None and moved <= budget:
+            if moved is not None and 0 < budget and moved <= budget:
                 err, scale = 0.0, 0.0
                 if "rounding-sized noise" not in r["note"]:
                     r["note"] = (r["note"] + "; " if r["note"] else "") + \
-                        f"call {k + 1}: {moved} of the boxes differ, where eager given rounding-sized noise " \
-                        f"moves up to {budget} (tied scores)"
+                        f"call {k + 1}: {moved} of the boxes differ ({m.args[0]}), where eager given " \
+                        f"rounding-sized noise moves up to {budget} (tied scores)"
             elif r["status"] == "ok":
                 self._fail("WRONG", f"call {k + 1}: {m.args[0]}")
         r["max_err"], r["max_abs"] = max(r["max_err"], err), max(r["max_abs"], scale)
@@ -630,7 +630,8 @@ class ModelRun:
 
 def _unmatched(a, b):
     """Detections of output a (a list of per-image dicts with boxes, labels, scores) that b has
-    no detection for with the same label, a box within 0.01 pixels and the score within 1e-4;
+    no detection for with the same label, a box within 0.01 pixels and the score within 1e-4, and
+    whose other fields (masks, keypoints) are those of that detection (the zoo's tolerance);
     None where the images have different numbers of detections or the outputs are no detection
     lists."""
     import torch
@@ -645,7 +646,13 @@ def _unmatched(a, b):
             # label and score as more coordinates: a match has both (scores to 1e-4)
             fa = [ba, da["labels"].float()[:, None] * 1e4, da["scores"].float()[:, None] * 100]
             fb = [bb, db["labels"].float()[:, None] * 1e4, db["scores"].float()[:, None] * 100]
-            n += int((torch.cdist(torch.cat(fa, 1), torch.cat(fb, 1)).min(1).values > 1e-2).sum())
+            dist, j = torch.cdist(torch.cat(fa, 1), torch.cat(fb, 1)).min(1)
+            ok = dist <= 1e-2
+            for key in da.keys() - {"boxes", "labels", "scores"}:  # masks, keypoints: of the matched box
+                xa, xb = da[key], db[key][j]
+                tol = 1e-3 * max(float(db[key].abs().max()), 1e-30) if db[key].numel() else 0.0
+                ok &= ((xa - xb).abs() <= tol + 1e-3 * xb.abs()).flatten(1).all(1)
+            n += int((~ok).sum())
         return n
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
