@@ -974,10 +974,10 @@ def _hidden_write(func, vals):
 
 
 def _mha_covered(q, k, v, embed_dim, num_heads, *rest, **kwargs):
-    """Self-attention without a mask or weights returned, on a dense [batch, tokens, dim] input."""
+    """Self-attention without a mask on a dense [batch, tokens, dim] input (with or without the
+    attention weights returned, averaged over heads or not)."""
     mask = rest[4] if len(rest) > 4 else kwargs.get("mask")
-    need_weights = rest[5] if len(rest) > 5 else kwargs.get("need_weights", True)
-    return q is k and k is v and not need_weights and mask is None and q.dim() == 3 and not q.is_nested and \
+    return q is k and k is v and mask is None and q.dim() == 3 and not q.is_nested and \
         embed_dim % num_heads == 0
 
 
@@ -996,9 +996,13 @@ def _native_mha(q, k, v, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight
     qkv = _linear(q, qkv_weight, qkv_bias).view(b, t, 3, num_heads, dh)
     qh, kh, vh = (qkv[:, :, i].transpose(1, 2).reshape(b * num_heads, t, dh) for i in range(3))
     scores = torch.bmm(qh / math.sqrt(dh), kh.transpose(1, 2))
-    attn = torch.bmm(torch.softmax(scores, dim=-1), vh).view(b, num_heads, t, dh)
+    probs = torch.softmax(scores, dim=-1)
+    attn = torch.bmm(probs, vh).view(b, num_heads, t, dh)
     out = _linear(attn.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
-    return out, torch.empty(0, dtype=q.dtype)
+    if not need_weights:
+        return out, torch.empty(0, dtype=q.dtype)
+    weights = probs.view(b, num_heads, t, t)
+    return out, (weights.mean(1) if average_attn_weights else weights)
 
 
 def _layer_covered(src, embed_dim, num_heads, *rest, **kwargs):

@@ -64,3 +64,30 @@ def test_multihead_attention_fast_path():
         def forward(self, x):
             return self.mha(x, x, x, need_weights=False)[0]
     check(Self().eval(), lambda: (torch.randn(2, 5, 32),))
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_multihead_attention_with_weights(average):
+    """need_weights=True (nn.MultiheadAttention's default) returns the attention weights too,
+    averaged over heads or per head: recorded as parts as well, both outputs equal eager's."""
+    class Both(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.mha(x, x, x, average_attn_weights=average)
+
+    m = Both().eval()
+    ref = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 7, 32)
+            (out, w), (want_out, want_w) = jit(x), ref(x)
+            assert w.shape == want_w.shape == ((2, 7, 7) if average else (2, 4, 7, 7))
+            assert torch.allclose(out, want_out, rtol=1e-4, atol=1e-5)
+            assert torch.allclose(w, want_w, rtol=1e-4, atol=1e-6)
+        text = str(dynamo.explain(ref, torch.randn(2, 7, 32)))
+    assert dynamo.counters()["native_runs"] >= 2, dynamo.report()
+    assert "_native_multi_head_attention" not in text, text
