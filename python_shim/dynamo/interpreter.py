@@ -8,9 +8,14 @@ Recorder (a TorchDispatchMode), so the trace holds exactly the ops eager runs.
 
 Python callees are inlined: functions, bound methods, closures, comprehensions,
 `nn.Module.__call__` (when the module has no hooks) and its `forward`. Calls into torch run
-for real with recording on. Pure builtins run for real. Anything else -- I/O, `print`,
-mutating an argument's list, setting attributes, code with try/except or generators -- also
-runs for real (the call must still be right) but ends the trace: `abort_reason` says why.
+for real with recording on. Pure builtins run for real. Anything else -- I/O, `print`, a
+`dynamo.disable`d helper, unknown C code, a store into an object from outside the call -- also
+runs for real (the call must still be right): as a stitch between two traces where the state
+can be carried, else it ends the trace (`abort_reason` and its kind say why).
+
+Each bytecode has one handler method, `_op_<NAME>` marked `@_handles(...)`, collected in
+`_HANDLERS`; the bytecodes they handle (and the few skipped) are the supported set, which code
+is checked against before it is run (`_Code`).
 
 The interpreter always finishes the call: an aborted recording keeps executing concretely
 with recording paused, so no effect is performed twice.
@@ -69,24 +74,10 @@ _READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__
                  "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
                  "replace"}
 
-_SUPPORTED = {
-    "NOP", "RESUME", "CACHE", "EXTENDED_ARG", "PUSH_NULL", "POP_TOP", "COPY", "SWAP", "LOAD_CONST", "LOAD_FAST",
-    "STORE_FAST", "DELETE_FAST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "LOAD_DEREF",
-    "STORE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "PRECALL", "KW_NAMES", "CALL",
-    "CALL_FUNCTION_EX", "MAKE_FUNCTION", "BINARY_OP", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT",
-    "UNARY_POSITIVE", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "BUILD_TUPLE",
-    "BUILD_LIST", "BUILD_MAP", "BUILD_SET", "BUILD_CONST_KEY_MAP", "BUILD_STRING", "BUILD_SLICE", "LIST_APPEND",
-    "LIST_EXTEND", "LIST_TO_TUPLE", "SET_ADD", "MAP_ADD", "DICT_MERGE", "DICT_UPDATE", "UNPACK_SEQUENCE",
-    "UNPACK_EX", "GET_ITER", "FOR_ITER", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
-    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-    "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
-    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
-    "FORMAT_VALUE", "RETURN_VALUE", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "GET_LEN",
-    "RETURN_GENERATOR", "YIELD_VALUE",  # plain generators (genexprs); not `yield from` (SEND)
-    # try/except/finally and with blocks (the exception table): handlers run as CPython runs them
-    "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "BEFORE_WITH", "WITH_EXCEPT_START",
-    "IMPORT_NAME", "IMPORT_FROM",  # imports of modules already loaded (sys.modules, guarded)
-}
+# The bytecodes the interpreter runs: those of its _op_ handlers (_HANDLERS, after the class) and
+# the ones it skips; plain generators (genexprs) but not `yield from` (SEND); try/except/finally
+# and with blocks through the exception table; imports of modules already loaded.
+_SKIPPED = frozenset(("NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "CACHE"))
 
 # torch functions (not ATen ops, so not recorded) that change global state: they end the trace
 # and run for real (torch.manual_seed, torch.set_default_dtype, torch.use_deterministic_algorithms).
@@ -221,6 +212,14 @@ class _Frame:
         self.stack = []
         self.ip = 0
         self.kw_names = ()
+
+
+def _handles(*opnames):
+    """Marks an Interpreter method as the handler of these bytecodes (collected in _HANDLERS)."""
+    def mark(fn):
+        fn.opnames = opnames
+        return fn
+    return mark
 
 
 class Interpreter:
@@ -702,23 +701,11 @@ class Interpreter:
                 self._jump(f, h[2])
 
     def _execute_loop(self, f):
+        """Runs frame f from f.ip: one handler per bytecode (_HANDLERS, the `_op_` methods below);
+        returns the frame's value, or a _Yielded when a generator frame suspends."""
         insts = f.dec.insts
         stack = f.stack
-        push, pop = stack.append, stack.pop
-        pinned = self.guards._structural  # plain data objects guarded by class only
-
-        def popv():
-            """The value on top, its source dropped: a plain data object guarded by class only
-            loses track here, so the trace depends on which object it is (GuardSet.pin)."""
-            v, s = pop()
-            if s is not None and pinned:
-                self.guards.pin(s, v)
-            return v
-
-        def pin(*pairs):
-            if pinned:
-                for v, s in pairs:
-                    self.guards.pin(s, v)
+        handlers = _HANDLERS
         while True:
             ins = insts[f.ip]
             f.ip += 1
@@ -733,432 +720,741 @@ class Interpreter:
             arg = ins.arg
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
                 continue
-            if op == "LOAD_FAST":
-                p = f.locals[arg]
-                if p[0] is _NULL:
-                    raise UnboundLocalError(f"local variable '{ins.argval}' referenced before assignment")
-                self.touch(*p)
-                push(p)
-            elif op == "STORE_FAST":
-                f.locals[arg] = pop()
-            elif op == "LOAD_CONST":
-                push((ins.argval, None))
-            elif op == "POP_TOP":
-                pop()
-            elif op == "PUSH_NULL":
-                push((_NULL, None))
-            elif op == "DELETE_FAST":
-                f.locals[arg] = (_NULL, None)
-            elif op == "COPY":
-                push(stack[-arg])
-            elif op == "SWAP":
-                stack[-1], stack[-arg] = stack[-arg], stack[-1]
-            elif op == "LOAD_GLOBAL":
-                if arg & 1:
-                    push((_NULL, None))
-                name = ins.argval
-                if name in f.globals:
-                    v = f.globals[name]
-                    src = self._global_src(f, name)
-                else:
-                    b = f.globals.get("__builtins__", builtins)
-                    b = b if isinstance(b, dict) else b.__dict__
-                    if name not in b:
-                        raise NameError(f"name '{name}' is not defined")
-                    v, src = b[name], None
-                    self._guard_absent(f, name)  # a global of that name would shadow the builtin
-                self.touch(v, src)
-                push((v, src))
-            elif op in ("LOAD_ATTR", "LOAD_METHOD"):
-                obj, osrc = pop()
-                name = ins.argval
-                if op == "LOAD_METHOD":
-                    meth = self._plain_method(obj, osrc, name)
-                    if meth is not None:
-                        push(meth)
-                        push((obj, osrc))
-                        continue
-                    push((_NULL, None))
-                push(self.load_attr(obj, osrc, name))
-            elif op == "STORE_ATTR":
-                if id(stack[-1][0]) not in self.local_objs:
-                    why = f"sets attribute {ins.argval} of an object from outside the function"
-                    stitched = self._stitch_store(f, why, "setattr", ins.argval)
-                    if not stitched:
-                        self.abort(why)
-                    self._effect(f"setting attribute {ins.argval}")
-                    if stitched:
-                        obj, _ = pop()
-                        setattr(obj, ins.argval, popv())
-                        raise StitchNow(None)
-                obj, _ = pop()
-                v, _ = pop()
-                setattr(obj, ins.argval, v)
-            elif op == "MAKE_CELL":
-                v = f.locals[arg]
-                cell = types.CellType() if v[0] is _NULL else types.CellType(v[0])
-                self._cell_src[id(cell)] = v[1]
-                self._mark_local(cell)
-                f.locals[arg] = (cell, None)
-            elif op == "COPY_FREE_VARS":
-                closure = f.fn.__closure__
-                base = len(f.dec.names) - arg
-                for i in range(arg):
-                    cell = closure[i]
-                    src = f.fn_src.attr("__closure__").item(i).attr("cell_contents") if f.fn_src is not None else None
-                    if id(cell) not in self._cell_src:
-                        self._cell_src[id(cell)] = src
-                    f.locals[base + i] = (cell, None)
-            elif op == "LOAD_CLOSURE":
-                push(f.locals[arg])
-            elif op == "LOAD_DEREF":
-                cell = f.locals[arg][0]
-                try:
-                    v = cell.cell_contents
-                except ValueError:
-                    raise NameError(f"free variable '{ins.argval}' referenced before assignment") from None
-                src = self._cell_src.get(id(cell))
-                self.touch(v, src)
-                push((v, src))
-            elif op == "STORE_DEREF":
-                cell = f.locals[arg][0]
-                v, src = pop()
-                if id(cell) not in self.local_objs:
-                    self.abort("assigns a closure variable of an enclosing function")
-                    self._effect("assigning a closure variable")
-                cell.cell_contents = v
-                self._cell_src[id(cell)] = src
-            elif op == "KW_NAMES":
-                f.kw_names = f.code.co_consts[arg]
-            elif op == "CALL":
-                n = arg
-                items = stack[len(stack) - n:]
-                del stack[len(stack) - n:]
-                second = pop()
-                first = pop()
-                if first[0] is _NULL:
-                    fnp = second
-                else:
-                    fnp = first
-                    items = [second] + items
-                kw = f.kw_names
-                f.kw_names = ()
-                if kw:
-                    pos, kwv = items[:len(items) - len(kw)], items[len(items) - len(kw):]
-                    kwargs = dict(zip(kw, kwv))
-                else:
-                    pos, kwargs = items, {}
-                if fnp[0] is super and not pos and not kwargs:
-                    pos = self._super_args(f)
-                push(self.call(fnp, pos, kwargs))
-            elif op == "CALL_FUNCTION_EX":
-                kwargs = {}
-                if arg & 1:
-                    d, dsrc = pop()
-                    srcs = self._dict_srcs.get(id(d), {})
-                    kwargs = {n: (v, srcs.get(n) or (dsrc.item(n) if dsrc else None)) for n, v in d.items()}
-                t, tsrc = pop()
-                srcs = self._tuple_srcs.get(id(t))
-                pos = [(v, (srcs[i] if srcs else (tsrc.item(i) if tsrc else None))) for i, v in enumerate(t)]
-                fnp = pop()
-                if stack and stack[-1][0] is _NULL:
-                    pop()
-                push(self.call(fnp, pos, kwargs))
-            elif op == "MAKE_FUNCTION":
-                code = popv()
-                closure = popv() if arg & 0x08 else None
-                if arg & 0x04:
-                    pop()
-                kwdefaults = popv() if arg & 0x02 else None
-                defaults = popv() if arg & 0x01 else None
-                fn = types.FunctionType(code, f.globals, code.co_name, defaults, closure)
-                if kwdefaults:
-                    fn.__kwdefaults__ = kwdefaults
-                fn.__qualname__ = code.co_qualname
-                self._mark_local(fn)
-                push((fn, None))
-            elif op == "BINARY_OP":
-                b = pop()
-                a = pop()
-                fn = _BINARY[arg]
-                pin(a, b)
-                if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
-                    self.abort("augmented assignment changes a container from outside the function")
-                    self._effect("changing a container in place")
-                push((fn(a[0], b[0]), None))
-            elif op == "COMPARE_OP":
-                b = pop()
-                a = pop()
-                pin(a, b)
-                push((_COMPARE[arg](a[0], b[0]), None))
-            elif op == "IS_OP":
-                b = pop()
-                a = pop()
-                pin(a, b)
-                push(((a[0] is not b[0]) if arg else (a[0] is b[0]), None))
-            elif op == "CONTAINS_OP":
-                b = pop()
-                a = pop()
-                self.touch_deep(*b)
-                pin(a)
-                r = a[0] in b[0]
-                push(((not r) if arg else r, None))
-            elif op == "UNARY_NEGATIVE":
-                push((-popv(), None))
-            elif op == "UNARY_POSITIVE":
-                push((+popv(), None))
-            elif op == "UNARY_INVERT":
-                push((~popv(), None))
-            elif op == "UNARY_NOT":
-                push((not popv(), None))
-            elif op == "BINARY_SUBSCR":
-                key = pop()
-                pin(key)
-                obj, osrc = pop()
-                v = obj[key[0]]
-                src = None
-                if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
-                    src = osrc.item(key[0])
-                elif osrc is not None and type(obj) in _DICTS:
-                    src = self._item_src(osrc, key[0])
-                elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
-                        isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
-                    src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
-                elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
-                    src = self._tuple_srcs[id(obj)][key[0]]
-                elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], slice):
-                    self._tuple_srcs[id(v)] = self._tuple_srcs[id(obj)][key[0]]
-                    self.keep.append(v)
-                elif osrc is not None and not isinstance(obj, torch.Tensor):
-                    self.touch_deep(obj, osrc)
-                self.touch(v, src)
-                push((v, src))
-            elif op == "STORE_SUBSCR":
-                if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
-                    # (a tensor's item assignment is an in-place write, recorded at ATen)
-                    why = "item assignment into an object from outside the function"
-                    stitched = self._stitch_store(f, why, "setitem", None)
-                    if not stitched:
-                        self.abort(why)
-                    self._effect("item assignment")
-                    if stitched:
-                        key, obj, v = popv(), popv(), popv()
-                        obj[key] = v
-                        raise StitchNow(None)
-                key = pop()
-                obj = popv()
-                v = popv()
-                if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
-                    # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
-                    # Tensor.__setitem__ does) is made here by a traced op instead of from Python
-                    # data, so the write is recorded; the number is a constant or a guarded value.
-                    v = torch.scalar_tensor(v, dtype=obj.dtype, device=obj.device)
-                obj[key[0]] = v
-            elif op == "BUILD_TUPLE":
-                items = stack[len(stack) - arg:] if arg else []
-                del stack[len(stack) - arg:]
-                t = tuple(v for v, _ in items)
-                if any(s is not None for _, s in items):
-                    self._tuple_srcs[id(t)] = [s for _, s in items]
-                    self.keep.append(t)
-                push((t, None))
-            elif op == "BUILD_LIST":
-                items = stack[len(stack) - arg:] if arg else []
-                del stack[len(stack) - arg:]
-                pin(*items)
-                push((self._mark_local([v for v, _ in items]), None))
-            elif op == "BUILD_SET":
-                items = stack[len(stack) - arg:] if arg else []
-                del stack[len(stack) - arg:]
-                pin(*items)
-                push((self._mark_local({v for v, _ in items}), None))
-            elif op == "BUILD_MAP":
-                items = stack[len(stack) - 2 * arg:] if arg else []
-                del stack[len(stack) - 2 * arg:]
-                pin(*items)
-                d = {items[2 * i][0]: items[2 * i + 1][0] for i in range(arg)}
-                push((self._mark_local(d), None))
-            elif op == "BUILD_CONST_KEY_MAP":
-                keys = popv()
-                items = stack[len(stack) - arg:]
-                del stack[len(stack) - arg:]
-                pin(*items)
-                push((self._mark_local(dict(zip(keys, (v for v, _ in items)))), None))
-            elif op == "BUILD_STRING":
-                items = stack[len(stack) - arg:] if arg else []
-                del stack[len(stack) - arg:]
-                push(("".join(v for v, _ in items), None))
-            elif op == "BUILD_SLICE":
-                items = [popv() for _ in range(arg)][::-1]
-                push((slice(*items), None))
-            elif op == "LIST_APPEND":
-                v = popv()
-                stack[-arg][0].append(v)
-            elif op == "SET_ADD":
-                v = popv()
-                stack[-arg][0].add(v)
-            elif op == "MAP_ADD":
-                v = popv()
-                k = popv()
-                stack[-arg][0][k] = v
-            elif op == "LIST_EXTEND":
-                v, s = pop()
-                self.touch_deep(v, s)
-                stack[-arg][0].extend(v)
-            elif op in ("DICT_MERGE", "DICT_UPDATE"):
-                v, s = pop()
-                self.touch_deep(v, s)
-                d = stack[-arg][0]
-                if op == "DICT_MERGE":
-                    dup = set(d) & set(v)
-                    if dup:
-                        raise TypeError(f"got multiple values for keyword argument '{next(iter(dup))}'")
-                d.update(v)
-            elif op == "LIST_TO_TUPLE":
-                push((tuple(popv()), None))
-            elif op == "UNPACK_SEQUENCE":
-                v, s = pop()
-                items = list(v)
-                if len(items) != arg:
-                    raise ValueError(f"expected {arg} values to unpack, got {len(items)}")
-                srcs = self._element_srcs(v, s, len(items))
-                for i in reversed(range(arg)):
-                    self.touch(items[i], srcs[i])
-                    push((items[i], srcs[i]))
-            elif op == "UNPACK_EX":
-                v, s = pop()
-                self.touch_deep(v, s)
-                items = list(v)
-                before, after = arg & 0xFF, arg >> 8
-                if len(items) < before + after:
-                    raise ValueError("not enough values to unpack")
-                for x in reversed(items[len(items) - after:]):
-                    push((x, None))
-                push((self._mark_local(items[before:len(items) - after]), None))
-                for x in reversed(items[:before]):
-                    push((x, None))
-            elif op == "GET_ITER":
-                v, s = pop()
-                if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and \
-                        not _has_hooks(v):
-                    srcs = self._submodule_srcs(v, s)
-                    push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
-                elif s is not None and type(v) is list and len(v) <= 256:
-                    push((_SourcedIter.live(v, s), None))
-                elif s is not None and type(v) is tuple and len(v) <= 256:
-                    srcs = self._element_srcs(v, s, len(v))
-                    push((_SourcedIter(list(v), srcs), None))
-                else:
-                    if type(v) is tuple and id(v) in self._tuple_srcs:
-                        push((_SourcedIter(list(v), self._tuple_srcs[id(v)]), None))
-                        continue
-                    self.touch_deep(v, s)
-                    push((iter(v), None))
-            elif op == "FOR_ITER":
-                it = stack[-1][0]
-                try:
-                    if isinstance(it, (_SourcedIter, _Generator)):
-                        try:
-                            v, src = it.next_pair()
-                        except StopIteration:
-                            if type(it) is _SourcedIter and it.src is not None and self.recording:
-                                # where the loop over a sourced list ended (it may have grown)
-                                self.guards.guard_state(f"len({it.src.expr})", it.i,
-                                                        f"{it.src.expr} has {it.i} elements", src=it.src)
-                            raise
-                        self.touch(v, src)
-                        push((v, src))
-                    else:
-                        push((next(it), None))
-                except StopIteration:
-                    pop()
-                    self._jump(f, ins.argval)
-            elif op in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT"):
-                self._jump(f, ins.argval)
-            elif op.startswith("POP_JUMP"):
-                v = popv()
-                if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
-                        self.rec.known(v):
-                    take = self._branch_on_tensor(f, v, op.endswith("IF_TRUE"), ins.argval)
-                    if take:
-                        self._jump(f, ins.argval)
-                    continue
-                if op.endswith("IF_FALSE"):
-                    take = not v
-                elif op.endswith("IF_TRUE"):
-                    take = bool(v)
-                elif op.endswith("IF_NOT_NONE"):
-                    take = v is not None
-                else:
-                    take = v is None
-                if take:
-                    self._jump(f, ins.argval)
-            elif op in ("JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"):
-                v = stack[-1][0]
-                if bool(v) == (op == "JUMP_IF_TRUE_OR_POP"):
-                    self._jump(f, ins.argval)
-                else:
-                    pop()
-            elif op == "FORMAT_VALUE":
-                spec = popv() if (arg & 0x04) else ""
-                v = popv()
-                conv = arg & 0x03
-                v = str(v) if conv == 1 else repr(v) if conv == 2 else ascii(v) if conv == 3 else v
-                push((format(v, spec), None))
-            elif op == "GET_LEN":
-                push((len(stack[-1][0]), None))
-            elif op == "RETURN_VALUE":
-                return pop()
-            elif op == "RETURN_GENERATOR":  # reached on the first resume: the value sent in
-                push((None, None))
-            elif op == "YIELD_VALUE":  # suspends here; the resume pushes the value sent (None)
-                return _Yielded(pop())
-            elif op == "LOAD_ASSERTION_ERROR":
-                push((AssertionError, None))
-            elif op == "RAISE_VARARGS":
-                if arg == 0:
-                    if self.handled_exc is None:
-                        raise RuntimeError("No active exception to reraise")
-                    raise self.handled_exc
-                cause = popv() if arg == 2 else None
-                exc = popv()
-                if cause is not None:
-                    raise exc from cause
-                raise exc
-            elif op == "PUSH_EXC_INFO":
-                v = pop()
-                push((self.handled_exc, None))
-                self.handled_exc = v[0]
-                push(v)
-            elif op == "POP_EXCEPT":
-                self.handled_exc = popv()
-            elif op == "CHECK_EXC_MATCH":
-                right = popv()
-                push((isinstance(stack[-1][0], right), None))
-            elif op == "RERAISE":
-                exc = popv()
-                raise exc
-            elif op == "BEFORE_WITH":
-                mgr, msrc = pop()
-                cls = type(mgr)
-                if not hasattr(cls, "__enter__") or not hasattr(cls, "__exit__"):
-                    raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
-                if msrc is not None and self.recording:
-                    self.guards.guard(Source(f"type({msrc.expr})", msrc), cls)
-                exit_ = cls.__exit__.__get__(mgr, cls)
-                push((exit_, None))
-                push(self.call((cls.__enter__.__get__(mgr, cls), msrc.attr("__enter__") if msrc else None), [], {}))
-            elif op == "WITH_EXCEPT_START":
-                exc = stack[-1][0]
-                push(self.call(stack[-4], [(type(exc), None), (exc, None), (exc.__traceback__, None)], {}))
-            elif op == "IMPORT_NAME":
-                fromlist = popv()
-                level = popv()
-                push(self._import(f, ins.argval, fromlist, level))
-            elif op == "IMPORT_FROM":
-                push(self._import_from(stack[-1], ins.argval))
-            else:  # pragma: no cover - excluded by the static check
+            handler = handlers.get(op)
+            if handler is None:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
+            r = handler(self, f, ins)
+            if r is not None:
+                return r[0]
+
+    def _popv(self, pop):
+        """The value on top, its source dropped: a plain data object guarded by class only loses
+        track here, so the trace depends on which object it is (GuardSet.pin)."""
+        v, s = pop()
+        if s is not None and self.guards._structural:
+            self.guards.pin(s, v)
+        return v
+
+    def _pin(self, *pairs):
+        """(value, source) pairs the trace depends on by identity (GuardSet.pin)."""
+        if self.guards._structural:
+            for v, s in pairs:
+                self.guards.pin(s, v)
+
+    # -- one handler per bytecode: f the frame, ins the instruction; None, or (value,) to return
+
+    @_handles('LOAD_FAST')
+    def _op_LOAD_FAST(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        p = f.locals[arg]
+        if p[0] is _NULL:
+            raise UnboundLocalError(f"local variable '{ins.argval}' referenced before assignment")
+        self.touch(*p)
+        push(p)
+
+    @_handles('STORE_FAST')
+    def _op_STORE_FAST(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        f.locals[arg] = pop()
+
+    @_handles('LOAD_CONST')
+    def _op_LOAD_CONST(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((ins.argval, None))
+
+    @_handles('POP_TOP')
+    def _op_POP_TOP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        pop()
+
+    @_handles('PUSH_NULL')
+    def _op_PUSH_NULL(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((_NULL, None))
+
+    @_handles('DELETE_FAST')
+    def _op_DELETE_FAST(self, f, ins):
+        arg = ins.arg
+        f.locals[arg] = (_NULL, None)
+
+    @_handles('COPY')
+    def _op_COPY(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        push(stack[-arg])
+
+    @_handles('SWAP')
+    def _op_SWAP(self, f, ins):
+        stack = f.stack
+        arg = ins.arg
+        stack[-1], stack[-arg] = stack[-arg], stack[-1]
+
+    @_handles('LOAD_GLOBAL')
+    def _op_LOAD_GLOBAL(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        if arg & 1:
+            push((_NULL, None))
+        name = ins.argval
+        if name in f.globals:
+            v = f.globals[name]
+            src = self._global_src(f, name)
+        else:
+            b = f.globals.get("__builtins__", builtins)
+            b = b if isinstance(b, dict) else b.__dict__
+            if name not in b:
+                raise NameError(f"name '{name}' is not defined")
+            v, src = b[name], None
+            self._guard_absent(f, name)  # a global of that name would shadow the builtin
+        self.touch(v, src)
+        push((v, src))
+
+    @_handles('LOAD_ATTR', 'LOAD_METHOD')
+    def _op_LOAD_ATTR(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        op = ins.opname
+        obj, osrc = pop()
+        name = ins.argval
+        if op == "LOAD_METHOD":
+            meth = self._plain_method(obj, osrc, name)
+            if meth is not None:
+                push(meth)
+                push((obj, osrc))
+                return
+            push((_NULL, None))
+        push(self.load_attr(obj, osrc, name))
+
+    @_handles('STORE_ATTR')
+    def _op_STORE_ATTR(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        if id(stack[-1][0]) not in self.local_objs:
+            why = f"sets attribute {ins.argval} of an object from outside the function"
+            stitched = self._stitch_store(f, why, "setattr", ins.argval)
+            if not stitched:
+                self.abort(why)
+            self._effect(f"setting attribute {ins.argval}")
+            if stitched:
+                obj, _ = pop()
+                setattr(obj, ins.argval, self._popv(pop))
+                raise StitchNow(None)
+        obj, _ = pop()
+        v, _ = pop()
+        setattr(obj, ins.argval, v)
+
+    @_handles('MAKE_CELL')
+    def _op_MAKE_CELL(self, f, ins):
+        arg = ins.arg
+        v = f.locals[arg]
+        cell = types.CellType() if v[0] is _NULL else types.CellType(v[0])
+        self._cell_src[id(cell)] = v[1]
+        self._mark_local(cell)
+        f.locals[arg] = (cell, None)
+
+    @_handles('COPY_FREE_VARS')
+    def _op_COPY_FREE_VARS(self, f, ins):
+        arg = ins.arg
+        closure = f.fn.__closure__
+        base = len(f.dec.names) - arg
+        for i in range(arg):
+            cell = closure[i]
+            src = f.fn_src.attr("__closure__").item(i).attr("cell_contents") if f.fn_src is not None else None
+            if id(cell) not in self._cell_src:
+                self._cell_src[id(cell)] = src
+            f.locals[base + i] = (cell, None)
+
+    @_handles('LOAD_CLOSURE')
+    def _op_LOAD_CLOSURE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        push(f.locals[arg])
+
+    @_handles('LOAD_DEREF')
+    def _op_LOAD_DEREF(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        cell = f.locals[arg][0]
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            raise NameError(f"free variable '{ins.argval}' referenced before assignment") from None
+        src = self._cell_src.get(id(cell))
+        self.touch(v, src)
+        push((v, src))
+
+    @_handles('STORE_DEREF')
+    def _op_STORE_DEREF(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        cell = f.locals[arg][0]
+        v, src = pop()
+        if id(cell) not in self.local_objs:
+            self.abort("assigns a closure variable of an enclosing function")
+            self._effect("assigning a closure variable")
+        cell.cell_contents = v
+        self._cell_src[id(cell)] = src
+
+    @_handles('KW_NAMES')
+    def _op_KW_NAMES(self, f, ins):
+        arg = ins.arg
+        f.kw_names = f.code.co_consts[arg]
+
+    @_handles('CALL')
+    def _op_CALL(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        n = arg
+        items = stack[len(stack) - n:]
+        del stack[len(stack) - n:]
+        second = pop()
+        first = pop()
+        if first[0] is _NULL:
+            fnp = second
+        else:
+            fnp = first
+            items = [second] + items
+        kw = f.kw_names
+        f.kw_names = ()
+        if kw:
+            pos, kwv = items[:len(items) - len(kw)], items[len(items) - len(kw):]
+            kwargs = dict(zip(kw, kwv))
+        else:
+            pos, kwargs = items, {}
+        if fnp[0] is super and not pos and not kwargs:
+            pos = self._super_args(f)
+        push(self.call(fnp, pos, kwargs))
+
+    @_handles('CALL_FUNCTION_EX')
+    def _op_CALL_FUNCTION_EX(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        kwargs = {}
+        if arg & 1:
+            d, dsrc = pop()
+            srcs = self._dict_srcs.get(id(d), {})
+            kwargs = {n: (v, srcs.get(n) or (dsrc.item(n) if dsrc else None)) for n, v in d.items()}
+        t, tsrc = pop()
+        srcs = self._tuple_srcs.get(id(t))
+        pos = [(v, (srcs[i] if srcs else (tsrc.item(i) if tsrc else None))) for i, v in enumerate(t)]
+        fnp = pop()
+        if stack and stack[-1][0] is _NULL:
+            pop()
+        push(self.call(fnp, pos, kwargs))
+
+    @_handles('MAKE_FUNCTION')
+    def _op_MAKE_FUNCTION(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        code = self._popv(pop)
+        closure = self._popv(pop) if arg & 0x08 else None
+        if arg & 0x04:
+            pop()
+        kwdefaults = self._popv(pop) if arg & 0x02 else None
+        defaults = self._popv(pop) if arg & 0x01 else None
+        fn = types.FunctionType(code, f.globals, code.co_name, defaults, closure)
+        if kwdefaults:
+            fn.__kwdefaults__ = kwdefaults
+        fn.__qualname__ = code.co_qualname
+        self._mark_local(fn)
+        push((fn, None))
+
+    @_handles('BINARY_OP')
+    def _op_BINARY_OP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        b = pop()
+        a = pop()
+        fn = _BINARY[arg]
+        self._pin(a, b)
+        if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
+            self.abort("augmented assignment changes a container from outside the function")
+            self._effect("changing a container in place")
+        push((fn(a[0], b[0]), None))
+
+    @_handles('COMPARE_OP')
+    def _op_COMPARE_OP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        b = pop()
+        a = pop()
+        self._pin(a, b)
+        push((_COMPARE[arg](a[0], b[0]), None))
+
+    @_handles('IS_OP')
+    def _op_IS_OP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        b = pop()
+        a = pop()
+        self._pin(a, b)
+        push(((a[0] is not b[0]) if arg else (a[0] is b[0]), None))
+
+    @_handles('CONTAINS_OP')
+    def _op_CONTAINS_OP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        b = pop()
+        a = pop()
+        self.touch_deep(*b)
+        self._pin(a)
+        r = a[0] in b[0]
+        push(((not r) if arg else r, None))
+
+    @_handles('UNARY_NEGATIVE')
+    def _op_UNARY_NEGATIVE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((-self._popv(pop), None))
+
+    @_handles('UNARY_POSITIVE')
+    def _op_UNARY_POSITIVE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((+self._popv(pop), None))
+
+    @_handles('UNARY_INVERT')
+    def _op_UNARY_INVERT(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((~self._popv(pop), None))
+
+    @_handles('UNARY_NOT')
+    def _op_UNARY_NOT(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((not self._popv(pop), None))
+
+    @_handles('BINARY_SUBSCR')
+    def _op_BINARY_SUBSCR(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        key = pop()
+        self._pin(key)
+        obj, osrc = pop()
+        v = obj[key[0]]
+        src = None
+        if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
+            src = osrc.item(key[0])
+        elif osrc is not None and type(obj) in _DICTS:
+            src = self._item_src(osrc, key[0])
+        elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
+                isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
+            src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
+        elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
+            src = self._tuple_srcs[id(obj)][key[0]]
+        elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], slice):
+            self._tuple_srcs[id(v)] = self._tuple_srcs[id(obj)][key[0]]
+            self.keep.append(v)
+        elif osrc is not None and not isinstance(obj, torch.Tensor):
+            self.touch_deep(obj, osrc)
+        self.touch(v, src)
+        push((v, src))
+
+    @_handles('STORE_SUBSCR')
+    def _op_STORE_SUBSCR(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
+            # (a tensor's item assignment is an in-place write, recorded at ATen)
+            why = "item assignment into an object from outside the function"
+            stitched = self._stitch_store(f, why, "setitem", None)
+            if not stitched:
+                self.abort(why)
+            self._effect("item assignment")
+            if stitched:
+                key, obj, v = self._popv(pop), self._popv(pop), self._popv(pop)
+                obj[key] = v
+                raise StitchNow(None)
+        key = pop()
+        obj = self._popv(pop)
+        v = self._popv(pop)
+        if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
+            # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
+            # Tensor.__setitem__ does) is made here by a traced op instead of from Python
+            # data, so the write is recorded; the number is a constant or a guarded value.
+            v = torch.scalar_tensor(v, dtype=obj.dtype, device=obj.device)
+        obj[key[0]] = v
+
+    @_handles('BUILD_TUPLE')
+    def _op_BUILD_TUPLE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = stack[len(stack) - arg:] if arg else []
+        del stack[len(stack) - arg:]
+        t = tuple(v for v, _ in items)
+        if any(s is not None for _, s in items):
+            self._tuple_srcs[id(t)] = [s for _, s in items]
+            self.keep.append(t)
+        push((t, None))
+
+    @_handles('BUILD_LIST')
+    def _op_BUILD_LIST(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = stack[len(stack) - arg:] if arg else []
+        del stack[len(stack) - arg:]
+        self._pin(*items)
+        push((self._mark_local([v for v, _ in items]), None))
+
+    @_handles('BUILD_SET')
+    def _op_BUILD_SET(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = stack[len(stack) - arg:] if arg else []
+        del stack[len(stack) - arg:]
+        self._pin(*items)
+        push((self._mark_local({v for v, _ in items}), None))
+
+    @_handles('BUILD_MAP')
+    def _op_BUILD_MAP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = stack[len(stack) - 2 * arg:] if arg else []
+        del stack[len(stack) - 2 * arg:]
+        self._pin(*items)
+        d = {items[2 * i][0]: items[2 * i + 1][0] for i in range(arg)}
+        push((self._mark_local(d), None))
+
+    @_handles('BUILD_CONST_KEY_MAP')
+    def _op_BUILD_CONST_KEY_MAP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        keys = self._popv(pop)
+        items = stack[len(stack) - arg:]
+        del stack[len(stack) - arg:]
+        self._pin(*items)
+        push((self._mark_local(dict(zip(keys, (v for v, _ in items)))), None))
+
+    @_handles('BUILD_STRING')
+    def _op_BUILD_STRING(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = stack[len(stack) - arg:] if arg else []
+        del stack[len(stack) - arg:]
+        push(("".join(v for v, _ in items), None))
+
+    @_handles('BUILD_SLICE')
+    def _op_BUILD_SLICE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        items = [self._popv(pop) for _ in range(arg)][::-1]
+        push((slice(*items), None))
+
+    @_handles('LIST_APPEND')
+    def _op_LIST_APPEND(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v = self._popv(pop)
+        stack[-arg][0].append(v)
+
+    @_handles('SET_ADD')
+    def _op_SET_ADD(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v = self._popv(pop)
+        stack[-arg][0].add(v)
+
+    @_handles('MAP_ADD')
+    def _op_MAP_ADD(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v = self._popv(pop)
+        k = self._popv(pop)
+        stack[-arg][0][k] = v
+
+    @_handles('LIST_EXTEND')
+    def _op_LIST_EXTEND(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v, s = pop()
+        self.touch_deep(v, s)
+        stack[-arg][0].extend(v)
+
+    @_handles('DICT_MERGE', 'DICT_UPDATE')
+    def _op_DICT_MERGE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        op = ins.opname
+        v, s = pop()
+        self.touch_deep(v, s)
+        d = stack[-arg][0]
+        if op == "DICT_MERGE":
+            dup = set(d) & set(v)
+            if dup:
+                raise TypeError(f"got multiple values for keyword argument '{next(iter(dup))}'")
+        d.update(v)
+
+    @_handles('LIST_TO_TUPLE')
+    def _op_LIST_TO_TUPLE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((tuple(self._popv(pop)), None))
+
+    @_handles('UNPACK_SEQUENCE')
+    def _op_UNPACK_SEQUENCE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v, s = pop()
+        items = list(v)
+        if len(items) != arg:
+            raise ValueError(f"expected {arg} values to unpack, got {len(items)}")
+        srcs = self._element_srcs(v, s, len(items))
+        for i in reversed(range(arg)):
+            self.touch(items[i], srcs[i])
+            push((items[i], srcs[i]))
+
+    @_handles('UNPACK_EX')
+    def _op_UNPACK_EX(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        v, s = pop()
+        self.touch_deep(v, s)
+        items = list(v)
+        before, after = arg & 0xFF, arg >> 8
+        if len(items) < before + after:
+            raise ValueError("not enough values to unpack")
+        for x in reversed(items[len(items) - after:]):
+            push((x, None))
+        push((self._mark_local(items[before:len(items) - after]), None))
+        for x in reversed(items[:before]):
+            push((x, None))
+
+    @_handles('GET_ITER')
+    def _op_GET_ITER(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        v, s = pop()
+        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and \
+                not _has_hooks(v):
+            srcs = self._submodule_srcs(v, s)
+            push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
+        elif s is not None and type(v) is list and len(v) <= 256:
+            push((_SourcedIter.live(v, s), None))
+        elif s is not None and type(v) is tuple and len(v) <= 256:
+            srcs = self._element_srcs(v, s, len(v))
+            push((_SourcedIter(list(v), srcs), None))
+        else:
+            if type(v) is tuple and id(v) in self._tuple_srcs:
+                push((_SourcedIter(list(v), self._tuple_srcs[id(v)]), None))
+                return
+            self.touch_deep(v, s)
+            push((iter(v), None))
+
+    @_handles('FOR_ITER')
+    def _op_FOR_ITER(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        it = stack[-1][0]
+        try:
+            if isinstance(it, (_SourcedIter, _Generator)):
+                try:
+                    v, src = it.next_pair()
+                except StopIteration:
+                    if type(it) is _SourcedIter and it.src is not None and self.recording:
+                        # where the loop over a sourced list ended (it may have grown)
+                        self.guards.guard_state(f"len({it.src.expr})", it.i,
+                                                f"{it.src.expr} has {it.i} elements", src=it.src)
+                    raise
+                self.touch(v, src)
+                push((v, src))
+            else:
+                push((next(it), None))
+        except StopIteration:
+            pop()
+            self._jump(f, ins.argval)
+
+    @_handles('JUMP_FORWARD', 'JUMP_BACKWARD', 'JUMP_BACKWARD_NO_INTERRUPT')
+    def _op_JUMP(self, f, ins):
+        self._jump(f, ins.argval)
+
+    @_handles('POP_JUMP_BACKWARD_IF_FALSE', 'POP_JUMP_BACKWARD_IF_NONE', 'POP_JUMP_BACKWARD_IF_NOT_NONE', 'POP_JUMP_BACKWARD_IF_TRUE', 'POP_JUMP_FORWARD_IF_FALSE', 'POP_JUMP_FORWARD_IF_NONE', 'POP_JUMP_FORWARD_IF_NOT_NONE', 'POP_JUMP_FORWARD_IF_TRUE')
+    def _op_POP_JUMP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        op = ins.opname
+        v = self._popv(pop)
+        if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
+                self.rec.known(v):
+            take = self._branch_on_tensor(f, v, op.endswith("IF_TRUE"), ins.argval)
+            if take:
+                self._jump(f, ins.argval)
+            return
+        if op.endswith("IF_FALSE"):
+            take = not v
+        elif op.endswith("IF_TRUE"):
+            take = bool(v)
+        elif op.endswith("IF_NOT_NONE"):
+            take = v is not None
+        else:
+            take = v is None
+        if take:
+            self._jump(f, ins.argval)
+
+    @_handles('JUMP_IF_FALSE_OR_POP', 'JUMP_IF_TRUE_OR_POP')
+    def _op_JUMP_IF_OR_POP(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        op = ins.opname
+        v = stack[-1][0]
+        if bool(v) == (op == "JUMP_IF_TRUE_OR_POP"):
+            self._jump(f, ins.argval)
+        else:
+            pop()
+
+    @_handles('FORMAT_VALUE')
+    def _op_FORMAT_VALUE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        spec = self._popv(pop) if (arg & 0x04) else ""
+        v = self._popv(pop)
+        conv = arg & 0x03
+        v = str(v) if conv == 1 else repr(v) if conv == 2 else ascii(v) if conv == 3 else v
+        push((format(v, spec), None))
+
+    @_handles('GET_LEN')
+    def _op_GET_LEN(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((len(stack[-1][0]), None))
+
+    @_handles('RETURN_VALUE')
+    def _op_RETURN_VALUE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        return (pop(),)
+
+    @_handles('RETURN_GENERATOR')
+    def _op_RETURN_GENERATOR(self, f, ins):  # reached on the first resume: the value sent in
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((None, None))
+
+    @_handles('YIELD_VALUE')
+    def _op_YIELD_VALUE(self, f, ins):  # suspends here; the resume pushes the value sent (None)
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        return (_Yielded(pop()),)
+
+    @_handles('LOAD_ASSERTION_ERROR')
+    def _op_LOAD_ASSERTION_ERROR(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push((AssertionError, None))
+
+    @_handles('RAISE_VARARGS')
+    def _op_RAISE_VARARGS(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        arg = ins.arg
+        if arg == 0:
+            if self.handled_exc is None:
+                raise RuntimeError("No active exception to reraise")
+            raise self.handled_exc
+        cause = self._popv(pop) if arg == 2 else None
+        exc = self._popv(pop)
+        if cause is not None:
+            raise exc from cause
+        raise exc
+
+    @_handles('PUSH_EXC_INFO')
+    def _op_PUSH_EXC_INFO(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        v = pop()
+        push((self.handled_exc, None))
+        self.handled_exc = v[0]
+        push(v)
+
+    @_handles('POP_EXCEPT')
+    def _op_POP_EXCEPT(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        self.handled_exc = self._popv(pop)
+
+    @_handles('CHECK_EXC_MATCH')
+    def _op_CHECK_EXC_MATCH(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        right = self._popv(pop)
+        push((isinstance(stack[-1][0], right), None))
+
+    @_handles('RERAISE')
+    def _op_RERAISE(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        exc = self._popv(pop)
+        raise exc
+
+    @_handles('BEFORE_WITH')
+    def _op_BEFORE_WITH(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        mgr, msrc = pop()
+        cls = type(mgr)
+        if not hasattr(cls, "__enter__") or not hasattr(cls, "__exit__"):
+            raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
+        if msrc is not None and self.recording:
+            self.guards.guard(Source(f"type({msrc.expr})", msrc), cls)
+        exit_ = cls.__exit__.__get__(mgr, cls)
+        push((exit_, None))
+        push(self.call((cls.__enter__.__get__(mgr, cls), msrc.attr("__enter__") if msrc else None), [], {}))
+
+    @_handles('WITH_EXCEPT_START')
+    def _op_WITH_EXCEPT_START(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        exc = stack[-1][0]
+        push(self.call(stack[-4], [(type(exc), None), (exc, None), (exc.__traceback__, None)], {}))
+
+    @_handles('IMPORT_NAME')
+    def _op_IMPORT_NAME(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        fromlist = self._popv(pop)
+        level = self._popv(pop)
+        push(self._import(f, ins.argval, fromlist, level))
+
+    @_handles('IMPORT_FROM')
+    def _op_IMPORT_FROM(self, f, ins):
+        stack = f.stack
+        push, pop = stack.append, stack.pop
+        push(self._import_from(stack[-1], ins.argval))
+
 
     def _import(self, f, name, fromlist, level):
         """`import name` / `from name import ...`: a module already loaded is read from
@@ -1539,6 +1835,11 @@ class Interpreter:
     def _guard_absent(self, f, name):
         expr = f"({name!r} not in {self._globals_source(f).expr})"
         self.guards.guard_state(expr, True, f"no global named {name}")
+
+
+_HANDLERS = {name: fn for fn in vars(Interpreter).values() if callable(fn) and hasattr(fn, "opnames")
+             for name in fn.opnames}
+_SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
 
 
 _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
