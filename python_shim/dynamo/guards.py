@@ -32,8 +32,9 @@ _BY_VALUE = (type(None), bool, int, float, str, torch.dtype, torch.device)
 def structural(v):
     """Whether v is a plain data object, guarded by its class and the attributes read (see the
     module's text): an instance of a class written in Python with the plain metaclass (no enum,
-    no ABC), its own __dict__, and attribute access, setting and comparison of object's own;
-    no module, tensor, function or class, nothing of torch itself."""
+    no ABC), its own __dict__, and attribute access and setting of object's own; no module,
+    tensor, function or class, nothing of torch itself. (A class's own __eq__ or __hash__, such
+    as a dataclass's, is allowed: comparing or hashing the object pins it.)"""
     t = type(v)
     if type(t) is not type or t.__module__ == "builtins" or t.__module__.startswith("torch.") or \
             isinstance(v, (torch.Tensor, torch.nn.Module, BaseException)):
@@ -43,8 +44,7 @@ def structural(v):
     except AttributeError:
         return False
     return (t.__getattribute__ is object.__getattribute__ and t.__setattr__ is object.__setattr__ and
-            getattr(t, "__getattr__", None) is None and t.__eq__ is object.__eq__ and
-            t.__hash__ is object.__hash__ and "__slots__" not in t.__dict__)
+            getattr(t, "__getattr__", None) is None and "__slots__" not in t.__dict__)
 
 
 def same_float(x, c):

@@ -114,3 +114,34 @@ def test_mutated_attributes_of_the_same_object_are_seen():
         assert torch.allclose(jit(b, p), scaled(b, p))
         b.x = torch.randn(2, 7)
         assert torch.allclose(jit(b, p), scaled(b, p))
+
+
+@dataclasses.dataclass
+class Config:  # eq=True (the default): an __eq__ of its own, unhashable
+    scale: float
+    bias: torch.Tensor
+
+
+def configured(x, cfg):
+    return x * cfg.scale + cfg.bias
+
+
+def configured_same(x, cfg, other):
+    return x + (1.0 if cfg == other else 0.0)
+
+
+def test_a_default_dataclass_made_each_call_runs_one_trace_and_compares_by_its_eq():
+    jit = dynamo.optimize(configured)
+    with torch.no_grad():
+        for _ in range(5):
+            x, cfg = torch.randn(6), Config(0.5, torch.randn(6))
+            assert torch.allclose(jit(x, cfg), configured(x, cfg))
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["native_runs"] == 4, c
+    jit2 = dynamo.optimize(configured_same)
+    with torch.no_grad():
+        b = torch.zeros(2)
+        for cfg, other in [(Config(1.0, b), Config(1.0, b)), (Config(1.0, b), Config(2.0, b)),
+                           (Config(3.0, b), Config(3.0, b))]:
+            x = torch.randn(2)
+            assert torch.equal(jit2(x, cfg, other), configured_same(x, cfg, other))
