@@ -18,9 +18,10 @@ MultiheadAttention is self-attention without weights, LSTM and Conformer return 
 Conformer's lengths tensor is built inside the call).
 The model and a deep copy are built; the copy goes through dynamo.optimize.
 Each of --calls calls (default 8; 6 for detection, the slowest family, so that the whole zoo
-takes about 15 minutes on two cores, and enough for a detection model's parts to settle: their
-post-processing is left to CPython over the first calls, see dynamo.config.compile_parts) feeds both the same fresh random input (generated from the
-call's seed, cloned per side) and compares every output (nested tuples/lists/dicts of tensors):
+takes about 15 minutes on two cores and a detection model's parts settle: their post-processing
+is left to CPython over the first calls, see dynamo.config.compile_parts) feeds both the same
+fresh random input (generated from the call's seed, cloned per side) and compares every output
+(nested tuples/lists/dicts of tensors):
 float tensors with allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everything else exactly.
 
 Per model: status, largest error over the calls, largest |eager output|, native runs and traces
@@ -309,8 +310,8 @@ def _score_layers(model):
 
 def _spread_scores(model, size):
     """Rescales each score layer so that its outputs have std 1 around 0 on an image of the
-    zoo's size: the scores then differ by far more than rounding, and top-k / NMS pick the same
-    boxes on both sides."""
+    zoo's size: most scores then differ by far more than rounding. The ties that remain
+    (proposals pooling the same features) are judged by _rounding_budget."""
     import torch
     stds = {}
     hooks = [m.register_forward_hook(lambda m, i, o: stds.setdefault(m, []).append(o.float().std().item()))
