@@ -717,7 +717,6 @@ class Interpreter:
             if ins.opname in _MAY_CALL_TORCH and self.recording:
                 self._start = (f, f.ip - 1, list(stack), f.kw_names, self.rec.mutated)
             op = ins.opname
-            arg = ins.arg
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
                 continue
             handler = handlers.get(op)
@@ -746,7 +745,7 @@ class Interpreter:
     @_handles('LOAD_FAST')
     def _op_LOAD_FAST(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         p = f.locals[arg]
         if p[0] is _NULL:
@@ -757,26 +756,26 @@ class Interpreter:
     @_handles('STORE_FAST')
     def _op_STORE_FAST(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         f.locals[arg] = pop()
 
     @_handles('LOAD_CONST')
     def _op_LOAD_CONST(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push((ins.argval, None))
 
     @_handles('POP_TOP')
     def _op_POP_TOP(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         pop()
 
     @_handles('PUSH_NULL')
     def _op_PUSH_NULL(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push((_NULL, None))
 
     @_handles('DELETE_FAST')
@@ -787,7 +786,7 @@ class Interpreter:
     @_handles('COPY')
     def _op_COPY(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         push(stack[-arg])
 
@@ -800,7 +799,7 @@ class Interpreter:
     @_handles('LOAD_GLOBAL')
     def _op_LOAD_GLOBAL(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         if arg & 1:
             push((_NULL, None))
@@ -837,7 +836,7 @@ class Interpreter:
     @_handles('STORE_ATTR')
     def _op_STORE_ATTR(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         if id(stack[-1][0]) not in self.local_objs:
             why = f"sets attribute {ins.argval} of an object from outside the function"
             stitched = self._stitch_store(f, why, "setattr", ins.argval)
@@ -876,14 +875,14 @@ class Interpreter:
     @_handles('LOAD_CLOSURE')
     def _op_LOAD_CLOSURE(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         push(f.locals[arg])
 
     @_handles('LOAD_DEREF')
     def _op_LOAD_DEREF(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         cell = f.locals[arg][0]
         try:
@@ -897,7 +896,7 @@ class Interpreter:
     @_handles('STORE_DEREF')
     def _op_STORE_DEREF(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         cell = f.locals[arg][0]
         v, src = pop()
@@ -1073,7 +1072,7 @@ class Interpreter:
     @_handles('STORE_SUBSCR')
     def _op_STORE_SUBSCR(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
             # (a tensor's item assignment is an in-place write, recorded at ATen)
             why = "item assignment into an object from outside the function"
@@ -1098,7 +1097,7 @@ class Interpreter:
     @_handles('BUILD_TUPLE')
     def _op_BUILD_TUPLE(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
@@ -1111,7 +1110,7 @@ class Interpreter:
     @_handles('BUILD_LIST')
     def _op_BUILD_LIST(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
@@ -1121,7 +1120,7 @@ class Interpreter:
     @_handles('BUILD_SET')
     def _op_BUILD_SET(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
@@ -1131,7 +1130,7 @@ class Interpreter:
     @_handles('BUILD_MAP')
     def _op_BUILD_MAP(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         items = stack[len(stack) - 2 * arg:] if arg else []
         del stack[len(stack) - 2 * arg:]
@@ -1153,7 +1152,7 @@ class Interpreter:
     @_handles('BUILD_STRING')
     def _op_BUILD_STRING(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         arg = ins.arg
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
@@ -1170,7 +1169,7 @@ class Interpreter:
     @_handles('LIST_APPEND')
     def _op_LIST_APPEND(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         v = self._popv(pop)
         stack[-arg][0].append(v)
@@ -1178,7 +1177,7 @@ class Interpreter:
     @_handles('SET_ADD')
     def _op_SET_ADD(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         v = self._popv(pop)
         stack[-arg][0].add(v)
@@ -1186,7 +1185,7 @@ class Interpreter:
     @_handles('MAP_ADD')
     def _op_MAP_ADD(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         v = self._popv(pop)
         k = self._popv(pop)
@@ -1195,7 +1194,7 @@ class Interpreter:
     @_handles('LIST_EXTEND')
     def _op_LIST_EXTEND(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         v, s = pop()
         self.touch_deep(v, s)
@@ -1204,7 +1203,7 @@ class Interpreter:
     @_handles('DICT_MERGE', 'DICT_UPDATE')
     def _op_DICT_MERGE(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         op = ins.opname
         v, s = pop()
@@ -1304,7 +1303,7 @@ class Interpreter:
     @_handles('POP_JUMP_BACKWARD_IF_FALSE', 'POP_JUMP_BACKWARD_IF_NONE', 'POP_JUMP_BACKWARD_IF_NOT_NONE', 'POP_JUMP_BACKWARD_IF_TRUE', 'POP_JUMP_FORWARD_IF_FALSE', 'POP_JUMP_FORWARD_IF_NONE', 'POP_JUMP_FORWARD_IF_NOT_NONE', 'POP_JUMP_FORWARD_IF_TRUE')
     def _op_POP_JUMP(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         op = ins.opname
         v = self._popv(pop)
         if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
@@ -1327,7 +1326,7 @@ class Interpreter:
     @_handles('JUMP_IF_FALSE_OR_POP', 'JUMP_IF_TRUE_OR_POP')
     def _op_JUMP_IF_OR_POP(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         op = ins.opname
         v = stack[-1][0]
         if bool(v) == (op == "JUMP_IF_TRUE_OR_POP"):
@@ -1349,37 +1348,37 @@ class Interpreter:
     @_handles('GET_LEN')
     def _op_GET_LEN(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push((len(stack[-1][0]), None))
 
     @_handles('RETURN_VALUE')
     def _op_RETURN_VALUE(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         return (pop(),)
 
     @_handles('RETURN_GENERATOR')
     def _op_RETURN_GENERATOR(self, f, ins):  # reached on the first resume: the value sent in
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push((None, None))
 
     @_handles('YIELD_VALUE')
     def _op_YIELD_VALUE(self, f, ins):  # suspends here; the resume pushes the value sent (None)
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         return (_Yielded(pop()),)
 
     @_handles('LOAD_ASSERTION_ERROR')
     def _op_LOAD_ASSERTION_ERROR(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push((AssertionError, None))
 
     @_handles('RAISE_VARARGS')
     def _op_RAISE_VARARGS(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         arg = ins.arg
         if arg == 0:
             if self.handled_exc is None:
@@ -1403,7 +1402,7 @@ class Interpreter:
     @_handles('POP_EXCEPT')
     def _op_POP_EXCEPT(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         self.handled_exc = self._popv(pop)
 
     @_handles('CHECK_EXC_MATCH')
@@ -1416,7 +1415,7 @@ class Interpreter:
     @_handles('RERAISE')
     def _op_RERAISE(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        pop = stack.pop
         exc = self._popv(pop)
         raise exc
 
@@ -1437,7 +1436,7 @@ class Interpreter:
     @_handles('WITH_EXCEPT_START')
     def _op_WITH_EXCEPT_START(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         exc = stack[-1][0]
         push(self.call(stack[-4], [(type(exc), None), (exc, None), (exc.__traceback__, None)], {}))
 
@@ -1452,7 +1451,7 @@ class Interpreter:
     @_handles('IMPORT_FROM')
     def _op_IMPORT_FROM(self, f, ins):
         stack = f.stack
-        push, pop = stack.append, stack.pop
+        push = stack.append
         push(self._import_from(stack[-1], ins.argval))
 
 
