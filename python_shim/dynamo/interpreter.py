@@ -35,12 +35,13 @@ import types
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
-from . import config
-from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, Source, plain
-from .recorder import Abort, DataDependentStep, NopythonError
+from . import config, snapshot
+from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
+from .frames import NoSnapshot, SourcedIter as _SourcedIter, plain_class as _plain_class
+from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
+from .recorder import Recorder
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
-CO_GENERATOR = 0x20
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
 
 _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -82,7 +83,6 @@ _SKIPPED = frozenset(("NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "CACHE"))
 # torch functions (not ATen ops, so not recorded) that change global state: they end the trace
 # and run for real (torch.manual_seed, torch.set_default_dtype, torch.use_deterministic_algorithms).
 _GLOBAL_SETTER = re.compile(r"^_?(set_|manual_seed$|seed$|use_|random_seed)")
-_NULL = object()  # CPython's NULL stack entry
 MAX_DEPTH = 32
 MAX_STEPS = 200_000
 
@@ -143,16 +143,6 @@ def _is_torch_callable(fn):
     return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
 
 
-class StitchNow(Exception):
-    """Raised by a recording right after it made a stitch's step: the front end compiles the
-    trace so far and records the rest of the call from the stitch's snapshot, in the same call
-    (value: the step's result). Never handed to the program's exception handlers."""
-
-    def __init__(self, value):
-        super().__init__("stitch")
-        self.value = value
-
-
 _FROM_DATA = {torch.tensor, torch.as_tensor}
 
 
@@ -171,16 +161,6 @@ def _numbers(v, depth=0):
 def _freeze(v):
     """v with its lists and sizes made tuples (a constant the guards may hold: it cannot change)."""
     return tuple(_freeze(x) for x in v) if type(v) in _SEQUENCES else v
-
-
-def _plain_class(fn):
-    """A Python class whose instances are made by object.__new__ and whose __init__ is Python
-    code (or object's): calling it can be interpreted."""
-    if not isinstance(fn, type) or type(fn) is not type or fn.__module__ == "builtins":
-        return False
-    if fn.__new__ is not object.__new__ or issubclass(fn, (torch.Tensor, torch.nn.Module, BaseException)):
-        return False
-    return fn.__init__ is object.__init__ or isinstance(fn.__init__, types.FunctionType)
 
 
 def runs_class_forward(m):
@@ -266,7 +246,7 @@ class Interpreter:
         frame below the root (the modules whose forwards were running: a part of an optimized
         module that the abort happened in is compiled apart, see OptimizedFunction._aborted)."""
         if self.frames:
-            self.rec.abort_where = self._where(self.frames[-1])
+            self.rec.abort_where = snapshot.where(self.frames[-1])
         self.rec.abort_selves = [f.locals[0][0] for f in self.frames[1:] if f.locals]
 
     def touch(self, v, src, depth=0):
@@ -1593,31 +1573,25 @@ class Interpreter:
     def _branch_on_tensor(self, f, v, jump_if, target):
         """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
         a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
-        from .snapshot import NoSnapshot, Snapshot
-
         self.rec.paused += 1
         try:
             truth = bool(v)  # as eager: raises for more than one element
         finally:
             self.rec.paused -= 1
         take = truth == jump_if
-        resume_ip = f.ip if take else f.dec.index[target]
-        live, index = [], {}
         try:
-            frames = self._snapshot_frames(f, resume_ip, live, index)
+            snap, live, _ = snapshot.take(self, f, f.ip if take else f.dec.index[target],
+                                          f"branch on a tensor (recorded: {truth})")
         except NoSnapshot as e:
             self.abort(f"data-dependent branch on a tensor: {e}", "data_dependent")
             return take
-        self.rec.side_exit(v, truth, live, Snapshot(frames, self.guards._consts, self._where(f),
-                                                    f"branch on a tensor (recorded: {truth})"))
+        self.rec.side_exit(v, truth, live, snap)
         return take
 
     def _tensor_value(self, t, conv):
         """A Python number read from recorded tensor t (t.item(), int(t), ...): the trace goes on
         with this value, behind a side exit taken when t holds another one; the snapshot resumes
         right after the call with the new value."""
-        from .snapshot import NoSnapshot, Snapshot
-
         self.rec.paused += 1
         try:
             raw = t.item()
@@ -1625,56 +1599,42 @@ class Interpreter:
         finally:
             self.rec.paused -= 1
         f = self.frames[-1]
-        live, index = [], {}
         try:
-            frames = self._snapshot_frames(f, f.ip, live, index)
+            snap, live, index = snapshot.take(self, f, f.ip, f"{conv}() of a tensor == {raw!r}")
         except NoSnapshot as e:
             self.abort(f"data-dependent value: {e}", "data_dependent")
             return (value, None)
         if id(t) not in index:
             index[id(t)] = len(live)
             live.append(t)
-        frames[-1].stack.append(("item", index[id(t)], conv))
-        self.rec.value_exit(t, raw, live, Snapshot(frames, self.guards._consts, self._where(f),
-                                                   f"{conv}() of a tensor == {raw!r}"))
+        snap.frames[-1].stack.append(("item", index[id(t)], conv))
+        self.rec.value_exit(t, raw, live, snap)
         return (value, None)
 
     def _snapshot_at_start(self):
         """(Snapshot, live tensors) that re-runs the current bytecode (for ops whose output size
         depends on the data); NoSnapshot if it cannot be re-run."""
-        from .snapshot import NoSnapshot, Snapshot
-
         if self._start is None or self._start[0] is not self.frames[-1]:
             raise NoSnapshot("it is not called from a bytecode the interpreter can re-run")
         f, ip, stack, kw_names, mutated = self._start
         if self.rec.mutated != mutated:
             raise NoSnapshot("an in-place write happened in the same call")
-        live, index = [], {}
-        saved_stack, saved_kw = f.stack, f.kw_names
-        f.stack, f.kw_names = stack, kw_names
-        try:
-            frames = self._snapshot_frames(f, ip, live, index)
-        finally:
-            f.stack, f.kw_names = saved_stack, saved_kw
-        return Snapshot(frames, self.guards._consts, self._where(f), "output size of a data-dependent op"), live
+        snap, live, _ = snapshot.take(self, f, ip, "output size of a data-dependent op", stack, kw_names)
+        return snap, live
 
     def _cut(self, f):
         """The trace reached config.max_trace_ops: it ends before the current instruction and
         hands its live values to a snapshot that continues from there (an exit always taken);
         the call itself goes on unrecorded."""
-        from .snapshot import NoSnapshot, Snapshot
-
-        live, index = [], {}
         try:
-            frames = self._snapshot_frames(f, f.ip - 1, live, index)
+            snap, live, _ = snapshot.take(self, f, f.ip - 1, "trace cut (config.max_trace_ops)")
         except NoSnapshot as e:
             self.abort(f"trace longer than {self.max_ops} ops and not cut here: {e}", "too_long")
             return
         if not live:
             self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut", "too_long")
             return
-        self.rec.cut = (Snapshot(frames, self.guards._consts, self._where(f), "trace cut (config.max_trace_ops)"),
-                        live)
+        self.rec.cut = (snap, live)
 
     def _stitch(self, why):
         """Ends the trace right before the current CALL, which is not recordable (why), as a
@@ -1682,7 +1642,7 @@ class Interpreter:
         the frames as they will be *after* the call, with the call's result as one more live
         value (("live", n)), plus the call itself (`step`: its callable and arguments, encoded like
         the frames). On later calls the front end runs the trace, makes that one call for real,
-        and goes on in a trace recorded from after it (frontend._continue_at_exit). False when
+        and goes on in a trace recorded from after it (tracetree.TraceTree._continue_at_exit). False when
         the state cannot be carried (then the recording aborts, as before)."""
         if self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
             return False
@@ -1700,8 +1660,6 @@ class Interpreter:
                                False)
 
     def _stitch_at(self, f, ip, stack, kw_names, why, kind, nops, extra, pushes):
-        from .snapshot import FrameState, NoSnapshot, Snapshot, spec_objects
-
         if not config.stitch or self.nopython or not self.recording or len(stack) < nops:
             return False
         # inside a try or with block the step's exception would belong to a handler of the
@@ -1709,62 +1667,23 @@ class Interpreter:
         if any(fr.dec.handlers and fr.dec.handler_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
                for fr in self.frames):
             return False
-        live, index = [], {}
-        saved_stack, saved_kw = f.stack, f.kw_names
-        f.stack, f.kw_names = stack, kw_names
-        try:
-            frames = self._snapshot_frames(f, ip, live, index)
-        except NoSnapshot:
+        cut = snapshot.for_stitch(self, f, ip, stack, kw_names, why, (kind, nops, extra, pushes))
+        if cut is None:
             return False
-        finally:
-            f.stack, f.kw_names = saved_stack, saved_kw
-        inner = frames[-1]
-        k = len(inner.stack) - nops
-        # The step is made on objects decoded for it alone; one the frames also hold (a list
-        # passed to the call and kept in a local) would then be two objects after the stitch.
-        held, ops = set(), set()
-        for fs in frames:
-            for sp in fs.locals + (fs.stack[:k] if fs is inner else fs.stack):
-                spec_objects(sp, held)
-        for sp in inner.stack[k:]:
-            spec_objects(sp, ops)
-        if held & ops:
-            return False
-        after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
-        frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, ())
-        snap = Snapshot(frames, self.guards._consts, self._where(f), f"stitch: {why}")
-        snap.step = (kind, inner.stack[k:], extra)
-        self.rec.cut = (snap, live)
+        self.rec.cut = cut
         self.rec.stitch_reason = why
         return True
 
-    def _snapshot_frames(self, f, resume_ip, live, index):
-        from .snapshot import FrameState, NoSnapshot, encode
+    def new_frame(self, code, fn, fn_src, glb):
+        """A frame of code, to run from its first bytecode (or from a snapshot's, set on it)."""
+        return _Frame(code, fn, fn_src, glb)
 
-        if torch.is_grad_enabled() != self.grad_at_start:
-            raise NoSnapshot("grad mode differs from the trace's start here (inside torch.no_grad() or the like)")
-        if any(fr.code.co_flags & CO_GENERATOR for fr in self.frames):
-            # a generator's frame runs under whatever iterates it (all(), list(), ...), which
-            # cannot be rebuilt in Python
-            raise NoSnapshot("it is inside a generator")
-        frames = []
-        for fr in self.frames:
-            if fr.fn_src is FUNC:
-                fn_spec = ("func",)
-            elif fr.fn_src is not None:
-                fn_spec = ("src", fr.fn_src.expr)
-            else:
-                fn_spec = ("const", fr.fn)
-            enc = lambda pair: encode(self, pair[0], pair[1], live, index)  # noqa: E731
-            frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
-                                     [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
-        return frames
-
-    @staticmethod
-    def _where(f):
-        ins = f.dec.insts[f.ip - 1]
-        line = ins.positions.lineno if getattr(ins, "positions", None) else "?"
-        return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
+    @classmethod
+    def unrecorded(cls):
+        """An interpreter that records nothing: it runs the rest of a call after a side exit."""
+        rec = Recorder("resume")
+        rec.abort("running on after a side exit")
+        return cls(rec, GuardSet())
 
     def _sourced_items(self, v, s):
         """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential or
@@ -1928,37 +1847,18 @@ class _Generator:
         return self.next_pair()[0]
 
 
-class _SourcedIter:
-    """Iteration over a sourced list/tuple: elements keep their sources (and guards). Over a
-    list (`seq`, read from `src`) it is live, as CPython's list iterator: element i is read when
-    reached, so appends made during the loop are seen."""
-
-    __slots__ = ("items", "srcs", "i", "seq", "src")
-
-    def __init__(self, items, srcs, seq=None, src=None, i=0):
-        self.items, self.srcs, self.i, self.seq, self.src = items, srcs, i, seq, src
-
-    @classmethod
-    def live(cls, seq, src, i=0):
-        return cls(None, None, seq, src, i)
-
-    def next_pair(self):
-        k = self.i
-        if self.seq is not None:
-            if k >= len(self.seq):
-                raise StopIteration
-            self.i += 1
-            return self.seq[k], (self.src.item(k) if self.src is not None else None)
-        if k >= len(self.items):
-            raise StopIteration
-        self.i += 1
-        return self.items[k], self.srcs[k]
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.next_pair()[0]
+def release(rec, interp):
+    """Drops what a finished recording holds (the call's tensors, frames and stacks), so that a
+    caller's `del x` frees x without waiting for the garbage collector (the recorder and the
+    interpreter refer to each other)."""
+    rec.keep = []
+    rec.vals = {}
+    rec.view_of, rec.views, rec.poison = {}, {}, {}
+    rec.snapshot_here = None
+    interp.keep = []
+    interp.input_objs = {}
+    interp._start = None
+    interp.run_args = ()
 
 
 def signature_text(fn):

@@ -29,6 +29,8 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .frames import Abort, DataDependentStep, NoSnapshot
+
 _aten = torch.ops.aten
 
 DTYPE_NAMES = {
@@ -37,30 +39,9 @@ DTYPE_NAMES = {
 }
 
 
-class Abort(Exception):
-    """The trace cannot be compiled; the call itself still completes correctly. kind: the
-    reason's row in reasons.KINDS (the message says the particulars)."""
-
-    def __init__(self, message, kind="internal"):
-        super().__init__(message)
-        self.kind = kind
-
-
 def _poison_kind(message):
     """The kind of a poisoned tensor's reason: a dtype the compiler lacks, or a write."""
     return "dtype" if "is not supported by the compiler" in message else "write"
-
-
-class DataDependentStep(Exception):
-    """Raised out of the dispatch mode, before the op runs, for an op whose output size depends
-    on the data and that no side exit can check in the trace (torch.unique, torchvision's nms),
-    when it is the first op of a torch call the interpreter makes (step_mark): the interpreter
-    makes that call a stitch step instead (it runs for real between two traces, its results the
-    next trace's inputs). Elsewhere such an op aborts the recording, as before."""
-
-
-class NopythonError(RuntimeError):
-    """dynamo.optimize(nopython=True) met something it cannot compile (raised to the caller)."""
 
 
 def type_text(t):
@@ -582,8 +563,6 @@ class Recorder(TorchDispatchMode):
         """An op whose output size depends on the data (nonzero, masked_select): the trace keeps
         the size seen now, behind a side exit on the count of nonzero mask elements that resumes
         at the start of the bytecode that called it (which CPython-side re-runs the op)."""
-        from .snapshot import NoSnapshot
-
         name = _sig(func)
         if func is _aten.nonzero.default:
             mask, count = vals[0], outs[0].shape[0]

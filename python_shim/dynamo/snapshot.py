@@ -34,20 +34,16 @@ import types
 
 import torch
 
+from .frames import CO_GENERATOR, NULL as _NULL, NoSnapshot, ResumeFailed, SourcedIter as _SourcedIter
+from .frames import plain_class as _plain_class
+from .guards import EXIT, FUNC, Source
+
 
 _CONVERT_EXPR = {"item": "(lambda t: t.item())", "int": "int", "float": "float", "bool": "bool"}
 
 
 def _convert(t, conv):
     return t.item() if conv == "item" else {"int": int, "float": float, "bool": bool}[conv](t)
-
-
-class NoSnapshot(Exception):
-    """The interpreter state at a branch cannot be carried to a later call."""
-
-
-class ResumeFailed(Exception):
-    """dynamo could not rebuild the frames of a snapshot (before any of the program ran from it)."""
 
 
 class FrameState:
@@ -68,7 +64,7 @@ class Snapshot:
         self.where = where  # "file:line" of the branch, for explain()
         self.guard = guard  # what the exit's guard checks, for explain()
         self.count = 0      # times this exit was taken
-        self.sides = []     # compiled side traces starting here (frontend.Compiled)
+        self.sides = []     # compiled side traces starting here (tracetree.Compiled)
         self.aborts = []    # why side-trace recordings from here failed
         self.retry_at = 0   # back-off: exit count before the next recording attempt
         self.blacklisted = None
@@ -87,8 +83,6 @@ _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, 
 def _plain_object(interp, x):
     """x is an instance the call made (object.__new__) of a plain Python class, its state all in
     its __dict__."""
-    from .interpreter import _plain_class
-
     t = type(x)
     return id(x) in interp.local_objs and _plain_class(t) and isinstance(getattr(x, "__dict__", None), dict) and \
         all("__slots__" not in c.__dict__ for c in t.__mro__[:-1])
@@ -136,8 +130,6 @@ def encode(interp, x, src, live, live_index):
     """The spec of interpreter value x (read from src, or None). Mutable objects (lists, dicts,
     cells, plain objects the call made) are numbered in live_index, so that each is one object
     again when the snapshot is decoded."""
-    from .interpreter import _NULL, _SourcedIter
-
     if x is _NULL:
         return ("null",)
     if isinstance(x, torch.Tensor):
@@ -267,8 +259,6 @@ def _made(env):
 
 
 def decode(spec, env, live):
-    from .interpreter import _NULL, _SourcedIter
-
     kind = spec[0]
     if kind == "ref":
         return _made(env)[spec[1]]
@@ -358,8 +348,6 @@ def eval_source(expr, env, rec):
 def _decode_pair(spec, env, live, interp):
     """(value, source) for recording a side trace: sourced values keep their source, live
     tensors become the side trace's inputs x[i]; both are guarded as they are read."""
-    from .guards import EXIT, Source
-
     kind = spec[0]
     if kind == "ref":
         return _made(env)[spec[1]], None
@@ -368,13 +356,11 @@ def _decode_pair(spec, env, live, interp):
     elif kind == "live":
         v, src = live[spec[1]], EXIT.item(spec[1])
     elif kind == "liter":
-        from .interpreter import _SourcedIter
         seq, ssrc = _decode_pair(spec[1], env, live, interp)
         return _SourcedIter.live(seq, ssrc, spec[2]), None
     elif kind in ("tuple", "siter"):
         pairs = [_decode_pair(s, env, live, interp) for s in spec[1]]
         if kind == "siter":
-            from .interpreter import _SourcedIter
             return _SourcedIter([p[0] for p in pairs], [p[1] for p in pairs]), None
         v = tuple(p[0] for p in pairs)
         interp._tuple_srcs[id(v)] = [p[1] for p in pairs]
@@ -443,7 +429,6 @@ def _step_expr(spec, names):
     if kind == "live":
         return f"x[{spec[1]}]"
     if kind in ("const", "null"):
-        from .interpreter import _NULL
         name = f"_s{len(names)}"
         names[name] = spec[1] if kind == "const" else _NULL
         return name
@@ -483,8 +468,6 @@ def run_step(snap, fn, args, kwargs, live):
     self, then the arguments; the last len(kw_names) are keywords), or STORE_ATTR's setattr(obj,
     name, value) / STORE_SUBSCR's container[key] = value (None). Rebuilding the operands can fail
     (ResumeFailed, nothing of the step made yet); the step's own exception propagates."""
-    from .interpreter import _NULL
-
     kind, specs, extra = snap.step
     try:
         if snap.step_fn is None:
@@ -514,22 +497,96 @@ def run_step(snap, fn, args, kwargs, live):
     return callee(*items)
 
 
-def resume(snap, fn, args, kwargs, live, interp=None):
-    """Runs the rest of the call from snapshot `snap` with this call's arguments and the exit's
-    live values; returns the call's result. Without `interp`, in a non-recording interpreter;
-    with a recording one (inside its Recorder), the run is recorded: a side trace."""
-    from .guards import FUNC, GuardSet, Source
-    from .interpreter import Interpreter, _Frame
-    from .recorder import Recorder
+# ---------------------------------------------------------------------------------------------
+# Taking a snapshot: the interpreter's frames as they are now
 
+
+def where(f):
+    """'file:line' of the bytecode interpreter frame f last started."""
+    ins = f.dec.insts[f.ip - 1]
+    line = ins.positions.lineno if getattr(ins, "positions", None) else "?"
+    return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
+
+
+def take(interp, f, resume_ip, guard, stack=None, kw_names=None):
+    """(Snapshot, live tensors, their index: id -> position) of the interpreter's live frames,
+    the innermost being f, to resume at bytecode index resume_ip (with stack and kw_names in
+    place of f's own where given: the state at the start of the current bytecode). guard: what
+    the exit checks, for explain(). Raises NoSnapshot when the state cannot be carried."""
+    live, index = [], {}
+    saved = f.stack, f.kw_names
+    if stack is not None:
+        f.stack, f.kw_names = stack, kw_names
+    try:
+        frames = _frame_states(interp, f, resume_ip, live, index)
+    finally:
+        f.stack, f.kw_names = saved
+    return Snapshot(frames, interp.guards._consts, where(f), guard), live, index
+
+
+def _frame_states(interp, f, resume_ip, live, index):
+    if torch.is_grad_enabled() != interp.grad_at_start:
+        raise NoSnapshot("grad mode differs from the trace's start here (inside torch.no_grad() or the like)")
+    if any(fr.code.co_flags & CO_GENERATOR for fr in interp.frames):
+        # a generator's frame runs under whatever iterates it (all(), list(), ...), which
+        # cannot be rebuilt in Python
+        raise NoSnapshot("it is inside a generator")
+    frames = []
+    for fr in interp.frames:
+        if fr.fn_src is FUNC:
+            fn_spec = ("func",)
+        elif fr.fn_src is not None:
+            fn_spec = ("src", fr.fn_src.expr)
+        else:
+            fn_spec = ("const", fr.fn)
+        enc = lambda pair: encode(interp, pair[0], pair[1], live, index)  # noqa: E731
+        frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
+                                 [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
+    return frames
+
+
+def for_stitch(interp, f, ip, stack, kw_names, why, step):
+    """(Snapshot, live tensors) of a stitch at f's bytecode index ip, whose operands are the top
+    of `stack`: the frames as they will be *after* the step, with its result as one more live
+    value where it pushes one, and the step itself (snap.step: its kind, the specs of its
+    operands, extra). step: (kind, number of operands, extra, pushes). None when the state
+    cannot be carried, or the step's operands are objects the frames also hold (decoded for the
+    step alone, a list passed to the call and kept in a local would then be two lists)."""
+    kind, nops, extra, pushes = step
+    try:
+        snap, live, _ = take(interp, f, ip, f"stitch: {why}", stack, kw_names)
+    except NoSnapshot:
+        return None
+    inner = snap.frames[-1]
+    k = len(inner.stack) - nops
+    held, ops = set(), set()
+    for fs in snap.frames:
+        for sp in fs.locals + (fs.stack[:k] if fs is inner else fs.stack):
+            spec_objects(sp, held)
+    for sp in inner.stack[k:]:
+        spec_objects(sp, ops)
+    if held & ops:
+        return None
+    after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
+    snap.frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, ())
+    snap.step = (kind, inner.stack[k:], extra)
+    return snap, live
+
+
+# ---------------------------------------------------------------------------------------------
+# Restoring one: the rest of the call from the snapshot
+
+
+def resume(snap, fn, args, kwargs, live, interp, recorded=False):
+    """Runs the rest of the call from snapshot `snap` with this call's arguments and the exit's
+    live values in interpreter `interp`; returns the call's result. recorded: interp records
+    (inside its Recorder), and the run is a side trace: values keep their sources and are
+    guarded as read; else interp only runs (Interpreter.unrecorded())."""
     env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
-    if interp is None:
-        rec = Recorder("resume")
-        rec.abort("running on after a side exit")
-        interp = Interpreter(rec, GuardSet())
-        pair = lambda s: (decode(s, env, live), None)  # noqa: E731
-    else:
+    if recorded:
         pair = lambda s: _decode_pair(s, env, live, interp)  # noqa: E731
+    else:
+        pair = lambda s: (decode(s, env, live), None)  # noqa: E731
     frames = []
     try:
         for fs in snap.frames:
@@ -539,7 +596,7 @@ def resume(snap, fn, args, kwargs, live, interp=None):
                 f_obj, f_src = eval(fs.fn[1], env), Source(fs.fn[1])  # noqa: S307
             else:
                 f_obj, f_src = fs.fn[1], None
-            fr = _Frame(fs.code, f_obj, f_src, f_obj.__globals__)
+            fr = interp.new_frame(fs.code, f_obj, f_src, f_obj.__globals__)
             fr.locals = [pair(s) for s in fs.locals]
             fr.stack = [pair(s) for s in fs.stack]
             fr.ip = fs.ip

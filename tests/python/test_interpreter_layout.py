@@ -1,6 +1,7 @@
 """The recording interpreter has one handler per bytecode (`_op_<NAME>` methods marked with
 `@_handles`), and the bytecodes it supports are exactly those handlers' plus the few it skips:
-a code object using any other is refused before it runs (`unsupported_reason`)."""
+a code object using any other is refused before it runs (`unsupported_reason`). The package's
+modules import one another one way only (frames.py, a leaf, holds what they share)."""
 import dis
 
 from dynamo import interpreter as I
@@ -19,3 +20,40 @@ def test_a_bytecode_without_a_handler_is_refused_up_front():
         yield from range(3)  # SEND: no handler
     why = I.unsupported_reason(delegates.__code__, top=True)
     assert why is not None and ("SEND" in why or "generator" in why), why
+
+
+def _imports_of_package():
+    """{module: set of the package's modules it imports}, from the source (imports inside
+    functions included: a lazy import is still a dependency)."""
+    import ast
+    import pathlib
+    pkg = pathlib.Path(I.__file__).parent
+    graph = {}
+    for path in pkg.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        graph[path.stem] = deps & {p.stem for p in pkg.glob("*.py")}
+    return graph
+
+
+def test_the_package_imports_one_way():
+    graph = _imports_of_package()
+    # a leaf: what the interpreter, recorder and snapshots share (frames, errors)
+    assert graph["frames"] == set(), graph["frames"]
+    assert "interpreter" not in graph["snapshot"] | graph["recorder"]
+    assert "frontend" not in graph["interpreter"] | graph["snapshot"] | graph["recorder"] | graph["tracetree"]
+    done, path = set(), []
+
+    def visit(m):  # depth-first: a module met again on the current path is a cycle
+        assert m not in path, "import cycle: " + " -> ".join(path[path.index(m):] + [m])
+        if m in done:
+            return
+        path.append(m)
+        for d in sorted(graph.get(m, ())):
+            visit(d)
+        path.pop()
+        done.add(m)
+    for m in sorted(graph):
+        visit(m)

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dynamo
-from dynamo import frontend
+from dynamo import frontend, registry
 
 
 class Block(nn.Module):
@@ -251,7 +251,7 @@ def test_explain_leaves_an_input_mutated_in_place_unchanged():
 def test_explain_leaves_module_state_unchanged():
     m = Counter()
     x = torch.ones(2, 8)
-    before = frontend._all()  # held: an id of a function that dies meanwhile could be reused
+    before = registry.functions()  # held: an id of a function that dies meanwhile could be reused
     with torch.no_grad():
         for target in ("plain", "its bound forward", "optimized", "its optimized forward"):
             if target == "optimized":
@@ -260,7 +260,7 @@ def test_explain_leaves_module_state_unchanged():
             assert torch.equal(m.seen, torch.zeros(8)) and torch.equal(x, torch.ones(2, 8)), target
             assert len(e.traces) == 1, str(e)
             assert f"Counter at {id(m):#x}" in str(e)  # guards name the caller's module
-    listed = [f for f in frontend._all() if not any(f is b for b in before)]
+    listed = [f for f in registry.functions() if not any(f is b for b in before)]
     assert listed == [m.forward]  # the one optimize() above; explain's copies are not listed
     with torch.no_grad():
         torch.testing.assert_close(m(x), x * 2 + 2)  # the real call: state changes now

@@ -1,6 +1,6 @@
 """Fuzzer reproducer: leaked exception (NameError from dynamo on call 3; eager raises nothing).
 
-Status: fixed (snapshot.py: a side trace hands x[i] back as live values; frontend._resume).
+Status: fixed (snapshot.py: a side trace hands x[i] back as live values; tracetree.py, TraceTree._resume).
 
     dynamo.config.hotexit = 1          # side traces compiled after one exit
     def fn(x0):                        # x0 = torch.randn(3, 3)
@@ -14,7 +14,7 @@ into the program. The fuzzer also found it with the name in the frame's locals i
 Likely cause: python_shim/dynamo/snapshot.py resume(): the side trace was recorded with the parent
 exit's live values sourced as x[i] (guards.EXIT), so its snapshots encode them as ("src", "x[i]")
 (here the mask on the value stack); resume()'s env (a, k, g, f, ...) has no x, and the parent's exit
-values are not at hand when the side trace exits (frontend._continue_at_exit recurses with the side
+values are not at hand when the side trace exits (TraceTree._continue_at_exit in tracetree.py recurses with the side
 trace's own values only). A failed decode should also never reach the program.
 """
 import torch

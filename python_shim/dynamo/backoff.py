@@ -1,0 +1,190 @@
+"""When a function is recorded again after an abort, when it is left to CPython, and how it
+comes back: the abort policy (reasons.py gives each kind of abort its rule), the parts of a
+module compiled apart while the module runs in CPython, and the call state that "state" aborts
+are keyed by. `BackOff` holds these as methods of frontend.OptimizedFunction."""
+import sys
+import types
+
+import torch
+
+from . import config, reasons
+from .log import log
+from .registry import bump
+from .tracetree import Attempt
+
+AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
+
+# The knobs whose change lets a function left to CPython be recorded again (_comes_back).
+_CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
+                 "compile_parts", "abort_limit", "cache_limit", "hotexit")
+
+
+def _config_key():
+    return tuple(getattr(config, n) for n in _CONFIG_KNOBS)
+
+
+def _call_state(args):
+    """What a "state" abort depends on: grad mode, and the dtype, device, layout and
+    requires_grad of the tensor arguments (also inside argument lists, tuples and dicts) and of
+    a module argument's first parameter."""
+    seen = []
+
+    def add(t):
+        seen.append((t.dtype, t.device, t.layout, t.requires_grad))
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            add(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    add(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                if isinstance(x, torch.Tensor):
+                    add(x)
+        elif isinstance(a, torch.nn.Module):
+            p = next(a.parameters(), None)
+            if p is not None:
+                add(p)
+    return (torch.is_grad_enabled(), tuple(seen))
+
+
+class BackOff:
+    """The abort policy of an optimized function (a base of frontend.OptimizedFunction)."""
+
+    def _comes_back(self):
+        """Whether a function left to CPython is recorded again on this call: after a change of
+        dynamo.config (what failed may now work), or once config.retry_after calls went by, and
+        then after four times as many each time (a path that failed on the first calls, as
+        an empty batch, may be recordable later; the cost is one recording per try). A function
+        the user disabled never comes back."""
+        if self.disabled_reason == "dynamo.disable" or getattr(self.fn, "_dynamo_disable", False):
+            return False
+        if self._left_at is None:  # left just now: note the config and when to try again
+            self._left_at = (self.calls, _config_key(), config.retry_after * 4 ** self._comebacks)
+            return False
+        at, key, gap = self._left_at
+        if key == _config_key() and (not gap or self.calls < at + gap):
+            return False
+        log("aborts", f"{self.name}: recorded again after {self.calls - at} calls in CPython"
+                      f"{' (dynamo.config changed)' if key != _config_key() else ''}")
+        self._comebacks += key == _config_key()
+        self.disabled_reason, self._left_at = None, None
+        self.retry_at = 0
+        self._abort_base = len([a for a in self.attempts if a.compiled is None])
+        return True
+
+    def _parts(self):
+        """{id(module): name} of the module's parts: its direct children, through containers."""
+        found = {}
+
+        def visit(prefix, m):
+            for name, child in m.named_children():
+                if type(child).forward is torch.nn.Module.forward:
+                    visit(f"{prefix}{name}.", child)
+                else:
+                    found[id(child)] = prefix + name
+        visit("", self.owner)
+        return found
+
+    def _part_named(self, selves):
+        """The name of the first of the module's parts among selves, or None."""
+        parts = self._parts()
+        for v in selves:
+            if isinstance(v, torch.nn.Module) and id(v) in parts:
+                return parts[id(v)]
+        return None
+
+    def _compile_parts(self):
+        """The module's forward runs in CPython (it aborted: backing off, or left to CPython for
+        good): its submodules are compiled apart meanwhile
+        (dynamo.optimize on each direct child, through ModuleList/ModuleDict containers), so that
+        what cannot be recorded whole (a detection model's post-processing, a complex-valued
+        spectrogram) still runs its backbone and heads natively. A child that is left to CPython
+        in turn splits the same way, down to the leaves. Not for functions the user disabled or
+        when config.compile_parts is False."""
+        self.parts = []
+        if not config.compile_parts or getattr(self.fn, "_dynamo_disable", False) or \
+                self.disabled_reason == "dynamo.disable":
+            return
+
+        names = self._parts()
+        for name, child in self.owner.named_modules():
+            if id(child) not in names or isinstance(child.__dict__.get("forward"), type(self)):
+                continue  # not a part, or optimized already (by the user, or as another module's part)
+            fwd = type(child).forward
+            if isinstance(fwd, types.FunctionType) and not getattr(fwd, "_dynamo_disable", False):
+                type(self).install(child)
+                self.parts.append(names[id(child)])
+        if self.parts:
+            why = self.disabled_reason or self.attempts[-1].reason
+            log("aborts", f"{self.name}: runs in CPython ({why}); compiling its submodules apart: "
+                          f"{', '.join(self.parts)}")
+
+    def _side_aborted(self, snap, reason, kind="internal"):
+        """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
+        continuation is blacklisted at once, and its root trace dropped (see below)."""
+        bump("aborts")
+        bump(f"abort_{kind}")
+        log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
+        snap.aborts.append(reason)
+        # A stitch's continuation is recorded from the same state on every call: what failed
+        # once fails again, so one failure decides (a branch's side trace may see other values).
+        if len(snap.aborts) >= (1 if snap.step is not None else config.abort_limit):
+            snap.blacklisted = reason
+            root = snap.owner.root if snap.step is not None and snap.owner is not None else None
+            if root is not None and root in self.compiled:
+                # A stitch is taken on every call: without a trace after it, the rest of every
+                # call would run in dynamo's interpreter, slower than CPython runs the function
+                # whole. The root trace goes, and the function is left to CPython: recording it
+                # again would reach the same stitch and the same failure.
+                self.compiled.remove(root)
+                why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
+                self._aborted(why, root.ops, root.inlined, kind="continuation")
+                if not self.compiled:
+                    self.disabled_reason = why
+        else:
+            snap.retry_at = snap.count + 2 ** len(snap.aborts)
+
+    def _state_aborted(self, reason, args, kind="autograd"):
+        """An abort caused by the call's state (a kind whose policy is "state": grad mode and
+        requires_grad, or the dtype, device or layout of its tensors): it does not count toward
+        the function's abort limit; calls in the same state (_call_state) run eagerly without
+        recording again, a module's parts compiled apart meanwhile, and a call in another state
+        (under torch.no_grad(), float32 instead of complex inputs) records. Autograd the user can
+        fix: it is said once on stderr."""
+        bump("aborts")
+        bump(f"abort_{kind}")
+        log("aborts", f"{self.name}: runs eagerly in this state ({kind}): {reason}")
+        self.attempts.append(Attempt(reason, ops=[], inlined=[]))
+        self.state_fallbacks[_call_state(args)] = (reason, kind)
+        if kind == "autograd" and not getattr(self, "_warned_state", False):
+            self._warned_state = True
+            print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
+                  f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
+
+    def _aborted(self, reason, ops, inlined, where=None, selves=(), kind="internal"):
+        """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
+        recording is tried again; at config.abort_limit the function is left to CPython, and at
+        once when the last two recordings stopped at the same place for the same reason (what
+        failed twice alike fails again: the retries only cost recordings). An abort inside the
+        forward of one of the module's parts (selves: the first argument of each frame the
+        recording had inlined) leaves the module to CPython at once, with its parts compiled
+        apart: recording it again would inline that part again, and the part on its own gets
+        the retries (and splits in turn)."""
+        bump("aborts")
+        bump(f"abort_{kind}")
+        log("aborts", f"{self.name}: falls back{' at ' + where if where else ''}: {reason}")
+        aborts = [a for a in self.attempts if a.compiled is None]
+        self.attempts.append(Attempt(reason, ops=ops, inlined=inlined, where=where))
+        k = len(aborts) + 1 - self._abort_base
+        part = self._part_named(selves) if self.owner is not None and config.compile_parts else None
+        if part is not None and not self.compiled:
+            self.disabled_reason = f"recording aborted inside its part {part}: {reason}"
+        elif aborts and where is not None and reasons.policy(kind) == "same" and \
+                (aborts[-1].reason, aborts[-1].where) == (reason, where):
+            self.disabled_reason = f"recording aborted twice at {where}: {reason}"
+        elif k >= config.abort_limit:
+            self.disabled_reason = f"recording aborted {k} times; last: {reason}"
+        else:
+            self.retry_at = self.calls + 2 ** (k - 1)

@@ -1,0 +1,194 @@
+"""dynamo.explain and dynamo.report: what was compiled, what fell back, and why."""
+import copy
+import os
+import types
+import warnings
+
+import torch
+
+from . import config, native, registry
+from .backoff import AUTOGRAD
+from .frontend import OptimizedFunction
+from .tracetree import Attempt
+
+
+def _exit_tree(c, indent):
+    """Lines describing trace c's side exits and, under each, its side traces (recursively)."""
+    lines = []
+    for k, snap in enumerate(c.exits):
+        state = (f"blacklisted ({snap.blacklisted})" if snap.blacklisted else
+                 f"linked natively to {len(snap.sides)} side trace(s)" if snap.linked else
+                 f"{len(snap.sides)} side trace(s), dispatched from Python" if snap.sides else
+                 "resumes in the interpreter")
+        taken = native.lib().dynamo_entry_exit_count(c.handle, k) if k < c.num_native_exits else snap.count
+
+        lines.append(f"{indent}exit {k} at {snap.where} [{snap.guard}]: taken {taken} time(s), {state}")
+        for side in snap.sides:
+            lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
+            lines.extend(_exit_tree(side, indent + "    "))
+    return lines
+
+
+class Explanation:
+    """What dynamo did with one call: traces (ops, guards, inlined callees) and aborts."""
+
+    def __init__(self, name, attempts):
+        self.name = name
+        self.attempts = attempts
+        self.traces = [a.compiled for a in attempts if a.compiled is not None]
+        self.aborts = [a.reason for a in attempts if a.compiled is None]
+        self.live = []  # for an optimized function: its compiled trace tree as it runs now
+        self.parts = []  # a module that aborted: the submodules its calls compile apart
+
+    def __str__(self):
+        out = [f"dynamo.explain({self.name}): {len(self.traces)} trace(s), {len(self.aborts)} abort(s)"]
+        for a in self.attempts:
+            if a.compiled is not None:
+                c = a.compiled
+                how = "loaded from the trace store" if c.from_store else "compiled"
+                out.append(f"  trace: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
+                           f"{c.stats.num_externs} LibTorch call(s), {how} in {c.stats.compile_ms:.1f} ms")
+                if c.inlined:
+                    out.append("    inlined: " + ", ".join(dict.fromkeys(c.inlined)))
+                out.extend(_exit_tree(c, "    "))
+                out.append("    ops: " + ", ".join(c.ops))
+                out.append("    guards:")
+                out.extend("      " + line for line in c.guards.source_text().splitlines())
+            else:
+                out.append(f"  aborted: {a.reason}")
+                if a.ops:
+                    out.append("    ops recorded before: " + ", ".join(a.ops))
+        if self.parts:
+            out.append(f"  {self.name} runs in CPython when it aborts; its submodules are then compiled apart: "
+                       + ", ".join(self.parts))
+        if self.live:
+            out.append(f"{self.name} as it runs now (roots, exits, side traces):")
+            out.extend(self.live)
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+
+def explain(fn, *args, **kwargs):
+    """Records one call of fn(*args, **kwargs) and reports what dynamo would compile: traces with
+    their ops and guards, or why it cannot.
+
+    The call runs for real, on deep copies: of the module explained (fn, or the module fn is the
+    forward or a method of) and of the tensors and modules among the arguments (through tuples,
+    lists and dicts; views stay views of one copied base), so the caller's tensors, parameters
+    and buffers are unchanged afterwards, and identity guards name the caller's objects. Globals
+    and other objects are not copied (guards check their identity): a function that changes them
+    changes them. When copying fails, explain warns and records on the originals."""
+    target, owner = _explain_target(fn)
+    (owner, args, kwargs), memo = _explain_copies((owner, args, kwargs))
+    of = OptimizedFunction(target, owner=owner)
+    registry.unlist(of)
+    saved = registry.saved_counters()
+    of.calls = config.hot_threshold
+    of._record(of.fn, ((of.owner,) + args) if of.owner is not None else args, kwargs)
+    registry.restore_counters(saved)
+    if of.disabled_reason and not of.attempts:
+        of.attempts.append(Attempt(of.disabled_reason))
+    _name_originals(of.attempts, memo)
+    e = Explanation(of.name, of.attempts)
+    if of.owner is not None and config.compile_parts and any(not a.startswith(AUTOGRAD) for a in e.aborts):
+        e.parts = list(of._parts().values())
+    live = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
+        for i, c in enumerate(live.compiled):
+            e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
+            e.live.extend(_exit_tree(c, "    "))
+    return e
+
+
+def report():
+    """Text summary of every optimized function alive now: compiled traces, fallbacks and why."""
+    lines = []
+    for f in registry.functions():
+        code = getattr(f.fn, "__code__", None)
+        where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s), "
+                     f"{sum(c.runs for c in f.compiled)} native run(s)")
+        for c in f.compiled:
+            lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
+                         f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
+            lines.extend(_exit_tree(c, "    "))
+        for a in f.attempts:
+            if a.compiled is None:
+                lines.append(f"  fell back: {a.reason}")
+        if f.disabled_reason:
+            lines.append(f"  not compiled: {f.disabled_reason}")
+        if f.parts:
+            lines.append(f"  its submodules are compiled apart: {', '.join(f.parts)}")
+    c = registry.counters()
+    lines.append("counters: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in c.items() if v or not k.startswith("abort_")))
+    return "\n".join(lines)
+
+
+def _explain_target(fn):
+    """(the function explain records, the module or object it is a method of, or None)."""
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).forward, fn
+    if isinstance(fn, types.MethodType):
+        return _explain_target(fn.__func__)[0], fn.__self__
+    if isinstance(fn, OptimizedFunction):
+        return fn.fn, fn.owner
+    return fn, None
+
+
+def _explain_copies(values):
+    """(copy of values to record on, the deepcopy memo: id of an original -> its copy); values
+    themselves, with a warning, when they cannot be copied."""
+    memo = {}
+    try:
+        return _copy_tensors(values, memo), memo
+    except Exception as e:  # noqa: BLE001 -- deepcopy may raise anything: explain still explains
+        warnings.warn(f"dynamo.explain: cannot copy the arguments ({type(e).__name__}: {e}); "
+                      f"recording on them, which may change them")
+        return values, {}
+    finally:
+        # Copying an optimized module made it a fresh OptimizedFunction: explain's own, not listed.
+        for v in memo.values():
+            if isinstance(v, OptimizedFunction):
+                registry.unlist(v)
+
+
+def _copy_tensors(v, memo):
+    """v with its tensors and modules deep-copied (through tuples, lists and dicts; one memo keeps
+    the aliasing between them); other objects stay themselves."""
+    if isinstance(v, torch.nn.Module):
+        return copy.deepcopy(v, memo)
+    if isinstance(v, torch.Tensor):
+        return _copy_tensor(v, memo)
+    if type(v) in (tuple, list):
+        return type(v)(_copy_tensors(x, memo) for x in v)
+    if type(v) is dict:
+        return {k: _copy_tensors(x, memo) for k, x in v.items()}
+    return v
+
+
+def _copy_tensor(t, memo):
+    """A deep copy of tensor t; a view stays a view, of the copy of its base (the recorder treats
+    inputs that are views differently)."""
+    base = t._base
+    if base is not None and base.dtype == t.dtype:
+        twin = _copy_tensor(base, memo)
+        offset = twin.storage_offset() + t.storage_offset() - base.storage_offset()
+        return memo.setdefault(id(t), twin.as_strided(t.size(), t.stride(), offset))
+    try:
+        return copy.deepcopy(t, memo)
+    except RuntimeError:  # a non-leaf tensor of an autograd graph: a clone stays in the graph
+        return memo.setdefault(id(t), t.clone())
+
+
+def _name_originals(attempts, memo):
+    """Rewords the identity guards of traces recorded on explain's copies to name the caller's
+    objects (by address), as a recording on the originals would."""
+    original = {id(c): i for i, c in memo.items()}
+    for a in attempts:
+        lines = a.compiled.guards.lines if a.compiled is not None else []
+        for k, (expr, kind, desc) in enumerate(lines):
+            what, _, addr = desc.rpartition(" at ")
+            if kind == "identity" and int(addr, 16) in original:
+                lines[k] = (expr, kind, f"{what} at {original[int(addr, 16)]:#x}")

@@ -1,0 +1,102 @@
+"""What the interpreter's frames hold and the errors that cross module lines: a leaf module.
+
+The recording interpreter (interpreter.py), the ATen recorder (recorder.py), the snapshots at
+side exits and stitches (snapshot.py) and the front end (frontend.py) all name these; keeping
+them here, importing nothing of dynamo, is what lets those modules import one another one way
+only: frontend -> interpreter -> snapshot, recorder -> frames (tests/python/
+test_interpreter_layout.py checks that no import runs the other way).
+"""
+import types
+
+import torch
+
+CO_GENERATOR = 0x20  # code flag: a generator function's body
+
+NULL = object()  # CPython's NULL stack entry (pushed before a callable that is not a method)
+
+
+def plain_class(cls):
+    """A Python class whose instances are made by object.__new__ and whose __init__ is Python
+    code (or object's): calling it can be interpreted, and an instance the call made can be
+    carried through a snapshot as its class and __dict__."""
+    if not isinstance(cls, type) or type(cls) is not type or cls.__module__ == "builtins":
+        return False
+    if cls.__new__ is not object.__new__ or issubclass(cls, (torch.Tensor, torch.nn.Module, BaseException)):
+        return False
+    return cls.__init__ is object.__init__ or isinstance(cls.__init__, types.FunctionType)
+
+
+class SourcedIter:
+    """Iteration over a sourced list/tuple: elements keep their sources (and guards). Over a
+    list (`seq`, read from `src`) it is live, as CPython's list iterator: element i is read when
+    reached, so appends made during the loop are seen."""
+
+    __slots__ = ("items", "srcs", "i", "seq", "src")
+
+    def __init__(self, items, srcs, seq=None, src=None, i=0):
+        self.items, self.srcs, self.i, self.seq, self.src = items, srcs, i, seq, src
+
+    @classmethod
+    def live(cls, seq, src, i=0):
+        return cls(None, None, seq, src, i)
+
+    def next_pair(self):
+        k = self.i
+        if self.seq is not None:
+            if k >= len(self.seq):
+                raise StopIteration
+            self.i += 1
+            return self.seq[k], (self.src.item(k) if self.src is not None else None)
+        if k >= len(self.items):
+            raise StopIteration
+        self.i += 1
+        return self.items[k], self.srcs[k]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next_pair()[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class Abort(Exception):
+    """The trace cannot be compiled; the call itself still completes correctly. kind: the
+    reason's row in reasons.KINDS (the message says the particulars)."""
+
+    def __init__(self, message, kind="internal"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class DataDependentStep(Exception):
+    """Raised out of the dispatch mode, before the op runs, for an op whose output size depends
+    on the data and that no side exit can check in the trace (torch.unique, torchvision's nms),
+    when it is the first op of a torch call the interpreter makes (step_mark): the interpreter
+    makes that call a stitch step instead (it runs for real between two traces, its results the
+    next trace's inputs). Elsewhere such an op aborts the recording, as before."""
+
+
+class NopythonError(RuntimeError):
+    """dynamo.optimize(nopython=True) met something it cannot compile (raised to the caller)."""
+
+
+class StitchNow(Exception):
+    """Raised by a recording right after it made a stitch's step: the front end compiles the
+    trace so far and records the rest of the call from the stitch's snapshot, in the same call
+    (value: the step's result). Never handed to the program's exception handlers."""
+
+    def __init__(self, value):
+        super().__init__("stitch")
+        self.value = value
+
+
+class NoSnapshot(Exception):
+    """The interpreter state at a branch cannot be carried to a later call."""
+
+
+class ResumeFailed(Exception):
+    """dynamo could not rebuild the frames of a snapshot (before any of the program ran from it)."""

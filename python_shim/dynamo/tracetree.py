@@ -1,0 +1,418 @@
+"""Compiled traces and how one call runs through a tree of them.
+
+A root trace's Python guards fetch the call's tensor inputs and libdynamo runs it natively
+(Compiled.run). A run can leave it through a side exit (a data-dependent branch or value) or at
+its cut (config.max_trace_ops, or a stitch: one step it cannot record). From there the call goes
+on in a side trace of that exit whose guards pass (natively linked, or dispatched here), in one
+recorded now once the exit is hot, or in the interpreter from the exit's snapshot (snapshot.py).
+`TraceTree` is that dispatch, as methods of frontend.OptimizedFunction.
+"""
+import collections
+import ctypes
+import sys
+
+import torch
+
+from . import _capi, config, native, snapshot
+from ._capi import DynamoError
+from .frames import Abort, NopythonError, StitchNow
+from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
+from .interpreter import Interpreter, release
+from .log import enabled as log_enabled, log
+from .recorder import Recorder
+from .registry import bump
+
+_GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
+_compiled_by_entry = {}  # native entry handle (int) -> Compiled
+MISS = object()    # no trace accepted the call
+_NEXT = object()   # this trace did not (its native guards), try the next
+_CHOICES_AT = (3, 12)  # native runs after which a stored trace's step choices are saved
+
+
+def forget_entries():
+    """After dynamo.reset(): no native entry maps to a Compiled any more."""
+    _compiled_by_entry.clear()
+
+
+class _NoCode:
+    """The stats of a trace with no native code (guards, then a stitch)."""
+    num_kernels = num_externs = num_instructions = from_cache = 0
+    compile_ms = 0.0
+
+
+class Compiled:
+    """One compiled trace: its guards, the native entry, and how to rebuild the result. entry is
+    None for a trace that recorded nothing before a stitch: its guards pick the path, and the
+    call goes straight to the stitch."""
+
+    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=()):
+        self.guards = guards
+        self.exits = list(exits)  # Snapshot per side exit id
+        self.check = guards.compile()
+        self.text = text
+        self.entry = entry
+        self.handle = entry.handle if entry is not None else None
+        self.out_spec = out_spec
+        self.ops = ops
+        self.inlined = inlined
+        self.input_srcs = input_srcs
+        specs = entry.output_specs() if entry is not None else []
+        self.nout = len(specs)
+        self.shapes = [s for _, s in specs]
+        self.aliases = entry.output_aliases() if entry is not None else []
+        self.has_alias = any(a is not None for a in self.aliases)
+        self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
+        self.stats = entry.stats() if entry is not None else _NoCode()
+        self.runs = 0
+        self.num_native_exits = len(self.exits)
+        self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
+        self.store_id = None      # kept in the trace store (store.py) under this id
+        self.store_where = None   # ... at this place (store.where: the code and call signature)
+        self.stored_choices = ""  # the step choices stored with it
+        self.from_store = False   # loaded from the store (recorded by an earlier process)
+        self.root = self          # the root trace of a side-trace tree
+        self.side_count = 0       # roots: side traces compiled under this root (all depths)
+        self.mutates = False      # the trace writes into its inputs (copy_)
+        self.stitch_count = 0     # roots: continuation traces after stitches under this root
+        if self.handle is not None:
+            _compiled_by_entry[self.handle.value] = self
+
+    def mutates_any(self):
+        """Does this trace, or a side trace under it, write into the call's tensors?"""
+        return self.mutates or any(side.mutates_any() for snap in self.exits for side in snap.sides)
+
+    def exits_taken(self):
+        """Times this trace's guards failed (natively counted), its side traces' included."""
+        L = native.lib()
+        n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(self.num_native_exits))
+        return n + sum(side.exits_taken() for snap in self.exits for side in snap.sides)
+
+    def run(self, inputs):
+        """Runs natively; returns the flat outputs, or None on a native guard miss."""
+        if self.handle is None:
+            self.runs += 1
+            return []
+        fast = _fastcall()
+        if fast is not None:
+            outs = fast.run(self.handle.value, inputs, self.nout)
+            if outs is None:
+                return None
+            if type(outs) is int:
+                if outs == _capi.STATUS_EXIT:
+                    return _side_exit()
+                native._check(outs)
+            if self.has_alias:
+                outs = list(outs)
+                for k, alias in enumerate(self.aliases):
+                    if alias is not None:
+                        src = inputs[alias[0]]
+                        outs[k] = src.as_strided(self.shapes[k], alias[2], src.storage_offset() + alias[1])
+            self.runs += 1
+            return outs
+        try:
+            args, keep = native.make_args(inputs)
+        except TypeError:  # a dtype no trace takes (complex, quantized): a guard miss, as natively
+            return None
+        ptrs = self._ptrs_type()  # per call: the same trace may run on several threads
+        st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
+        if st == _GUARD_MISS:
+            return None
+        if st == _capi.STATUS_EXIT:
+            return _side_exit()
+        if st != 0:
+            native._check(st)
+        outs = native.collect_outputs(ptrs, self.aliases, self.shapes, inputs)
+        self.runs += 1
+        return outs
+
+
+class SideExit:
+    """A run that left a trace at a data-dependent branch: the entry that left (a linked side
+    trace's, perhaps), the exit id and its live values."""
+
+    __slots__ = ("entry", "id", "values")
+
+    def __init__(self, entry, exit_id, values):
+        # dense, as the snapshot's views of them ("liveview") and side traces' guards expect
+        self.entry, self.id, self.values = entry, exit_id, [t.contiguous() for t in values]
+
+
+def _side_exit():
+    entry = native.lib().dynamo_exit_entry()  # before take_exit, which ends the pending exit
+    return SideExit(entry, *native.take_exit())
+
+
+_fast = False
+
+
+def _fastcall():
+    """The native hot path (build/python/_fastcall*.so), or None: then ctypes does the call."""
+    global _fast
+    if _fast is False:
+        try:
+            from . import _ext
+            _fast = _ext.load("_fastcall")
+        except ImportError as e:
+            print(f"dynamo: the native call path is unavailable ({e}); calls go through ctypes "
+                  f"(tens of microseconds more per tensor input: milliseconds per call for a model)", file=sys.stderr)
+            _fast = None
+    return _fast
+
+
+def _flatten_result(result, rec, input_index):
+    """(spec, list of IR output names) for a return value; tensors must be trace values, or
+    trace inputs: input_index maps id(tensor) -> input slot, and a returned input is the very
+    object the call was given (a Parameter stays a Parameter, an input written in place is the
+    same object), as eager returns it."""
+    names = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor) and id(v) in input_index:
+            return ("I", input_index[id(v)])
+        if isinstance(v, torch.Tensor):
+            n = rec.output_name(v)
+            if n is None:
+                raise Abort("returns a tensor that was not recorded", "result")
+            if n not in names:  # the same tensor returned twice stays one tensor
+                names.append(n)
+            return ("T", names.index(n))
+        if type(v) in (tuple, list):
+            return (type(v).__name__, [walk(x) for x in v])
+        if type(v) in (dict, collections.OrderedDict):  # (segmentation models return an OrderedDict)
+            return (type(v).__name__, list(v.keys()), [walk(x) for x in v.values()])
+        if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
+            return ("C", v)
+        raise Abort(f"returns a {type(v).__name__}", "result")
+
+    return walk(result), names
+
+
+def _rebuild(spec, outs, inputs):
+    """The return value from its spec, the trace's outputs and the call's input tensors."""
+    kind = spec[0]
+    if kind == "T":
+        return outs[spec[1]]
+    if kind == "I":
+        return inputs[spec[1]]
+    if kind == "C":
+        return spec[1]
+    if kind == "tuple":
+        return tuple(_rebuild(s, outs, inputs) for s in spec[1])
+    if kind == "list":
+        return [_rebuild(s, outs, inputs) for s in spec[1]]
+    pairs = ((k, _rebuild(s, outs, inputs)) for k, s in zip(spec[1], spec[2]))
+    return collections.OrderedDict(pairs) if kind == "OrderedDict" else dict(pairs)
+
+
+class Attempt:
+    """What one recording did: the trace (or why there is none)."""
+
+    def __init__(self, reason, compiled=None, ops=(), inlined=(), where=None):
+        self.reason = reason
+        self.where = where        # "file:line" where an aborted recording stopped, when known
+        self.compiled = compiled
+        self.ops = list(ops)
+        self.inlined = list(inlined)
+
+
+class TraceTree:
+    """The trace-tree dispatch of an optimized function (a base of frontend.OptimizedFunction,
+    whose recording and compiling methods it calls)."""
+
+    def _run_traces(self, traces, fn, args, kwargs):
+        """The call run by the first of traces whose guards accept it; MISS when none does."""
+        for c in traces:
+            inputs = c.check(args, kwargs, fn.__globals__, fn)
+            if inputs is None:
+                continue
+            result = self._run_one(c, inputs, fn, args, kwargs)
+            if result is not _NEXT:
+                return result
+        return MISS
+
+    def _run_one(self, c, inputs, fn, args, kwargs):
+        """The call run by trace c, whose guards fetched inputs; _NEXT on a native guard miss,
+        MISS when the trace failed (it is dropped)."""
+        try:
+            outs = c.run(inputs)
+        except DynamoError as e:  # a run-time failure inside the trace: eager decides
+            # The trace goes (a user error comes back from eager; a broken trace must not
+            # be run, nor recorded again and again).
+            self.compiled.remove(c)
+            self._aborted(f"native run failed: {e.message}", c.ops, c.inlined, kind="native_run")
+            return MISS
+        if outs is None:
+            return _NEXT
+        if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
+            return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
+        if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
+            return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
+        bump("native_runs")
+        if c.store_id is not None and c.runs in _CHOICES_AT:
+            self._store_choices(c)
+        result = _rebuild(c.out_spec, outs, inputs)
+        if config.verify:
+            self._verify(fn, result, args, kwargs)
+        return result
+
+    def _continue_at_exit(self, c, ex, fn, args, kwargs):
+        """Trace c left through side exit ex: run a compiled side trace of that exit whose guards
+        pass; else, once the exit is hot, record one from the exit's snapshot; else resume the
+        rest of the call in the interpreter."""
+        snap = c.exits[ex.id]
+        snap.count += 1
+        if log_enabled("exits"):  # a hot path: no message built unless asked for
+            log("exits", f"{self.name}: left a trace at {snap.where} [{snap.guard}] (exit {ex.id})")
+        values = ex.values
+        if snap.step is not None:  # a stitch: the one call the trace stopped before, for real
+            bump("stitches")
+            try:
+                values = values + [snapshot.run_step(snap, fn, args, kwargs, values)]
+            except snapshot.ResumeFailed as e:  # nothing of the call was made: eager runs it
+                return self._resume_failed(c, snap, e, fn, args, kwargs)
+        return self._after_exit(c, ex.id, values, fn, args, kwargs)
+
+    def _through_stitch(self, rec, gs, interp, value, side_of, fn, args, kwargs):
+        """A recording (a root, or a side trace of side_of) stopped at a stitch whose step it just
+        made (value: its result): the trace so far is compiled, and the rest of this call goes on
+        from the stitch's snapshot with the recording's live tensors -- recording the trace after
+        it now, so that the next call runs natively through the stitch."""
+        snap, live = rec.cut
+        values = [t.contiguous() for t in live] + [value]
+        try:
+            self._compile(rec, gs, interp, None, side_of=side_of)
+        finally:
+            release(rec, interp)
+        bump("stitches")
+        snap.count += 1
+        owner = snap.owner
+        if owner is None:  # not compiled (an abort, counted): the rest in the interpreter
+            bump("exits_resumed")
+            try:
+                return snapshot.resume(snap, fn, args, kwargs, values, Interpreter.unrecorded())
+            except snapshot.ResumeFailed as e:
+                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
+        return self._after_exit(owner, owner.cut_id, values, fn, args, kwargs)
+
+    def _after_exit(self, c, exit_id, values, fn, args, kwargs):
+        """The rest of a call that left trace c through exit exit_id with these values (a
+        stitch's step made already): a side trace whose guards pass, a new one recorded, or the
+        interpreter."""
+        snap = c.exits[exit_id]
+        for side in snap.sides:
+            inputs = side.check(args, kwargs, fn.__globals__, fn, values)
+            if inputs is None:
+                continue
+            outs = side.run(inputs)
+            if outs is None:
+                continue
+            if isinstance(outs, SideExit):
+                return self._continue_at_exit(_compiled_by_entry.get(outs.entry, side), outs, fn, args, kwargs)
+            if side.cut_id is not None:
+                return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
+            bump("native_runs")
+            return _rebuild(side.out_spec, outs, inputs)
+        if snap.step is not None:  # a stitch is taken every time: record its continuation at once
+            if len(snap.sides) >= config.max_stitch_variants:
+                return self._stitch_unfit(c, snap, fn, args, kwargs, values)
+            room = c.root.stitch_count < config.max_stitches
+            hot = snap.count >= snap.retry_at
+            if not room and snap.blacklisted is None:
+                # Every later call would interpret the rest from here, slower than CPython runs
+                # the whole function (a detection model's post-processing: dozens of nms and
+                # unique steps): the root trace goes, as for a continuation that cannot be recorded.
+                self._side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
+                                         "stitches", "continuation")
+        else:
+            room = c.root.side_count < config.max_side_traces
+            hot = snap.count >= max(config.hotexit, snap.retry_at)
+        if snap.blacklisted is None and hot and room:
+            rec = Recorder(f"{self.name}_exit{exit_id}".replace(".", "_").replace("<", "").replace(">", ""))
+            gs = GuardSet()
+            gs._consts.update(snap.consts)  # the snapshot's source expressions name them
+            gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
+            interp = Interpreter(rec, gs)
+            bump("interpreted_runs")
+            env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
+            rng = torch.get_rng_state()
+            try:
+                with rec, native.blas_one_thread():
+                    # Inputs in the order native linking needs: the parent's, then the live values.
+                    for expr in c.input_srcs:
+                        if not expr.startswith("x["):  # a side trace's own exit values are not in scope
+                            interp.touch(snapshot.eval_source(expr, env, rec), Source(expr))
+                    for i, t in enumerate(values):
+                        interp.touch(t, EXIT.item(i))
+                    result = snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
+            except StitchNow as s:  # the side trace reached a stitch of its own and made its step
+                return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
+            except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
+                torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
+                effect = interp.effect or rec.effect
+                release(rec, interp)
+                self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}", "internal")
+                if effect is not None or isinstance(e, NopythonError):
+                    raise
+                torch.set_rng_state(rng)
+                bump("exits_resumed")
+                return self._resume(c, snap, fn, args, kwargs, values)
+            try:
+                return self._compile(rec, gs, interp, result, side_of=(c, exit_id))
+            finally:
+                release(rec, interp)
+        bump("exits_resumed")
+        return self._resume(c, snap, fn, args, kwargs, values)
+
+    def _resume(self, c, snap, fn, args, kwargs, values):
+        """The rest of the call from snapshot snap of trace c. If dynamo cannot rebuild its frames
+        (nothing of the program has run from there yet), the exit is blacklisted and, when no
+        trace on the way wrote into the call's tensors, the whole call runs again eagerly."""
+        try:
+            return snapshot.resume(snap, fn, args, kwargs, values, Interpreter.unrecorded())
+        except snapshot.ResumeFailed as e:
+            if snap.step is not None:  # the stitch's call was made: it must not be made again
+                snap.blacklisted = snap.blacklisted or str(e)
+                self._aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
+                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
+            return self._resume_failed(c, snap, e, fn, args, kwargs)
+
+    def _stitch_unfit(self, c, snap, fn, args, kwargs, values):
+        """None of the traces recorded after stitch snap fits this call either: what follows the
+        stitch depends on values that change between calls (numbers read by .tolist()). The root
+        trace goes (an abort, which backs off and, repeated, leaves the function to CPython) and
+        the rest of this call runs in the interpreter."""
+        root = c.root
+        reason = (f"the trace after the stitch at {snap.where} ({snap.guard[len('stitch: '):]}) was recorded "
+                  f"{len(snap.sides)} times and none fits this call: it depends on values that change "
+                  f"between calls")
+        if root in self.compiled:
+            self.compiled.remove(root)
+            self._aborted(reason, root.ops, root.inlined, kind="continuation")
+        bump("exits_resumed")
+        return self._resume(c, snap, fn, args, kwargs, values)
+
+    def _resume_failed(self, c, snap, e, fn, args, kwargs):
+        """dynamo could not rebuild the state at snapshot snap (nothing of the program ran from
+        there yet): the exit is blacklisted and, when no trace on the way wrote into the call's
+        tensors, the whole call runs again eagerly."""
+        snap.blacklisted = snap.blacklisted or str(e)
+        self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
+        if c.root.mutates_any():
+            raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
+        bump("eager_runs")
+        return fn(*args, **kwargs)
+
+    @staticmethod
+    def _link(parent, k, side):
+        """Links side to exit k of parent natively when that is exactly what the Python dispatch
+        would do: the same result structure, and no guard the parent's call did not check
+        (besides the live values being tensors, which they are)."""
+        own = set(parent.guards._checks)
+        extra = [chk for chk in side.guards._checks
+                 if chk not in own and not (chk.startswith("isinstance(x[") and chk.endswith(", Tensor)"))]
+        if extra or side.out_spec != parent.out_spec or side.has_alias or parent.has_alias or \
+                k >= parent.num_native_exits or side.cut_id is not None:
+            return False
+        st = native.lib().dynamo_entry_link_exit(parent.handle, k, side.handle)
+        parent.exits[k].linked = st == 0
+        return st == 0
