@@ -27,16 +27,23 @@ float tensors with allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everythin
 Per model: status, largest error over the calls, largest |eager output|, native runs and traces
 (+ side traces) compiled (dynamo.counters() deltas), the first fallback reason (dynamo.report()),
 and the times. Calls rotate which side runs first; call 1 is left out of the comparison of
-speeds (dynamo records and compiles there). Eager is timed under every setting a user can pick
+speeds (dynamo records and compiles there). A model whose eager call takes under 20 ms
+(SAMPLE_S) has each later call timed as the mean of back-to-back calls on both sides, as many as
+fit 20 ms at that speed (at most 50; "repeat" in --json): a single sub-millisecond call measures
+mostly the timer and the scheduler. After the checked calls, a model under 1.5 s per eager call
+is timed again with each side alone (6 samples each: dynamo, eager, eager with 1-thread BLAS, a
+pause before each; "alone" in --json), and those samples are the ones compared: interleaved,
+each side starts while the other's threads still spin (OpenBLAS's after a product, OpenMP's
+after a parallel region), which costs whichever side runs next 10-20%. Eager is timed under every setting a user can pick
 (EAGER_SETTINGS): GNU OpenMP's default, whose threads spin after each parallel region and fight a
 threaded OpenBLAS for the cores (2-10x slower matrix products on two cores); OpenBLAS held to one
 thread (as OPENBLAS_NUM_THREADS=1), interleaved in the same process; and both again in a child
 process with OMP_WAIT_POLICY=passive (models with a native run only; --no-passive-eager skips
-it). eager ms: the fastest of calls 2..N under the fastest setting, which "eager setting" names;
-dynamo ms: dynamo's fastest of calls 2..N (dynamo runs with the defaults);
-speedup: best eager / dynamo ms (>1 means dynamo is faster); med ratio: eager's median (the
-lowest over its settings) / dynamo's median over calls 2..N (shown beside it because single calls swing 2x on a small
-machine); 1st call ms: dynamo's first call (recording, compiling, running); compile ms: the
+it). eager ms: the fastest sample (calls 2..N, or the alone samples where a model has them)
+under the fastest setting, which "eager setting" names; dynamo ms: dynamo's fastest sample
+(dynamo runs with the defaults); speedup: best eager / dynamo ms (>1 means dynamo is faster);
+med ratio: eager's median (the lowest over its settings) / dynamo's median of the same samples
+(shown beside it because single calls swing 2x on a small machine); 1st call ms: dynamo's first call (recording, compiling, running); compile ms: the
 time spent compiling traces to native code over the whole run (dynamo.counters()'s
 compile_seconds: every trace and side trace, recording excluded), "(N cached)" where N traces
 were loaded from dynamo's disk cache instead (DYNAMO_CACHE_DIR=off times cold compiles).
@@ -495,6 +502,35 @@ def _timed(fn, x):
     return out, time.perf_counter() - t0
 
 
+# A call shorter than SAMPLE_S is timed as the mean of back-to-back calls (as timeit's autorange):
+# one sub-millisecond call is mostly timer and scheduler noise, and its fastest of 7 calls a
+# lottery. The number of calls per sample comes from eager's second call (its fastest setting) and
+# is the same on both sides (and in the passive-threads child); dynamo's first call (its
+# recording) is never repeated.
+SAMPLE_S = 0.02
+MAX_REPEAT = 50
+# Models whose first eager call takes under ALONE_BELOW_S are also timed with each side alone
+# (ModelRun._alone), ALONE_SAMPLES samples per side; those samples are the ones compared.
+ALONE_BELOW_S = 1.5
+ALONE_SAMPLES = 6
+
+
+def repeats_for(first_eager_s):
+    """Calls per timed sample for a model whose first eager call took first_eager_s."""
+    if not first_eager_s or first_eager_s >= SAMPLE_S:
+        return 1
+    return max(1, min(MAX_REPEAT, int(SAMPLE_S / first_eager_s)))
+
+
+def _sampled(fn, x, repeat):
+    """(result of the first call, mean seconds per call over `repeat` calls), each call on its
+    own clone of x (cloned outside the timed part)."""
+    out, total = _timed(fn, clone_input(x))
+    for _ in range(repeat - 1):
+        total += _timed(fn, clone_input(x))[1]
+    return out, total / repeat
+
+
 # The eager settings a user can pick, each timed per model: the keys of a result's per-call
 # seconds under each, and the names the table gives them. "spin": GNU OpenMP's default (threads
 # spin after each parallel region) with OpenBLAS's own threads; "1-thread BLAS": OpenBLAS held to
@@ -504,22 +540,26 @@ EAGER_SETTINGS = (("eager_s", "spin"), ("eager_blas1_s", "1-thread BLAS"), ("eag
                   ("eager_passive_blas1_s", "passive, 1-thread BLAS"))
 
 
-def timing(eager_s, dynamo_s, settings=None):
+def timing(eager_s, dynamo_s, settings=None, alone=None):
     """The times the table shows, from each side's per-call seconds: best and median of calls
     2..N (call 1 records and compiles), speedup (eager best / dynamo best) and median ratio
     (eager median / dynamo median), both >1 where dynamo is faster, and dynamo's first call.
     settings: {EAGER_SETTINGS key: per-call seconds} of eager's other settings; the baseline is
     the setting with the fastest call (eager_setting names it; the median is the lowest of the
-    settings' medians). None where there are too few calls."""
-    d = dynamo_s[1:]
+    settings' medians). alone: {key: seconds per sample} timed with each side alone
+    (ModelRun._alone): those samples, all of them, stand for calls 2..N of the sides they have.
+    None where there are too few calls."""
+    alone = alone or {}
+    d = alone.get("dynamo_s") or dynamo_s[1:]
     runs = {"eager_s": eager_s, **(settings or {})}
     t = dict(eager_best=None, dynamo_best=None, eager_median=None, dynamo_median=None, speedup=None,
              median_ratio=None, first_call_s=dynamo_s[0] if dynamo_s else None, eager_setting=None,
              eager_by_setting={})
     names = dict(EAGER_SETTINGS)
     for key, times in runs.items():
-        if times[1:]:
-            t["eager_by_setting"][names[key]] = (min(times[1:]), statistics.median(times[1:]))
+        later = alone.get(key) or times[1:]
+        if later:
+            t["eager_by_setting"][names[key]] = (min(later), statistics.median(later))
     if t["eager_by_setting"] and d:
         name, (best, _) = min(t["eager_by_setting"].items(), key=lambda kv: kv[1][0])
         t.update(eager_best=best, eager_setting=name, dynamo_best=min(d), dynamo_median=statistics.median(d),
@@ -534,6 +574,8 @@ class ModelRun:
     def __init__(self, name, family, size, calls, mode="module"):
         self.size, self.shape, note = model_input(name, family, size)
         self.family, self.calls, self.mode = family, calls, mode
+        self.repeat = 1  # calls per timed sample after the first (repeats_for)
+        self.dynamo_calls = 0  # calls of the optimized model (timed repeats included)
         self.r = dict(name=name, family=family, group=group_of(name, family), size=self.size, shape=self.shape,
                       note=note, status="ok", reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0,
                       eager_s=[], eager_blas1_s=[], dynamo_s=[])
@@ -557,7 +599,9 @@ class ModelRun:
         """((output, seconds), None) of one side's call k, or (None, (reason, traceback))."""
         _phase(f"{which} call {k + 1}" + (" (recording and compiling)" if which == "dynamo" and k == 0 else ""))
         try:
-            return _timed(fn, clone_input(x)), None
+            if which == "dynamo":
+                self.dynamo_calls += self.repeat if k else 1
+            return _sampled(fn, x, self.repeat if k else 1), None
         except Exception as e:  # noqa: BLE001 -- whatever the model raises is the finding
             return None, (f"{which} call {k + 1}: {type(e).__name__}: {e}", traceback.format_exc())
 
@@ -589,6 +633,8 @@ class ModelRun:
         detections per image, and no more of them elsewhere than that; such a call is noted."""
         r = self.r
         r["calls_done"] = k + 1
+        if k < 2:  # from call 1 (cold), then from call 2: the fastest eager setting's call
+            self.repeat = r["repeat"] = repeats_for(min(te, te1 if te1 is not None else te))
         r["eager_s"].append(te)
         r["dynamo_s"].append(tj)
         if te1 is not None:
@@ -622,11 +668,37 @@ class ModelRun:
                 for k in range(self.calls):
                     if not self._one_call(k, *models):
                         break
+                if self.r["status"] == "ok" and self.r["eager_s"] and self.r["eager_s"][0] < ALONE_BELOW_S:
+                    self._alone(*models)
         after = dynamo.counters()
         self.r["counters"] = {k: after[k] - before[k] for k in after}
         self.r["fallback"] = first_fallback(dynamo.report())
-        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"], {"eager_blas1_s": self.r["eager_blas1_s"]}))
+        self.r["dynamo_calls"] = self.dynamo_calls
+        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"], {"eager_blas1_s": self.r["eager_blas1_s"]},
+                             self.r.get("alone")))
         return self.r
+
+    def _alone(self, eager, jit):
+        """After the checked calls: ALONE_SAMPLES samples of each side timed back to back with no
+        other side in between (dynamo first, then eager and eager with 1-thread BLAS, a pause
+        before each), as a program runs one or the other: interleaved, each side's calls start
+        while the other's threads still spin (OpenBLAS's for up to ~0.1 s after a product, GNU
+        OpenMP's after each parallel region), which costs whichever runs next 10-20%."""
+        x = make_input(self.family, self.shape, seed=2000)
+        blocks = [("dynamo_s", jit), ("eager_s", eager)]
+        if openblas_threads.available():
+            blocks.append(("eager_blas1_s", lambda v: _with_blas1(eager, v)))
+        alone = {}
+        try:
+            for key, fn in blocks:
+                _phase(f"timing {key[:-2]} alone")
+                time.sleep(0.2)
+                alone[key] = [_sampled(fn, x, self.repeat)[1] for _ in range(ALONE_SAMPLES)]
+                if key == "dynamo_s":
+                    self.dynamo_calls += ALONE_SAMPLES * self.repeat
+        except Exception:  # noqa: BLE001 -- the checked calls passed; the interleaved times stand
+            return
+        self.r["alone"] = alone
 
 
 def _unmatched(a, b):
@@ -728,9 +800,10 @@ def run_one(name, family, size, calls, mode):
     print(RESULT_TAG + json.dumps(ModelRun(name, family, size, calls, mode).run()), flush=True)
 
 
-def run_eager_only(name, family, size, calls):
+def run_eager_only(name, family, size, calls, repeat=1):
     """A child that runs only the eager side (same inputs), with OpenBLAS's threads and with one
-    (alternating which goes first): {"eager_s": [...], "eager_blas1_s": [...]} as a tagged line."""
+    (alternating which goes first), calls after the first timed as the parent's were (repeat
+    calls per sample): {"eager_s": [...], "eager_blas1_s": [...]} as a tagged line."""
     import torch
     setup_torch()
     run = ModelRun(name, family, size, calls)
@@ -741,7 +814,7 @@ def run_eager_only(name, family, size, calls):
         for k in range(calls):
             x = make_input(family, run.shape, seed=1000 + k)
             for key, fn in (sides[::-1] if k % 2 else sides):
-                times[key].append(_timed(fn, clone_input(x))[1])
+                times[key].append(_sampled(fn, x, repeat if k else 1)[1])
     if not openblas_threads.available():
         times["eager_blas1_s"] = []
     print(RESULT_TAG + json.dumps(times), flush=True)
@@ -800,7 +873,8 @@ def eager_with_passive_threads(r, args):
     threads and with one) and makes the best of every eager setting the baseline of r's speedup
     and median ratio."""
     cmd = [sys.executable, os.path.abspath(__file__), "--eager-only", r["name"], "--family", r["family"],
-           "--size", str(args.size), "--calls", str(calls_for(r["family"], args.calls))]
+           "--size", str(args.size), "--calls", str(calls_for(r["family"], args.calls)),
+           "--repeat", str(r.get("repeat", 1))]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or None,
                            env=dict(os.environ, **PASSIVE_ENV))
@@ -811,7 +885,8 @@ def eager_with_passive_threads(r, args):
         return
     child = json.loads(lines[-1][len(RESULT_TAG):])
     r["eager_passive_s"], r["eager_passive_blas1_s"] = child["eager_s"], child.get("eager_blas1_s", [])
-    r.update(timing(r["eager_s"], r["dynamo_s"], {k: r.get(k, []) for k, _ in EAGER_SETTINGS[1:]}))
+    r.update(timing(r["eager_s"], r["dynamo_s"], {k: r.get(k, []) for k, _ in EAGER_SETTINGS[1:]},
+                    r.get("alone")))
 
 
 def run_isolated(name, family, args):
@@ -865,8 +940,10 @@ def _compile_ms(c):
 
 
 def _native(r):
+    """Native runs / calls of the optimized model (timed repeats included; a model compiled in
+    parts has a run per part that ran natively)."""
     c = r.get("counters") or {}
-    return f"{c.get('native_runs', 0)}/{r['calls_done']}" if c else "-"
+    return f"{c.get('native_runs', 0)}/{r.get('dynamo_calls') or r['calls_done']}" if c else "-"
 
 
 def _why(r):
@@ -1059,6 +1136,7 @@ def parse_args(argv=None):
                    help="do not time eager again with OMP_WAIT_POLICY=passive")
     p.add_argument("--run-one", default="", help=argparse.SUPPRESS)  # the child process
     p.add_argument("--eager-only", default="", help=argparse.SUPPRESS)  # the passive-threads child
+    p.add_argument("--repeat", type=int, default=1, help=argparse.SUPPRESS)  # ... its calls per sample
     return p.parse_args(argv)
 
 
@@ -1075,7 +1153,7 @@ def main(argv=None):
         run_one(args.run_one, args.family, args.size, calls_for(args.family, args.calls), args.mode)
         return 0
     if args.eager_only:
-        run_eager_only(args.eager_only, args.family, args.size, calls_for(args.family, args.calls))
+        run_eager_only(args.eager_only, args.family, args.size, calls_for(args.family, args.calls), args.repeat)
         return 0
     chosen = select(args)
     setup_torch()
