@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <ATen/DLConvertor.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
@@ -475,6 +476,20 @@ std::map<std::string, void *> runtime_symbols() {
 }  // namespace dynamo::runtime
 
 using namespace dynamo;
+
+// Ops of our own that traces call as externs, in the namespace dynamo (beside dynamo::guard,
+// which the runtime runs itself). dynamo::fft_r2c is aten::_fft_r2c with its complex result as
+// float pairs in a trailing dim of 2 (torch.view_as_real): the form in which a trace holds a
+// complex tensor (the recorder's stft spectra), the IR having no complex dtype.
+namespace {
+at::Tensor fft_r2c_pairs(const at::Tensor &x, c10::IntArrayRef dim, int64_t normalization, bool onesided) {
+  return at::view_as_real(at::_fft_r2c(x, dim, normalization, onesided));
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(dynamo, m) {
+  m.def("fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor", &fft_r2c_pairs);
+}
 
 extern "C" void dynamo_rt_fill_table(void **table, void **slots, const int64_t *desc, int64_t n) {
   for (int64_t i = 0; i < n; ++i) table[i] = static_cast<char *>(slots[desc[2 * i]]) + desc[2 * i + 1];

@@ -71,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self.view_of = {}       # id(view) -> (parent tensor, the op that made it, its argument values)
         self.views = {}         # id(tensor) -> the views taken of it (tensors)
         self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
+        self.pairs = set()      # id(complex tensor) whose trace value is its real view (float pairs)
         self.input_names = set()
         self.mutated = False    # an in-place op was recorded
         self.ops = []           # ATen op names, for explain()
@@ -151,6 +152,9 @@ class Recorder(TorchDispatchMode):
         if isinstance(v, torch.Tensor):
             name = self.vals.get(id(v))
             if name is not None:
+                if id(v) in self.pairs:
+                    raise Abort(f"dtype {v.dtype} is not supported by the compiler (a complex tensor reached an op "
+                                "other than abs or a view)", "dtype")
                 return name
             if id(v) in self.poison:
                 raise Abort(self.poison[id(v)], _poison_kind(self.poison[id(v)]))
@@ -280,6 +284,9 @@ class Recorder(TorchDispatchMode):
             self._note_view(out, args[0], func, list(args))
             self._bind(out, res)
             return
+        if _complex_among(args, out):
+            self._record_complex(func, args, kwargs, out)
+            return
         if func in _LAYOUT_DEPENDENT and not (func is _aten.as_strided.default and _row_major_strided(args, kwargs)):
             raise Abort(f"{name}: general strided views are not supported (stride arguments describe eager's "
                         "memory layout, which compiled intermediates need not have; over a contiguous tensor, "
@@ -333,6 +340,57 @@ class Recorder(TorchDispatchMode):
         func, vals = self._scalar_args(func, vals, outs, check=not seeded)
         self._extern(func, vals, outs)
         self._note_aliases(orig, vals, outs)
+
+    # -- complex tensors as float pairs ---------------------------------------------------
+    def _record_complex(self, func, args, kwargs, out):
+        """A complex tensor is held in the trace as its real view (torch.view_as_real: float
+        pairs in a trailing dim of 2): made by the FFT of a real float32 tensor (stft's
+        spectrum, extern dynamo::fft_r2c), viewed (transpose, permute, reshape, squeeze,
+        unsqueeze, and stft's in-place transpose_), and read by abs (the magnitude, a real
+        tensor). Any other use of one aborts as the dtype the compiler lacks; so does returning
+        one, or one live at a side exit or stitch (Recorder.output_name, snapshot.encode)."""
+        name = _sig(func)
+        bad = Abort(f"{name} on a complex tensor: complex dtypes are not supported by the compiler "
+                    "(only stft's spectrum, its views and abs are traced)", "dtype")
+        outs = outs_of(out)
+        if func is _aten._fft_r2c.default:
+            x = args[0]
+            if x.dtype != torch.float32 or outs[0].dtype != torch.complex64:
+                raise bad
+            vals = self._args(func, args, kwargs)
+            dims = "[" + ",".join(str(d) for d in vals[1]) + "]"
+            res = self._new()
+            self.lines.append(f"  {res} = extern dynamo::fft_r2c({self._operand(x)}, {dims}, {int(vals[2])}, "
+                              f"{self._operand(bool(vals[3]))}) : {_pairs_type(outs[0])}")
+            self._bind_pairs(outs[0], res)
+            return
+        z = args[0] if args else None
+        if not isinstance(z, torch.Tensor) or id(z) not in self.pairs or \
+                any(isinstance(a, torch.Tensor) and a.is_complex() and a is not z for a in args[1:]):
+            raise bad
+        src = self.vals[id(z)]
+        nd = z.dim()
+        if func is _aten.abs.default and outs[0].dtype == torch.float32:
+            shape = ",".join(str(d) for d in outs[0].shape)
+            sq, total, res = self._new(), self._new(), self._new()
+            self.lines.append(f"  {sq} = mul({src}, {src}) : {_pairs_type(z)}")
+            self.lines.append(f"  {total} = sum({sq}, [{nd}], false) : f32[{shape}]")
+            self.lines.append(f"  {res} = sqrt({total}) : f32[{shape}]")
+            self._bind(outs[0], res)
+            return
+        view = _pairs_view(func, args, nd, outs[0])
+        if view is None:
+            raise bad
+        res = self._new()
+        self.lines.append(f"  {res} = {view.format(src)} : {_pairs_type(outs[0])}")
+        if func in _PAIRS_IN_PLACE:  # the same tensor, with new metadata
+            self.vals[id(z)] = res
+        else:
+            self._bind_pairs(outs[0], res)
+
+    def _bind_pairs(self, t, name):
+        self._bind(t, name)
+        self.pairs.add(id(t))
 
     def _note_aliases(self, func, vals, outs):
         """An op whose result aliases an argument (a view ATen makes that the IR has no view op
@@ -601,11 +659,50 @@ class Recorder(TorchDispatchMode):
     def output_name(self, t):
         if id(t) in self.poison:
             raise Abort(self.poison[id(t)], _poison_kind(self.poison[id(t)]))
+        if id(t) in self.pairs:
+            raise Abort(f"returns a {t.dtype} tensor: dtype {t.dtype} is not supported by the compiler", "dtype")
         return self.vals.get(id(t))
 
     def text(self, outputs):
         return "trace @%s {\n%s\n  return %s\n}\n" % (
             self.name, "\n".join(self.inputs + self.lines), ", ".join(outputs))
+
+
+def _complex_among(args, out):
+    """An op's result or one of its tensor arguments is complex (the recorder holds those as
+    float pairs, Recorder._record_complex)."""
+    for v in (out if isinstance(out, (tuple, list)) else (out,)):
+        if isinstance(v, torch.Tensor) and v.is_complex():
+            return True
+    return any(isinstance(a, torch.Tensor) and a.is_complex() for a in args)
+
+
+def _pairs_type(z):
+    """The IR type of complex64 tensor z's real view: f32[z's sizes, 2]."""
+    return f"f32[{','.join(str(d) for d in z.shape)}{',' if z.dim() else ''}2]"
+
+
+# Views of a complex tensor taken on its real view: the pair dim stays last.
+_PAIRS_IN_PLACE = (_aten.transpose_.default, _aten.squeeze_.dim, _aten.unsqueeze_.default)
+
+
+def _pairs_view(func, args, nd, out):
+    """IR text (with {} for the real view's name) of view op func on a complex tensor of nd
+    dims, applied to its real view; None for other ops."""
+    def dim(d, n=nd):
+        return d % n if n else 0
+    if func in (_aten.transpose.int, _aten.transpose_.default):
+        return f"transpose({{}}, {dim(args[1])}, {dim(args[2])})"
+    if func is _aten.permute.default:
+        return "permute({}, [" + ",".join(str(dim(d)) for d in args[1]) + f",{nd}])"
+    if func in (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default,
+                _aten._reshape_alias.default, _aten.alias.default):
+        return "reshape({}, [" + ",".join(str(d) for d in out.shape) + (",2])" if out.dim() else "2])")
+    if func in (_aten.squeeze.dim, _aten.squeeze_.dim):
+        return f"squeeze({{}}, {dim(args[1])})"
+    if func in (_aten.unsqueeze.default, _aten.unsqueeze_.default):
+        return f"unsqueeze({{}}, {dim(args[1], nd + 1)})"
+    return None
 
 
 _MISSING = object()
