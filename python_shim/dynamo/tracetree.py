@@ -173,8 +173,14 @@ def _flatten_result(result, rec, input_index):
             n = rec.output_name(v)
             if n is None:
                 raise Abort("returns a tensor that was not recorded", "result")
+            base = _viewed_base(v, rec)
+            if base is not None:  # a view: the trace returns its base, the call views it as eager did
+                n = rec.output_name(base)
             if n not in names:  # the same tensor returned twice stays one tensor
                 names.append(n)
+            if base is not None:
+                return ("V", names.index(n), tuple(v.shape), tuple(v.stride()),
+                        v.storage_offset() - base.storage_offset())
             return ("T", names.index(n))
         if type(v) in (tuple, list):
             return (type(v).__name__, [walk(x) for x in v])
@@ -187,11 +193,31 @@ def _flatten_result(result, rec, input_index):
     return walk(result), names
 
 
+def _viewed_base(v, rec):
+    """The tensor returned tensor v is a view of, when the trace can return that instead and the
+    call take v from it as eager does (a transposed or sliced result: no copy kernel, and eager's
+    strides and aliasing): a contiguous tensor the trace computed (not an input), of v's dtype.
+    None otherwise."""
+    b = v._base
+    if b is None or b.dtype != v.dtype or not b.is_contiguous() or b.layout != torch.strided:
+        return None
+    try:
+        n = rec.output_name(b)
+    except Abort:
+        return None
+    return b if n is not None and n not in rec.input_names else None
+
+
 def _rebuild(spec, outs, inputs):
     """The return value from its spec, the trace's outputs and the call's input tensors."""
     kind = spec[0]
     if kind == "T":
         return outs[spec[1]]
+    if kind == "V":  # eager's view of a returned base (dense row-major, as eager's base was)
+        b = outs[spec[1]]
+        if not b.is_contiguous():
+            b = b.contiguous()
+        return b.as_strided(spec[2], spec[3], b.storage_offset() + spec[4])
     if kind == "I":
         return inputs[spec[1]]
     if kind == "C":
