@@ -593,27 +593,42 @@ struct Planner {
   // cannot compute it: it would read through a buffer that g itself writes, or read one of
   // g's reductions somewhere other than the current row. Reductions of other groups that are
   // read are marked for materialization (when `mark`).
-  bool can_compute(int32_t v, const Map &m, int32_t g, bool mark, bool is_root = false) {
-    if (is_root && is_pointwise(v)) {  // the root itself is computed by g, whatever its buffer
-      for (const Operand &o : t.insts[t.def[v]].args)
-        if (o.kind == Operand::Value && t.types[o.value].tensor &&
-            !can_compute(o.value, compose_map(t.types[v], t.types[o.value], m), g, mark))
-          return false;
-      return true;
+  bool can_compute(int32_t v0, const Map &m0, int32_t g, bool mark, bool is_root = false) {
+    // An explicit stack, not recursion: a trace's chains can be 10^5 values deep. Operands are
+    // pushed last-first, so they are walked in the order a recursive walk would take.
+    struct Item {
+      int32_t v;
+      Map m;
+      bool root;
+    };
+    std::vector<Item> work;
+    work.push_back({v0, m0, is_root});
+    while (!work.empty()) {
+      Item it = std::move(work.back());
+      work.pop_back();
+      const int32_t v = it.v;
+      bool walk;
+      if (it.root && is_pointwise(v)) {  // the root itself is computed by g, whatever its buffer
+        walk = true;
+      } else if (is_reduction(v) && p.group_of[v] == g) {
+        Map rm = row_map(p.groups[g], t.types[v].sizes);
+        if (rm.empty() || rm != it.m) return false;  // only this row's register
+        walk = false;
+      } else if (is_pointwise(v) && computed_in(v, g)) {
+        walk = true;
+      } else {
+        if (is_reduction(v) && mark) need_mat[v] = 1;
+        if (p.buffer_backed[v] && g >= 0 && writes_slot(p.groups[g], p.views[v].slot)) return false;
+        walk = false;
+      }
+      if (!walk) continue;
+      const std::vector<Operand> &args = t.insts[t.def[v]].args;
+      for (size_t k = args.size(); k-- > 0;) {
+        const Operand &o = args[k];
+        if (o.kind == Operand::Value && t.types[o.value].tensor)
+          work.push_back({o.value, compose_map(t.types[v], t.types[o.value], it.m), false});
+      }
     }
-    if (is_reduction(v) && p.group_of[v] == g) {
-      Map rm = row_map(p.groups[g], t.types[v].sizes);
-      return !rm.empty() && rm == m;  // this row's register
-    }
-    if (is_pointwise(v) && computed_in(v, g)) {
-      for (const Operand &o : t.insts[t.def[v]].args)
-        if (o.kind == Operand::Value && t.types[o.value].tensor &&
-            !can_compute(o.value, compose_map(t.types[v], t.types[o.value], m), g, mark))
-          return false;
-      return true;
-    }
-    if (is_reduction(v) && mark) need_mat[v] = 1;
-    if (p.buffer_backed[v] && g >= 0 && writes_slot(p.groups[g], p.views[v].slot)) return false;
     return true;
   }
 

@@ -230,6 +230,8 @@ class KernelEmitter {
   EVal value(int32_t v, const Map &m);
   EVal load(int32_t pat);
   EVal compute(int32_t v, const Map &m);
+  void prime(int32_t v, const Map &m);
+  bool priming = false;  // inside prime(): operands are computed deepest first already
   Value *sleef(const char *fn, DType d, std::vector<Value *> args);
   Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
   // Inline float32 math (lower_math.cpp); x is a float or <L x float>.

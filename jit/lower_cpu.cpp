@@ -8,6 +8,7 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include <llvm/IR/IRBuilder.h>
@@ -25,20 +26,29 @@ using namespace llvm;
 
 namespace detail {
 
-void KernelEmitter::collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen) {
-  if (!seen.emplace(std::make_pair(v, m), 1).second) return;
-  if (own_reduction(v)) return;  // a register of this row; its input is collected by its stage
-  if (inline_value(v)) {
-    for (const Operand &o : t.insts[t.def[v]].args)
-      if (o.kind == Operand::Value && t.types[o.value].tensor) collect(o.value, compose(m, v, o.value), seen);
-    return;
+void KernelEmitter::collect(int32_t v0, const Map &m0, std::map<std::pair<int32_t, Map>, char> &seen) {
+  // Preorder over the inline expression with an explicit stack (chains can be 10^5 deep);
+  // operands pushed last-first give the recursive walk's order, so the patterns' order too.
+  std::vector<std::pair<int32_t, Map>> work{{v0, m0}};
+  while (!work.empty()) {
+    auto [v, m] = std::move(work.back());
+    work.pop_back();
+    if (!seen.emplace(std::make_pair(v, m), 1).second) continue;
+    if (own_reduction(v)) continue;  // a register of this row; its input is collected by its stage
+    if (inline_value(v)) {
+      const std::vector<Operand> &args = t.insts[t.def[v]].args;
+      for (size_t k = args.size(); k-- > 0;)
+        if (args[k].kind == Operand::Value && t.types[args[k].value].tensor)
+          work.emplace_back(args[k].value, compose(m, v, args[k].value));
+      continue;
+    }
+    const BufferView &bv = p.views[v];
+    Pattern pt{bv.slot, bv.offset, t.types[v].dtype, std::vector<int64_t>(g.domain.size(), 0)};
+    for (size_t k = 0; k < m.size(); ++k)
+      if (m[k] >= 0) pt.coef[m[k]] += bv.strides[k];
+    leaf_of[{v, m}] = (int32_t)pats.size();
+    pats.push_back(pt);
   }
-  const BufferView &bv = p.views[v];
-  Pattern pt{bv.slot, bv.offset, t.types[v].dtype, std::vector<int64_t>(g.domain.size(), 0)};
-  for (size_t k = 0; k < m.size(); ++k)
-    if (m[k] >= 0) pt.coef[m[k]] += bv.strides[k];
-  leaf_of[{v, m}] = (int32_t)pats.size();
-  pats.push_back(pt);
 }
 
 // Drops size-1 dims and merges neighbours that every access walks contiguously.
@@ -480,8 +490,11 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   } else if (own_reduction(v)) {
     EVal s = reg.at(v);
     r = {splat(s.v), s.dt};
+  } else if (inline_value(v)) {
+    if (!priming) prime(v, m);
+    r = compute(v, m);
   } else {
-    r = inline_value(v) ? compute(v, m) : load(leaf_of.at(key));
+    r = load(leaf_of.at(key));
   }
   if (use_cache && stage == cached->second.first) {  // the first stage keeps it for the others
     llvm::Type *et = scalar_ty(cached->second.dt);
@@ -490,6 +503,40 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   }
   memo[key] = r;
   return r;
+}
+
+// Computes the inline operands under (v, m) first, deepest first (an iterative post-order walk),
+// so that compute(v, m) finds each of them in the memo: compute() calls value() on its operands,
+// and a 10^5-op chain computed by recursion would overflow the stack.
+void KernelEmitter::prime(int32_t v0, const Map &m0) {
+  using Key = std::pair<int32_t, Map>;
+  std::set<Key> entered;
+  std::vector<std::pair<Key, bool>> work;  // (value at map, its operands pushed already)
+  std::vector<Key> order;
+  auto push_operands = [&](const Key &k) {
+    const std::vector<Operand> &args = t.insts[t.def[k.first]].args;
+    for (size_t i = args.size(); i-- > 0;) {
+      const Operand &o = args[i];
+      if (o.kind != Operand::Value || !t.types[o.value].tensor || !inline_value(o.value)) continue;
+      Key c{o.value, compose(k.second, k.first, o.value)};
+      if (!memo.count(c) && !entered.count(c)) work.push_back({c, false});
+    }
+  };
+  push_operands({v0, m0});
+  while (!work.empty()) {
+    auto [k, expanded] = work.back();
+    work.pop_back();
+    if (expanded) {
+      order.push_back(k);
+      continue;
+    }
+    if (!entered.insert(k).second) continue;
+    work.push_back({k, true});
+    push_operands(k);
+  }
+  priming = true;
+  for (const Key &k : order) value(k.first, k.second);
+  priming = false;
 }
 
 Value *KernelEmitter::sleef(const char *fn, DType d, std::vector<Value *> args) {
