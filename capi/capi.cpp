@@ -1,5 +1,6 @@
 // capi.cpp -- the only extern "C" code: handle wrap/unwrap and liveness, status codes, the
 // thread-local last error, and the catch-all that keeps C++ exceptions inside the library.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -305,6 +306,8 @@ dynamo_status dynamo_trace_add_tensor_input(dynamo_trace *trace, dynamo_dtype dt
     ty.strides.assign(strides, strides + ndim);
     if (ty.strides == jit::contiguous_strides(ty.sizes)) ty.strides.clear();
   }
+  std::string why = jit::type_size_problem(ty);
+  if (!why.empty()) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: " + why);
   return add_input(trace, ty, out_value);
   API_END
 }
@@ -644,11 +647,21 @@ void owned_output_deleter(DLManagedTensor *self) {
 
 }  // namespace
 
+// The most outputs dynamo_entry_run_alloc clears on the caller's word alone (see there).
+constexpr size_t kMaxClearedOutputs = 1 << 16;
+
 dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args, size_t nargs,
                                      DLManagedTensor **out_tensors, size_t nouts) {
-  CHECK_HANDLE(entry, "entry");
   if (nouts && !out_tensors) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run_alloc: out_tensors is NULL");
-  for (size_t k = 0; k < nouts; ++k) out_tensors[k] = nullptr;
+  // Every output is NULL on failure (the header's promise), before anything else can fail. A
+  // count past kMaxClearedOutputs (SIZE_MAX, a negative int cast) is not believed: only as many
+  // as a live entry returns are cleared, and the mismatch is reported below.
+  {
+    size_t clear = nouts;
+    if (nouts > kMaxClearedOutputs) clear = entry && live(entry) ? std::min(nouts, entry->e->trace.outputs.size()) : 0;
+    for (size_t k = 0; k < clear; ++k) out_tensors[k] = nullptr;
+  }
+  CHECK_HANDLE(entry, "entry");
   if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run_alloc: args is NULL");
   API_BEGIN
   const runtime::Entry &E = *entry->e;

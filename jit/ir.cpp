@@ -49,6 +49,33 @@ int64_t Type::numel() const {
   return n;
 }
 
+std::string type_size_problem(const Type &ty) {
+  if (!ty.tensor) return "";
+  auto shape = [&] {
+    std::string s = "[";
+    for (size_t k = 0; k < ty.sizes.size(); ++k) s += (k ? "," : "") + std::to_string(ty.sizes[k]);
+    return s + "]";
+  };
+  const std::string too_big = " hold more than 2^63 - 1 bytes (int64 byte offsets cannot address them)";
+  int64_t n = dtype_bytes(ty.dtype);
+  for (int64_t s : ty.sizes) {
+    if (s < 0) return "negative size " + std::to_string(s) + " in " + shape();
+    if (__builtin_mul_overflow(n, s > 1 ? s : 1, &n)) return "sizes " + shape() + too_big;
+  }
+  if (ty.strides.empty() || ty.numel() == 0) return "";
+  int64_t far = 0;  // the furthest element's offset, in elements
+  for (size_t k = 0; k < ty.sizes.size() && k < ty.strides.size(); ++k) {
+    int64_t st = ty.strides[k], term;
+    if (st == INT64_MIN || __builtin_mul_overflow(ty.sizes[k] - 1, st < 0 ? -st : st, &term) ||
+        __builtin_add_overflow(far, term, &far))
+      return "sizes " + shape() + " with their strides" + too_big;
+  }
+  int64_t bytes;
+  if (__builtin_add_overflow(far, (int64_t)1, &far) || __builtin_mul_overflow(far, (int64_t)dtype_bytes(ty.dtype), &bytes))
+    return "sizes " + shape() + " with their strides" + too_big;
+  return "";
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes) {
   std::vector<int64_t> st(sizes.size());
   int64_t acc = 1;

@@ -386,6 +386,11 @@ struct Parser {
     }
     if (!result_names.empty() && result_names.size() != types.size())
       error(std::to_string(types.size()) + " result name(s)", at);
+    for (size_t r = 0; r < types.size(); ++r) {  // before anything sizes memory by it
+      std::string why = type_size_problem(types[r]);
+      if (!why.empty())
+        error_verify(where + ": " + (r < result_names.size() ? "%" + result_names[r] + ": " : "") + why, at);
+    }
     int32_t idx = (int32_t)t.insts.size();
     for (size_t r = 0; r < types.size(); ++r) {
       int32_t v = t.new_value(types[r], idx);

@@ -14,6 +14,16 @@ int category(DType t) { return t == DType::Bool ? 0 : is_int(t) ? 1 : 2; }
   fail(ErrorCode::Verify, where + ": " + msg);
 }
 
+// Whether expanding sizes `from` to `to` makes several elements of one (a broadcast dim).
+bool repeats_elements(const std::vector<int64_t> &from, const std::vector<int64_t> &to) {
+  size_t off = to.size() - from.size();
+  for (size_t k = 0; k < to.size(); ++k) {
+    int64_t f = k < off ? 1 : from[k - off];
+    if (f == 1 && to[k] > 1) return true;
+  }
+  return false;
+}
+
 int64_t wrap_dim(int64_t d, int64_t rank, const std::string &where) {
   int64_t r = rank == 0 ? 1 : rank;
   if (d < -r || d >= r)
@@ -320,7 +330,19 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
     for (;;) {
       const Inst &def = t.insts[t.def[d]];
       OpKind k = op_info(def.op).kind;
-      if (def.op == Op::input) break;
+      if (def.op == Op::input) {
+        // as ATen: no write into memory where several elements are one (an expanded tensor)
+        const Type &it = t.types[d];
+        for (size_t k2 = 0; k2 < it.strides.size() && k2 < it.sizes.size(); ++k2)
+          if (it.strides[k2] == 0 && it.sizes[k2] > 1)
+            vfail(where, "copy_ into input %" + std::to_string(d) + ", whose dim " + std::to_string(k2) +
+                             " has stride 0: more than one element of the written-to tensor refers to a single "
+                             "memory location");
+        break;
+      }
+      if (def.op == Op::expand && repeats_elements(t.types[def.args[0].value].sizes, t.types[d].sizes))
+        vfail(where, "copy_ destination may not be an expand view: more than one element of the written-to tensor "
+                     "refers to a single memory location");
       if (def.op == Op::as_strided) vfail(where, "copy_ destination may not be an as_strided view (its elements may repeat)");
       if (k == OpKind::VIEW || def.op == Op::copy_) { d = def.args[0].value; continue; }
       vfail(where, "copy_ destination must be an input tensor or a view of one");
@@ -450,6 +472,11 @@ void verify_trace(const Trace &t) {
     for (const Operand &o : in.args)
       if (o.kind == Operand::Value && (o.value < 0 || o.value >= defined))
         vfail(where, "uses %" + std::to_string(o.value) + " before it is defined");
+    for (int32_t r : in.results) {
+      if (r < 0 || r >= (int32_t)t.types.size()) continue;  // numbering is checked below
+      std::string why = type_size_problem(t.types[r]);
+      if (!why.empty()) vfail(where, "%" + std::to_string(r) + ": " + why);
+    }
     if (in.op != Op::input && in.op != Op::extern_) {
       std::vector<Type> ty = infer_types(t, in, where);
       if (ty.size() != in.results.size() || ty[0].sizes != t.types[in.results[0]].sizes ||

@@ -605,6 +605,75 @@ static void run_mm_trace(const char *text, int runs, float out[4]) {
   assert_ok(dynamo_frame_destroy(f));
 }
 
+/* Sizes past what int64 byte offsets address are refused where they enter (the builder:
+ * INVALID_ARGUMENT; trace text and every instruction's result, expand and reductions included:
+ * VERIFY naming the value), instead of compiling into code that hangs, writes to address 0 or
+ * returns a wrong count. */
+static void test_sizes_that_overflow_are_refused(void **state) {
+  (void)state;
+  static const char *bad_text[] = {
+      "trace @t {\n  %0 = input f32[4611686018427387904,4]\n  %1 = exp(%0) : f32[4611686018427387904,4]\n  return %1\n}\n",
+      "trace @t {\n  %0 = input f32[4294967296,4294967296]\n  %1 = exp(%0) : f32[4294967296,4294967296]\n  return %1\n}\n",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = reshape(%0, [4,1]) : f32[4,1]\n"
+      "  %2 = expand(%1, [4,4611686018427387904]) : f32[4,4611686018427387904]\n"
+      "  %3 = sum(%2, [], false) : f32[]\n  return %3\n}\n",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = expand(%0, [2147483648,2147483648,4]) : f32[2147483648,2147483648,4]\n"
+      "  %2 = mean(%1, [], false) : f32[]\n  return %2\n}\n",
+      "trace @t {\n  %0 = input f32[4]\n  %1 = expand(%0, [4294967296,4294967296,4]) : f32[4294967296,4294967296,4]\n"
+      "  %2 = amax(%1, [], false) : f32[]\n  return %2\n}\n",
+      "trace @t {\n  %0 = input f32[4,4]{4611686018427387904,1}\n  %1 = exp(%0) : f32[4,4]\n  return %1\n}\n",
+  };
+  for (size_t i = 0; i < sizeof bad_text / sizeof *bad_text; ++i) {
+    dynamo_trace *t = (dynamo_trace *)0x1;
+    assert_fails(dynamo_trace_parse(bad_text[i], (size_t)-1, &t), DYNAMO_ERR_VERIFY, "2^63 - 1 bytes");
+    assert_null(t);
+  }
+  dynamo_trace *t = NULL;
+  assert_ok(dynamo_trace_create("b", &t));
+  int32_t v = -1;
+  int64_t big[2] = {(int64_t)1 << 62, 4}, huge[2] = {INT64_MAX, INT64_MAX};
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, big, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "dynamo_trace_add_tensor_input: sizes [4611686018427387904,4] hold more than 2^63 - 1 bytes");
+  assert_fails(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, huge, NULL, &v), DYNAMO_ERR_INVALID_ARGUMENT,
+               "2^63 - 1 bytes");
+  int64_t ok_sizes[2] = {0, (int64_t)1 << 40};  /* large, but addressable (and empty) */
+  assert_ok(dynamo_trace_add_tensor_input(t, DYNAMO_FLOAT32, 2, ok_sizes, NULL, &v));
+  dynamo_trace_destroy(t);
+}
+
+/* A write into an input whose elements share memory (stride 0, or through a broadcasting
+ * expand) is refused, as ATen refuses it, instead of leaving one of the values. */
+static void test_copy_into_repeated_memory_is_refused(void **state) {
+  (void)state;
+  static const char *bad_text[] = {
+      "trace @t {\n  %0 = input f32[4]{0}\n  %1 = input f32[4]\n  %2 = copy_(%0, %1) : f32[4]\n  return %2\n}\n",
+      "trace @t {\n  %0 = input f32[1]\n  %1 = input f32[4]\n  %2 = expand(%0, [4]) : f32[4]\n"
+      "  %3 = copy_(%2, %1) : f32[4]\n  return %3\n}\n",
+  };
+  for (size_t i = 0; i < sizeof bad_text / sizeof *bad_text; ++i) {
+    dynamo_trace *t = NULL;
+    assert_fails(dynamo_trace_parse(bad_text[i], (size_t)-1, &t), DYNAMO_ERR_VERIFY, "single memory location");
+  }
+}
+
+/* dynamo_entry_run_alloc never writes past the caller's array (a count of SIZE_MAX), and clears
+ * the outputs on every failure, a destroyed entry's included. */
+static void test_entry_run_alloc_counts(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  DLManagedTensor *outs[2] = {(DLManagedTensor *)0x1, (DLManagedTensor *)0x2};
+  assert_fails(dynamo_entry_run_alloc(x.entry, x.args, 2, outs, SIZE_MAX), DYNAMO_ERR_ARGUMENT_MISMATCH,
+               "expected 1 output(s)");
+  assert_null(outs[0]);
+  assert_ptr_equal(outs[1], (DLManagedTensor *)0x2);  /* past what the entry returns: untouched */
+  dynamo_entry *dead = x.entry;
+  assert_ok(dynamo_frame_destroy(x.frame));
+  outs[0] = (DLManagedTensor *)0x1;
+  assert_fails(dynamo_entry_run_alloc(dead, x.args, 2, outs, 1), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_null(outs[0]);
+}
+
 /* A dependency chain 20,000 instructions deep (an unrolled loop, a long model) compiles and
  * runs: no pass recurses on the trace's depth (the planner's fusion walk, the kernel emitter's
  * operand walks), which overflowed an 8 MB stack at ~10,000. (10^5 compiles too, in ~24 s:
@@ -1283,6 +1352,9 @@ int main(void) {
       cmocka_unit_test(test_entry_get_stats_bad_args),
       cmocka_unit_test(test_entry_run_happy_path),
       cmocka_unit_test(test_deep_chain_compiles),
+      cmocka_unit_test(test_sizes_that_overflow_are_refused),
+      cmocka_unit_test(test_copy_into_repeated_memory_is_refused),
+      cmocka_unit_test(test_entry_run_alloc_counts),
       cmocka_unit_test(test_entry_run_alloc),
       cmocka_unit_test(test_entry_run_guard_miss),
       cmocka_unit_test(test_entry_run_input_count),
