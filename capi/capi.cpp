@@ -610,6 +610,7 @@ dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size
                                size_t nouts) {
   CHECK_HANDLE(entry, "entry");
   if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run: args is NULL");
+  if (nouts && !outs) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run: outs is NULL");
   API_BEGIN
   if (!guards::guards_pass(entry->e->guards, args, nargs))
     return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + guards::explain_guards(entry->e->guards, args, nargs));
@@ -619,8 +620,6 @@ dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args, size
 
 namespace {
 
-// An engine-allocated output: the DLManagedTensor handed to the caller, its shape, and the pool
-// its memory returns to.
 // An engine-allocated output: a buffer from the engine's pool (CPU entries) or device memory
 // (CUDA entries, which keep the device open while one is held).
 struct OwnedOutput {
@@ -718,6 +717,7 @@ dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg *args, size
                                size_t nouts) {
   CHECK_HANDLE(frame, "frame");
   if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_frame_run: args is NULL");
+  if (nouts && !outs) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_frame_run: outs is NULL");
   dynamo_entry *e = nullptr;
   dynamo_status s = dynamo_check_guards(frame, args, nargs, &e, nullptr, 0);
   if (s != DYNAMO_OK) return s;

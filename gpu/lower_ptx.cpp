@@ -12,6 +12,7 @@
 // row (KernelEmitter::block_merge: warp shuffles + shared memory; rows that split evenly stay
 // in registers across passes), short rows one row per thread; split whole-tensor reductions a
 // block per chunk, then one block merging the chunks' states.
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -119,6 +120,12 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
   std::string err;
   const Target *target = TargetRegistry::lookupTarget(kTriple, err);
   if (!target) fail(ErrorCode::Compile, "NVPTX target: " + err);
+  {  // asked before a target machine is made for it, which would print LLVM's complaint to stderr
+    std::unique_ptr<MCSubtargetInfo> sti(target->createMCSubtargetInfo(kTriple, "", ""));
+    if (!sti || !sti->isCPUStringValid(gpu_name))
+      fail(ErrorCode::Unsupported, "GPU name '" + gpu_name + "': not a processor the NVPTX target knows "
+                                   "(sm_ and the compute capability, as sm_80 or sm_90a)");
+  }
   std::unique_ptr<TargetMachine> tm(target->createTargetMachine(kTriple, gpu_name, "", TargetOptions(), std::nullopt));
   if (!tm) fail(ErrorCode::Compile, "NVPTX target machine for " + gpu_name);
 

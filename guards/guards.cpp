@@ -81,7 +81,10 @@ bool check_one(const InputGuard &g, const dynamo_arg &a, size_t k, std::string *
   }
   const DLTensor *t = a.u.tensor;
   if (!t) return miss("tensor pointer is NULL");
-  if (t->dtype.code != g.dl_code || t->dtype.bits != g.dl_bits || t->dtype.lanes != 1)
+  if (t->dtype.lanes != 1)
+    return miss("dtype mismatch: " + std::to_string((int)t->dtype.lanes) + " lanes (vector dtypes are not supported; "
+                "expected " + dl_type_name(g.dl_code, g.dl_bits) + " with 1 lane)");
+  if (t->dtype.code != g.dl_code || t->dtype.bits != g.dl_bits)
     return miss("dtype mismatch: expected " + dl_type_name(g.dl_code, g.dl_bits) + ", got " +
                 dl_type_name(t->dtype.code, t->dtype.bits));
   if ((int32_t)t->device.device_type != g.device_type || t->device.device_id != g.device_id)

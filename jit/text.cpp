@@ -224,9 +224,15 @@ struct Parser {
           skip_space(false);
           size_t save = pos;
           std::string w = ident();
-          if (w.rfind("cuda:", 0) == 0 && w.size() > 5) {
+          if (w.rfind("cuda:", 0) == 0) {
+            // a decimal device index, as torch writes it: not "cuda:0x1", "cuda:abc", "cuda:-1"
+            std::string num = w.substr(5);
+            bool digits = !num.empty() && num.size() <= 10 &&
+                          num.find_first_not_of("0123456789") == std::string::npos;
+            long long idx = digits ? std::stoll(num) : -1;
+            if (!digits || idx > INT32_MAX) error("a device index after 'cuda:' (a decimal number, 0 to 2147483647)", save);
             ty.device.kind = DeviceKind::CUDA;
-            ty.device.index = atoi(w.c_str() + 5);
+            ty.device.index = (int)idx;
           } else pos = save;
         }
         if (accept_word("requires_grad")) ty.requires_grad = true;
@@ -378,7 +384,10 @@ struct Parser {
         if (annotated.empty()) error("': type' after an extern (its result types)");
         types = annotated;
       } else if (!annotated.empty()) {
-        if (annotated.size() != types.size() || annotated[0].dtype != types[0].dtype ||
+        if (annotated.size() != types.size())
+          error_verify(where + ": " + std::to_string(annotated.size()) + " result types annotated, the op has " +
+                       std::to_string(types.size()) + " result(s)", at);
+        if (annotated[0].dtype != types[0].dtype ||
             annotated[0].sizes != types[0].sizes || annotated[0].tensor != types[0].tensor)
           error_verify(where + ": annotated type " + print_type(annotated[0], false) +
                        " differs from the inferred " + print_type(types[0], false), at);

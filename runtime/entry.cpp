@@ -150,7 +150,12 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     uint8_t code, bits;
     guards::dl_type_of(ty.dtype, &code, &bits);
     std::string pre = "output " + std::to_string(k) + ": ";
-    if (o.dtype.code != code || o.dtype.bits != bits || o.dtype.lanes != 1) {
+    if (o.dtype.lanes != 1) {
+      *msg = pre + "dtype mismatch: " + std::to_string((int)o.dtype.lanes) + " lanes (vector dtypes are not "
+             "supported; expected " + guards::dl_type_name(code, bits) + " with 1 lane)";
+      return DYNAMO_ERR_ARGUMENT_MISMATCH;
+    }
+    if (o.dtype.code != code || o.dtype.bits != bits) {
       *msg = pre + "dtype mismatch: expected " + guards::dl_type_name(code, bits) + ", got " +
              guards::dl_type_name(o.dtype.code, o.dtype.bits);
       return DYNAMO_ERR_ARGUMENT_MISMATCH;

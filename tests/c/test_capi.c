@@ -674,6 +674,49 @@ static void test_entry_run_alloc_counts(void **state) {
   assert_null(outs[0]);
 }
 
+/* Messages say what is wrong: vector lanes, a result-type count, the function given NULL
+ * outputs, a malformed device suffix, a GPU name no target knows (and LLVM prints nothing). */
+static void test_messages_name_the_problem(void **state) {
+  (void)state;
+  add_fixture x;
+  add_fixture_init(&x);
+  x.ta.dl.dtype.lanes = 4;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS, "4 lanes");
+  x.ta.dl.dtype.lanes = 0;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_GUARD_MISS, "0 lanes");
+  x.ta.dl.dtype.lanes = 1;
+  x.to.dl.dtype.lanes = 4;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, &x.to.dl, 1), DYNAMO_ERR_ARGUMENT_MISMATCH, "output 0: dtype mismatch: 4 lanes");
+  x.to.dl.dtype.lanes = 1;
+  assert_fails(dynamo_entry_run(x.entry, x.args, 2, NULL, 1), DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_entry_run: outs is NULL");
+  assert_fails(dynamo_frame_run(x.frame, x.args, 2, NULL, 1), DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_frame_run: outs is NULL");
+  assert_ok(dynamo_frame_destroy(x.frame));
+
+  dynamo_trace *t = NULL;
+  assert_fails(dynamo_trace_parse("trace @t {\n  %0 = input f32[4]\n  %1 = exp(%0) : f32[4], f32[4]\n  return %1\n}\n",
+                                  (size_t)-1, &t),
+               DYNAMO_ERR_VERIFY, "2 result types annotated, the op has 1 result(s)");
+  static const char *devices[] = {"cuda:abc", "cuda:0x1", "cuda:4294967296", "cuda:99999999999999", "cuda:-1", "cuda:"};
+  for (size_t i = 0; i < sizeof devices / sizeof *devices; ++i) {
+    char text[160];
+    snprintf(text, sizeof text, "trace @t {\n  %%0 = input f32[4] %s\n  %%1 = exp(%%0) : f32[4]\n  return %%1\n}\n", devices[i]);
+    assert_fails(dynamo_trace_parse(text, (size_t)-1, &t), DYNAMO_ERR_PARSE, "a device index after 'cuda:'");
+  }
+  char text[160];
+  snprintf(text, sizeof text, "trace @t {\n  %%0 = input f32[4] cuda:7\n  %%1 = exp(%%0) : f32[4]\n  return %%1\n}\n");
+  assert_ok(dynamo_trace_parse(text, (size_t)-1, &t));
+  char *printed = NULL;
+  assert_ok(dynamo_trace_print(t, &printed));
+  assert_non_null(strstr(printed, "cuda:7"));
+  dynamo_string_free(printed);
+  char *ptx = (char *)0x1;
+  static const char *gpus[] = {"sm_", "sm_99999999999999999999", "sm_abc"};
+  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; ++i)
+    assert_fails(dynamo_trace_to_ptx(t, gpus[i], &ptx), DYNAMO_ERR_UNSUPPORTED, "not a processor the NVPTX target knows");
+  assert_null(ptx);
+  dynamo_trace_destroy(t);
+}
+
 /* A dependency chain 20,000 instructions deep (an unrolled loop, a long model) compiles and
  * runs: no pass recurses on the trace's depth (the planner's fusion walk, the kernel emitter's
  * operand walks), which overflowed an 8 MB stack at ~10,000. (10^5 compiles too, in ~24 s:
@@ -1352,6 +1395,7 @@ int main(void) {
       cmocka_unit_test(test_entry_get_stats_bad_args),
       cmocka_unit_test(test_entry_run_happy_path),
       cmocka_unit_test(test_deep_chain_compiles),
+      cmocka_unit_test(test_messages_name_the_problem),
       cmocka_unit_test(test_sizes_that_overflow_are_refused),
       cmocka_unit_test(test_copy_into_repeated_memory_is_refused),
       cmocka_unit_test(test_entry_run_alloc_counts),
