@@ -709,6 +709,10 @@ static void test_messages_name_the_problem(void **state) {
   assert_ok(dynamo_trace_print(t, &printed));
   assert_non_null(strstr(printed, "cuda:7"));
   dynamo_string_free(printed);
+  printed = (char *)0x1;  /* a handle of another kind is not a trace */
+  assert_fails(dynamo_trace_print((const dynamo_trace *)(const void *)g_engine, &printed), DYNAMO_ERR_INVALID_HANDLE,
+               "dynamo_trace_print: trace is not a live handle");
+  assert_null(printed);
   char *ptx = (char *)0x1;
   static const char *gpus[] = {"sm_", "sm_99999999999999999999", "sm_abc"};
   for (size_t i = 0; i < sizeof gpus / sizeof *gpus; ++i)
