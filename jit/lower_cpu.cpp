@@ -715,7 +715,13 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     case Op::exp: return R(exp_of(ct, x()));
     case Op::expm1: return R(sleef("expm1", ct, {x()}));
     case Op::log: return R(sleef("log", ct, {x()}));
-    case Op::log1p: return R(sleef("log1p", ct, {x()}));
+    case Op::log1p: {
+      // SLEEF's log1p overflows to inf near the top of the range (log1p(2e38f): inf, as ATen's;
+      // the answer is 88.19). Where 1 + x rounds to x anyway, log(x) is log1p(x) to the last bit.
+      Value *a = x();
+      Value *big = B.CreateFCmpOGT(a, cst(ct, ct == DType::F64 ? 1e17 : 1e9).v);
+      return R(B.CreateSelect(big, sleef("log", ct, {a}), sleef("log1p", ct, {a})));
+    }
     case Op::log2: return R(sleef("log2", ct, {x()}));
     case Op::sin: return R(sleef("sin", ct, {x()}));
     case Op::cos: return R(sleef("cos", ct, {x()}));

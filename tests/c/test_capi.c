@@ -721,6 +721,28 @@ static void test_messages_name_the_problem(void **state) {
   dynamo_trace_destroy(t);
 }
 
+/* log1p of a huge float is log(x) (88.19 for 2e38), where SLEEF's log1p (and ATen's with it)
+ * overflows to inf; small and negative arguments keep log1p's accuracy. */
+static void test_log1p_of_huge_values(void **state) {
+  (void)state;
+  dynamo_entry *entry = NULL;
+  dynamo_frame *f = compile_text(g_engine,
+                                 "trace @l {\n  %0 = input f32[5]\n  %1 = log1p(%0) : f32[5]\n  return %1\n}\n", &entry);
+  float a[5] = {2e38f, 3.4e38f, 1e-7f, -0.5f, 1e10f}, out[5] = {0};
+  int64_t s5[1] = {5};
+  test_tensor ta, to;
+  tt_init(&ta, a, kDLFloat, 32, 1, s5, NULL);
+  tt_init(&to, out, kDLFloat, 32, 1, s5, NULL);
+  dynamo_arg args[1] = {arg_tensor(&ta)};
+  assert_ok(dynamo_entry_run(entry, args, 1, &to.dl, 1));
+  const double want[5] = {88.19138068236225, 88.72200895132066, 9.999999616860996e-08, -0.6931471805599453, 23.025850930040455};  /* log1p of the float values, in double */
+  for (int k = 0; k < 5; ++k) {
+    double d = (double)out[k] - want[k], w = want[k] < 0 ? -want[k] : want[k];
+    assert_true(isfinite(out[k]) && (d < 0 ? -d : d) <= 1e-6 * w + 1e-12);
+  }
+  assert_ok(dynamo_frame_destroy(f));
+}
+
 /* A dependency chain 20,000 instructions deep (an unrolled loop, a long model) compiles and
  * runs: no pass recurses on the trace's depth (the planner's fusion walk, the kernel emitter's
  * operand walks), which overflowed an 8 MB stack at ~10,000. (10^5 compiles too, in ~24 s:
@@ -1399,6 +1421,7 @@ int main(void) {
       cmocka_unit_test(test_entry_get_stats_bad_args),
       cmocka_unit_test(test_entry_run_happy_path),
       cmocka_unit_test(test_deep_chain_compiles),
+      cmocka_unit_test(test_log1p_of_huge_values),
       cmocka_unit_test(test_messages_name_the_problem),
       cmocka_unit_test(test_sizes_that_overflow_are_refused),
       cmocka_unit_test(test_copy_into_repeated_memory_is_refused),
