@@ -97,6 +97,8 @@ struct Planner {
   bool is_reduction(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::REDUCTION; }
   bool is_computed(int32_t v) const { return is_pointwise(v) || is_reduction(v); }
   std::vector<char> need_mat;  // reductions read outside their row's registers
+  std::vector<int64_t> inline_ops;  // per value: the ops a loop evaluates to compute it inline
+  std::vector<int64_t> group_ops;   // per group: the inline ops of its roots (kMaxInlineOps)
 
   void run() {
     size_t nv = t.types.size();
@@ -365,6 +367,10 @@ struct Planner {
 
   // The longest inline expression a loop after an extern recomputes rather than load.
   static constexpr int64_t kRecomputeOps = 3;
+  // An inline expression this long is stored and its readers begin a new one: one loop body of
+  // 10^5 ops made LLVM's machine scheduler (quadratic in a basic block) take 24 s; in 2048-op
+  // pieces a 10^5-deep chain compiles in seconds.
+  static constexpr int64_t kMaxInlineOps = 2048;
 
   void decide_materialization() {
     // next_extern[i]: the first extern instruction after instruction i (size(): none).
@@ -376,7 +382,7 @@ struct Planner {
     // values it reads, counted once per read).
     // reads_written[v]: v's inline expression reads a trace input that a copy_ writes in place
     // (recomputed after the write, it would read the new contents).
-    std::vector<int64_t> inline_ops(t.types.size(), 0);
+    inline_ops.assign(t.types.size(), 0);
     std::vector<char> reads_written(t.types.size(), 0);
     std::vector<char> written(t.types.size(), 0);
     for (const Inst &in : t.insts)
@@ -416,6 +422,7 @@ struct Planner {
         if (is_pointwise((int32_t)v) && (size_t)i > boundary && (inline_ops[v] > kRecomputeOps || reads_written[v]))
           m = true;
       }
+      if (is_pointwise((int32_t)v) && inline_ops[v] >= kMaxInlineOps && !users[v].empty()) m = true;
       p.materialized[v] = m;
     }
   }
@@ -679,6 +686,9 @@ struct Planner {
     } else if (cur >= 0) {
       join = p.groups[cur].domain == ty.sizes;
     }
+    const int64_t cost = is_pointwise(r.value) ? inline_ops[r.value] : 1;
+    if (join && (size_t)cur < group_ops.size() && group_ops[cur] + cost > kMaxInlineOps)
+      join = as_row_root = false;  // one loop body stays short enough for LLVM (kMaxInlineOps)
     if (join && !can_compute(r.value, m, cur, false, true)) join = as_row_root = false;
     if (!join) {
       cur = open_group(false, ty.sizes, {});
@@ -686,6 +696,8 @@ struct Planner {
       if (r.optional) p.groups[cur].optional_slot = r.slot;
     }
     can_compute(r.value, m, cur, true, true);
+    if (group_ops.size() <= (size_t)cur) group_ops.resize((size_t)cur + 1, 0);
+    group_ops[cur] += cost;
     if (as_row_root) p.groups[cur].row_roots.push_back(r);
     else p.groups[cur].roots.push_back(r);
     if (is_pointwise(r.value) && p.materialized[r.value] && p.group_of[r.value] < 0) p.group_of[r.value] = cur;
