@@ -138,6 +138,8 @@ def encode(interp, x, src, live, live_index):
             return ("src", src.expr)  # an input (perhaps not read yet): this call's own
         # (a side trace's x[i], the parent exit's values, is not at hand when the side trace
         # exits in turn: it is handed back as a live value like any tensor the trace holds)
+        if id(x) in interp.rec.pairs:
+            raise NoSnapshot("a complex tensor is live (the trace holds it as float pairs, which it does not hand out)")
         view = _input_view(interp, x)
         if view is not None:
             return view

@@ -93,3 +93,19 @@ def test_mel_spectrogram_compiles_whole():
         c = dynamo.counters()
         assert c["abort_dtype"] == 0 and c["aborts"] == 0, dynamo.report()
         assert c["native_runs"] >= 2 and c["traces_compiled"] == 1, dynamo.report()
+
+
+def branch_with_spectrum_live(x):
+    z = torch.stft(x, n_fft=16, hop_length=4, window=torch.hann_window(16), return_complex=True)
+    if x.sum() > 0:  # a side exit would have to carry z, which the trace holds as float pairs
+        return z.abs() + 1
+    return z.abs() - 1
+
+
+def test_a_complex_tensor_live_at_a_branch_falls_back_cleanly():
+    f = dynamo.optimize(branch_with_spectrum_live)
+    for sign in (1, -1, 1, -1):
+        x = torch.rand(2, 64) * sign
+        assert close(f(x), branch_with_spectrum_live(x))
+    report = dynamo.report()
+    assert "complex tensor is live" in report and "inside dynamo" not in report, report
