@@ -75,7 +75,14 @@ class EngineOptions(ctypes.Structure):
 
 KDL_CPU, KDL_CUDA = 1, 2
 ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3
-STATUS_GUARD_MISS, STATUS_EXIT = 6, 13
+# The C API's status codes (dynamo.h's dynamo_status) by name, the one place Python spells them;
+# load_library checks each against the library's dynamo_status_name, so a renumbering there
+# fails the import instead of misreading a run.
+STATUS = dict(OK=0, ERR_INVALID_ARGUMENT=1, ERR_INVALID_HANDLE=2, ERR_PARSE=3, ERR_VERIFY=4, ERR_COMPILE=5,
+              ERR_GUARD_MISS=6, ERR_ARGUMENT_MISMATCH=7, ERR_RUNTIME=8, ERR_UNSUPPORTED=9, ERR_NO_DEVICE=10,
+              ERR_OUT_OF_MEMORY=11, ERR_INTERNAL=12, EXIT=13)
+STATUS_GUARD_MISS, STATUS_ARGUMENT_MISMATCH, STATUS_EXIT = (STATUS["ERR_GUARD_MISS"], STATUS["ERR_ARGUMENT_MISMATCH"],
+                                                            STATUS["EXIT"])
 ARG_FLAG_REQUIRES_GRAD = 1
 
 
@@ -117,6 +124,10 @@ def load_library():
     got = lib.dynamo_abi_version()
     if got != ABI_VERSION:
         raise ImportError(f"dynamo: {path} has ABI version {got}, this package needs {ABI_VERSION}")
+    for name, code in STATUS.items():
+        said = (lib.dynamo_status_name(code) or b"").decode()
+        if said != "DYNAMO_" + name:
+            raise ImportError(f"dynamo: {path} calls status {code} {said!r}, this package DYNAMO_{name}")
     return lib
 
 

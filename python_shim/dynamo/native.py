@@ -151,7 +151,7 @@ def take_exit():
     st = L.dynamo_take_exit(ctypes.byref(eid), None, 0, ctypes.byref(n))
     if st == 0:  # an exit without live values: taken already
         return eid.value, []
-    if st != 7:  # 7: capacity too small; n says how many
+    if st != _capi.STATUS_ARGUMENT_MISMATCH:  # the capacity is too small; n says how many
         _check(st)
     vals = (ctypes.c_void_p * max(n.value, 1))()
     _check(L.dynamo_take_exit(ctypes.byref(eid), vals, n.value, ctypes.byref(n)))

@@ -22,7 +22,6 @@ from .log import enabled as log_enabled, log
 from .recorder import Recorder
 from .registry import bump
 
-_GUARD_MISS = 6    # DYNAMO_ERR_GUARD_MISS
 _compiled_by_entry = {}  # native entry handle (int) -> Compiled
 MISS = object()    # no trace accepted the call
 _NEXT = object()   # this trace did not (its native guards), try the next
@@ -115,7 +114,7 @@ class Compiled:
             return None
         ptrs = self._ptrs_type()  # per call: the same trace may run on several threads
         st = native.lib().dynamo_entry_run_alloc(self.handle, args, len(inputs), ptrs, self.nout)
-        if st == _GUARD_MISS:
+        if st == _capi.STATUS_GUARD_MISS:
             return None
         if st == _capi.STATUS_EXIT:
             return _side_exit()

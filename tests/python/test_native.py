@@ -125,3 +125,13 @@ def test_in_place_and_aliased_outputs_behave_like_eager(frame):
     assert c.data_ptr() == x.data_ptr()               # returned without a copy, like eager
     torch.testing.assert_close(r, want.t())
     assert r._base is x or r.data_ptr() == x.data_ptr()
+
+
+def test_status_codes_are_the_librarys():
+    """The Python side names the C API's status codes once (_capi.STATUS); the library agrees
+    (load_library refuses a library that does not)."""
+    from dynamo import _capi
+    L = native.lib()
+    for name, code in _capi.STATUS.items():
+        assert L.dynamo_status_name(code).decode() == "DYNAMO_" + name
+    assert _capi.STATUS_GUARD_MISS == _capi.STATUS["ERR_GUARD_MISS"] and _capi.STATUS_EXIT == _capi.STATUS["EXIT"]
