@@ -220,7 +220,8 @@ DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg 
  * fresh pages from the kernel. A kDLCUDA engine returns device memory instead (freed by the
  * deleter; the device stays open while one is held). For an output that aliases an input (dynamo_entry_output_alias)
  * out_tensors[k] is set to NULL and the caller makes the view. On failure (and on DYNAMO_EXIT)
- * every out_tensors[k] is NULL. */
+ * every out_tensors[k] is NULL (a count above 65536 is not taken on trust: then only as many
+ * as the entry returns are cleared, and the call fails with DYNAMO_ERR_ARGUMENT_MISMATCH). */
 DYNAMO_API dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args,
                                                 size_t nargs, DLManagedTensor **out_tensors,
                                                 size_t nouts);
