@@ -44,3 +44,13 @@ REPORT = []
 def pytest_terminal_summary(terminalreporter):
     for line in REPORT:
         terminalreporter.write_line(line)
+
+
+def matches_eager(jit, eager, make_input, calls, rtol=1e-5, atol=1e-8):
+    """Calls jit and eager on `calls` fresh inputs (make_input()) under torch.no_grad(), asserting
+    on every call that jit's result is allclose to eager's (the tests' "correct on every call")."""
+    with torch.no_grad():
+        for _ in range(calls):
+            x = make_input()
+            got, want = jit(x), eager(x)
+            assert torch.allclose(got, want, rtol=rtol, atol=atol), (got - want).abs().max()

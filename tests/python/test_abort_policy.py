@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import dynamo
+from conftest import matches_eager
 from dynamo import reasons
 
 
@@ -24,11 +25,8 @@ def unfolds(x):
 def test_every_kind_is_counted_and_listed():
     assert set(reasons.COUNTERS) <= set(dynamo.counters())
     assert all(p in ("retry", "same", "state") for p, _ in reasons.KINDS.values())
-    jit = dynamo.optimize(unfolds)
-    with torch.no_grad():
-        for _ in range(3):
-            x = torch.randn(7)
-            assert torch.allclose(jit(x), unfolds(x))
+    jit = dynamo.optimize(unfolds)  # held: report() lists the optimized functions alive
+    matches_eager(jit, unfolds, lambda: torch.randn(7), calls=3)
     c = dynamo.counters()
     assert c["abort_strided_view"] == c["aborts"] == 2, c  # the same abort twice: left to CPython
     assert "abort_strided_view=2" in dynamo.report() and "abort_dtype" not in dynamo.report()
@@ -147,10 +145,6 @@ def test_a_module_waiting_for_another_state_compiles_its_parts():
     import copy
     m = WithSpectrum()
     eager = copy.deepcopy(m)
-    jit = dynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(5):
-            x = torch.randn(2, 16)
-            assert torch.allclose(jit(x), eager(x), rtol=1e-5, atol=1e-6)
+    matches_eager(dynamo.optimize(m), eager, lambda: torch.randn(2, 16), calls=5, atol=1e-6)  # (m holds it)
     assert m.head.forward.compiled and m.head.forward.compiled[0].runs >= 3, dynamo.report()
     assert dynamo.counters()["abort_dtype"] == 2, dynamo.counters()  # the module, then its spec part

@@ -7,6 +7,7 @@ import copy
 import torch
 
 import dynamo
+from conftest import matches_eager
 
 
 class Boxes:
@@ -146,11 +147,7 @@ class Mixed(torch.nn.Module):
 def test_an_abort_inside_a_part_splits_the_module_at_once():
     m = Mixed()
     eager = copy.deepcopy(m)
-    jit = dynamo.optimize(m)
-    with torch.no_grad():
-        for _ in range(6):
-            x = torch.randn(4, 8)
-            assert torch.allclose(jit(x), eager(x), rtol=1e-5, atol=1e-6)
+    matches_eager(dynamo.optimize(m), eager, lambda: torch.randn(4, 8), calls=6, atol=1e-6)
     assert "recording aborted inside its part bad" in dynamo.report(), dynamo.report()
     # the parent recorded once; `good` runs natively from the second call on
     assert m.forward.attempts and len(m.forward.attempts) == 1
