@@ -39,22 +39,31 @@ test-asan: deps
 	GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1 | tail -1; \
 	echo "test-asan: clean"
 
-# libFuzzer (clang): the IR parser/printer/verifier, and the C API run path with random
-# argument metadata; FUZZ_SECONDS each (default 60), starting from tests/fuzz/corpus/*.
+# libFuzzer (clang): the IR parser/printer/verifier (fuzz_trace), the C API run path with random
+# argument metadata (fuzz_run), and any text through parse, compile and run (fuzz_compile);
+# FUZZ_SECONDS each (default 60), starting from tests/fuzz/corpus/*, with the dictionary
+# tests/fuzz/dict/trace.dict (sizes past int64, device suffixes, shape-making ops) for the text
+# targets. A run over FUZZ_TIMEOUT seconds (default 10) counts as a hang and fails.
 FUZZ_SECONDS ?= 60
+FUZZ_TIMEOUT ?= 10
 FUZZ_FLAGS := -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined
 fuzz: build
 	@command -v clang++ >/dev/null || { echo "fuzz: clang++ not installed (Debian: clang, libclang-rt-dev)"; exit 1; }
 	@clang++ $(FUZZ_FLAGS) -Ijit tests/fuzz/fuzz_trace.cpp jit/ir.cpp jit/text.cpp jit/verify.cpp \
 	  jit/passes.cpp jit/decompose.cpp -o $(BUILD)/fuzz_trace
-	@clang++ $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_run.cpp -o $(BUILD)/fuzz_run -L$(BUILD) -ldynamo \
-	  -Wl,-rpath,$(CURDIR)/$(BUILD)
-	@for t in trace run; do \
-	  work=$$(mktemp -d); cp tests/fuzz/corpus/$$t/* $$work/; \
+	@for t in run compile; do clang++ $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_$$t.cpp \
+	  -o $(BUILD)/fuzz_$$t -L$(BUILD) -ldynamo -Wl,-rpath,$(CURDIR)/$(BUILD) || exit 1; done
+	@export ASAN_OPTIONS=detect_leaks=0; fail=0; for t in trace run compile; do \
+	  seeds=$$t; dict=; [ $$t = run ] || { seeds=trace; dict=-dict=$(CURDIR)/tests/fuzz/dict/trace.dict; }; \
+	  work=$$(mktemp -d); cp tests/fuzz/corpus/$$seeds/* $$work/; \
 	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
-	  (cd $$work && $(CURDIR)/$(BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 . 2>&1 \
-	    | grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY"); \
-	  rm -rf $$work; done; echo "fuzz: clean"
+	  (cd $$work && $(CURDIR)/$(BUILD)/fuzz_$$t $$dict -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) \
+	    -print_final_stats=1 . > $$work.log 2>&1; rc=$$?; \
+	    grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY|timeout|^fuzz_compile:" $$work.log; \
+	    [ $$rc = 0 ] || { echo "fuzz_$$t: exit $$rc; the input that failed: $$(ls $$work/crash-* $$work/timeout-* 2>/dev/null)"; \
+	      mkdir -p $(CURDIR)/$(BUILD)/fuzz-failures; cp $$work/crash-* $$work/timeout-* $(CURDIR)/$(BUILD)/fuzz-failures/ 2>/dev/null; \
+	      exit 1; }) || fail=1; \
+	  rm -rf $$work $$work.log; done; [ $$fail = 0 ] && echo "fuzz: clean" || { echo "fuzz: FAILED (inputs in $(BUILD)/fuzz-failures)"; exit 1; }
 
 # The program fuzzer: FUZZ_PROGRAMS random PyTorch programs (hypothesis), eager vs. dynamo.optimize,
 # shrunk failures printed and saved as reproducers under $(BUILD)/fuzz-programs/.

@@ -1,6 +1,7 @@
 // capi.cpp -- the only extern "C" code: handle wrap/unwrap and liveness, status codes, the
 // thread-local last error, and the catch-all that keeps C++ exceptions inside the library.
 #include <algorithm>
+#include <cstddef>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,24 @@
 #include "runtime/entry.h"
 
 using namespace dynamo;
+
+// The public structs' layout is the ABI: a change here must bump DYNAMO_ABI_VERSION (a field
+// appended to a struct that has struct_size: DYNAMO_ABI_MINOR). Sizes for LP64 targets.
+static_assert(DYNAMO_MAX_DIMS == jit::kMaxDims, "the header and the engine disagree on the rank limit");
+static_assert(sizeof(void *) != 8 || sizeof(dynamo_engine_options) == 40, "dynamo_engine_options layout changed");
+static_assert(offsetof(dynamo_engine_options, pool_bytes) == 24 && offsetof(dynamo_engine_options, device_index) == 36,
+              "dynamo_engine_options layout changed");
+static_assert(sizeof(void *) != 8 || sizeof(dynamo_arg) == 16, "dynamo_arg layout changed");
+static_assert(offsetof(dynamo_arg, u) == 8, "dynamo_arg layout changed");
+static_assert(sizeof(void *) != 8 || sizeof(dynamo_versioned_tensor) == 56, "dynamo_versioned_tensor layout changed");
+static_assert(offsetof(dynamo_versioned_tensor, tensor) == 0, "the DLTensor must come first");
+static_assert(sizeof(dynamo_tensor_info) == 8 + 8 * DYNAMO_MAX_DIMS, "dynamo_tensor_info layout changed");
+static_assert(sizeof(dynamo_output_alias) == 16 + 8 * DYNAMO_MAX_DIMS && offsetof(dynamo_output_alias, strides) == 16,
+              "dynamo_output_alias layout changed");
+static_assert(sizeof(dynamo_entry_stats) == 32 && offsetof(dynamo_entry_stats, compile_ms) == 16 &&
+                  offsetof(dynamo_entry_stats, from_cache) == 24,
+              "dynamo_entry_stats layout changed");
+static_assert(sizeof(dynamo_status) == sizeof(int), "dynamo_status must stay an int-sized enum");
 
 /* -- Handles -- */
 
@@ -137,26 +156,17 @@ extern "C" {
 
 const char *dynamo_last_error(void) { return t_last_error.c_str(); }
 uint32_t dynamo_abi_version(void) { return DYNAMO_ABI_VERSION; }
+uint32_t dynamo_abi_minor_version(void) { return DYNAMO_ABI_MINOR; }
 
 const char *dynamo_version_string(void) { return kVersion; }
 void dynamo_string_free(char *s) { free(s); }
 
 const char *dynamo_status_name(dynamo_status s) {
   switch (s) {
-    case DYNAMO_OK: return "DYNAMO_OK";
-    case DYNAMO_ERR_INVALID_ARGUMENT: return "DYNAMO_ERR_INVALID_ARGUMENT";
-    case DYNAMO_ERR_INVALID_HANDLE: return "DYNAMO_ERR_INVALID_HANDLE";
-    case DYNAMO_ERR_PARSE: return "DYNAMO_ERR_PARSE";
-    case DYNAMO_ERR_VERIFY: return "DYNAMO_ERR_VERIFY";
-    case DYNAMO_ERR_COMPILE: return "DYNAMO_ERR_COMPILE";
-    case DYNAMO_ERR_GUARD_MISS: return "DYNAMO_ERR_GUARD_MISS";
-    case DYNAMO_ERR_ARGUMENT_MISMATCH: return "DYNAMO_ERR_ARGUMENT_MISMATCH";
-    case DYNAMO_ERR_RUNTIME: return "DYNAMO_ERR_RUNTIME";
-    case DYNAMO_ERR_UNSUPPORTED: return "DYNAMO_ERR_UNSUPPORTED";
-    case DYNAMO_ERR_NO_DEVICE: return "DYNAMO_ERR_NO_DEVICE";
-    case DYNAMO_ERR_OUT_OF_MEMORY: return "DYNAMO_ERR_OUT_OF_MEMORY";
-    case DYNAMO_ERR_INTERNAL: return "DYNAMO_ERR_INTERNAL";
-    case DYNAMO_EXIT: return "DYNAMO_EXIT";
+#define DYNAMO_STATUS_NAME_(name, value) \
+  case DYNAMO_##name: return "DYNAMO_" #name;
+    DYNAMO_STATUS_LIST(DYNAMO_STATUS_NAME_)
+#undef DYNAMO_STATUS_NAME_
   }
   return "DYNAMO_ERR_UNKNOWN";
 }
@@ -294,7 +304,9 @@ dynamo_status dynamo_trace_add_tensor_input(dynamo_trace *trace, dynamo_dtype dt
                                             const int64_t *sizes, const int64_t *strides, int32_t *out_value) {
   CHECK_HANDLE(trace, "trace");
   if (!valid_dtype(dtype)) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: unknown dtype " + std::to_string((int)dtype));
-  if (ndim < 0 || ndim > 16) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_trace_add_tensor_input: ndim must be 0..16");
+  if (ndim < 0 || ndim > DYNAMO_MAX_DIMS)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT,
+                     "dynamo_trace_add_tensor_input: ndim must be 0.." + std::to_string(DYNAMO_MAX_DIMS));
   if (ndim > 0) CHECK_PTR(sizes, "sizes");
   API_BEGIN
   jit::Type ty;
@@ -624,7 +636,7 @@ namespace {
 // (CUDA entries, which keep the device open while one is held).
 struct OwnedOutput {
   DLManagedTensor m{};
-  int64_t shape[16] = {};
+  int64_t shape[DYNAMO_MAX_DIMS] = {};
   std::shared_ptr<runtime::BufferPool> pool;
   runtime::Buffer buf;
   std::shared_ptr<gpu::Device> dev;

@@ -21,6 +21,13 @@ extern "C" {
 /* -- Versions ------------------------------------------------------------------------- */
 
 #define DYNAMO_ABI_VERSION 1u   /* bumped on any incompatible change of this header */
+/* Bumped on every additive change (a new function, status, dtype or struct field at the end);
+ * reset to 0 when DYNAMO_ABI_VERSION is bumped. A caller that needs something added in minor M
+ * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself. */
+#define DYNAMO_ABI_MINOR 1u
+
+/* The most dimensions a tensor may have anywhere in the API (traces, DLTensors, info structs). */
+#define DYNAMO_MAX_DIMS 16
 
 /* DLPack 0.6 (Debian bookworm) has no boolean type code; later DLPack uses 6 (kDLBool).
  * dynamo reads booleans as {code 6, bits 8, lanes 1}, one byte per element (0 or 1). */
@@ -28,23 +35,32 @@ extern "C" {
 
 /* -- Status and errors ---------------------------------------------------------------- */
 
+/* The one table of status codes: X(name, value). It generates the enum below and the library's
+ * dynamo_status_name; the Python shim reads the names back through dynamo_status_name. Values
+ * are stable; new codes are added at the end (with a DYNAMO_ABI_MINOR bump). */
+#define DYNAMO_STATUS_LIST(X)                                                                  \
+  X(OK, 0)                                                                                     \
+  X(ERR_INVALID_ARGUMENT, 1)  /* NULL pointer, bad count, bad option, a size past int64 */     \
+  X(ERR_INVALID_HANDLE, 2)    /* a handle that was destroyed, never created, or of a kind */   \
+                              /* other than the function takes */                              \
+  X(ERR_PARSE, 3)             /* malformed trace text (message has line:column) */             \
+  X(ERR_VERIFY, 4)            /* ill-typed trace (message names the instruction) */            \
+  X(ERR_COMPILE, 5)           /* code generation or LLVM failure */                            \
+  X(ERR_GUARD_MISS, 6)        /* no entry's guards accept these inputs */                      \
+  X(ERR_ARGUMENT_MISMATCH, 7) /* run-time inputs/outputs do not match the entry */             \
+  X(ERR_RUNTIME, 8)           /* failure while running (extern op raised, int div by 0) */     \
+  X(ERR_UNSUPPORTED, 9)       /* valid request this build cannot do (e.g. GPU tensors) */      \
+  X(ERR_NO_DEVICE, 10)        /* a GPU was requested and no driver/device is present */        \
+  X(ERR_OUT_OF_MEMORY, 11)                                                                     \
+  X(ERR_INTERNAL, 12)         /* a bug in dynamo; the message says where */                    \
+  X(EXIT, 13)                 /* not an error: the run left through a side exit (a failing */  \
+                              /* dynamo::guard); outputs are not written; dynamo_take_exit() */\
+                              /* hands over the exit id and its live values */
+
 typedef enum dynamo_status {
-  DYNAMO_OK = 0,
-  DYNAMO_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, bad count, bad option */
-  DYNAMO_ERR_INVALID_HANDLE = 2,   /* a handle that was destroyed or never created */
-  DYNAMO_ERR_PARSE = 3,            /* malformed trace text (message has line:column) */
-  DYNAMO_ERR_VERIFY = 4,           /* ill-typed trace (message names the instruction) */
-  DYNAMO_ERR_COMPILE = 5,          /* code generation or LLVM failure */
-  DYNAMO_ERR_GUARD_MISS = 6,       /* no entry's guards accept these inputs */
-  DYNAMO_ERR_ARGUMENT_MISMATCH = 7,/* run-time inputs/outputs do not match the entry */
-  DYNAMO_ERR_RUNTIME = 8,          /* failure while running (extern op raised, int div by 0) */
-  DYNAMO_ERR_UNSUPPORTED = 9,      /* valid request this build cannot do (e.g. GPU tensors) */
-  DYNAMO_ERR_NO_DEVICE = 10,       /* a GPU was requested and no driver/device is present */
-  DYNAMO_ERR_OUT_OF_MEMORY = 11,
-  DYNAMO_ERR_INTERNAL = 12,        /* a bug in dynamo; the message says where */
-  DYNAMO_EXIT = 13                 /* not an error: the run left through a side exit (a failing
-                                      dynamo::guard); outputs are not written; dynamo_take_exit()
-                                      hands over the exit id and its live values */
+#define DYNAMO_STATUS_ENUMERATOR_(name, value) DYNAMO_##name = value,
+  DYNAMO_STATUS_LIST(DYNAMO_STATUS_ENUMERATOR_)
+#undef DYNAMO_STATUS_ENUMERATOR_
 } dynamo_status;
 
 /* Message for the last failing call on this thread; "" when none. Borrowed: valid until the
@@ -54,6 +70,8 @@ DYNAMO_API const char *dynamo_last_error(void);
 DYNAMO_API const char *dynamo_status_name(dynamo_status status);
 /* DYNAMO_ABI_VERSION of the loaded library; callers compare it with the header's. */
 DYNAMO_API uint32_t dynamo_abi_version(void);
+/* DYNAMO_ABI_MINOR of the loaded library (since minor 1; a library without this symbol is 0). */
+DYNAMO_API uint32_t dynamo_abi_minor_version(void);
 /* Library version text ("0.1.0"). Borrowed, static storage. */
 DYNAMO_API const char *dynamo_version_string(void);
 /* Frees a string the library returned as "owned by the caller". Accepts NULL. */
@@ -233,7 +251,7 @@ DYNAMO_API dynamo_status dynamo_frame_run(dynamo_frame *frame, const dynamo_arg 
 typedef struct dynamo_tensor_info {
   int32_t dtype;      /* a dynamo_dtype */
   int32_t ndim;
-  int64_t sizes[16];  /* first ndim entries valid */
+  int64_t sizes[DYNAMO_MAX_DIMS];  /* first ndim entries valid */
 } dynamo_tensor_info;
 
 DYNAMO_API size_t dynamo_entry_num_inputs(const dynamo_entry *entry);
@@ -249,7 +267,7 @@ typedef struct dynamo_output_alias {
   int32_t input;        /* input index, or -1 when the output is fresh memory */
   int32_t ndim;         /* rank of the output */
   int64_t offset;       /* elements from the input's data pointer (data + byte_offset) */
-  int64_t strides[16];  /* in elements; first ndim valid */
+  int64_t strides[DYNAMO_MAX_DIMS];  /* in elements; first ndim valid */
 } dynamo_output_alias;
 DYNAMO_API dynamo_status dynamo_entry_output_alias(const dynamo_entry *entry, size_t k,
                                                    dynamo_output_alias *alias);

@@ -11,6 +11,9 @@ namespace dynamo::jit {
 /* -- Element types -- */
 enum class DType : uint8_t { Bool = 0, I32 = 1, I64 = 2, F32 = 3, F64 = 4, F16 = 5, BF16 = 6 };
 constexpr int kNumDTypes = 7;
+// The most dimensions a tensor may have at the engine's boundary (inputs, outputs); the C API's
+// DYNAMO_MAX_DIMS (capi.cpp checks that they agree).
+constexpr int kMaxDims = 16;
 
 const char *dtype_name(DType t);          // "f32"
 bool dtype_from_name(const std::string &s, DType *out);

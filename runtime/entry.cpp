@@ -26,12 +26,12 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
       jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) +
                                             " is on a CUDA device; this engine runs on the CPU (create one with "
                                             "device_type kDLCUDA for CUDA tensors)");
-    if (ty.tensor && ty.rank() > 16)
-      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than 16 dimensions");
+    if (ty.tensor && ty.rank() > jit::kMaxDims)
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than " + std::to_string(jit::kMaxDims) + " dimensions");
   }
   for (int32_t v : e->trace.outputs)
-    if (e->trace.types[v].rank() > 16)
-      jit::fail(ErrorCode::Unsupported, "output %" + std::to_string(v) + " has more than 16 dimensions");
+    if (e->trace.types[v].rank() > jit::kMaxDims)
+      jit::fail(ErrorCode::Unsupported, "output %" + std::to_string(v) + " has more than " + std::to_string(jit::kMaxDims) + " dimensions");
   jit::decompose_externs(e->trace);
   jit::simplify_trace(e->trace);
   e->plan = jit::plan_trace(e->trace);
@@ -71,8 +71,8 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
                                             (ty.device.kind == jit::DeviceKind::CPU ? std::string("the CPU")
                                                                                     : "cuda:" + std::to_string(ty.device.index)) +
                                             "; this engine runs on " + here + " (inputs must be there too)");
-    if (ty.tensor && ty.rank() > 16)
-      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than 16 dimensions");
+    if (ty.tensor && ty.rank() > jit::kMaxDims)
+      jit::fail(ErrorCode::Unsupported, "input %" + std::to_string(v) + " has more than " + std::to_string(jit::kMaxDims) + " dimensions");
   }
   jit::decompose_externs(e->trace);
   jit::simplify_trace(e->trace);

@@ -3,6 +3,7 @@ import ctypes
 import os
 
 ABI_VERSION = 1
+ABI_MINOR = 1      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
 DYNAMO_DL_BOOL = 6
 
 
@@ -75,14 +76,12 @@ class EngineOptions(ctypes.Structure):
 
 KDL_CPU, KDL_CUDA = 1, 2
 ARG_TENSOR, ARG_INT, ARG_FLOAT, ARG_BOOL = 0, 1, 2, 3
-# The C API's status codes (dynamo.h's dynamo_status) by name, the one place Python spells them;
-# load_library checks each against the library's dynamo_status_name, so a renumbering there
-# fails the import instead of misreading a run.
-STATUS = dict(OK=0, ERR_INVALID_ARGUMENT=1, ERR_INVALID_HANDLE=2, ERR_PARSE=3, ERR_VERIFY=4, ERR_COMPILE=5,
-              ERR_GUARD_MISS=6, ERR_ARGUMENT_MISMATCH=7, ERR_RUNTIME=8, ERR_UNSUPPORTED=9, ERR_NO_DEVICE=10,
-              ERR_OUT_OF_MEMORY=11, ERR_INTERNAL=12, EXIT=13)
-STATUS_GUARD_MISS, STATUS_ARGUMENT_MISMATCH, STATUS_EXIT = (STATUS["ERR_GUARD_MISS"], STATUS["ERR_ARGUMENT_MISMATCH"],
-                                                            STATUS["EXIT"])
+# The C API's status codes by name (DYNAMO_ stripped), read from the library's own table
+# (dynamo.h's DYNAMO_STATUS_LIST, through dynamo_status_name) by load_library: Python spells no
+# code's number. The codes the shim acts on must be there, or the import fails.
+STATUS = {}
+STATUS_GUARD_MISS = STATUS_ARGUMENT_MISMATCH = STATUS_EXIT = None
+_STATUS_NEEDED = ("OK", "ERR_GUARD_MISS", "ERR_ARGUMENT_MISMATCH", "EXIT")
 ARG_FLAG_REQUIRES_GRAD = 1
 
 
@@ -124,11 +123,27 @@ def load_library():
     got = lib.dynamo_abi_version()
     if got != ABI_VERSION:
         raise ImportError(f"dynamo: {path} has ABI version {got}, this package needs {ABI_VERSION}")
-    for name, code in STATUS.items():
-        said = (lib.dynamo_status_name(code) or b"").decode()
-        if said != "DYNAMO_" + name:
-            raise ImportError(f"dynamo: {path} calls status {code} {said!r}, this package DYNAMO_{name}")
+    minor = lib.dynamo_abi_minor_version()
+    if minor < ABI_MINOR:
+        raise ImportError(f"dynamo: {path} has ABI minor version {minor}, this package needs {ABI_MINOR} or later")
+    _read_status_table(lib, path)
     return lib
+
+
+def _read_status_table(lib, path):
+    global STATUS_GUARD_MISS, STATUS_ARGUMENT_MISMATCH, STATUS_EXIT
+    table = {}
+    for code in range(256):  # codes are small and stable; unknown ones are named DYNAMO_ERR_UNKNOWN
+        said = (lib.dynamo_status_name(code) or b"").decode()
+        if said.startswith("DYNAMO_") and said != "DYNAMO_ERR_UNKNOWN":
+            table[said[len("DYNAMO_"):]] = code
+    missing = [n for n in _STATUS_NEEDED if n not in table]
+    if missing:
+        raise ImportError(f"dynamo: {path} has no status " + ", ".join("DYNAMO_" + n for n in missing))
+    STATUS.clear()
+    STATUS.update(table)
+    STATUS_GUARD_MISS, STATUS_ARGUMENT_MISMATCH, STATUS_EXIT = (table["ERR_GUARD_MISS"],
+                                                                table["ERR_ARGUMENT_MISMATCH"], table["EXIT"])
 
 
 def _declare(lib):
@@ -138,6 +153,7 @@ def _declare(lib):
         "dynamo_last_error": (ctypes.c_char_p, []),
         "dynamo_status_name": (ctypes.c_char_p, [st]),
         "dynamo_abi_version": (ctypes.c_uint32, []),
+        "dynamo_abi_minor_version": (ctypes.c_uint32, []),
         "dynamo_version_string": (ctypes.c_char_p, []),
         "dynamo_string_free": (None, [P]),
         "dynamo_engine_options_init": (None, [ctypes.POINTER(EngineOptions)]),

@@ -31,9 +31,28 @@ static const char *kAdd =
 static void test_abi_version_matches_header(void **state) {
   (void)state;
   assert_int_equal(dynamo_abi_version(), DYNAMO_ABI_VERSION);
+  assert_int_equal(dynamo_abi_minor_version(), DYNAMO_ABI_MINOR);
   const char *v = dynamo_version_string();
   assert_non_null(v);
   assert_true(strlen(v) > 0);
+}
+
+/* Every code of the one table (DYNAMO_STATUS_LIST) is named by the library as the header spells
+ * it, the values are distinct and dense from 0, and the names are what the docs print. */
+static void test_status_table_is_the_enum(void **state) {
+  (void)state;
+  int count = 0, max = -1;
+#define CHECK_STATUS_(name, value)                                                \
+  assert_int_equal((int)DYNAMO_##name, value);                                    \
+  assert_string_equal(dynamo_status_name(DYNAMO_##name), "DYNAMO_" #name);        \
+  ++count;                                                                        \
+  if (value > max) max = value;
+  DYNAMO_STATUS_LIST(CHECK_STATUS_)
+#undef CHECK_STATUS_
+  assert_int_equal(count, max + 1);
+  assert_int_equal(count, 14);
+  assert_string_equal(dynamo_status_name((dynamo_status)count), "DYNAMO_ERR_UNKNOWN");
+  assert_string_equal(dynamo_status_name((dynamo_status)-1), "DYNAMO_ERR_UNKNOWN");
 }
 
 static void test_status_name_values(void **state) {
@@ -1399,6 +1418,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_abi_version_matches_header),
       cmocka_unit_test(test_status_name_values),
+      cmocka_unit_test(test_status_table_is_the_enum),
       cmocka_unit_test(test_engine_create_null_out),
       cmocka_unit_test(test_engine_create_bad_options),
       cmocka_unit_test(test_engine_destroy_null_ok),

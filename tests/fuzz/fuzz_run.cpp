@@ -65,9 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     DLTensor &t = tensors[k];
     memset(&t, 0, sizeof t);
     t.ndim = (int32_t)r.small(0, 4);
+    // Now and then a size or stride from the edge of int64 (products that overflow, strides
+    // that reach outside any buffer): the guards must refuse them without computing past it.
+    static const int64_t huge[] = {INT64_MAX, INT64_MIN, INT64_C(1) << 62, INT64_C(1) << 32,
+                                   INT64_C(1) << 31, -1, INT64_MAX / 4 + 1, 3037000500};
     for (int d = 0; d < t.ndim; ++d) {
-      shapes[k * 4 + d] = r.small(0, 7);
-      strides[k * 4 + d] = r.small(-2, 8);
+      shapes[k * 4 + d] = r.byte() % 16 ? r.small(0, 7) : huge[r.byte() % 8];
+      strides[k * 4 + d] = r.byte() % 16 ? r.small(-2, 8) : huge[r.byte() % 8];
     }
     t.shape = r.byte() % 8 ? &shapes[k * 4] : nullptr;
     t.strides = r.byte() % 2 ? &strides[k * 4] : nullptr;

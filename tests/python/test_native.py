@@ -128,10 +128,13 @@ def test_in_place_and_aliased_outputs_behave_like_eager(frame):
 
 
 def test_status_codes_are_the_librarys():
-    """The Python side names the C API's status codes once (_capi.STATUS); the library agrees
-    (load_library refuses a library that does not)."""
+    """Python reads the C API's status codes from the library's one table (DYNAMO_STATUS_LIST
+    through dynamo_status_name) and spells no number itself; the codes it acts on are there."""
     from dynamo import _capi
     L = native.lib()
+    assert len(_capi.STATUS) >= 14 and _capi.STATUS["OK"] == 0
     for name, code in _capi.STATUS.items():
         assert L.dynamo_status_name(code).decode() == "DYNAMO_" + name
     assert _capi.STATUS_GUARD_MISS == _capi.STATUS["ERR_GUARD_MISS"] and _capi.STATUS_EXIT == _capi.STATUS["EXIT"]
+    assert L.dynamo_status_name(len(_capi.STATUS) + 100).decode() == "DYNAMO_ERR_UNKNOWN"
+    assert L.dynamo_abi_minor_version() >= _capi.ABI_MINOR
