@@ -35,9 +35,11 @@ test-asan: deps
 	  -DCMAKE_EXE_LINKER_FLAGS="$(ASAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(ASAN_FLAGS)" >/dev/null
 	@cmake --build build-asan -j$(JOBS) --target $(ASAN_TESTS) fake_cuda fake_cuda_old
 	@export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1; \
-	for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; build-asan/tests/$$t 2>&1 | tail -2; done; \
-	GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1 | tail -1; \
-	echo "test-asan: clean"
+	fail=0; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
+	  out=$$(build-asan/tests/$$t 2>&1) || { echo "$$out" | tail -40; fail=1; }; echo "$$out" | tail -2; done; \
+	out=$$(GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1) || \
+	  { echo "$$out" | tail -40; fail=1; }; echo "$$out" | tail -1; \
+	[ $$fail = 0 ] && echo "test-asan: clean" || { echo "test-asan: FAILED"; exit 1; }
 
 # libFuzzer (clang): the IR parser/printer/verifier (fuzz_trace), the C API run path with random
 # argument metadata (fuzz_run), and any text through parse, compile and run (fuzz_compile);

@@ -641,6 +641,10 @@ static void test_sizes_that_overflow_are_refused(void **state) {
       "trace @t {\n  %0 = input f32[4]\n  %1 = expand(%0, [4294967296,4294967296,4]) : f32[4294967296,4294967296,4]\n"
       "  %2 = amax(%1, [], false) : f32[]\n  return %2\n}\n",
       "trace @t {\n  %0 = input f32[4,4]{4611686018427387904,1}\n  %1 = exp(%0) : f32[4,4]\n  return %1\n}\n",
+      /* 2^61 floats are 2^63 bytes: one past what int64 addresses */
+      "trace @t {\n  %0 = input f32[1]\n  %1 = expand(%0, [2305843009213693952]) : f32[2305843009213693952]\n"
+      "  %2 = mul(%1, 2.0) : f32[2305843009213693952]\n  %3 = reshape(%2, [1152921504606846976,2]) : "
+      "f32[1152921504606846976,2]\n  return %3\n}\n",
   };
   for (size_t i = 0; i < sizeof bad_text / sizeof *bad_text; ++i) {
     dynamo_trace *t = (dynamo_trace *)0x1;
