@@ -1,9 +1,10 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
 // trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
 // native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
-// and common pointwise ops. A
+// and common pointwise ops; reductions of at most four elements per output become pointwise. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused).
+#include <algorithm>
 #include <map>
 
 #include "ir.h"
@@ -351,6 +352,79 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
   return {};
 }
 
+// A reduction with at most kUnrolledReduction elements per output (stft's |z| sums float pairs):
+// the combination of that many selects, a pointwise expression the planner fuses with what
+// produces and consumes it, where a row kernel would loop over rows of two. Floating dtypes
+// only (an integer sum widens to int64); one element is a copy (a reduction never aliases).
+constexpr int64_t kUnrolledReduction = 4;
+
+// Index i of dim d of v: a select (keep: a one-wide slice) -- or, where v is computed by a
+// pointwise op whose tensor operands all have v's shape (or none), that op over the operands'
+// picks, so that the unrolled reduction reads its producer's operands and fuses with it (a
+// view of a computed value would be stored first). depth bounds how far up it goes.
+int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, bool keep, int depth) {
+  Trace &t = r.out;
+  int32_t at = t.def[(size_t)v];
+  if (depth > 0 && at >= 0 && op_info(t.insts[(size_t)at].op).kind == OpKind::POINTWISE &&
+      t.insts[(size_t)at].results.size() == 1) {
+    Op op = t.insts[(size_t)at].op;
+    std::vector<Operand> args = t.insts[(size_t)at].args;  // a copy: emit() grows t.insts
+    bool same_shape = true;
+    for (const Operand &o : args)
+      if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor && t.types[(size_t)o.value].rank() > 0 &&
+          t.types[(size_t)o.value].sizes != t.types[(size_t)v].sizes)
+        same_shape = false;
+    if (same_shape) {
+      for (Operand &o : args)
+        if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor && t.types[(size_t)o.value].rank() > 0)
+          o = V(pick(r, o.value, d, i, keep, depth - 1));
+      return r.emit(op, std::move(args));
+    }
+  }
+  return keep ? r.emit(Op::slice, {V(v), I(d), I(i), I(i + 1), I(1)}) : r.emit(Op::select, {V(v), I(d), I(i)});
+}
+
+std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
+  if (in.args.size() != 3 || in.args[0].kind != Operand::Value || in.args[1].kind != Operand::IntList ||
+      in.args[2].kind != Operand::Bool)
+    return {};
+  const Type xt = out.types[in.args[0].value];
+  if (!xt.tensor || (xt.dtype != DType::F32 && xt.dtype != DType::F64)) return {};
+  int64_t rank = xt.rank();
+  std::vector<int64_t> dims = in.args[1].list;
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  for (int64_t &d : dims) {
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank) return {};
+  }
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) return {};
+  int64_t count = 1;
+  for (int64_t d : dims) count *= xt.sizes[(size_t)d];
+  if (count < 1 || count > kUnrolledReduction) return {};
+  Rewriter r(out);
+  bool keep = in.args[2].i != 0;  // slices keep the reduced dims (as size 1), selects drop them
+  int32_t x = in.args[0].value, acc = -1;
+  Op combine = in.op == Op::prod ? Op::mul : in.op == Op::amax ? Op::maximum : in.op == Op::amin ? Op::minimum : Op::add;
+  for (int64_t flat = 0; flat < count; ++flat) {
+    // The element's index along each reduced dim (row-major over them); selected from the last
+    // dim first, so the earlier dims keep their numbers.
+    std::vector<int64_t> index(dims.size());
+    for (int64_t k = (int64_t)dims.size() - 1, rest = flat; k >= 0; --k) {
+      int64_t n = xt.sizes[(size_t)dims[(size_t)k]];
+      index[(size_t)k] = rest % n;
+      rest /= n;
+    }
+    int32_t term = x;
+    for (int64_t k = (int64_t)dims.size() - 1; k >= 0; --k) term = pick(r, term, dims[(size_t)k], index[(size_t)k], keep, 2);
+    acc = acc < 0 ? term : r.emit(combine, {V(acc), V(term)});
+  }
+  if (count == 1) acc = r.emit(Op::copy, {V(acc)});
+  if (in.op == Op::mean && count > 1) acc = r.emit(Op::div, {V(acc), Operand::real((double)count)});
+  return {acc};
+}
+
 }  // namespace
 
 int decompose_externs(Trace &t) {
@@ -367,11 +441,13 @@ int decompose_externs(Trace &t) {
     Inst in = orig;
     for (Operand &o : in.args)
       if (o.kind == Operand::Value) o.value = remap[o.value];
-    if (in.op == Op::extern_) {
+    bool small_reduction = in.op == Op::sum || in.op == Op::mean || in.op == Op::prod || in.op == Op::amax ||
+                           in.op == Op::amin;
+    if (in.op == Op::extern_ || small_reduction) {
       size_t mark_insts = out.insts.size(), mark_vals = out.types.size();
       std::vector<int32_t> repl;
       try {
-        repl = rewrite(out, in);
+        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, in);
       } catch (const Error &) {
         repl.clear();  // not expressible with our ops (dtype, shape): keep the extern
       }
@@ -386,7 +462,7 @@ int decompose_externs(Trace &t) {
       }
       if (ok) {
         for (size_t k = 0; k < repl.size(); ++k) remap[orig.results[k]] = repl[k];
-        ++rewritten;
+        rewritten += !small_reduction;
         continue;
       }
       out.insts.resize(mark_insts);

@@ -592,6 +592,16 @@ class Recorder(TorchDispatchMode):
             # as_strided means just that on any layout (stft's frames, views of a snapshot's values)
             offset = (v[3] if len(v) > 3 and v[3] is not None else v[0].storage_offset()) - v[0].storage_offset()
             return f"as_strided({x()}, {shape}, [{','.join(str(d) for d in v[2])}], {offset})"
+        if func is _aten.unfold.default and v[0].dim() > 0:
+            # unfold(x, dim, size, step): the windows along dim as a new last dim. Named by x's
+            # elements in row-major order (the IR's as_strided, on any layout of x): dim steps by
+            # `step` windows, the new dim by one element along dim.
+            dim, step = v[1] % v[0].dim(), v[3]
+            row = [1] * v[0].dim()
+            for d in range(v[0].dim() - 2, -1, -1):
+                row[d] = row[d + 1] * v[0].shape[d + 1]
+            strides = row[:dim] + [row[dim] * step] + row[dim + 1:] + [row[dim]]
+            return f"as_strided({x()}, {shape}, [{','.join(str(d) for d in strides)}], 0)"
         if func is _aten.unfold.default:
             raise Abort(f"{func._schema.name}: general strided views are not supported", "strided_view")
         return None

@@ -30,7 +30,7 @@ def branchy(x):
 
 
 def noisy(x):
-    return x.unfold(0, 2, 1).sum() * 2  # overlapping windows by stride arguments: an abort
+    return x.expand(2, x.shape[0]).as_strided((1,), (1,)).sum() * 2  # storage strides of an expanded view: an abort
 
 
 def test_each_log_category_reports_its_event(capsys):

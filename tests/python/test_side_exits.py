@@ -129,7 +129,7 @@ def test_bool_tensor_condition():
 def noisy_branch(x):
     if x.sum() > 0:
         return x + 1
-    y = x - x.unfold(0, 2, 1).sum()  # the side path cannot be traced: its exit resumes in the interpreter
+    y = x - x[::2].as_strided((2, 2), (2, 1)).sum()  # the side path cannot be traced: its exit resumes in the interpreter
     print("negative")
     return y
 

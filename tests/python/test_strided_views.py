@@ -91,3 +91,41 @@ def test_as_strided_ir_op_through_the_native_api():
     (out,) = frame.run(x)
     want = x.t().contiguous().view(-1).as_strided((3, 4), (2, 1), 1) * 2  # row-major order of %1
     assert same(out, want)
+
+
+def unfold_windows(x):
+    w = (x * 2).unfold(-1, 5, 3)                        # overlapping windows of a computed tensor
+    return (w * torch.arange(5.0)).sum(-1)
+
+
+def unfold_transposed(x):
+    return x.t().unfold(0, 2, 2).exp() + 1              # dim 0 of a non-contiguous input, step = size
+
+
+def unfold_whole_and_sparse(x):
+    a = x.unfold(1, x.shape[1], 1)                      # one window: the whole dim
+    b = x.unfold(0, 1, 3)                               # step past the size: every third row
+    return a.sum(-1) + 1, b * 3
+
+
+def unfold_written(x):
+    y = x * 1
+    y.unfold(0, 2, 2).mul_(2)                           # a write through the windows: falls back
+    return y
+
+
+def test_unfold_as_row_major_windows_on_any_layout():
+    """unfold is layout-independent: the IR's as_strided over the operand's row-major elements."""
+    for fn, x in ((unfold_windows, torch.randn(2, 3, 20)), (unfold_transposed, torch.randn(3, 7)),
+                  (unfold_windows, torch.randn(5)), (unfold_whole_and_sparse, torch.randn(10, 4))):
+        dynamo.reset()
+        opt = dynamo.optimize(fn)
+        for _ in range(3):
+            got, want = opt(x.clone()), fn(x.clone())
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert same(g, w), fn.__name__
+        c = dynamo.counters()
+        assert c["aborts"] == 0 and c["native_runs"] == 2, (fn.__name__, c)
+    dynamo.reset()
+    c = run(unfold_written, torch.randn(6))
+    assert c["native_runs"] == 0 and c["aborts"] >= 1, c
