@@ -28,7 +28,7 @@ test: build
 # suites that use only the public API, run with leak checks off (LLVM and LibTorch keep
 # process-lifetime allocations).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
-ASAN_TESTS := test_text test_capi test_guards test_exits test_threads test_gpu_driver
+ASAN_TESTS := test_text test_capi test_adversarial test_guards test_exits test_threads test_gpu_driver
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(PYTHON) \
 	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \

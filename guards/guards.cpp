@@ -20,7 +20,8 @@ void dl_type_of(jit::DType d, uint8_t *code, uint8_t *bits) {
 std::string dl_type_name(uint8_t code, uint8_t bits) {
   if (code == DYNAMO_DL_BOOL && bits == 8) return "bool";
   const char *c = code == kDLInt ? "int" : code == kDLUInt ? "uint" : code == kDLFloat ? "float"
-                  : code == kDLBfloat ? "bfloat" : "code" ;
+                  : code == kDLBfloat ? "bfloat" : nullptr;
+  if (!c) return "an unknown type (DLPack code " + std::to_string((int)code) + ", " + std::to_string((int)bits) + " bits)";
   return std::string(c) + std::to_string(bits);
 }
 
@@ -117,6 +118,16 @@ bool check_one(const InputGuard &g, const dynamo_arg &a, size_t k, std::string *
                   ", got " + std::to_string(have));
   }
   if (!t->data) return miss("data pointer is NULL");
+  // The bytes the tensor spans must be addressable: data + byte_offset + the strides' reach,
+  // without wrapping (a byte_offset of 2^63 would send the compiled code anywhere).
+  __int128 lo = (__int128)(uintptr_t)t->data + (__int128)t->byte_offset, hi = lo;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    __int128 reach = (__int128)(g.sizes[d] - 1) * g.strides[d] * ((g.dl_bits + 7) / 8);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  hi += (g.dl_bits + 7) / 8;
+  if (t->byte_offset > (uint64_t)INT64_MAX || lo < 0 || hi > (__int128)UINTPTR_MAX)
+    return miss("byte_offset " + std::to_string(t->byte_offset) + " puts the tensor's bytes past the address space");
   return true;
 #undef miss
 }

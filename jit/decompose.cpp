@@ -352,17 +352,17 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
   return {};
 }
 
-// A reduction with at most kUnrolledReduction elements per output (stft's |z| sums float pairs):
-// the combination of that many selects, a pointwise expression the planner fuses with what
+// A reduction with at most kUnrolledReduction elements per output and no kept dims (stft's |z|
+// sums float pairs): the combination of that many selects, a pointwise expression the planner fuses with what
 // produces and consumes it, where a row kernel would loop over rows of two. Floating dtypes
 // only (an integer sum widens to int64); one element is a copy (a reduction never aliases).
 constexpr int64_t kUnrolledReduction = 4;
 
-// Index i of dim d of v: a select (keep: a one-wide slice) -- or, where v is computed by a
+// Index i of dim d of v: a select -- or, where v is computed by a
 // pointwise op whose tensor operands all have v's shape (or none), that op over the operands'
 // picks, so that the unrolled reduction reads its producer's operands and fuses with it (a
 // view of a computed value would be stored first). depth bounds how far up it goes.
-int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, bool keep, int depth) {
+int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, int depth) {
   Trace &t = r.out;
   int32_t at = t.def[(size_t)v];
   if (depth > 0 && at >= 0 && op_info(t.insts[(size_t)at].op).kind == OpKind::POINTWISE &&
@@ -377,11 +377,11 @@ int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, bool keep, int depth)
     if (same_shape) {
       for (Operand &o : args)
         if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor && t.types[(size_t)o.value].rank() > 0)
-          o = V(pick(r, o.value, d, i, keep, depth - 1));
+          o = V(pick(r, o.value, d, i, depth - 1));
       return r.emit(op, std::move(args));
     }
   }
-  return keep ? r.emit(Op::slice, {V(v), I(d), I(i), I(i + 1), I(1)}) : r.emit(Op::select, {V(v), I(d), I(i)});
+  return r.emit(Op::select, {V(v), I(d), I(i)});
 }
 
 std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
@@ -403,8 +403,10 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
   int64_t count = 1;
   for (int64_t d : dims) count *= xt.sizes[(size_t)d];
   if (count < 1 || count > kUnrolledReduction) return {};
+  // keepdim: the result is broadcast back against its input (softmax, layer norm), which the
+  // planner fuses best as one pass per row: left a reduction.
+  if (in.args[2].i) return {};
   Rewriter r(out);
-  bool keep = in.args[2].i != 0;  // slices keep the reduced dims (as size 1), selects drop them
   int32_t x = in.args[0].value, acc = -1;
   Op combine = in.op == Op::prod ? Op::mul : in.op == Op::amax ? Op::maximum : in.op == Op::amin ? Op::minimum : Op::add;
   for (int64_t flat = 0; flat < count; ++flat) {
@@ -417,7 +419,7 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
       rest /= n;
     }
     int32_t term = x;
-    for (int64_t k = (int64_t)dims.size() - 1; k >= 0; --k) term = pick(r, term, dims[(size_t)k], index[(size_t)k], keep, 2);
+    for (int64_t k = (int64_t)dims.size() - 1; k >= 0; --k) term = pick(r, term, dims[(size_t)k], index[(size_t)k], 2);
     acc = acc < 0 ? term : r.emit(combine, {V(acc), V(term)});
   }
   if (count == 1) acc = r.emit(Op::copy, {V(acc)});

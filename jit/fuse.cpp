@@ -5,6 +5,11 @@
 // copied once, as ATen's reshape would).
 #include "fuse.h"
 
+#include <unordered_set>
+#include <tuple>
+#include <set>
+#include <map>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -165,45 +170,72 @@ struct Planner {
   std::vector<BufferView> mutation_dest;
 
   BufferView dest_of(int32_t d) {  // the input memory a copy_ destination names
-    const Inst &def = t.insts[t.def[d]];
-    if (def.op == Op::copy_) return dest_of(def.args[0].value);
-    if (def.op == Op::input) return p.views[d];
-    // A view: fold it over the destination's memory, leaving the plan's views untouched.
-    int32_t src = def.args[0].value;
-    BufferView saved_src = p.views[src], saved = p.views[d];
-    char saved_bb = p.buffer_backed[d];
-    p.views[src] = dest_of(src);
-    fold_view(t.def[d]);
-    BufferView r = p.views[d];
-    p.views[src] = saved_src;
-    p.views[d] = saved;
-    p.buffer_backed[d] = saved_bb;
-    return r;
+    // Up through copy_ destinations and views to the input (iteratively: chains may be long),
+    // then each view folded over the memory below it, leaving the plan's views untouched.
+    std::vector<int32_t> chain;  // the views on the way, from d up
+    for (;;) {
+      const Inst &def = t.insts[t.def[d]];
+      if (def.op == Op::copy_) {
+        d = def.args[0].value;
+      } else if (def.op == Op::input) {
+        break;
+      } else {
+        chain.push_back(d);
+        d = def.args[0].value;
+      }
+    }
+    BufferView cur = p.views[d];
+    for (size_t k = chain.size(); k-- > 0;) {
+      int32_t w = chain[k], src = t.insts[t.def[w]].args[0].value;
+      BufferView saved_src = p.views[src], saved = p.views[w];
+      char saved_bb = p.buffer_backed[w];
+      p.views[src] = cur;
+      fold_view(t.def[w]);
+      cur = p.views[w];
+      p.views[src] = saved_src;
+      p.views[w] = saved;
+      p.buffer_backed[w] = saved_bb;
+    }
+    return cur;
   }
 
   // The memory an inline expression reads: (slot, coefficients over `rank` dims + offset).
+  // Walked with an explicit stack; past kMaxLeafWalk nodes (a long chain of writes, a DAG whose
+  // paths multiply) it gives up with a hazard, and the write goes through a buffer of its own.
   using Access = std::pair<int32_t, std::vector<int64_t>>;
-  void leaves(int32_t v, const Map &m, size_t rank, std::vector<Access> &out) {
-    const Inst &in = t.insts[t.def[v]];
-    if ((is_pointwise(v) && !p.materialized[v]) || in.op == Op::copy_) {
-      size_t first = in.op == Op::copy_ ? 1 : 0;  // a copy_'s value does not read its destination
-      for (size_t k = first; k < in.args.size(); ++k) {
-        const Operand &o = in.args[k];
-        if (o.kind == Operand::Value && t.types[o.value].tensor)
-          leaves(o.value, compose_map(t.types[v], t.types[o.value], m), rank, out);
+  static constexpr size_t kMaxLeafWalk = 256;
+  void leaves(int32_t v0, const Map &m0, size_t rank, std::vector<Access> &out) {
+    std::vector<std::pair<int32_t, Map>> stack;
+    stack.push_back({v0, m0});
+    size_t walked = 0;
+    while (!stack.empty()) {
+      auto [v, m] = std::move(stack.back());
+      stack.pop_back();
+      if (++walked > kMaxLeafWalk) {
+        out.push_back({-1, {}});
+        return;
       }
-      return;
+      const Inst &in = t.insts[t.def[v]];
+      if ((is_pointwise(v) || in.op == Op::copy_) && !p.materialized[v]) {
+        size_t first = in.op == Op::copy_ ? 1 : 0;  // a copy_'s value does not read its destination
+        for (size_t k = first; k < in.args.size(); ++k) {
+          const Operand &o = in.args[k];
+          if (o.kind == Operand::Value && t.types[o.value].tensor)
+            stack.push_back({o.value, compose_map(t.types[v], t.types[o.value], m)});
+        }
+        continue;
+      }
+      if (!p.buffer_backed[v]) {
+        out.push_back({-1, {}});  // not in memory yet (a reduction): treat as a hazard
+        continue;
+      }
+      const BufferView &bv = p.views[v];
+      std::vector<int64_t> coef(rank + 1, 0);
+      for (size_t k = 0; k < m.size(); ++k)
+        if (m[k] >= 0) coef[m[k]] += bv.strides[k];
+      coef[rank] = bv.offset;
+      out.push_back({bv.slot, coef});
     }
-    if (!p.buffer_backed[v]) {
-      out.push_back({-1, {}});  // not in memory yet (a reduction): treat as a hazard
-      return;
-    }
-    const BufferView &bv = p.views[v];
-    std::vector<int64_t> coef(rank + 1, 0);
-    for (size_t k = 0; k < m.size(); ++k)
-      if (m[k] >= 0) coef[m[k]] += bv.strides[k];
-    coef[rank] = bv.offset;
-    out.push_back({bv.slot, coef});
   }
 
   void plan_mutations() {
@@ -215,7 +247,12 @@ struct Planner {
           fail(ErrorCode::Unsupported, "copy_ into a reshape that cannot view its input's memory (a non-contiguous "
                                        "input); the destination must be a strided view of an input");
       }
+    std::unordered_set<int32_t> written;  // the slots of the writes before write k
+    next_guard.assign(t.insts.size() + 1, -1);
+    for (size_t i = t.insts.size(); i-- > 0;)
+      next_guard[i] = t.insts[i].op == Op::extern_ && t.insts[i].callee == kGuardCallee ? (int32_t)i : next_guard[i + 1];
     for (size_t k = 0; k < mutations.size(); ++k) {
+      if (k) written.insert(mutation_dest[k - 1].slot);
       int32_t c = mutations[k];
       const Type &ty = t.types[c];
       size_t rank = ty.sizes.size();
@@ -232,7 +269,7 @@ struct Planner {
       bool hazard = false;
       for (const Access &a : reads) {
         if (a.first < 0) { hazard = true; continue; }
-        for (size_t j = 0; j < k; ++j) hazard = hazard || mutation_dest[j].slot == a.first;
+        hazard = hazard || written.count(a.first);
         std::vector<int64_t> have = a.second;
         for (size_t d = 0; d < rank; ++d)
           if (ty.sizes[d] == 1) have[d] = 0;
@@ -256,10 +293,9 @@ struct Planner {
   // Is in-place write c flushed before a side exit (schedule_mutations then reads it from its
   // destination) and read by an instruction before that exit? Such a reader is scheduled before
   // the flush and would load the destination's old contents: c needs a buffer of its own.
+  std::vector<int32_t> next_guard;  // per instruction: the first side exit at or after it, or -1
   bool read_before_flush(int32_t c) {
-    int32_t guard = -1;
-    for (size_t i = (size_t)t.def[c] + 1; i < t.insts.size() && guard < 0; ++i)
-      if (t.insts[i].op == Op::extern_ && t.insts[i].callee == kGuardCallee) guard = (int32_t)i;
+    int32_t guard = next_guard[(size_t)t.def[c] + 1];
     if (guard < 0) return false;
     for (auto [i, k] : users[c])
       if (i < guard && !(t.insts[i].op == Op::copy_ && k == 0)) return true;  // not as a destination
@@ -302,7 +338,23 @@ struct Planner {
   size_t flushed = 0;  // mutations [0, flushed) are scheduled
 
   void schedule_mutations(size_t upto = SIZE_MAX) {
+    // At the end nothing reads the written memory again: a write that a later one replaces
+    // exactly (same memory, same view, same shape) is not done (`x.copy_(a); x.copy_(b)`).
+    std::vector<char> replaced(mutations.size(), 0);
+    if (upto == SIZE_MAX) {
+      std::map<std::tuple<int32_t, int64_t, std::vector<int64_t>, std::vector<int64_t>>, size_t> later;
+      for (size_t k = mutations.size(); k-- > flushed;) {
+        auto key = std::make_tuple(mutation_dest[k].slot, mutation_dest[k].offset, mutation_dest[k].strides,
+                                   t.types[mutations[k]].sizes);
+        replaced[k] = later.count(key) != 0;
+        later[key] = k;
+      }
+    }
     for (size_t k = flushed; k < mutations.size() && k < upto; ++k) {
+      if (replaced[k]) {
+        flushed = k + 1;
+        continue;
+      }
       int32_t c = mutations[k];
       int32_t g = open_group(false, t.types[c].sizes, {});
       Root r{c, mutation_dest[k].slot};
@@ -322,46 +374,58 @@ struct Planner {
   }
 
   // Does reading value u after instruction `at` need memory of input slot s as it was before
-  // the writes flushed at `at`?
-  bool reads_old(int32_t u, int32_t s, int32_t at, std::vector<char> &seen) {
-    if (!t.types[u].tensor || seen[u]) return false;
-    seen[u] = 1;
-    const Inst &d = t.insts[t.def[u]];
-    OpKind kind = op_info(d.op).kind;
-    if (kind == OpKind::INPUT) return p.views[u].slot == s;
-    if (d.op == Op::copy_) {
-      for (size_t k = 0; k < flushed; ++k)
-        if (mutations[k] == u) return false;
-      return reads_old(d.args[1].value, s, at, seen);
+  // the writes flushed at `at`? seen: values already answered "no" for this s and at (shared
+  // by the calls of one check, so each value is walked once). Iterative: chains may be long.
+  bool reads_old(int32_t u0, int32_t s, int32_t at, std::vector<char> &seen) {
+    std::vector<int32_t> stack{u0};
+    while (!stack.empty()) {
+      int32_t u = stack.back();
+      stack.pop_back();
+      if (!t.types[u].tensor || seen[u]) continue;
+      seen[u] = 1;
+      const Inst &d = t.insts[t.def[u]];
+      OpKind kind = op_info(d.op).kind;
+      if (kind == OpKind::INPUT) {
+        if (p.views[u].slot == s) return true;
+        continue;
+      }
+      if (d.op == Op::copy_) {
+        if (!flushed_value[u]) stack.push_back(d.args[1].value);
+        continue;
+      }
+      if (kind == OpKind::VIEW) {
+        stack.push_back(d.args[0].value);
+        continue;
+      }
+      if (t.def[u] < at && (p.materialized[u] || kind == OpKind::EXTERN || kind == OpKind::REDUCTION)) continue;
+      for (const Operand &o : d.args)
+        if (o.kind == Operand::Value) stack.push_back(o.value);
     }
-    if (kind == OpKind::VIEW) return reads_old(d.args[0].value, s, at, seen);
-    if (t.def[u] < at && (p.materialized[u] || kind == OpKind::EXTERN || kind == OpKind::REDUCTION)) return false;
-    for (const Operand &o : d.args)
-      if (o.kind == Operand::Value && reads_old(o.value, s, at, seen)) return true;
     return false;
   }
+  std::vector<char> flushed_value;  // per value: a copy_ already written to its destination
 
   void flush_mutations_before(int32_t guard) {
     size_t first = flushed, upto = flushed;
     while (upto < mutations.size() && t.def[mutations[upto]] < guard) ++upto;
     if (upto == first) return;
     schedule_mutations(upto);
-    for (size_t k = first; k < upto; ++k) {
-      int32_t s = mutation_dest[k].slot;
+    flushed_value.resize(t.types.size(), 0);
+    for (size_t k = first; k < upto; ++k) flushed_value[mutations[k]] = 1;
+    std::set<int32_t> slots;
+    for (size_t k = first; k < upto; ++k) slots.insert(mutation_dest[k].slot);
+    for (int32_t s : slots) {
+      std::vector<char> seen(t.types.size(), 0);
       for (size_t j = (size_t)guard; j < t.insts.size(); ++j)
-        for (const Operand &o : t.insts[j].args) {
-          std::vector<char> seen(t.types.size(), 0);
+        for (const Operand &o : t.insts[j].args)
           if (o.kind == Operand::Value && reads_old(o.value, s, guard, seen))
             fail(ErrorCode::Unsupported, "instruction " + std::to_string(j) + " reads the old contents of input " +
                                              std::to_string(s) + " after an in-place write into it and a side exit "
                                              "(dynamo::guard); write the value to a fresh tensor first");
-        }
-      for (int32_t v : t.outputs) {
-        std::vector<char> seen(t.types.size(), 0);
+      for (int32_t v : t.outputs)
         if (t.def[v] >= guard && reads_old(v, s, guard, seen))
           fail(ErrorCode::Unsupported, "an output reads the old contents of input " + std::to_string(s) +
                                            " after an in-place write into it and a side exit");
-      }
     }
   }
 
@@ -371,6 +435,9 @@ struct Planner {
   // 10^5 ops made LLVM's machine scheduler (quadratic in a basic block) take 24 s; in 2048-op
   // pieces a 10^5-deep chain compiles in seconds.
   static constexpr int64_t kMaxInlineOps = 2048;
+  // At most this many stores per loop: the vectorizer's runtime alias checks and the machine
+  // scheduler are quadratic in the pointers of one loop (2,500 outputs of one kernel took 4 s).
+  static constexpr size_t kMaxRoots = 64;
 
   void decide_materialization() {
     // next_extern[i]: the first extern instruction after instruction i (size(): none).
@@ -553,7 +620,7 @@ struct Planner {
         if (start < 0) start += n;
         start = std::clamp<int64_t>(start, 0, n);
         if (t.types[v].sizes[d] > 0) bv.offset += start * s[d];
-        s[d] *= in.args[4].i;
+        s[d] = t.types[v].sizes[d] > 1 ? s[d] * in.args[4].i : 0;  // a huge step keeps at most one element
         break;
       }
       case Op::select: {
@@ -689,6 +756,8 @@ struct Planner {
     const int64_t cost = is_pointwise(r.value) ? inline_ops[r.value] : 1;
     if (join && (size_t)cur < group_ops.size() && group_ops[cur] + cost > kMaxInlineOps)
       join = as_row_root = false;  // one loop body stays short enough for LLVM (kMaxInlineOps)
+    if (join && p.groups[cur].roots.size() + p.groups[cur].row_roots.size() >= kMaxRoots)
+      join = as_row_root = false;  // and stores few enough pointers (kMaxRoots)
     if (join && !can_compute(r.value, m, cur, false, true)) join = as_row_root = false;
     if (!join) {
       cur = open_group(false, ty.sizes, {});

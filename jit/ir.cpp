@@ -51,6 +51,8 @@ int64_t Type::numel() const {
 
 std::string type_size_problem(const Type &ty) {
   if (!ty.tensor) return "";
+  if (ty.sizes.size() > (size_t)kMaxDims)
+    return std::to_string(ty.sizes.size()) + " dimensions; at most " + std::to_string(kMaxDims) + " are supported";
   auto shape = [&] {
     std::string s = "[";
     for (size_t k = 0; k < ty.sizes.size(); ++k) s += (k ? "," : "") + std::to_string(ty.sizes[k]);

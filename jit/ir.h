@@ -65,7 +65,8 @@ struct Type {
   bool same_shape(const Type &o) const { return sizes == o.sizes; }
 };
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t> &sizes);
-// Why tensor type ty cannot be addressed with int64 byte offsets ("" when it can): a negative
+// Why tensor type ty cannot be addressed with int64 byte offsets ("" when it can): more than
+// kMaxDims dimensions, a negative
 // size, or more than 2^63 - 1 bytes (sizes x element bytes; with strides, up to the furthest
 // element). The verifier holds every value of a trace to it, the builder every input.
 std::string type_size_problem(const Type &ty);

@@ -221,9 +221,14 @@ class KernelEmitter {
     return d == DType::Bool ? B.CreateZExt(v, mt) : B.CreateFPTrunc(v, mt);
   }
   EVal cst(DType d, double x) {
-    Value *s = is_float(d) ? (Value *)ConstantFP::get(scalar_ty(d), x)
-                           : (Value *)ConstantInt::get(scalar_ty(d), (uint64_t)(int64_t)x, true);
-    return {splat(s), d};
+    if (!is_float(d))  // saturating: (int64_t) of 2^63 or NaN is undefined
+      return icst(d, x != x ? 0 : x >= 0x1p63 ? INT64_MAX : x < -0x1p63 ? INT64_MIN : (int64_t)x);
+    return {splat(ConstantFP::get(scalar_ty(d), x)), d};
+  }
+  // An integer constant, exactly (an int64 literal past 2^53 has no double).
+  EVal icst(DType d, int64_t x) {
+    if (is_float(d)) return cast(icst(DType::I64, x), d);
+    return {splat(ConstantInt::get(scalar_ty(d), (uint64_t)x, true)), d};
   }
   EVal cast(EVal x, DType to);
   EVal operand(int32_t v, const Map &m, const Operand &o, DType as);

@@ -469,7 +469,7 @@ EVal KernelEmitter::operand(int32_t v, const Map &m, const Operand &o, DType as)
       L = keep;
       return {splat(s.v), as};
     }
-    case Operand::Int: case Operand::Bool: return cast(cst(o.kind == Operand::Bool ? DType::Bool : DType::I64, (double)o.i), as);
+    case Operand::Int: case Operand::Bool: return cast(icst(o.kind == Operand::Bool ? DType::Bool : DType::I64, o.i), as);
     case Operand::Float: return cast(cst(DType::F64, o.f), as);
     default: fail(ErrorCode::Internal, "bad pointwise operand");
   }

@@ -728,7 +728,8 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     res = {v0, adt};
   }
   reg[r] = cast(res, rdt);
-  if (welford && also_mean >= 0) reg[also_mean] = cast({all[1], adt}, t.types[also_mean].dtype);
+  if (welford && also_mean >= 0)  // the mean of nothing is NaN (0 / 0), not Welford's initial 0
+    reg[also_mean] = cast({extent == 0 ? (Value *)ConstantFP::get(st, NAN) : all[1], adt}, t.types[also_mean].dtype);
 }
 
 }  // namespace dynamo::jit::detail

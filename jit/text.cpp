@@ -126,7 +126,18 @@ struct Parser {
     else {
       size_t e = at;
       while (e < src.size() && e - at < 12 && src[e] != '\n') ++e;
-      found = "'" + src.substr(at, e - at) + "'";
+      found = "'";
+      for (size_t i = at; i < e; ++i) {  // bytes that would not print (a NUL, control codes) as \xNN
+        unsigned char b = (unsigned char)src[i];
+        if (b >= 0x20 && b < 0x7f) {
+          found += (char)b;
+        } else {
+          char hex[8];
+          snprintf(hex, sizeof hex, "\\x%02x", b);
+          found += hex;
+        }
+      }
+      found += "'";
     }
     fail(ErrorCode::Parse, "line " + std::to_string(line) + ", column " + std::to_string(col) +
                                ": expected " + expected + ", found " + found);
@@ -205,7 +216,7 @@ struct Parser {
     Type ty;
     size_t at = (skip_space(), pos);
     std::string dn = ident();
-    if (!dtype_from_name(dn, &ty.dtype)) error("a dtype (bool, i32, i64, f32, f64)", at);
+    if (!dtype_from_name(dn, &ty.dtype)) error("a dtype (bool, i32, i64, f16, bf16, f32, f64)", at);
     skip_space(false);
     if (pos < src.size() && src[pos] == '[') {
       ty.sizes = int_list('[', ']', "'['");
@@ -271,7 +282,7 @@ struct Parser {
       ++pos;
       return o;
     }
-    if (isdigit((unsigned char)c) || c == '-' || c == '+') return number();
+    if (isdigit((unsigned char)c) || c == '-' || c == '+' || digit_after_point(pos)) return number();
     size_t at = pos;
     std::string id = ident();
     if (id.empty()) error("an operand (%value, number, [list], true/false/none, dtype or \"text\")", at);
@@ -282,13 +293,16 @@ struct Parser {
     Operand o; o.kind = Operand::Ident; o.s = id;
     return o;
   }
+  bool digit_after_point(size_t at) const {  // ".5": a number without its leading zero
+    return at + 1 < src.size() && src[at] == '.' && isdigit((unsigned char)src[at + 1]);
+  }
   Operand number() {
     size_t s = pos;
     bool neg = false;
     if (src[pos] == '-' || src[pos] == '+') { neg = src[pos] == '-'; ++pos; }
     if (src.compare(pos, 3, "inf") == 0) { pos += 3; return Operand::real(neg ? -INFINITY : INFINITY); }
     if (src.compare(pos, 3, "nan") == 0) { pos += 3; return Operand::real(NAN); }
-    if (pos >= src.size() || !isdigit((unsigned char)src[pos])) error("a number", s);
+    if (pos >= src.size() || !(isdigit((unsigned char)src[pos]) || digit_after_point(pos))) error("a number", s);
     bool is_float = false;
     while (pos < src.size()) {
       char c = src[pos];

@@ -278,7 +278,7 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
         if (end < 0) end += n;
         start = std::clamp<int64_t>(start, 0, n);
         end = std::clamp<int64_t>(end, start, n);
-        s[d] = (end - start + step - 1) / step;
+        s[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for any step
         break;
       }
       case Op::select: {
@@ -463,6 +463,36 @@ void check_layout_args(const Trace &t, const Inst &in, const std::string &where)
 }
 }  // namespace
 
+// The mid-trace guards, extern dynamo::guard(%cond, expected, exit_id, %live...): a one-element
+// bool condition, a true/false literal, exit ids 0 .. guards - 1 each used once, tensor live
+// values, and one result like the condition. Checked when a trace is parsed or built, not only
+// when it is compiled.
+static void verify_side_exits(const Trace &t) {
+  std::vector<size_t> guards;
+  for (size_t i = 0; i < t.insts.size(); ++i)
+    if (t.insts[i].op == Op::extern_ && t.insts[i].callee == "dynamo::guard") guards.push_back(i);
+  std::vector<char> seen(guards.size(), 0);
+  for (size_t i : guards) {
+    const Inst &in = t.insts[i];
+    auto bad = [&](const std::string &why) {
+      fail(ErrorCode::Verify, "dynamo::guard (instruction " + std::to_string(i) + "): " + why);
+    };
+    auto one_bool = [&](int32_t v) { return t.types[v].tensor && t.types[v].dtype == DType::Bool && t.types[v].numel() == 1; };
+    if (in.args.size() < 3) bad("expects (%cond, expected, exit_id, %live...)");
+    if (in.args[0].kind != Operand::Value || !one_bool(in.args[0].value))
+      bad("the condition must be a one-element bool tensor");
+    if (in.args[1].kind != Operand::Bool) bad("the expected value must be true or false");
+    const Operand &id = in.args[2];
+    if (id.kind != Operand::Int || id.i < 0 || id.i >= (int64_t)guards.size())
+      bad("the exit id must be an integer in [0, number of guards = " + std::to_string(guards.size()) + ")");
+    if (seen[(size_t)id.i]++) bad("exit id " + std::to_string(id.i) + " is used twice");
+    for (size_t k = 3; k < in.args.size(); ++k)
+      if (in.args[k].kind != Operand::Value || !t.types[in.args[k].value].tensor)
+        bad("live values (operands after the exit id) must be tensors");
+    if (in.results.size() != 1 || !one_bool(in.results[0])) bad("returns one one-element bool value (the condition)");
+  }
+}
+
 void verify_trace(const Trace &t) {
   if (t.def.size() != t.types.size()) fail(ErrorCode::Internal, "trace value table is inconsistent");
   int32_t defined = 0;
@@ -504,7 +534,20 @@ void verify_trace(const Trace &t) {
     }
     if (in.op == Op::input && in.has_guard_value && t.types[in.results[0]].tensor)
       vfail(where, "only scalar inputs can carry a '== value' guard");
+    if (in.op == Op::input && in.has_guard_value && !t.types[in.results[0]].tensor) {
+      // The literal must be a value of the input's type: i64 an integer, bool true/false (or
+      // 0/1), f64 any number. (An i64 guarded "== 1.5" would compare against 0.)
+      const Operand &g = in.guard_value;
+      DType d = t.types[in.results[0]].dtype;
+      bool ok = d == DType::F64 ? g.kind == Operand::Int || g.kind == Operand::Float
+                : d == DType::Bool ? g.kind == Operand::Bool || (g.kind == Operand::Int && (g.i == 0 || g.i == 1))
+                                   : g.kind == Operand::Int;
+      if (!ok)
+        vfail(where, "the guard value " + print_operand(g) + " is not a value of the input's type " +
+                         print_type(t.types[in.results[0]], true));
+    }
   }
+  verify_side_exits(t);
   if (t.outputs.empty()) fail(ErrorCode::Verify, "trace @" + t.name + ": returns nothing");
   for (size_t k = 0; k < t.outputs.size(); ++k) {
     int32_t v = t.outputs[k];

@@ -186,6 +186,14 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
       *msg = pre + "data pointer is NULL (allowed only for outputs that alias an input)";
       return DYNAMO_ERR_INVALID_ARGUMENT;
     }
+    if (o.data) {  // its bytes must be addressable, without wrapping
+      __int128 end = (__int128)(uintptr_t)o.data + (__int128)o.byte_offset +
+                     (__int128)ty.numel() * (int64_t)jit::dtype_bytes(ty.dtype);
+      if (o.byte_offset > (uint64_t)INT64_MAX || end > (__int128)UINTPTR_MAX) {
+        *msg = pre + "byte_offset " + std::to_string(o.byte_offset) + " puts the output's bytes past the address space";
+        return DYNAMO_ERR_INVALID_ARGUMENT;
+      }
+    }
     uintptr_t olo, ohi;
     if (!byte_range(&o, &olo, &ohi)) continue;
     for (size_t j = 0; j < nargs; ++j) {

@@ -1,5 +1,5 @@
 """Reductions of at most four elements per output (stft's |z| over float pairs, a mean over a
-dim of 3) are compiled as pointwise expressions fused with their neighbours, not as row kernels
+dim of 3, without keepdim) are compiled as pointwise expressions fused with their neighbours, not as row kernels
 over tiny rows: same values as eager, including NaN, keepdim, negative and several dims,
 non-contiguous and broadcast inputs, and a reduction of one element, which must be a copy."""
 import pytest
