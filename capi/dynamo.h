@@ -40,7 +40,7 @@ extern "C" {
  * are stable; new codes are added at the end (with a DYNAMO_ABI_MINOR bump). */
 #define DYNAMO_STATUS_LIST(X)                                                                  \
   X(OK, 0)                                                                                     \
-  X(ERR_INVALID_ARGUMENT, 1)  /* NULL pointer, bad count, bad option, a size past int64 */     \
+  X(ERR_INVALID_ARGUMENT, 1)  /* NULL pointer, bad count, bad option, a built size past int64 */\
   X(ERR_INVALID_HANDLE, 2)    /* a handle that was destroyed, never created, or of a kind */   \
                               /* other than the function takes */                              \
   X(ERR_PARSE, 3)             /* malformed trace text (message has line:column) */             \
