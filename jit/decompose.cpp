@@ -161,7 +161,10 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     return {r.emit(Op::mul, {V(e), V(r.emit(Op::reciprocal, {V(z)}))})};
   }
   if (c == "aten::native_layer_norm" || c == "aten::layer_norm") {
-    const Operand &shape = arg(in, 1), &w = arg(in, 2), &b = arg(in, 3), &eps = arg(in, 4);
+    const Operand &shape = arg(in, 1), &w = arg(in, 2), &b = arg(in, 3);
+    // layer_norm's eps defaults to 1e-5 in its schema (the recorder leaves trailing defaults
+    // out, as nn.TransformerEncoderLayer's fast path calls it); native_layer_norm has none.
+    const Operand eps = in.args.size() <= 4 && c == "aten::layer_norm" ? Operand::real(1e-5) : arg(in, 4);
     bool eps_ok = eps.kind == Operand::Float || (eps.kind == Operand::Value && !out.types[eps.value].tensor);
     if (shape.kind != Operand::IntList || !eps_ok) return {};
     int64_t rank = out.types[x.value].rank();

@@ -20,7 +20,14 @@ std::string cse_key(const Inst &in) {
 
 // Externs without effects, which DCE may drop when nothing reads them.
 bool pure_extern(const Inst &in) {
-  return in.op == Op::extern_ && (in.callee == "aten::slice_scatter" || in.callee == "aten::select_scatter");
+  if (in.op != Op::extern_) return false;
+  // ...and allocations nothing reads (nn.TransformerEncoderLayer's fast path makes an empty
+  // tensor it never uses).
+  static const char *const pure[] = {"aten::slice_scatter", "aten::select_scatter", "aten::empty.memory_format",
+                                     "aten::zeros", "aten::ones", "aten::empty_like", "aten::zeros_like"};
+  for (const char *p : pure)
+    if (in.callee == p) return true;
+  return false;
 }
 
 // A step-1 range [start, end) along dim of a tensor of size n there, normalized as ATen does

@@ -91,3 +91,12 @@ def test_multihead_attention_with_weights(average):
         text = str(dynamo.explain(ref, torch.randn(2, 7, 32)))
     assert dynamo.counters()["native_runs"] >= 2, dynamo.report()
     assert "_native_multi_head_attention" not in text, text
+
+
+def test_encoder_layer_norms_are_kernels_not_calls():
+    """The fast path's layer_norm (eps left at its default) becomes fused kernels, and the empty
+    tensor it allocates and never reads is dropped: LibTorch runs only the 6 matrix products."""
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+    check(layer, lambda: (torch.randn(1, 7, 32),))
+    text = dynamo.report()
+    assert "6 LibTorch call(s)" in text, text
