@@ -5,13 +5,12 @@
 // copied once, as ATen's reshape would).
 #include "fuse.h"
 
-#include <unordered_set>
-#include <tuple>
-#include <set>
-#include <map>
-
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_set>
 
 namespace dynamo::jit {
 
