@@ -174,8 +174,10 @@ std::string cache_directory(std::string *why) {
   } else {
     return "";
   }
-  std::string parent = dir.substr(0, dir.find_last_of('/'));
-  if (!parent.empty()) sys::fs::create_directories(parent);
+  // Missing parents are made private too; a name without a slash has none to make.
+  size_t slash = dir.find_last_of('/');
+  std::string parent = slash == std::string::npos ? "" : dir.substr(0, slash);
+  if (!parent.empty()) sys::fs::create_directories(parent, true, sys::fs::perms::owner_all);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     if (chosen) *why = "cannot create " + dir + ": " + strerror(errno);
     return "";

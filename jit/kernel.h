@@ -218,7 +218,27 @@ class KernelEmitter {
   Value *to_memory(Value *v, DType d) {
     if (d != DType::Bool && !is_half(d)) return v;
     llvm::Type *mt = L == 1 ? mem_ty(d) : (llvm::Type *)FixedVectorType::get(mem_ty(d), L);
+    if (d == DType::BF16) return B.CreateBitCast(bf16_bits(v), mt);
     return d == DType::Bool ? B.CreateZExt(v, mt) : B.CreateFPTrunc(v, mt);
+  }
+  // float32 (or <L x float>) to bfloat16 bits, rounded to nearest even as c10::BFloat16 does,
+  // subnormals kept (a hardware conversion such as AVX512-BF16's flushes them to zero) and NaN
+  // made the quiet 0x7fc0.
+  Value *bf16_bits(Value *f) {
+    llvm::Type *i32 = f->getType()->isVectorTy() ? (llvm::Type *)FixedVectorType::get(B.getInt32Ty(), L) : B.getInt32Ty();
+    llvm::Type *i16 = f->getType()->isVectorTy() ? (llvm::Type *)FixedVectorType::get(B.getInt16Ty(), L) : B.getInt16Ty();
+    auto c32 = [&](uint32_t x) { return ConstantInt::get(i32, x); };
+    Value *bits = B.CreateBitCast(f, i32);
+    Value *lsb = B.CreateAnd(B.CreateLShr(bits, c32(16)), c32(1));
+    Value *rounded = B.CreateLShr(B.CreateAdd(B.CreateAdd(bits, c32(0x7fff)), lsb), c32(16));
+    Value *nan = B.CreateFCmpUNO(f, f);
+    return B.CreateSelect(nan, ConstantInt::get(i16, 0x7fc0), B.CreateTrunc(rounded, i16));
+  }
+  // bfloat16 bits back to float32 (exact).
+  Value *bf16_to_float(Value *h) {
+    llvm::Type *i32 = h->getType()->isVectorTy() ? (llvm::Type *)FixedVectorType::get(B.getInt32Ty(), L) : B.getInt32Ty();
+    llvm::Type *f32 = h->getType()->isVectorTy() ? (llvm::Type *)FixedVectorType::get(B.getFloatTy(), L) : B.getFloatTy();
+    return B.CreateBitCast(B.CreateShl(B.CreateZExt(h, i32), ConstantInt::get(i32, 16)), f32);
   }
   EVal cst(DType d, double x) {
     if (!is_float(d))  // saturating: (int64_t) of 2^63 or NaN is undefined

@@ -440,7 +440,9 @@ EVal KernelEmitter::cast(EVal x, DType to) {
   if (is_float(to)) {
     Value *f = is_float(x.dt) ? B.CreateFPCast(x.v, ty)
                : x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty);
-    if (is_half(to)) {  // round to the narrow type, keep computing in float32
+    if (to == DType::BF16) {  // round to the narrow type, keep computing in float32
+      f = bf16_to_float(bf16_bits(f));
+    } else if (is_half(to)) {
       llvm::Type *nt = L == 1 ? mem_ty(to) : (llvm::Type *)FixedVectorType::get(mem_ty(to), L);
       f = B.CreateFPExt(B.CreateFPTrunc(f, nt), ty);
     }

@@ -1409,6 +1409,28 @@ static void test_cache_directory(void **state) {
   assert_fails(dynamo_cache_directory(&dir), DYNAMO_ERR_UNSUPPORTED, "writable by others (mode 0777)");
   assert_null(dir);
   rmdir(sub);
+  /* a relative name of one component, and missing parents: private too (umask 022 made them 0750) */
+  char cwd[4096];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(tmpl), 0);
+  mode_t old_mask = umask(022);
+  const char *paths[] = {"single", "p/q/r"};
+  for (size_t i = 0; i < 2; ++i) {
+    setenv("DYNAMO_CACHE_DIR", paths[i], 1);
+    assert_ok(dynamo_cache_directory(&dir));
+    dynamo_string_free(dir);
+  }
+  const char *made[] = {"single", "p", "p/q", "p/q/r"};
+  for (size_t i = 0; i < 4; ++i) {
+    assert_int_equal(stat(made[i], &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+  }
+  umask(old_mask);
+  rmdir("single");
+  rmdir("p/q/r");
+  rmdir("p/q");
+  rmdir("p");
+  assert_int_equal(chdir(cwd), 0);
   rmdir(tmpl);
   if (keep) {
     setenv("DYNAMO_CACHE_DIR", keep, 1);

@@ -138,3 +138,19 @@ def test_status_codes_are_the_librarys():
     assert _capi.STATUS_GUARD_MISS == _capi.STATUS["ERR_GUARD_MISS"] and _capi.STATUS_EXIT == _capi.STATUS["EXIT"]
     assert L.dynamo_status_name(len(_capi.STATUS) + 100).decode() == "DYNAMO_ERR_UNKNOWN"
     assert L.dynamo_abi_minor_version() >= _capi.ABI_MINOR
+
+
+def test_bfloat16_rounding_matches_atens_bit_for_bit(frame):
+    """float32 -> bfloat16 rounds to nearest even with subnormals kept and NaN quiet, as
+    c10::BFloat16 does (a hardware conversion such as AVX512-BF16's flushes subnormals to 0)."""
+    n = 1 << 16
+    frame.compile(trace(["%b = to(%0, bf16)", "%r = add(%b, %b)"], f"f32[{n}]", ret="%b, %r"))
+    g = torch.Generator().manual_seed(1)
+    bits = torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int64).to(torch.int32)
+    bits[:4096] = torch.randint(0, 1 << 23, (4096,), generator=g).to(torch.int32)   # subnormals
+    bits[4096:4100] = torch.tensor([0x00018000, 0x00400000, 0x007fffff, 0x7f800001], dtype=torch.int32)
+    x = bits.view(torch.float32)
+    b, s = frame.run(x)
+    for got, want in ((b, x.to(torch.bfloat16)), (s, x.to(torch.bfloat16) * 2)):
+        same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
+        assert bool(same.all()), int((~same).sum())
