@@ -45,7 +45,9 @@ test-asan: deps
 # argument metadata (fuzz_run), and any text through parse, compile and run (fuzz_compile);
 # FUZZ_SECONDS each (default 60), starting from tests/fuzz/corpus/*, with the dictionary
 # tests/fuzz/dict/trace.dict (sizes past int64, device suffixes, shape-making ops) for the text
-# targets. A run over FUZZ_TIMEOUT seconds (default 10) counts as a hang and fails.
+# targets. A run over FUZZ_TIMEOUT seconds (default 10) counts as a hang and fails. A trace may
+# ask for more memory than there is (valid sizes, terabytes of output): the allocator returns
+# NULL instead of aborting, and the library must answer DYNAMO_ERR_OUT_OF_MEMORY.
 FUZZ_SECONDS ?= 60
 FUZZ_TIMEOUT ?= 10
 FUZZ_FLAGS := -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined
@@ -55,11 +57,11 @@ fuzz: build
 	  jit/passes.cpp jit/decompose.cpp -o $(BUILD)/fuzz_trace
 	@for t in run compile; do clang++ $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_$$t.cpp \
 	  -o $(BUILD)/fuzz_$$t -L$(BUILD) -ldynamo -Wl,-rpath,$(CURDIR)/$(BUILD) || exit 1; done
-	@export ASAN_OPTIONS=detect_leaks=0; fail=0; for t in trace run compile; do \
+	@export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 DYNAMO_CACHE_DIR=off; fail=0; for t in trace run compile; do \
 	  seeds=$$t; dict=; [ $$t = run ] || { seeds=trace; dict=-dict=$(CURDIR)/tests/fuzz/dict/trace.dict; }; \
 	  work=$$(mktemp -d); cp tests/fuzz/corpus/$$seeds/* $$work/; \
 	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
-	  (cd $$work && $(CURDIR)/$(BUILD)/fuzz_$$t $$dict -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) \
+	  (cd $$work && $(CURDIR)/$(BUILD)/fuzz_$$t $$dict -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) -malloc_limit_mb=1048576 \
 	    -print_final_stats=1 . > $$work.log 2>&1; rc=$$?; \
 	    grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY|timeout|^fuzz_compile:" $$work.log; \
 	    [ $$rc = 0 ] || { echo "fuzz_$$t: exit $$rc; the input that failed: $$(ls $$work/crash-* $$work/timeout-* 2>/dev/null)"; \
