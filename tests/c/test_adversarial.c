@@ -37,6 +37,22 @@ static dynamo_status parse_only(const char *text) {
   return s;
 }
 
+/* Runs entry e through dynamo_entry_run_alloc on one 1-D input of n elements (DLPack code/bits)
+ * at data; the call must succeed. */
+static void run_alloc_1d(dynamo_entry *e, void *data, uint8_t code, uint8_t bits, int64_t n, DLManagedTensor **outs,
+                         size_t nouts) {
+  int64_t shape[1] = {n};
+  test_tensor tx;
+  tt_init(&tx, data, code, bits, 1, shape, NULL);
+  dynamo_arg a[1] = {arg_tensor(&tx)};
+  assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, nouts));
+}
+
+static void free_outputs(DLManagedTensor **outs, size_t n) {
+  for (size_t k = 0; k < n; ++k)
+    if (outs[k]) outs[k]->deleter(outs[k]);
+}
+
 /* -- Tensors whose bytes are not addressable -------------------------------------------- */
 
 static void test_byte_offset_past_the_address_space(void **state) {
@@ -129,17 +145,13 @@ static void test_thousands_of_outputs(void **state) {
   free(b.s);
   assert_int_equal(dynamo_entry_num_outputs(e), N);
   float x[4] = {1, 2, 3, 4};
-  int64_t s4[1] = {4};
-  test_tensor tx;
-  tt_init(&tx, x, kDLFloat, 32, 1, s4, NULL);
-  dynamo_arg a[1] = {arg_tensor(&tx)};
   DLManagedTensor **outs = calloc(N, sizeof *outs);
-  assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, N));
+  run_alloc_1d(e, x, kDLFloat, 32, 4, outs, N);
   for (int k = 0; k < N; k += 997) {
     const float *v = (const float *)outs[k]->dl_tensor.data;
     assert_true(v[3] == 4.0f + (float)(k + 1));
   }
-  for (int k = 0; k < N; ++k) outs[k]->deleter(outs[k]);
+  free_outputs(outs, N);
   free(outs);
   assert_ok(dynamo_frame_destroy(f));
 }
@@ -162,18 +174,14 @@ static void test_slice_with_a_huge_step(void **state) {
   assert_ok(dynamo_entry_output_info(e, 1, &info));
   assert_int_equal(info.sizes[0], 2);
   float x[8] = {10, 11, 12, 13, 14, 15, 16, 17};
-  int64_t s8[1] = {8};
-  test_tensor tx;
-  tt_init(&tx, x, kDLFloat, 32, 1, s8, NULL);
-  dynamo_arg a[1] = {arg_tensor(&tx)};
   DLManagedTensor *outs[2] = {0};
-  assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, 2));
+  run_alloc_1d(e, x, kDLFloat, 32, 8, outs, 2);
   assert_true(((const float *)outs[0]->dl_tensor.data)[0] == 10.0f + 15.0f);
   assert_null(outs[1]);  /* a view of the input: the caller makes it from the alias */
   dynamo_output_alias al;
   assert_ok(dynamo_entry_output_alias(e, 1, &al));
   assert_true(al.input == 0 && al.ndim == 1 && al.offset == 0 && al.strides[0] == 4);  /* x[0], x[4] */
-  outs[0]->deleter(outs[0]);
+  free_outputs(outs, 2);
   assert_ok(dynamo_frame_destroy(f));
 }
 
@@ -186,18 +194,14 @@ static void test_int64_literals_are_exact(void **state) {
                                  "  return %1, %2, %3\n}\n",
                                  &e);
   int64_t x[3] = {0, 1, ((int64_t)1 << 60) + 1};
-  int64_t s3[1] = {3};
-  test_tensor tx;
-  tt_init(&tx, x, kDLInt, 64, 1, s3, NULL);
-  dynamo_arg a[1] = {arg_tensor(&tx)};
   DLManagedTensor *outs[3] = {0};
-  assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, 3));
+  run_alloc_1d(e, x, kDLInt, 64, 3, outs, 3);
   const int64_t *sum = outs[0]->dl_tensor.data, *prod = outs[2]->dl_tensor.data;
   const uint8_t *eq = outs[1]->dl_tensor.data;
   assert_true(sum[0] == 9007199254740993LL && sum[1] == 9007199254740994LL);
   assert_true(eq[0] == 0 && eq[1] == 0 && eq[2] == 1);  /* 2^60 + 1, not 2^60 */
   assert_true(prod[1] == -4611686018427387903LL);
-  for (int k = 0; k < 3; ++k) outs[k]->deleter(outs[k]);
+  free_outputs(outs, 3);
   assert_ok(dynamo_frame_destroy(f));
 }
 
@@ -209,16 +213,12 @@ static void test_pow_with_the_largest_integer_exponent(void **state) {
                                  "  %2 = pow(%0, -9223372036854775808)\n  return %1, %2\n}\n",
                                  &e);
   float x[3] = {2.0f, 0.5f, 1.0f};
-  int64_t s3[1] = {3};
-  test_tensor tx;
-  tt_init(&tx, x, kDLFloat, 32, 1, s3, NULL);
-  dynamo_arg a[1] = {arg_tensor(&tx)};
   DLManagedTensor *outs[2] = {0};
-  assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, 2));
+  run_alloc_1d(e, x, kDLFloat, 32, 3, outs, 2);
   const float *up = outs[0]->dl_tensor.data, *down = outs[1]->dl_tensor.data;
   assert_true(isinf(up[0]) && up[0] > 0 && up[1] == 0.0f && up[2] == 1.0f);
   assert_true(down[0] == 0.0f && isinf(down[1]) && down[2] == 1.0f);
-  for (int k = 0; k < 2; ++k) outs[k]->deleter(outs[k]);
+  free_outputs(outs, 2);
   assert_ok(dynamo_frame_destroy(f));
 }
 
@@ -232,16 +232,10 @@ static void test_mean_of_nothing_is_nan_beside_a_variance(void **state) {
     dynamo_entry *e = NULL;
     dynamo_frame *f = compile_text(g_engine, texts[i], &e);
     float x[1] = {0};
-    int64_t s0[1] = {0};
-    test_tensor tx;
-    tt_init(&tx, x, kDLFloat, 32, 1, s0, NULL);
-    dynamo_arg a[1] = {arg_tensor(&tx)};
     DLManagedTensor *outs[2] = {0};
-    assert_ok(dynamo_entry_run_alloc(e, a, 1, outs, 2));
-    for (int k = 0; k < 2; ++k) {
-      assert_true(isnan(((const float *)outs[k]->dl_tensor.data)[0]));
-      outs[k]->deleter(outs[k]);
-    }
+    run_alloc_1d(e, x, kDLFloat, 32, 0, outs, 2);
+    for (int k = 0; k < 2; ++k) assert_true(isnan(((const float *)outs[k]->dl_tensor.data)[0]));
+    free_outputs(outs, 2);
     assert_ok(dynamo_frame_destroy(f));
   }
 }
