@@ -39,6 +39,12 @@ log            None (use $DYNAMO_LOG) or a set of categories to print to stderr:
                exits, recompiles, aborts, perf, store; {"all"} for every one.
 verify         when True, every native run is also run eagerly and compared (allclose,
                rtol 1e-4, atol 1e-5); a mismatch raises AssertionError. For debugging.
+dynamic        None (default, automatic) or True: a Python float or int passed as an argument of
+               the optimized function that only meets tensors in + - * / is a scalar input of the
+               trace, read each call, not guarded by value (f(x, 0.1), f(x, 0.2), ... run one
+               trace); a number that steers control flow, a shape, or any other call is guarded
+               by value as before. False: every number is a guarded constant. (Tensor sizes are
+               always specialized today; symbolic sizes are not built yet.)
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
                that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.
@@ -58,3 +64,4 @@ compile_parts = True
 trace_store = True
 log = None
 gpu = True
+dynamic = None

@@ -8,7 +8,9 @@ recording interpreter reads from a source is guarded:
   * tensors become trace inputs: the C library guards their dtype, shape, strides and
     device natively; Python only checks the type and fetches them each call;
   * None, bools, ints, floats, strings, dtypes, devices: by value and exact type (floats also
-    by sign, so -0.0 is not 0.0, and a NaN matches a NaN);
+    by sign, so -0.0 is not 0.0, and a NaN matches a NaN); a float or int argument the
+    interpreter keeps as a scalar input of the trace (config.dynamic) by exact type only
+    (guard_scalar_type), until a use of its value guards that too;
   * tuples and lists: by type and length (elements are guarded when they are read);
   * dicts: by type and key order;
   * sets, and whole containers of plain values: by contents (`guard_contents`);
@@ -289,6 +291,23 @@ class GuardSet:
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
         self._fn = None
 
+    def guard_scalar_type(self, src, value):
+        """src holds a Python float or int the trace takes as a scalar input (its value is read
+        each call, not guarded): only its exact type is checked. A later guard(src, ...) still
+        adds the value guard (for a use that depends on the value itself)."""
+        key = ("type", src.expr)
+        if key in self._seen or src.expr in self._seen:
+            return
+        self._seen.add(key)
+        t = type(value)
+        self._add(src, f"type({src.expr}) is {self._const(t)}")
+        self.lines.append((src.expr, "type", f"{t.__name__}, passed to the trace each call (value not guarded)"))
+        self._fn = None
+
+    def value_guarded(self, src):
+        """Whether src's value is guarded (guard() ran for it)."""
+        return src.expr in self._seen
+
     def pin(self, src, value):
         """The trace depends on which object src holds (identity compared, hashed, handed to a
         builtin or torch): a plain data object guarded by class only gets an identity guard too."""
@@ -334,6 +353,7 @@ class GuardSet:
         self._about.append(src)
 
     def add_tensor_input(self, src):
+        """The next trace input is fetched from src each call (a tensor, or a scalar input)."""
         self.tensor_inputs.append(src.expr)
         self._input_srcs.append(src)
         self._fn = None

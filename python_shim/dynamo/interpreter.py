@@ -51,6 +51,18 @@ _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, oper
            operator.itruediv, operator.ixor]
 _COMPARE = [operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge]
 
+# Scalar inputs (config.dynamic): a Python float or int argument of the call that only feeds
+# tensor arithmetic is passed to the trace each call instead of being guarded by value. It is
+# tracked while it sits on the value stack or in locals; any bytecode that reads it other than
+# these (a comparison, Python arithmetic, a call into C, a container) guards its value after all.
+_SCALAR_ARG = re.compile(r"[ak]\[(\d+|'[A-Za-z_][A-Za-z_0-9]*')\]\Z")
+# + - * / (and += ...) between a tensor and the number: exactly one ATen op with it as an operand
+_SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
+# bytecodes that move or drop stack values without reading them
+_SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
+                 "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
+                 "BINARY_OP", "CALL", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE"}
+
 # Builtins that only compute on their arguments.
 _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "abs", "all", "any", "bool", "callable", "dict", "divmod", "enumerate", "float", "format", "getattr",
@@ -227,6 +239,10 @@ class Interpreter:
         self.max_ops = config.max_trace_ops
         self._start = None        # (frame, ip, stack copy, kw_names, mutated) at the current bytecode's start
         recorder.snapshot_here = self._snapshot_at_start
+        self.scalars = {}         # source expr -> (value, Source): numbers tracked as scalar inputs, unguarded
+        self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
+        self.dynamic_scalars = config.dynamic is not False
+        recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
     # -- recording state -----------------------------------------------------------------
     @property
@@ -249,10 +265,22 @@ class Interpreter:
             self.rec.abort_where = snapshot.where(self.frames[-1])
         self.rec.abort_selves = [f.locals[0][0] for f in self.frames[1:] if f.locals]
 
-    def touch(self, v, src, depth=0):
-        """v was read from src: guard it (and register tensors as inputs)."""
+    def touch(self, v, src, depth=0, scalar_ok=False):
+        """v was read from src: guard it (and register tensors as inputs). scalar_ok: a load onto
+        the value stack, where a Python number argument may become a scalar input (tracked in
+        self.scalars, its value guarded only by a use that depends on it: settle_scalar)."""
         if src is None or not self.recording:
             return
+        if type(v) in (float, int):
+            if src.expr in self.scalars:
+                if scalar_ok:
+                    return
+                self.scalars.pop(src.expr)  # read some other way: guarded by value below
+            elif scalar_ok and self.dynamic_scalars and _SCALAR_ARG.match(src.expr) and \
+                    not self.guards.value_guarded(src):
+                self.scalars[src.expr] = (v, src)
+                self.guards.guard_scalar_type(src, v)
+                return
         try:
             if isinstance(v, torch.Tensor):
                 prev = self.tensor_src.get(id(v))
@@ -268,6 +296,54 @@ class Interpreter:
             self.guards.guard(src, v)
         except Abort as e:
             self.abort(str(e), e.kind)
+
+    def touch_input(self, v, src):
+        """A parent trace's input, read again for a side trace (which takes the same inputs
+        first, in order): a tensor as touch does; a number as the same scalar input, still
+        unguarded (tracked as if just loaded)."""
+        if type(v) in (float, int) and self.recording:
+            self.scalars[src.expr] = (v, src)
+            self.guards.guard_scalar_type(src, v)
+            self.rec.scalar_input(src.expr, v)
+            if not self.dynamic_scalars:
+                self.settle_scalar((v, src))
+            return
+        self.touch(v, src)
+
+    def settle_scalar(self, pair):
+        """pair's number is used in a way that depends on its value: guard the value (it stays a
+        scalar input of the trace if it is one already)."""
+        src = pair[1]
+        if src is not None and src.expr in self.scalars and self.recording:
+            v, s = self.scalars.pop(src.expr)
+            try:
+                self.guards.guard(s, v)
+            except Abort as e:
+                self.abort(str(e), e.kind)
+
+    def _settle_stack(self, f, op):
+        """Before bytecode op runs in frame f: the tracked numbers it may read get guarded."""
+        if op in _SCALAR_MOVES:
+            return
+        stack = f.stack
+        if op in ("LOAD_ATTR", "LOAD_METHOD"):
+            if stack:
+                self.settle_scalar(stack[-1])
+            return
+        for p in stack:
+            if p[1] is not None and p[1].expr in self.scalars:
+                self.settle_scalar(p)
+
+    def _scalar_operand(self, a, b, arg):
+        """For BINARY_OP arg on pairs a, b: the pair holding a tracked number when the other
+        operand is a plain tensor and the op one of _SCALAR_OPS, else None."""
+        if arg not in _SCALAR_OPS:
+            return None
+        for n, t in ((a, b), (b, a)):
+            if n[1] is not None and n[1].expr in self.scalars and type(t[0]) in (torch.Tensor, torch.nn.Parameter) \
+                    and not (t[1] is not None and t[1].expr in self.scalars):
+                return n
+        return None
 
     def touch_deep(self, v, src, depth=0):
         """A sourced container escapes into a builtin: guard everything inside it (element by
@@ -378,6 +454,10 @@ class Interpreter:
             loc[pos] = (d, None)
         elif kw:
             raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument '{next(iter(kw))}'")
+        if self.scalars:
+            for p in loc:
+                if p[1] is not None and p[1].expr in self.scalars:
+                    self._moved.add(id(p))
         defaults = fn.__defaults__ or ()
         for i in range(n):
             if loc[i][0] is _NULL:
@@ -697,6 +777,8 @@ class Interpreter:
             if ins.opname in _MAY_CALL_TORCH and self.recording:
                 self._start = (f, f.ip - 1, list(stack), f.kw_names, self.rec.mutated)
             op = ins.opname
+            if self.scalars:
+                self._settle_stack(f, op)
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
                 continue
             handler = handlers.get(op)
@@ -730,7 +812,7 @@ class Interpreter:
         p = f.locals[arg]
         if p[0] is _NULL:
             raise UnboundLocalError(f"local variable '{ins.argval}' referenced before assignment")
-        self.touch(*p)
+        self.touch(*p, scalar_ok=True)
         push(p)
 
     @_handles('STORE_FAST')
@@ -915,7 +997,18 @@ class Interpreter:
             pos, kwargs = items, {}
         if fnp[0] is super and not pos and not kwargs:
             pos = self._super_args(f)
-        push(self.call(fnp, pos, kwargs))
+        if not self.scalars:
+            push(self.call(fnp, pos, kwargs))
+            return
+        tracked = [p for p in [fnp] + list(pos) + list(kwargs.values())
+                   if p[1] is not None and p[1].expr in self.scalars]
+        try:
+            push(self.call(fnp, pos, kwargs))
+        finally:
+            for p in tracked:  # read by the callee unless bound to an inlined frame's parameter
+                if id(p) not in self._moved:
+                    self.settle_scalar(p)
+                self._moved.discard(id(p))
 
     @_handles('CALL_FUNCTION_EX')
     def _op_CALL_FUNCTION_EX(self, f, ins):
@@ -965,6 +1058,17 @@ class Interpreter:
         if arg >= 13 and id(a[0]) not in self.local_objs and type(a[0]) in (list, dict, set):
             self.abort("augmented assignment changes a container from outside the function")
             self._effect("changing a container in place")
+        if self.scalars:
+            n = self._scalar_operand(a, b, arg)
+            if n is not None and self.recording:
+                with self.rec.scalar_scope(n[0], n[1].expr):
+                    r = fn(a[0], b[0])
+                if self.rec.scalar_uses != 1:  # not exactly the op's one operand: by value after all
+                    self.settle_scalar(n)
+                push((r, None))
+                return
+            self.settle_scalar(a)
+            self.settle_scalar(b)
         push((fn(a[0], b[0]), None))
 
     @_handles('COMPARE_OP')

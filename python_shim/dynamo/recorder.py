@@ -88,6 +88,10 @@ class Recorder(TorchDispatchMode):
         self.step_mark = None   # inside a torch call the interpreter makes: len(lines) when it began
         self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
         self._restride = False  # the op being recorded is an as_strided that keeps its argument's elements
+        self.scalar_inputs = {}  # source expr -> IR name of a Python number passed to the trace each call
+        self.on_scalar_input = None  # called with the source expr when one is added (the guards fetch it)
+        self._scalar_scope = None  # (value, source expr) while one op's Python number is a scalar input
+        self.scalar_uses = 0    # how many operands the scope's number filled
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -130,6 +134,43 @@ class Recorder(TorchDispatchMode):
         self.keep.append(t)
         return True
 
+    def scalar_input(self, expr, value):
+        """The trace input (`input f64` / `input i64`) for the Python number read from source
+        expr, added as the next input the first time."""
+        name = self.scalar_inputs.get(expr)
+        if name is None:
+            name = f"%i{len(self.inputs)}"
+            self.inputs.append(f"  {name} = input {'f64' if type(value) is float else 'i64'}")
+            self.scalar_inputs[expr] = name
+            if self.on_scalar_input is not None:
+                self.on_scalar_input(expr)
+        return name
+
+    def scalar_scope(self, value, expr):
+        """While active (a context), every operand equal to Python number value (same type, same
+        bits) is the scalar input of source expr; scalar_uses counts them. The interpreter opens
+        it around one tensor operation whose Python-number operand came from expr, and keeps the
+        number unguarded only if it filled exactly one operand."""
+        rec = self
+
+        class _Scope:
+            def __enter__(self):
+                rec._scalar_scope, rec.scalar_uses = (value, expr), 0
+
+            def __exit__(self, *exc):
+                rec._scalar_scope = None
+        return _Scope()
+
+    def _scoped_scalar(self, v):
+        value, expr = self._scalar_scope
+        if type(v) is not type(value):
+            return None
+        same = (v == value and math.copysign(1.0, v) == math.copysign(1.0, value)) if type(v) is float else v == value
+        if not same:
+            return None
+        self.scalar_uses += 1
+        return self.scalar_input(expr, value)
+
     def known(self, t):
         return id(t) in self.vals
 
@@ -170,6 +211,10 @@ class Recorder(TorchDispatchMode):
             return "none"
         if isinstance(v, bool):
             return "true" if v else "false"
+        if self._scalar_scope is not None and type(v) in (int, float):
+            name = self._scoped_scalar(v)
+            if name is not None:
+                return name
         if isinstance(v, int):
             return str(v)
         if isinstance(v, float):

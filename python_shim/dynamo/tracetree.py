@@ -365,7 +365,7 @@ class TraceTree:
                     # Inputs in the order native linking needs: the parent's, then the live values.
                     for expr in c.input_srcs:
                         if not expr.startswith("x["):  # a side trace's own exit values are not in scope
-                            interp.touch(snapshot.eval_source(expr, env, rec), Source(expr))
+                            interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
                     for i, t in enumerate(values):
                         interp.touch(t, EXIT.item(i))
                     result = snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
