@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -54,6 +55,42 @@ std::string take(llvm::Error e) {
 
 [[noreturn]] void compile_fail(const std::string &what, llvm::Error e) {
   dynamo::jit::fail(ErrorCode::Compile, what + ": " + take(std::move(e)));
+}
+
+// Conversions to bfloat16 that LLVM's x86 backend calls as compiler-rt builtins on CPUs without
+// AVX512-BF16 (a bfloat16 value legalized through float32 in a gather or a select, say), which
+// the process need not have (GCC 12's libgcc has none). Rounded to nearest even, NaN quiet, as
+// c10::BFloat16. The result is returned as on x86-64 for __bf16: in the low 16 bits of xmm0,
+// which a float return fills.
+uint16_t bf16_from_float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+float bf16_in_xmm(uint16_t h) {
+  uint32_t b = h;
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+
+extern "C" float dynamo_truncsfbf2(float f) { return bf16_in_xmm(bf16_from_float_bits(f)); }
+
+// From double directly (not through a rounded float: that would round twice): the float nearest
+// toward zero with its last bit set when inexact (round to odd), then rounded to bfloat16.
+extern "C" float dynamo_truncdfbf2(double d) {
+  if (d != d) return bf16_in_xmm(0x7fc0);
+  float f = (float)d;
+  if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  if ((double)f != d) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    b |= 1u;
+    std::memcpy(&f, &b, 4);
+  }
+  return bf16_in_xmm(bf16_from_float_bits(f));
 }
 
 // DYNAMO_DUMP_DIR=dir: each compiled module is written there as <fn>.trace (the trace),
@@ -397,6 +434,8 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   SymbolMap syms;
   for (const auto &[name, addr] : host_symbols)
     syms[impl_->jit->mangleAndIntern(name)] = {ExecutorAddr::fromPtr(addr), JITSymbolFlags::Exported};
+  syms[impl_->jit->mangleAndIntern("__truncsfbf2")] = {ExecutorAddr::fromPtr(&dynamo_truncsfbf2), JITSymbolFlags::Exported};
+  syms[impl_->jit->mangleAndIntern("__truncdfbf2")] = {ExecutorAddr::fromPtr(&dynamo_truncdfbf2), JITSymbolFlags::Exported};
   if (auto err = jd.define(absoluteSymbols(std::move(syms)))) compile_fail("defining runtime symbols", std::move(err));
 
   // SLEEF vector math, by name, from the shared library we link.
