@@ -313,9 +313,9 @@ def main():
               f"{t_st - t_plain:5.2f} us   eager {per_call_us(stitched, (a, b), 5000):.2f} us  "
               f"(stitches {c['stitches']}, interpreted while timing: {interpreted})")
 
-        print("\n7. a Python number that changes every call: softmax(x * scale) over 50 scales, [64, 256]")
+        print("\n7. a Python number that changes every call: softmax(x * scale) over 50 scales, [256, 1024]")
         dynamo.reset()
-        xs = torch.randn(64, 256)
+        xs = torch.randn(256, 1024)
         fast = dynamo.optimize(scaled_softmax)
         scales = [0.02 * (i + 1) for i in range(50)]
         for s in scales[:2]:
