@@ -917,6 +917,8 @@ class Interpreter:
     def _op_MAKE_CELL(self, f, ins):
         arg = ins.arg
         v = f.locals[arg]
+        if self.scalars:
+            self.settle_scalar(v)  # a closure may read it where the interpreter does not see
         cell = types.CellType() if v[0] is _NULL else types.CellType(v[0])
         self._cell_src[id(cell)] = v[1]
         self._mark_local(cell)
@@ -1061,8 +1063,12 @@ class Interpreter:
         if self.scalars:
             n = self._scalar_operand(a, b, arg)
             if n is not None and self.recording:
-                with self.rec.scalar_scope(n[0], n[1].expr):
-                    r = fn(a[0], b[0])
+                try:
+                    with self.rec.scalar_scope(n[0], n[1].expr):
+                        r = fn(a[0], b[0])
+                except Exception:  # the program's own error (or handled by it): by value
+                    self.settle_scalar(n)
+                    raise
                 if self.rec.scalar_uses != 1:  # not exactly the op's one operand: by value after all
                     self.settle_scalar(n)
                 push((r, None))

@@ -278,3 +278,14 @@ def test_stored_trace_takes_the_number(tmp_path):
         assert r.returncode == 0, r.stderr
         out.append(r.stdout.strip().splitlines()[-1])
     assert out[0] == "[true, 1, 0]" and out[1] == "[true, 0, 1]", out
+
+
+def test_captured_by_a_closure_is_guarded():
+    def f(x, s):
+        def scale(t):
+            return t * s
+        return scale(x) + 1.0
+
+    x = torch.randn(5)
+    run_all(f, [(x, 0.5), (x, 2.0), (x, 0.5)])
+    assert counters()["traces_compiled"] == 2
