@@ -31,7 +31,7 @@ static_assert(sizeof(dynamo_tensor_info) == 8 + 8 * DYNAMO_MAX_DIMS, "dynamo_ten
 static_assert(sizeof(dynamo_output_alias) == 16 + 8 * DYNAMO_MAX_DIMS && offsetof(dynamo_output_alias, strides) == 16,
               "dynamo_output_alias layout changed");
 static_assert(sizeof(dynamo_entry_stats) == 32 && offsetof(dynamo_entry_stats, compile_ms) == 16 &&
-                  offsetof(dynamo_entry_stats, from_cache) == 24,
+                  offsetof(dynamo_entry_stats, from_cache) == 24 && offsetof(dynamo_entry_stats, shared_code) == 28,
               "dynamo_entry_stats layout changed");
 static_assert(sizeof(dynamo_status) == sizeof(int), "dynamo_status must stay an int-sized enum");
 

@@ -23,8 +23,9 @@ extern "C" {
 #define DYNAMO_ABI_VERSION 1u   /* bumped on any incompatible change of this header */
 /* Bumped on every additive change (a new function, status, dtype or struct field at the end);
  * reset to 0 when DYNAMO_ABI_VERSION is bumped. A caller that needs something added in minor M
- * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself. */
-#define DYNAMO_ABI_MINOR 1u
+ * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself, minor 2
+ * dynamo_entry_stats.shared_code. */
+#define DYNAMO_ABI_MINOR 2u
 
 /* The most dimensions a tensor may have anywhere in the API (traces, DLTensors, info structs). */
 #define DYNAMO_MAX_DIMS 16
@@ -280,6 +281,9 @@ typedef struct dynamo_entry_stats {
   uint32_t num_instructions;/* trace instructions after simplification */
   double compile_ms;        /* verify -> native, wall clock */
   uint32_t from_cache;      /* 1: the object came from the on-disk cache (DYNAMO_CACHE_DIR) */
+  uint32_t shared_code;     /* 1: the machine code is an earlier entry's, compiled for the same
+                               program at other sizes (sizes are data of the code): no LLVM
+                               compile ran. Since minor 2 (a library of minor 1 leaves it 0). */
 } dynamo_entry_stats;
 DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
                                                 dynamo_entry_stats *stats);

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -34,6 +35,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Support/xxhash.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/Transforms/Utils/Cloning.h>
@@ -254,7 +256,7 @@ bool read_trusted(const std::string &path, std::string *out, std::string *why) {
 
 // Key: the canonical trace text, the engine's code-generation settings and host CPU, and the
 // identity of this library file (path, size, mtime: a rebuilt library never reuses objects).
-// Files: <hash>.key (first line "<symbol> <kernels>", then the full key, compared on load) and
+// Files: <hash>.key (first line "<symbol> <kernels> <n> <size table: n numbers>", then the full key, compared on load) and
 // <hash>.o (the trace's objects, one per part compiled in parallel: a line "dynamo-objects
 // <n> <size>...", then their bytes), each written to a temporary name and renamed (concurrent
 // writers are safe). A file that does not read back, match or link is ignored with one warning
@@ -371,6 +373,15 @@ struct Engine::Impl {
   std::shared_ptr<DiskCache> cache;  // null: no cache (off, or the directory was refused)
   std::string cache_salt;            // settings and library identity, part of every key
   std::atomic<uint64_t> next_dylib{0};
+  // Machine code by the fingerprint of the IR it was compiled from (sizes as data), for traces
+  // of the same code at other sizes; held weakly: the code lives as long as its entries.
+  struct Shared {
+    std::weak_ptr<void> tracker;
+    void *fn = nullptr;
+    int num_kernels = 0;
+  };
+  std::mutex share_mu;
+  std::unordered_map<std::string, Shared> shared;
 };
 
 Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &host_symbols)
@@ -394,6 +405,7 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
   int host_bits = features.find("+avx512f") != std::string::npos ? 512
                   : features.find("+avx2") != std::string::npos ? 256 : 128;
   lower_opt_.vector_bits = opt.vector_bits > 0 ? std::min(opt.vector_bits, host_bits) : host_bits;
+  if (const char *sc = getenv("DYNAMO_SHARE_CODE")) lower_opt_.size_params = strcmp(sc, "0") != 0;
 
   auto tm = jtmb->createTargetMachine();
   if (!tm) compile_fail("creating the target machine", tm.takeError());
@@ -410,7 +422,7 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
     impl_->cache = std::make_shared<DiskCache>();
     impl_->cache->dir = cdir;
     if (const char *mb = getenv("DYNAMO_CACHE_MAX_MB")) impl_->cache->max_bytes = std::max(1ull, strtoull(mb, nullptr, 10)) << 20;
-    impl_->cache_salt = "dynamo-cache-v1\n" + DiskCache::library_identity() + "\nllvm " LLVM_VERSION_STRING "\n" +
+    impl_->cache_salt = "dynamo-cache-v2\n" + DiskCache::library_identity() + "\nllvm " LLVM_VERSION_STRING "\n" +
                         lower_opt_.cpu + " " + features + "\nO" + std::to_string(lvl) + " " +
                         std::to_string(lower_opt_.vector_bits) + "\n";
   }
@@ -596,9 +608,12 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     if (!dump_dir() && read_trusted(impl_->cache->dir + "/" + id + ".key", &stored, &why)) {
       std::string symbol, object;
       int nk = -1;
-      size_t nl = stored.find('\n');
+      size_t nl = stored.find('\n'), nsizes = 0;
       std::istringstream head(stored.substr(0, nl == std::string::npos ? 0 : nl));
-      head >> symbol >> nk;
+      head >> symbol >> nk >> nsizes;
+      std::vector<int64_t> sizes(std::min<size_t>(nsizes, stored.size()));
+      for (int64_t &v : sizes) head >> v;
+      if (!head) nk = -1;  // a malformed head line
       bool have_obj = read_trusted(impl_->cache->dir + "/" + id + ".o", &object, &why);
       if (nl == std::string::npos || stored.compare(nl + 1, std::string::npos, key) != 0 || symbol.empty() || nk < 0) {
         warn_cache(id + ".key does not match this trace and build");
@@ -617,6 +632,7 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
           if (auto e = impl_->jit->getExecutionSession().removeJITDylib(jd)) take(std::move(e));
         } else {
           CompiledCode cc = finish(jd, symbol, &why);
+          cc.sizes = std::move(sizes);
           if (cc.fn) {
             if (num_kernels) *num_kernels = nk;
             if (from_cache) *from_cache = true;
@@ -632,13 +648,48 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   auto ctx = std::make_unique<LLVMContext>();
   // Without names the IR is cheaper to build; dumps keep them for reading.
   ctx->setDiscardValueNames(dump_dir() == nullptr);
-  std::unique_ptr<Module> mod = lower_trace(t, p, *ctx, fn_name, lower_opt_, num_kernels);
+  std::vector<int64_t> sizes;
+  std::unique_ptr<Module> mod = lower_trace(t, p, *ctx, fn_name, lower_opt_, num_kernels, &sizes);
   mod->setDataLayout(impl_->jit->getDataLayout());
   mod->setTargetTriple(impl_->jit->getTargetTriple().str());
   std::string verr;
   raw_string_ostream vos(verr);
   if (verifyModule(*mod, &vos)) dynamo::jit::fail(ErrorCode::Internal, "generated LLVM IR is invalid: " + vos.str());
   const char *dump = dump_dir();
+  // Sizes as data: the same IR (up to the trace's own name) is the same machine code.
+  std::string fingerprint;
+  if (lower_opt_.size_params && !dump) {
+    std::vector<std::pair<Function *, std::string>> renamed;
+    for (Function &f : *mod)
+      if (!f.isDeclaration() && f.getName().starts_with(fn_name)) renamed.push_back({&f, f.getName().str()});
+    for (auto &[f, name] : renamed) f->setName("T" + name.substr(fn_name.size()));
+    std::string id = mod->getModuleIdentifier();
+    mod->setModuleIdentifier("T");
+    mod->setSourceFileName("T");
+    std::string text;
+    raw_string_ostream os(text);
+    mod->print(os, nullptr);
+    os.flush();
+    for (auto &[f, name] : renamed) f->setName(name);
+    mod->setModuleIdentifier(id);
+    mod->setSourceFileName(id);
+    XXH128_hash_t h = xxh3_128bits(ArrayRef<uint8_t>((const uint8_t *)text.data(), text.size()));
+    fingerprint = std::to_string(h.high64) + "." + std::to_string(h.low64) + "." + std::to_string(text.size());
+    std::lock_guard<std::mutex> lock(impl_->share_mu);
+    auto it = impl_->shared.find(fingerprint);
+    if (it != impl_->shared.end()) {
+      if (std::shared_ptr<void> live = it->second.tracker.lock()) {
+        CompiledCode cc;
+        cc.fn = it->second.fn;
+        cc.tracker = std::move(live);
+        cc.sizes = std::move(sizes);
+        cc.shared = true;
+        if (num_kernels) *num_kernels = it->second.num_kernels;
+        return cc;
+      }
+      impl_->shared.erase(it);
+    }
+  }
   std::string stem = dump ? std::string(dump) + "/" + fn_name : "";
   if (dump) {
     sys::fs::create_directories(dump);
@@ -663,8 +714,11 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   } else {
     objects = compile_parts(std::move(mod));
   }
-  if (impl_->cache)
-    impl_->cache->store(id, fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + "\n" + key, objects);
+  if (impl_->cache) {
+    std::string head = fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + " " + std::to_string(sizes.size());
+    for (int64_t v : sizes) head += " " + std::to_string(v);
+    impl_->cache->store(id, head + "\n" + key, objects);
+  }
   JITDylib &jd = new_dylib();  // its default tracker owns the code; removing the dylib frees it
   for (size_t i = 0; i < objects.size(); ++i)
     if (auto err = impl_->jit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(objects[i], fn_name + ".part" + std::to_string(i)))) {
@@ -674,6 +728,14 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   std::string why;
   CompiledCode cc = finish(jd, fn_name, &why);
   if (!cc.fn) dynamo::jit::fail(ErrorCode::Compile, "compiling " + fn_name + ": " + why);
+  cc.sizes = std::move(sizes);
+  if (!fingerprint.empty()) {
+    std::lock_guard<std::mutex> lock(impl_->share_mu);
+    if (impl_->shared.size() > 4096)  // forget code no entry holds any more
+      for (auto it = impl_->shared.begin(); it != impl_->shared.end();)
+        it = it->second.tracker.expired() ? impl_->shared.erase(it) : std::next(it);
+    impl_->shared[fingerprint] = {cc.tracker, cc.fn, num_kernels ? *num_kernels : 0};
+  }
   return cc;
 }
 

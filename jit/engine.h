@@ -28,6 +28,12 @@ struct EngineOptions {
 struct CompiledCode {
   void *fn = nullptr;               // int32_t (*)(void **slots, void *ctx)
   std::shared_ptr<void> tracker;    // releases the machine code when the last owner drops it
+  // The numbers this trace's run reads instead of constants (LowerOptions::size_params): the
+  // caller passes sizes.data() as slots[plan.num_slots]. Empty when sizes are constants.
+  std::vector<int64_t> sizes;
+  // The machine code was compiled earlier for another trace that lowers to the same IR (the
+  // same program at other sizes) and is shared with it: no LLVM compile ran.
+  bool shared = false;
 };
 
 class Engine {
@@ -41,7 +47,9 @@ class Engine {
   // Lowers, optimizes and compiles a planned trace (a large one in parts, on
   // $DYNAMO_COMPILE_THREADS threads, default the hardware's); thread-safe. With the compile
   // cache on, objects compiled earlier (by any process) for the same trace and build are loaded
-  // instead (*from_cache = true), and new ones are written there.
+  // instead (*from_cache = true), and new ones are written there. A trace whose IR is that of a
+  // trace compiled earlier in this process (the same code at other sizes: sizes are data) gets
+  // that machine code (result.shared) while any entry still holds it.
   CompiledCode compile(const Trace &t, const Plan &p, const std::string &fn_name, int *num_kernels,
                        bool *from_cache = nullptr);
   const LowerOptions &lower_options() const { return lower_opt_; }

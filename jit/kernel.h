@@ -87,6 +87,18 @@ class KernelEmitter {
                                                      // the global table; CPU: the slot at offset 0)
   Value *local_addr(int32_t index);                  // &table[index] (CPU)
   Value *flag = nullptr;                             // alloca i32: runtime error code
+  // Sizes as data (LowerOptions::size_params, CPU): a number that follows from the trace's
+  // sizes (a loop bound, a stride, a row cache's bytes) is read from an entry of the kernel's
+  // table that the trace function fills, instead of being a constant of the code. Kernels that
+  // differ only in such numbers are then the same code, and so are whole traces recorded at
+  // other sizes (Engine::compile shares their machine code). size(v) gives that load (or the
+  // constant v when sizes are not data); it may be called anywhere in the function. Any
+  // number not passed through size() stays a constant, so it is part of the code and two
+  // traces share code only where it agrees: sharing is never wrong, only less frequent.
+  Instruction *param_ip = nullptr;                   // the entry block's first non-size instruction
+  Value *size(int64_t v);
+  Value *size_f(int64_t v, llvm::Type *fty);         // the same number as a float of type fty
+  bool sizes_as_data() const { return opt.size_params && !opt.gpu; }
   MDNode *scope_read = nullptr, *scope_write = nullptr;
 
   // Per inner-loop body:

@@ -109,7 +109,8 @@ void KernelEmitter::begin_function(const std::string &name) {
   lanes = std::max(1, opt.vector_bits / (all64 ? 64 : 32));
 
   MDBuilder mdb(C);
-  MDNode *domain = mdb.createAnonymousAliasScopeDomain(name);
+  // (named by the kernel's index, not the trace's name: equal code prints as equal IR)
+  MDNode *domain = mdb.createAnonymousAliasScopeDomain(name.substr(name.rfind("_k") == std::string::npos ? 0 : name.rfind("_k")));
   scope_read = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "reads"));
   scope_write = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "writes"));
 
@@ -123,6 +124,7 @@ void KernelEmitter::begin_function(const std::string &name) {
   B.SetInsertPoint(entry);
   slots = F->getArg(0);
   flag = B.CreateAlloca(B.getInt32Ty());
+  param_ip = llvm::cast<Instruction>(flag);
   B.CreateStore(B.getInt32(0), flag);
   fold_offsets();
   for (const Pattern &pt : pats) {
@@ -152,6 +154,24 @@ int32_t KernelEmitter::local_index(int32_t global, int64_t bytes) {
     local_offsets.push_back(bytes);
   }
   return it->second;
+}
+
+Value *KernelEmitter::size(int64_t v) {
+  if (!sizes_as_data()) return B.getInt64(v);
+  // a table entry of its own (never shared with an equal number: which numbers happen to be
+  // equal differs from size to size, and would make the code differ)
+  int32_t idx = (int32_t)local_slots.size();
+  local_slots.push_back(-1);
+  local_offsets.push_back(v);
+  IRBuilder<> eb(param_ip);
+  return eb.CreateLoad(B.getInt64Ty(), eb.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, idx));
+}
+
+Value *KernelEmitter::size_f(int64_t v, llvm::Type *fty) {
+  if (!sizes_as_data()) return ConstantFP::get(fty, (double)v);
+  Value *n = size(v);
+  IRBuilder<> eb(param_ip);
+  return eb.CreateSIToFP(n, fty);
 }
 
 Value *KernelEmitter::slot_addr(int32_t global) {
@@ -273,8 +293,8 @@ void KernelEmitter::emit_nest(size_t d, size_t stop, Value *begin, Value *end,
   Value *i = lp.i;
   std::vector<Value *> saved = outer_off;
   for (size_t k = 0; k < pats.size(); ++k)
-    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
-  Value *next_end = d + 1 < dims.size() ? B.getInt64(dims[d + 1].size) : B.getInt64(0);
+    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, size(pats[k].coef[d])));
+  Value *next_end = d + 1 < dims.size() ? size(dims[d + 1].size) : B.getInt64(0);
   emit_nest(d + 1, stop, B.getInt64(0), next_end, at_stop);
   outer_off = saved;
   close_loop(lp, B.CreateAdd(i, B.getInt64(1)));
@@ -348,7 +368,9 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     rflat = row_base;
     return;
   }
-  if (blk && lanes > 1 && dims[d].size >= (int64_t)lanes * unroll * blk->iters) {
+  // (Sizes as data: every loop is emitted; one that is too long for the row runs no times.)
+  const bool any = sizes_as_data();
+  if (blk && lanes > 1 && (any || dims[d].size >= (int64_t)lanes * unroll * blk->iters)) {
     // Blocks: an outer loop over whole blocks, each an inner loop of blk->iters unrolled steps.
     int64_t step = (int64_t)lanes * unroll, bsize = step * blk->iters;
     Loop lp = open_loop(after, [&](Value *j) { return B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(bsize)), end); },
@@ -363,9 +385,9 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     close_loop(lp, inner_end);
     after = j;
   }
-  if (lanes > 1 && unroll > 1 && dims[d].size >= (int64_t)lanes * unroll)
+  if (lanes > 1 && unroll > 1 && (any || dims[d].size >= (int64_t)lanes * unroll))
     after = loop(lanes, unroll, after, end, "vecu", lanes);
-  if (lanes > 1 && dims[d].size >= lanes) after = loop(lanes, 1, after, end, "vec", lanes);
+  if (lanes > 1 && (any || dims[d].size >= lanes)) after = loop(lanes, 1, after, end, "vec", lanes);
   loop(1, 1, after, end, "tail", 1);
   rflat = row_base;
 }
@@ -378,10 +400,10 @@ void KernelEmitter::emit_body(int lanes_now) {
     const Root &root = g.roots[r];
     EVal v = cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
-    Value *off = B.CreateAdd(B.CreateAdd(outer_off[root_pat[r]], B.getInt64(pt.offset)),
-                             B.CreateMul(jidx, B.getInt64(pt.coef.back())));
-    Value *sv = to_memory(v.v, pt.dt);
     int64_t c = pt.coef.back();
+    Value *off = B.CreateAdd(B.CreateAdd(outer_off[root_pat[r]], B.getInt64(pt.offset)),
+                             B.CreateMul(jidx, c == 0 || c == 1 || L > 1 ? B.getInt64(c) : size(c)));
+    Value *sv = to_memory(v.v, pt.dt);
     if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
       std::vector<Constant *> lane;
       for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(l * c));
@@ -408,7 +430,7 @@ EVal KernelEmitter::load(int32_t k) {
   int64_t c = pt.coef.back();
   Value *off = B.CreateAdd(outer_off[k], B.getInt64(pt.offset));
   if (c == 1 || L == 1) {
-    Value *o = c == 0 ? off : B.CreateAdd(off, B.CreateMul(jidx, B.getInt64(c)));
+    Value *o = c == 0 ? off : B.CreateAdd(off, B.CreateMul(jidx, c == 1 ? B.getInt64(1) : size(c)));
     Value *ptr = B.CreateInBoundsGEP(mt, base[pt.slot], o);
     llvm::Type *lt = L == 1 ? mt : (llvm::Type *)FixedVectorType::get(mt, L);
     auto *ld = B.CreateAlignedLoad(lt, ptr, Align(dtype_bytes(pt.dt)));
@@ -811,7 +833,11 @@ using namespace detail;
 
 std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &ctx,
                                     const std::string &fn_name, const LowerOptions &opt,
-                                    int *num_kernels) {
+                                    int *num_kernels, std::vector<int64_t> *size_table) {
+  const bool as_data = opt.size_params && !opt.gpu;
+  std::vector<int64_t> own_table;
+  std::vector<int64_t> &table_out = size_table ? *size_table : own_table;
+  table_out.clear();
   auto mod = std::make_unique<Module>(fn_name, ctx);
   IRBuilder<> B(ctx);
   llvm::Type *ptr = B.getPtrTy();
@@ -890,6 +916,10 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   Value *slots = tf->getArg(0), *rtctx = tf->getArg(1);
   llvm::Type *ptr_ty = B.getPtrTy();
   Value *ktable = B.CreateAlloca(ptr_ty, B.getInt64(table_size), "kernel_slots");
+  // Sizes as data: per kernel call, the size table holds [outer size, grain, then (slot, byte
+  // offset) per entry of the kernel's table, slot -1 giving a number]; the table itself is
+  // slots[num_slots].
+  Value *sizes = as_data ? B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, p.num_slots), "sizes") : nullptr;
   // one block returns a failing call's status (a block per call made a large trace function)
   BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
   PHINode *fail_status = PHINode::Create(B.getInt32Ty(), 0, "status");
@@ -903,7 +933,25 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
       B.SetInsertPoint(run);
     }
     Value *st;
-    if (c.kernel) {
+    if (c.kernel && as_data) {
+      int64_t at = (int64_t)table_out.size();
+      int64_t numel = c.n0 * c.inner;
+      bool par_ok = opt.parallel && numel >= opt.parallel_min_elems && c.n0 > 1;
+      table_out.push_back(c.n0);
+      // a grain of the whole range runs the kernel on this thread (dynamo_rt_parallel_for)
+      table_out.push_back(par_ok ? std::max<int64_t>(1, (opt.parallel_min_elems / 2) / c.inner) : std::max<int64_t>(1, c.n0));
+      for (size_t i = 0; i < c.table.size(); ++i) {
+        table_out.push_back(c.table[i]);
+        table_out.push_back(c.offsets[i]);
+      }
+      auto word = [&](int64_t k) { return B.CreateLoad(B.getInt64Ty(), B.CreateConstInBoundsGEP1_64(B.getInt64Ty(), sizes, k)); };
+      B.CreateCall(fill, {ktable, slots, B.CreateConstInBoundsGEP1_64(B.getInt64Ty(), sizes, at + 2),
+                          B.getInt64((int64_t)c.table.size())});
+      if (opt.parallel)
+        st = B.CreateCall(par, {rtctx, c.fn, ktable, word(at), word(at + 1)});
+      else
+        st = B.CreateCall(c.fn, {ktable, B.getInt64(0), word(at)});
+    } else if (c.kernel) {
       if (c.table.size() > 2) {  // one runtime call reading a constant description: a trace of
         // hundreds of kernels keeps a small trace function, quick to compile
         std::vector<int64_t> desc;

@@ -22,14 +22,21 @@ struct LowerOptions {
   bool gpu = false;             // NVPTX: scalar code, libdevice math, no malloc'd row caches
   int gpu_row_block = 0;        // threads per block-per-row kernel; 0 = by row length
   int gpu_unroll = 0;           // elements per thread in pointwise kernels; 0 = automatic
+  // CPU: numbers that follow from sizes (loop bounds, strides, offsets, thread splits) are
+  // data the trace function reads from its size table (lower_trace's *size_table), not
+  // constants of the code; a trace recorded at other sizes then lowers to the same IR and
+  // shares the machine code (Engine::compile). $DYNAMO_SHARE_CODE=0 turns it off.
+  bool size_params = true;
 };
 
 // The trace function has the C signature
 //   int32_t fn(void **slots, void *ctx)
-// and returns 0 or a runtime status code (DYNAMO_RT_*); see runtime/rt_abi.h.
+// and returns 0 or a runtime status code (DYNAMO_RT_*); see runtime/rt_abi.h. With
+// opt.size_params, slots[p.num_slots] must point to the int64 array *size_table (the numbers
+// the code reads instead of constants); without, *size_table is left empty.
 std::unique_ptr<llvm::Module> lower_trace(const Trace &t, const Plan &p, llvm::LLVMContext &ctx,
                                           const std::string &fn_name, const LowerOptions &opt,
-                                          int *num_kernels);
+                                          int *num_kernels, std::vector<int64_t> *size_table = nullptr);
 
 // Threads per block of the GPU kernels that take one item per thread (the launcher uses it,
 // and pointwise kernels lay out their unrolled elements in tiles of this many).

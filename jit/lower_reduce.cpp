@@ -91,7 +91,7 @@ void KernelEmitter::plan_row_cache() {
   // One buffer per cached value for the whole kernel call (rows reuse it).
   for (auto &[v, c] : row_cache) {
     FunctionCallee mal = M.getOrInsertFunction("malloc", FunctionType::get(B.getPtrTy(), {B.getInt64Ty()}, false));
-    c.ptr = B.CreateCall(mal, {B.getInt64(std::max<int64_t>(64, extent * reg_bytes(c.dt) + 64))});
+    c.ptr = B.CreateCall(mal, {size(std::max<int64_t>(64, extent * reg_bytes(c.dt) + 64))});
   }
 }
 
@@ -171,8 +171,9 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   Loop lp = open_loop(F->getArg(1), [&](Value *i) { return B.CreateICmpSLT(i, F->getArg(2)); }, "chunk");
   Value *c = lp.i;
   split_chunk = c;
-  split_lo = B.CreateSDiv(B.CreateMul(c, B.getInt64(n)), B.getInt64(g.split_chunks));
-  split_hi = B.CreateSDiv(B.CreateMul(B.CreateAdd(c, B.getInt64(1)), B.getInt64(n)), B.getInt64(g.split_chunks));
+  Value *nv = size(n);
+  split_lo = B.CreateSDiv(B.CreateMul(c, nv), B.getInt64(g.split_chunks));
+  split_hi = B.CreateSDiv(B.CreateMul(B.CreateAdd(c, B.getInt64(1)), nv), B.getInt64(g.split_chunks));
   reg.clear();
   reduction_index = 0;
   for (int32_t r : g.reductions) {
@@ -213,7 +214,7 @@ Function *KernelEmitter::emit_split(const std::string &name) {
 // row-major index within the reduced extent (argmax/argmin report it).
 void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body, int unroll, const Blocking *blk) {
   bool split_dim = split == Split::Partial && d == n_outer;  // this chunk's part of the first reduced dim
-  Value *lo = split_dim ? split_lo : B.getInt64(0), *hi = split_dim ? split_hi : B.getInt64(dims[d].size);
+  Value *lo = split_dim ? split_lo : B.getInt64(0), *hi = split_dim ? split_hi : size(dims[d].size);
   if (d + 1 == dims.size()) {
     emit_inner(d, lo, hi, body, unroll, blk);
     return;
@@ -225,8 +226,8 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
   std::vector<Value *> saved = outer_off;
   Value *saved_flat = rflat;
   for (size_t k = 0; k < pats.size(); ++k)
-    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, B.getInt64(pats[k].coef[d])));
-  rflat = B.CreateAdd(saved_flat, B.CreateMul(i, B.getInt64(below)));
+    if (pats[k].coef[d]) outer_off[k] = B.CreateAdd(saved[k], B.CreateMul(i, size(pats[k].coef[d])));
+  rflat = B.CreateAdd(saved_flat, B.CreateMul(i, size(below)));
   emit_r_loops(d + 1, body, unroll, blk);
   outer_off = saved;
   rflat = saved_flat;
@@ -266,7 +267,7 @@ void KernelEmitter::emit_prefetch_next_row() {
     bool is_store = pt.store || std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
     int64_t next = pt.coef[n_outer - 1];
     if (is_store || pt.coef.back() != 1 || next == 0 || hoisted.count((int32_t)k)) continue;
-    Value *off = B.CreateAdd(B.CreateAdd(outer_off[k], B.getInt64(pt.offset + next)), jidx);
+    Value *off = B.CreateAdd(B.CreateAdd(outer_off[k], size(pt.offset + next)), jidx);
     Value *ptr = B.CreateGEP(mem_ty(pt.dt), base[pt.slot], off);  // may point past the tensor: a hint only
     B.CreateIntrinsic(Intrinsic::prefetch, {B.getPtrTy()}, {ptr, B.getInt32(0), B.getInt32(2), B.getInt32(1)});  // read, into L2, data
   }
@@ -699,7 +700,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     all = merge2(v, load_state(ss, 1));
     if (gpu_block) all = block_merge(all, merge2, pack, unpack);
     if (shifted) {  // to Welford's (n, mean, M2)
-      Value *n = ConstantFP::get(st, (double)extent);
+      Value *n = size_f(extent, st);
       Value *m2 = B.CreateFSub(all[1], B.CreateFDiv(B.CreateFMul(all[0], all[0]), n));
       m2 = B.CreateSelect(B.CreateFCmpOLT(m2, ConstantFP::get(st, 0.0)), ConstantFP::get(st, 0.0), m2);
       all = {n, B.CreateFAdd(shift, B.CreateFDiv(all[0], n)), m2};
@@ -712,7 +713,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
   EVal res;
   if (kahan) {
     Value *total = all[0];
-    if (op == Op::mean) total = B.CreateFDiv(total, ConstantFP::get(st, (double)extent));
+    if (op == Op::mean) total = B.CreateFDiv(total, size_f(extent, st));
     res = {total, adt};
   } else if (welford) {
     int64_t corr = reduce_info(t, in).correction;
@@ -724,7 +725,7 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     res = {all[1], DType::I64};
   } else {
     Value *v0 = all[0];
-    if (op == Op::mean) v0 = B.CreateFDiv(v0, ConstantFP::get(st, (double)extent));
+    if (op == Op::mean) v0 = B.CreateFDiv(v0, size_f(extent, st));
     res = {v0, adt};
   }
   reg[r] = cast(res, rdt);

@@ -19,7 +19,8 @@ extern "C" {
 int32_t dynamo_rt_parallel_for(void *ctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,
                                int64_t grain);
 /* Fills a kernel's slot table: table[i] = (char *)slots[desc[2i]] + desc[2i + 1], i < n (a
- * scalar input's slot holds its 8 bytes, with offset 0). */
+ * scalar input's slot holds its 8 bytes, with offset 0); desc[2i] == -1 stores the number
+ * desc[2i + 1] itself (a size the kernel reads, lower_cpu.h size_params). */
 void dynamo_rt_fill_table(void **table, void **slots, const int64_t *desc, int64_t n);
 /* Runs extern step `index` of the current entry through LibTorch's dispatcher. */
 int32_t dynamo_rt_extern(void *ctx, void **slots, int32_t index);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <sstream>
 
@@ -492,7 +493,12 @@ TORCH_LIBRARY_FRAGMENT(dynamo, m) {
 }
 
 extern "C" void dynamo_rt_fill_table(void **table, void **slots, const int64_t *desc, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) table[i] = static_cast<char *>(slots[desc[2 * i]]) + desc[2 * i + 1];
+  for (int64_t i = 0; i < n; ++i) {
+    if (desc[2 * i] < 0)  // a number (a size the kernel reads), not a pointer
+      memcpy(&table[i], &desc[2 * i + 1], sizeof(int64_t));
+    else
+      table[i] = static_cast<char *>(slots[desc[2 * i]]) + desc[2 * i + 1];
+  }
 }
 
 extern "C" int32_t dynamo_rt_parallel_for(void *vctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,

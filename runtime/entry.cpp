@@ -51,6 +51,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
 
   e->stats.num_instructions = (uint32_t)e->trace.insts.size();
   e->stats.from_cache = cached ? 1 : 0;
+  e->stats.shared_code = e->code.shared ? 1 : 0;
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }
@@ -255,14 +256,16 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     return DYNAMO_ERR_RUNTIME;
   }
 
-  // Slots: inputs, outputs, then scratch (one allocation) and extern results.
+  // Slots: inputs, outputs, then scratch (one allocation) and extern results; after them the
+  // size table the code reads (engine.h CompiledCode::sizes).
   void *stack_slots[64];
   std::vector<void *> heap_slots;
   void **slots = stack_slots;
-  if (p.num_slots > 64) {
-    heap_slots.resize(p.num_slots);
+  if (p.num_slots + 1 > 64) {
+    heap_slots.resize(p.num_slots + 1);
     slots = heap_slots.data();
   }
+  slots[p.num_slots] = const_cast<int64_t *>(code.sizes.data());
   for (size_t k = 0; k < nargs; ++k) {
     const dynamo_arg &a = args[k];
     switch (a.kind) {

@@ -65,7 +65,8 @@ class OutputAlias(ctypes.Structure):
 class EntryStats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_kernels", ctypes.c_uint32),
                 ("num_externs", ctypes.c_uint32), ("num_instructions", ctypes.c_uint32),
-                ("compile_ms", ctypes.c_double), ("from_cache", ctypes.c_uint32)]
+                ("compile_ms", ctypes.c_double), ("from_cache", ctypes.c_uint32),
+                ("shared_code", ctypes.c_uint32)]
 
 
 class EngineOptions(ctypes.Structure):

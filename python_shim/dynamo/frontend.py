@@ -229,6 +229,8 @@ class OptimizedFunction(TraceTree, BackOff):
         bump("compile_seconds", c.stats.compile_ms / 1e3)
         if c.stats.from_cache:
             bump("cache_hits")
+        if c.stats.shared_code:
+            bump("code_shared")
         bump("traces_from_store")
         if self.compiled:
             bump("recompiles")
@@ -236,7 +238,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.attempts.append(Attempt(None, c, c.ops, c.inlined))
         log("traces", f"{self.name}: trace from the store: {c.stats.num_instructions} IR instruction(s) -> "
                       f"{c.stats.num_kernels} fused kernel(s), {c.stats.num_externs} LibTorch call(s), "
-                      f"{c.stats.compile_ms:.1f} ms{' (from the disk cache)' if c.stats.from_cache else ''}")
+                      f"{c.stats.compile_ms:.1f} ms{_code_note(c.stats)}")
         return c
 
     def _store_choices(self, c):
@@ -415,10 +417,12 @@ class OptimizedFunction(TraceTree, BackOff):
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
         if c.stats.from_cache:
             bump("cache_hits")
+        if c.stats.shared_code:
+            bump("code_shared")
         log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {c.stats.num_instructions} IR "
                       f"instruction(s), {len(rec.exits)} side exit(s) -> {c.stats.num_kernels} fused kernel(s), "
                       f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
-                      f"{' (from the disk cache)' if c.stats.from_cache else ''}")
+                      f"{_code_note(c.stats)}")
         log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
         if rec.cut is not None:
             c.cut_id = len(c.exits)
@@ -490,6 +494,15 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _code_note(stats):
+    """The compile log's note on where the machine code came from, if not a compile."""
+    if stats.from_cache:
+        return " (from the disk cache)"
+    if stats.shared_code:
+        return " (machine code shared with the same trace at other sizes)"
+    return ""
 
 
 def _flat_tensors(v, out):

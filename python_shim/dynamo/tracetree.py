@@ -35,7 +35,7 @@ def forget_entries():
 
 class _NoCode:
     """The stats of a trace with no native code (guards, then a stitch)."""
-    num_kernels = num_externs = num_instructions = from_cache = 0
+    num_kernels = num_externs = num_instructions = from_cache = shared_code = 0
     compile_ms = 0.0
 
 

@@ -1,0 +1,167 @@
+"""Machine code shared across sizes: a trace recorded again at other sizes lowers to the same IR
+(sizes are data the code reads, lower_cpu.h size_params), so the engine reuses the machine code
+compiled for the first one (counter code_shared) instead of compiling again. Every case is
+compared with eager at each size: a number the code reads from the wrong place would show."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dynamo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_sizes(fn, make, sizes, calls=2, **tol):
+    """Runs fn optimized on make(n) for each n (calls times each), comparing with eager."""
+    opt = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in sizes:
+            args = make(n)
+            want = fn(*args)
+            for _ in range(calls):
+                got = opt(*args)
+                torch.testing.assert_close(got, want, **tol)
+    return dynamo.counters()
+
+
+def test_matmul_gelu_softmax_over_row_counts():
+    w = torch.randn(64, 48)
+
+    def f(x):
+        return torch.nn.functional.gelu(x @ w).softmax(-1) * 2 + 1
+
+    c = run_sizes(f, lambda n: (torch.randn(n, 64),), [5, 7, 9, 100, 256, 1023])
+    assert c["traces_compiled"] == 6
+    assert c["code_shared"] == 5, c
+    assert c["native_runs"] >= 6
+
+
+def test_reductions_over_the_varying_dim():
+    """mean / var / std divide by the reduced extent, which is a number of the table."""
+
+    def f(x):
+        return (x.mean(0), x.sum(0), x.var(0), x.std(0, unbiased=False), x.amax(0), x.argmax(0),
+                x.mean(), x.var())
+
+    c = run_sizes(f, lambda n: (torch.randn(n, 33),), [3, 17, 40, 129], atol=1e-5, rtol=1e-5)
+    assert c["code_shared"] >= 2, c
+
+
+def test_row_reductions_at_other_row_counts():
+    ln = torch.nn.LayerNorm(96)
+
+    def f(x):
+        return ln(x).relu() + x.softmax(-1) + x.log_softmax(-1)
+
+    c = run_sizes(f, lambda n: (torch.randn(2, n, 96),), [3, 8, 31, 64], atol=1e-5, rtol=1e-5)
+    assert c["code_shared"] >= 2, c
+
+
+def test_split_whole_tensor_reduction():
+    """Sums of 2^18+ elements are cut into chunks; the chunk bounds follow from the size."""
+
+    def f(x):
+        return x.sum(), (x * x).mean()
+
+    c = run_sizes(f, lambda n: (torch.randn(n),), [300_001, 400_000, 1 << 19], rtol=1e-5, atol=1e-3)
+    assert c["code_shared"] >= 1, c
+
+
+def test_views_slices_and_broadcasts():
+    b = torch.randn(40)
+
+    def f(x, y):
+        t = x.t() * 2 + y[:, : x.shape[0]]        # a transposed view and a slice
+        s = x[1:] - x[:-1]                      # offsets into the same buffer
+        return t + b[:, None], s.exp(), x.permute(1, 0).contiguous()
+
+    c = run_sizes(f, lambda n: (torch.randn(n, 40), torch.randn(40, n + 3)), [4, 9, 33, 70])
+    assert c["code_shared"] >= 2, c
+
+
+def test_batch_of_a_small_cnn():
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 5)).eval()
+    c = run_sizes(net, lambda n: (torch.randn(n, 3, 12, 12),), [2, 3, 5, 8], atol=1e-5, rtol=1e-4)
+    assert c["code_shared"] >= 2, c
+
+
+def test_in_place_writes_into_inputs():
+    def f(x, y):
+        x.mul_(2).add_(y)
+        return x.sum(-1)
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in [3, 6, 11, 6]:
+            x, y = torch.randn(n, 20), torch.randn(20)
+            x2 = x.clone()
+            for _ in range(2):
+                want = f(x2, y)
+                got = opt(x, y)
+                torch.testing.assert_close(got, want)
+                torch.testing.assert_close(x, x2)
+    assert dynamo.counters()["code_shared"] >= 1
+
+
+def test_another_dtype_is_other_code():
+    def f(x):
+        return (x * 3).tanh()
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for x in (torch.randn(10), torch.randn(10, dtype=torch.float64), torch.randn(10).to(torch.bfloat16)):
+            for _ in range(2):
+                torch.testing.assert_close(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 3 and c["code_shared"] == 0, c
+
+
+def test_empty_and_size_one_tensors():
+    def f(x):
+        return x.relu().sum(0) + 1
+
+    c = run_sizes(f, lambda n: (torch.randn(n, 5),), [0, 1, 4, 0, 9])
+    assert c["native_runs"] >= 5
+
+
+@pytest.mark.parametrize("share", ["0", "1"])
+def test_switch_and_second_process(tmp_path, share):
+    """DYNAMO_SHARE_CODE=0 compiles every trace; with the disk cache a second process loads
+    the trace and its size table (the numbers the code reads) and gets the same values."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import json, torch, dynamo\n"
+        "torch.manual_seed(3)\n"
+        "w = torch.randn(16, 16)\n"
+        "def f(x):\n"
+        "    return (x @ w).softmax(-1) + x.mean(0)\n"
+        "opt = dynamo.optimize(f)\n"
+        "ok = True\n"
+        "with torch.no_grad():\n"
+        "    for n in (4, 9, 4, 9, 30):\n"
+        "        x = torch.randn(n, 16)\n"
+        "        ok = ok and torch.allclose(opt(x), f(x), atol=1e-6) and torch.allclose(opt(x), f(x), atol=1e-6)\n"
+        "c = dynamo.counters()\n"
+        "print(json.dumps([ok, c['traces_compiled'] + c['traces_from_store'], c['code_shared'], c['cache_hits']]))\n")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = dict(os.environ, DYNAMO_CACHE_DIR=str(cache), DYNAMO_SHARE_CODE=share,
+               PYTHONPATH=os.path.join(ROOT, "python_shim"))
+    out = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(prog)], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out.append(r.stdout.strip().splitlines()[-1])
+    first, second = [eval(o.replace("true", "True").replace("false", "False")) for o in out]
+    assert first[0] and second[0], out
+    assert first[1] == 3 and second[1] == 3, out
+    if share == "0":
+        assert first[2] == 0 and second[2] == 0, out
+    else:
+        assert first[2] == 2, out
+    assert second[3] >= 1, out   # the second process loaded objects from the disk cache
