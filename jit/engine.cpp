@@ -424,7 +424,7 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
     if (const char *mb = getenv("DYNAMO_CACHE_MAX_MB")) impl_->cache->max_bytes = std::max(1ull, strtoull(mb, nullptr, 10)) << 20;
     impl_->cache_salt = "dynamo-cache-v2\n" + DiskCache::library_identity() + "\nllvm " LLVM_VERSION_STRING "\n" +
                         lower_opt_.cpu + " " + features + "\nO" + std::to_string(lvl) + " " +
-                        std::to_string(lower_opt_.vector_bits) + "\n";
+                        std::to_string(lower_opt_.vector_bits) + (lower_opt_.size_params ? " sizes-as-data" : "") + "\n";
   }
   LLJITBuilder builder;
   builder.setJITTargetMachineBuilder(std::move(*jtmb));

@@ -16,7 +16,7 @@ AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
 
 # The knobs whose change lets a function left to CPython be recorded again (_comes_back).
 _CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
-                 "compile_parts", "abort_limit", "cache_limit", "hotexit")
+                 "compile_parts", "abort_limit", "cache_limit", "size_variants", "hotexit")
 
 
 def _config_key():

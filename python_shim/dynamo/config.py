@@ -2,8 +2,11 @@
 
 hot_threshold  calls of a function before its next call is recorded (default 1: the first call
                records, as torch.compile users expect compilation on first use).
-cache_limit    compiled traces kept per function (default 8); further variants run eagerly,
-               with one warning line on stderr.
+cache_limit    compiled traces with machine code of their own kept per function (default 8);
+               further variants run eagerly, with one warning line on stderr.
+size_variants  further traces per function past cache_limit that share the machine code of one
+               of them: the same program recorded at other tensor sizes (default 64). Each costs a
+               recording but no compile (counter code_shared).
 abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
                Two aborts in a row at the same place for the same reason leave it at once.
@@ -51,6 +54,7 @@ gpu            when True (default), traces over CUDA tensors (all inputs on one 
 """
 hot_threshold = 1
 cache_limit = 8
+size_variants = 64
 abort_limit = 3
 retry_after = 1000
 hotexit = 8

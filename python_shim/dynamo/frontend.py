@@ -57,6 +57,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.fn = fn
         self.owner = owner        # the module, for optimized nn.Module.forward
         self.nopython = nopython
+        self._dropped = False     # a trace found no room under the cache limits: no more recordings
         self.compiled = []
         self.attempts = []
         self.calls = 0
@@ -150,10 +151,11 @@ class OptimizedFunction(TraceTree, BackOff):
             if self.parts is None and self.owner is not None:
                 self._compile_parts()  # what failed once mostly fails again: the parts start now
             return self._eager(fn, args, kwargs, in_frame)
-        if self.calls < config.hot_threshold or len(self.compiled) >= config.cache_limit:
-            if len(self.compiled) >= config.cache_limit and not getattr(self, "_warned", False):
+        if self.calls < config.hot_threshold or self._cache_full():
+            if self._cache_full() and not getattr(self, "_warned", False):
                 self._warned = True
-                print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces); "
+                print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces"
+                      f"{f', {config.size_variants} more sharing their code' if self._shared_count() else ''}); "
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
             return self._eager(fn, args, kwargs, in_frame)
@@ -179,7 +181,7 @@ class OptimizedFunction(TraceTree, BackOff):
             return MISS
         pending = self.stored[at[1]]
         for t in list(pending):
-            if len(self.compiled) >= config.cache_limit:
+            if self._cache_full():
                 break
             inputs = None
             try:
@@ -417,8 +419,6 @@ class OptimizedFunction(TraceTree, BackOff):
         kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
         if c.stats.from_cache:
             bump("cache_hits")
-        if c.stats.shared_code:
-            bump("code_shared")
         log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {c.stats.num_instructions} IR "
                       f"instruction(s), {len(rec.exits)} side exit(s) -> {c.stats.num_kernels} fused kernel(s), "
                       f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
@@ -438,8 +438,22 @@ class OptimizedFunction(TraceTree, BackOff):
             else:
                 c.root.side_count += 1
                 bump("side_traces_compiled")
+            if c.stats.shared_code:
+                bump("code_shared")
             self._link(parent, k, c)
             return result
+        if (self._shared_count() >= config.size_variants if c.stats.shared_code
+                else self._own_count() >= config.cache_limit):
+            # no room for this kind of trace (the other kind had room): it goes, and no more
+            # recordings come (one recording past a limit at most)
+            self._dropped = True
+            log("recompiles", f"{self.name}: trace dropped: "
+                              + (f"{config.size_variants} traces share machine code already (size_variants)"
+                                 if c.stats.shared_code else
+                                 f"{config.cache_limit} traces have machine code of their own already (cache_limit)"))
+            return result
+        if c.stats.shared_code:
+            bump("code_shared")
         if self.compiled:
             bump("recompiles")
         self.compiled.append(c)
@@ -454,7 +468,21 @@ class OptimizedFunction(TraceTree, BackOff):
                 log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
         return result
 
+    def _own_count(self):
+        return sum(1 for c in self.compiled if not c.stats.shared_code)
+
+    def _shared_count(self):
+        return len(self.compiled) - self._own_count()
+
+    def _cache_full(self):
+        """No further trace may be recorded: config.cache_limit traces with machine code of their
+        own and config.size_variants traces sharing theirs (the same program at other sizes,
+        which cost a recording but no compile), or a recording found no room for its kind."""
+        return self._dropped or (self._own_count() >= config.cache_limit
+                                 and self._shared_count() >= config.size_variants)
+
     def reset(self):
+        self._dropped = False
         self.compiled = []
         self.attempts = []
         self.calls = 0

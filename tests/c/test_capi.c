@@ -605,6 +605,54 @@ static void test_entry_get_stats_bad_args(void **state) {
   assert_ok(dynamo_frame_destroy(x.frame));
 }
 
+/* The same program at two sizes: the second entry shares the first's machine code (sizes are
+ * data of the code) and each computes its own size's answer: a row mean of x * 3 + y, where
+ * the row count and the row length both differ. */
+static void test_same_program_at_other_sizes_shares_code(void **state) {
+  (void)state;
+  static const char *fmt =
+      "trace @rowmean {\n"
+      "  %%0 = input f32[%d,%d]\n"
+      "  %%1 = input f32[%d]\n"
+      "  %%2 = mul(%%0, 3.0) : f32[%d,%d]\n"
+      "  %%3 = add(%%2, %%1) : f32[%d,%d]\n"
+      "  %%4 = mean(%%3, [1], false) : f32[%d]\n"
+      "  return %%4\n"
+      "}\n";
+  const int rows[2] = {3, 70}, cols[2] = {5, 19};
+  dynamo_frame *frames[2];
+  for (int k = 0; k < 2; ++k) {
+    int r = rows[k], c = cols[k];
+    char text[512];
+    snprintf(text, sizeof text, fmt, r, c, c, r, c, r, c, r);
+    dynamo_entry *entry = NULL;
+    frames[k] = compile_text(g_engine, text, &entry);
+    dynamo_entry_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    assert_ok(dynamo_entry_get_stats(entry, &st));
+    assert_int_equal(st.shared_code, k == 1 ? 1u : 0u);
+    float *x = malloc(sizeof(float) * (size_t)(r * c)), y[19], out[70];
+    for (int i = 0; i < r * c; ++i) x[i] = (float)((i * 7) % 11) - 5.0f;
+    for (int j = 0; j < c; ++j) y[j] = 0.25f * (float)j;
+    int64_t sx[2] = {r, c}, sy[1] = {c}, so[1] = {r};
+    test_tensor tx, ty, to;
+    tt_init(&tx, x, kDLFloat, 32, 2, sx, NULL);
+    tt_init(&ty, y, kDLFloat, 32, 1, sy, NULL);
+    tt_init(&to, out, kDLFloat, 32, 1, so, NULL);
+    dynamo_arg args[2] = {arg_tensor(&tx), arg_tensor(&ty)};
+    assert_ok(dynamo_entry_run(entry, args, 2, &to.dl, 1));
+    for (int i = 0; i < r; ++i) {
+      double want = 0;
+      for (int j = 0; j < c; ++j) want += 3.0 * x[i * c + j] + y[j];
+      want /= c;
+      assert_true(fabs(out[i] - want) < 1e-4);
+    }
+    free(x);
+  }
+  for (int k = 0; k < 2; ++k) assert_ok(dynamo_frame_destroy(frames[k]));
+}
+
 /* -- Running: happy path -------------------------------------------------------------------- */
 
 /* Compiles `text` (a trace of f32[2,3] and f32[3,2] inputs, one f32[2,2] output), runs it `runs`
@@ -1465,6 +1513,7 @@ int main(void) {
       cmocka_unit_test(test_handle_of_wrong_kind),
       cmocka_unit_test(test_entry_output_info_bad_args),
       cmocka_unit_test(test_entry_get_stats_bad_args),
+      cmocka_unit_test(test_same_program_at_other_sizes_shares_code),
       cmocka_unit_test(test_entry_run_happy_path),
       cmocka_unit_test(test_deep_chain_compiles),
       cmocka_unit_test(test_log1p_of_huge_values),

@@ -284,18 +284,20 @@ def test_disable_reset_verify_and_counters():
 
 def test_cache_limit_runs_eagerly_after_the_limit():
     def f(x):
-        return x + 1
+        return (x - 3) * 7  # constants no other test uses: its code is its own
 
     opt = dynamo.optimize(f)
     old = dynamo.config.cache_limit
     dynamo.config.cache_limit = 2
-    try:
-        for n in range(1, 6):
-            x = torch.randn(n)
-            assert same(opt(x), x + 1)
+    try:  # five dtypes: five programs of their own (other sizes would share code, test_shared_code.py)
+        for dt in (torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16):
+            x = (torch.randn(5) * 4).to(dt)
+            assert same(opt(x), f(x))
     finally:
         dynamo.config.cache_limit = old
-    assert dynamo.counters()["traces_compiled"] == 2 and dynamo.counters()["eager_runs"] == 3
+    c = dynamo.counters()
+    # the third recording finds no room (it shares no code) and is dropped; then eager
+    assert c["traces_compiled"] == 2 and c["interpreted_runs"] == 3 and c["eager_runs"] == 2, c
 
 
 def test_exceptions_propagate_like_eager():

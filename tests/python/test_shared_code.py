@@ -165,3 +165,30 @@ def test_switch_and_second_process(tmp_path, share):
     else:
         assert first[2] == 2, out
     assert second[3] >= 1, out   # the second process loaded objects from the disk cache
+
+
+def test_sizes_past_the_cache_limit_run_natively():
+    """Traces that share machine code do not count against cache_limit: 20 row counts are 20
+    traces (one compile) and every call after each size's first runs natively."""
+    def f(x):
+        return (x * 2).softmax(-1)
+
+    c = run_sizes(f, lambda n: (torch.randn(n, 24),), range(2, 22), calls=3)
+    assert c["traces_compiled"] == 20 and c["code_shared"] == 19, c
+    assert c["eager_runs"] == 0 and c["native_runs"] == 40, c
+
+
+def test_size_variants_bounds_the_shared_traces(capfd):
+    def f(x):
+        return (x * 5 - 1).log_softmax(-1)  # code no other test compiled
+
+    old = dynamo.config.size_variants
+    dynamo.config.size_variants = 3
+    try:
+        c = run_sizes(f, lambda n: (torch.randn(n, 24),), range(2, 12), calls=2)
+    finally:
+        dynamo.config.size_variants = old
+    # one own trace, 3 sharing ones; the 5th recording has no room and is dropped
+    assert c["traces_compiled"] == 4 and c["code_shared"] == 3, c
+    assert c["interpreted_runs"] == 5 and c["native_runs"] == 4 and c["eager_runs"] == 11, c
+    assert "hit its cache limit (8 traces, 3 more sharing their code)" in capfd.readouterr().err
