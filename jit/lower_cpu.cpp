@@ -368,9 +368,12 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
     rflat = row_base;
     return;
   }
-  // (Sizes as data: every loop is emitted; one that is too long for the row runs no times.)
+  // Sizes as data: the vector loops are emitted whatever the size (one longer than the row
+  // runs no times), so the code does not depend on it. The blocked loop of a reduction (the
+  // largest code) is left out for rows shorter than one block, as with constant sizes: rows
+  // that cross a block's length are other code.
   const bool any = sizes_as_data();
-  if (blk && lanes > 1 && (any || dims[d].size >= (int64_t)lanes * unroll * blk->iters)) {
+  if (blk && lanes > 1 && dims[d].size >= (int64_t)lanes * unroll * blk->iters) {
     // Blocks: an outer loop over whole blocks, each an inner loop of blk->iters unrolled steps.
     int64_t step = (int64_t)lanes * unroll, bsize = step * blk->iters;
     Loop lp = open_loop(after, [&](Value *j) { return B.CreateICmpSLE(B.CreateAdd(j, B.getInt64(bsize)), end); },
