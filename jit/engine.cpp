@@ -256,7 +256,9 @@ bool read_trusted(const std::string &path, std::string *out, std::string *why) {
 
 // Key: the canonical trace text, the engine's code-generation settings and host CPU, and the
 // identity of this library file (path, size, mtime: a rebuilt library never reuses objects).
-// Files: <hash>.key (first line "<symbol> <kernels> <n> <size table: n numbers>", then the full key, compared on load) and
+// Files: <hash>.key (first line "<symbol> <kernels> <IR fingerprint or -> <object hash> <n> <size
+// table: n numbers>", then the full key, compared on load; the object hash names the .o holding
+// the code, another key's for a trace that shares its machine code) and
 // <hash>.o (the trace's objects, one per part compiled in parallel: a line "dynamo-objects
 // <n> <size>...", then their bytes), each written to a temporary name and renamed (concurrent
 // writers are safe). A file that does not read back, match or link is ignored with one warning
@@ -313,6 +315,11 @@ struct DiskCache {
     trim();
   }
 
+  // A key alone, for a trace whose machine code is another key's object (shared code).
+  void store_key(const std::string &id, const std::string &key) {
+    write_atomic(dir + "/" + id + ".key", key.data(), key.size());
+  }
+
   // The objects of a stored blob; false when it is not one.
   static bool split(const std::string &blob, std::vector<std::string> *objects) {
     size_t nl = blob.find('\n');
@@ -351,6 +358,14 @@ struct DiskCache {
   }
 };
 
+// The first line of a .key file: "<symbol> <kernels> <fingerprint> <object id> <n> <n sizes>".
+std::string cache_head(const std::string &symbol, int nk, const std::string &fp, const std::string &object_id,
+                       const std::vector<int64_t> &sizes) {
+  std::string h = symbol + " " + std::to_string(nk) + " " + fp + " " + object_id + " " + std::to_string(sizes.size());
+  for (int64_t v : sizes) h += " " + std::to_string(v);
+  return h;
+}
+
 // What ORC reports out of band while linking (e.g. "Symbols not found: [...]"), so that a failed
 // lookup can say why. Linking runs on the compiling thread.
 thread_local std::string t_orc_error;
@@ -379,6 +394,7 @@ struct Engine::Impl {
     std::weak_ptr<void> tracker;
     void *fn = nullptr;
     int num_kernels = 0;
+    std::string symbol, object_id;  // where the code is in the disk cache ("" when it is not)
   };
   std::mutex share_mu;
   std::unordered_map<std::string, Shared> shared;
@@ -606,15 +622,32 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     // DYNAMO_DUMP_DIR asks to see the compilation: a cached object would skip it (the result
     // is still stored for later processes).
     if (!dump_dir() && read_trusted(impl_->cache->dir + "/" + id + ".key", &stored, &why)) {
-      std::string symbol, object;
+      std::string symbol, object, fp, object_id;
       int nk = -1;
       size_t nl = stored.find('\n'), nsizes = 0;
       std::istringstream head(stored.substr(0, nl == std::string::npos ? 0 : nl));
-      head >> symbol >> nk >> nsizes;
+      head >> symbol >> nk >> fp >> object_id >> nsizes;
       std::vector<int64_t> sizes(std::min<size_t>(nsizes, stored.size()));
       for (int64_t &v : sizes) head >> v;
-      if (!head) nk = -1;  // a malformed head line
-      bool have_obj = read_trusted(impl_->cache->dir + "/" + id + ".o", &object, &why);
+      if (!head || object_id.size() != id.size() || object_id.find_first_not_of("0123456789abcdef") != std::string::npos)
+        nk = -1;  // a malformed head line
+      if (nk >= 0 && fp != "-" && stored.compare(nl + 1, std::string::npos, key) == 0) {
+        // code this process holds already (the same program at other sizes): no object to load
+        std::lock_guard<std::mutex> lock(impl_->share_mu);
+        auto it = impl_->shared.find(fp);
+        if (it != impl_->shared.end())
+          if (std::shared_ptr<void> live = it->second.tracker.lock()) {
+            CompiledCode cc;
+            cc.fn = it->second.fn;
+            cc.tracker = std::move(live);
+            cc.sizes = std::move(sizes);
+            cc.shared = true;
+            if (num_kernels) *num_kernels = it->second.num_kernels;
+            if (from_cache) *from_cache = true;
+            return cc;
+          }
+      }
+      bool have_obj = nk >= 0 && read_trusted(impl_->cache->dir + "/" + object_id + ".o", &object, &why);
       if (nl == std::string::npos || stored.compare(nl + 1, std::string::npos, key) != 0 || symbol.empty() || nk < 0) {
         warn_cache(id + ".key does not match this trace and build");
       } else if (!have_obj) {
@@ -636,6 +669,12 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
           if (cc.fn) {
             if (num_kernels) *num_kernels = nk;
             if (from_cache) *from_cache = true;
+            if (fp != "-") {  // later traces of this process at other sizes may share it
+              std::lock_guard<std::mutex> lock(impl_->share_mu);
+              auto it = impl_->shared.find(fp);
+              if (it == impl_->shared.end() || it->second.tracker.expired())
+                impl_->shared[fp] = {cc.tracker, cc.fn, nk, symbol, object_id};
+            }
             return cc;
           }
           warn_cache(id + ".o does not link: " + why);
@@ -664,7 +703,7 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     for (Function &f : *mod)
       if (!f.isDeclaration() && f.getName().starts_with(fn_name)) renamed.push_back({&f, f.getName().str()});
     for (auto &[f, name] : renamed) f->setName("T" + name.substr(fn_name.size()));
-    std::string id = mod->getModuleIdentifier();
+    std::string module_id = mod->getModuleIdentifier();
     mod->setModuleIdentifier("T");
     mod->setSourceFileName("T");
     std::string text;  // the module's bitcode: exact, and written ~5x faster than its text
@@ -672,8 +711,8 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     WriteBitcodeToFile(*mod, os);
     os.flush();
     for (auto &[f, name] : renamed) f->setName(name);
-    mod->setModuleIdentifier(id);
-    mod->setSourceFileName(id);
+    mod->setModuleIdentifier(module_id);
+    mod->setSourceFileName(module_id);
     XXH128_hash_t h = xxh3_128bits(ArrayRef<uint8_t>((const uint8_t *)text.data(), text.size()));
     fingerprint = std::to_string(h.high64) + "." + std::to_string(h.low64) + "." + std::to_string(text.size());
     std::lock_guard<std::mutex> lock(impl_->share_mu);
@@ -686,6 +725,9 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
         cc.sizes = std::move(sizes);
         cc.shared = true;
         if (num_kernels) *num_kernels = it->second.num_kernels;
+        if (impl_->cache && !it->second.object_id.empty())  // a key naming the shared object
+          impl_->cache->store_key(id, cache_head(it->second.symbol, it->second.num_kernels, fingerprint,
+                                                 it->second.object_id, cc.sizes) + "\n" + key);
         return cc;
       }
       impl_->shared.erase(it);
@@ -715,11 +757,9 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   } else {
     objects = compile_parts(std::move(mod));
   }
-  if (impl_->cache) {
-    std::string head = fn_name + " " + std::to_string(num_kernels ? *num_kernels : 0) + " " + std::to_string(sizes.size());
-    for (int64_t v : sizes) head += " " + std::to_string(v);
-    impl_->cache->store(id, head + "\n" + key, objects);
-  }
+  if (impl_->cache)
+    impl_->cache->store(id, cache_head(fn_name, num_kernels ? *num_kernels : 0, fingerprint.empty() ? "-" : fingerprint, id, sizes) +
+                                "\n" + key, objects);
   JITDylib &jd = new_dylib();  // its default tracker owns the code; removing the dylib frees it
   for (size_t i = 0; i < objects.size(); ++i)
     if (auto err = impl_->jit->addObjectFile(jd, MemoryBuffer::getMemBufferCopy(objects[i], fn_name + ".part" + std::to_string(i)))) {
@@ -735,7 +775,7 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     if (impl_->shared.size() > 4096)  // forget code no entry holds any more
       for (auto it = impl_->shared.begin(); it != impl_->shared.end();)
         it = it->second.tracker.expired() ? impl_->shared.erase(it) : std::next(it);
-    impl_->shared[fingerprint] = {cc.tracker, cc.fn, num_kernels ? *num_kernels : 0};
+    impl_->shared[fingerprint] = {cc.tracker, cc.fn, num_kernels ? *num_kernels : 0, fn_name, impl_->cache ? id : ""};
   }
   return cc;
 }

@@ -57,7 +57,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.fn = fn
         self.owner = owner        # the module, for optimized nn.Module.forward
         self.nopython = nopython
-        self._dropped = False     # a trace found no room under the cache limits: no more recordings
+        self._dropped = None      # the limits under which a trace found no room: no more recordings
         self.compiled = []
         self.attempts = []
         self.calls = 0
@@ -446,7 +446,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 else self._own_count() >= config.cache_limit):
             # no room for this kind of trace (the other kind had room): it goes, and no more
             # recordings come (one recording past a limit at most)
-            self._dropped = True
+            self._dropped = (config.cache_limit, config.size_variants)
             log("recompiles", f"{self.name}: trace dropped: "
                               + (f"{config.size_variants} traces share machine code already (size_variants)"
                                  if c.stats.shared_code else
@@ -477,12 +477,13 @@ class OptimizedFunction(TraceTree, BackOff):
     def _cache_full(self):
         """No further trace may be recorded: config.cache_limit traces with machine code of their
         own and config.size_variants traces sharing theirs (the same program at other sizes,
-        which cost a recording but no compile), or a recording found no room for its kind."""
-        return self._dropped or (self._own_count() >= config.cache_limit
+        which cost a recording but no compile), or, under these limits, a recording found no
+        room for its kind."""
+        return self._dropped == (config.cache_limit, config.size_variants) or (self._own_count() >= config.cache_limit
                                  and self._shared_count() >= config.size_variants)
 
     def reset(self):
-        self._dropped = False
+        self._dropped = None
         self.compiled = []
         self.attempts = []
         self.calls = 0
