@@ -366,6 +366,37 @@ def main():
         print(f"   first call of each length: {first:.1f} ms (a recording and a compile; traces compiled "
               f"{c_first['traces_compiled']}, of them sharing the first's machine code {c_first['code_shared']}; "
               f"from the trace store {c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
+        try:
+            import torchvision
+        except ImportError:
+            torchvision = None
+        if torchvision is None:
+            print("   (resnet18 over batch sizes: torchvision is not installed; scripts/setup-models.sh)")
+        else:
+            print("   torchvision resnet18, 64x64 images, batch sizes 1..16")
+            dynamo.reset()
+            torch.manual_seed(0)
+            net = torchvision.models.resnet18().eval()
+            fast = dynamo.optimize(net)
+            inputs = [torch.randn(b, 3, 64, 64) for b in range(1, 17)]
+            t0 = time.perf_counter()
+            for x in inputs:
+                fast(x)
+            first = (time.perf_counter() - t0) / len(inputs) * 1e3
+            c_first = dynamo.counters()
+            ok &= all(check("resnet18", fast(x), net(x)) for x in inputs[::5])
+            for _ in range(2):
+                lengths(net)
+            c0 = dynamo.counters()
+            e, j = 1e30, 1e30
+            for _ in range(3):
+                e, j = min(e, lengths(net)), min(j, lengths(fast))
+            c = dynamo.counters()
+            print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
+                  f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
+            print(f"   first call of each batch size: {first:.1f} ms (traces compiled {c_first['traces_compiled']}, "
+                  f"of them sharing machine code {c_first['code_shared']}; from the trace store "
+                  f"{c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
     if not ok:
         sys.exit(1)
 
