@@ -33,7 +33,7 @@ from .interpreter import Interpreter, release, unsupported_reason
 from .log import enabled as log_enabled, log
 from .recorder import Recorder
 from .registry import bump
-from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _flatten_result
+from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _flatten_result, shape_key
 
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 
@@ -58,6 +58,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.owner = owner        # the module, for optimized nn.Module.forward
         self.nopython = nopython
         self._dropped = None      # the limits under which a trace found no room: no more recordings
+        self._call_key = None     # shape_key of the call being recorded or loaded from the store
         self.compiled = []
         self.attempts = []
         self.calls = 0
@@ -205,6 +206,7 @@ class OptimizedFunction(TraceTree, BackOff):
             if t not in pending:  # another thread took it meanwhile
                 continue
             pending.remove(t)
+            self._call_key = shape_key(args)
             c = self._compile_stored(t, gs, at)
             if c is not None:
                 result = self._run_one(c, inputs, fn, args, kwargs)
@@ -225,6 +227,7 @@ class OptimizedFunction(TraceTree, BackOff):
             except DynamoError as e:  # then the steps time both ways again
                 log("store", f"{self.name}: stored choices not applied: {e.message}")
         c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
+        c.shape_key = self._call_key
         c.mutates = t["mutates"]
         c.store_where, c.store_id, c.stored_choices = at, t["id"], t.get("choices", "")
         c.from_store = True
@@ -272,6 +275,7 @@ class OptimizedFunction(TraceTree, BackOff):
             raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
 
     def _record(self, fn, args, kwargs, in_frame=False):
+        self._call_key = shape_key(args)  # the new trace's dispatch key (tracetree._run_traces)
         why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             self.disabled_reason = f"{self.name} uses {why}"
@@ -454,6 +458,7 @@ class OptimizedFunction(TraceTree, BackOff):
             return result
         if c.stats.shared_code:
             bump("code_shared")
+        c.shape_key = self._call_key
         if self.compiled:
             bump("recompiles")
         self.compiled.append(c)

@@ -195,3 +195,26 @@ def test_size_variants_bounds_the_shared_traces(capfd):
     assert c["traces_compiled"] == 4 and c["code_shared"] == 3, c
     assert c["interpreted_runs"] == 5 and c["native_runs"] == 4 and c["eager_runs"] == 11, c
     assert "hit its cache limit (8 traces, 3 more sharing their code)" in capfd.readouterr().err
+
+
+def test_dispatch_by_shape_keeps_every_guard():
+    """Past 4 traces the call tries first the traces recorded at its argument shapes; the
+    other guards (here a flag and a float) still decide among them."""
+    def f(x, flag, s):
+        return (x * s).relu() if flag else (x - s).sigmoid()
+
+    opt = dynamo.optimize(f)
+    old = dynamo.config.dynamic
+    dynamo.config.dynamic = False  # s a guarded constant: traces that differ only in it
+    try:
+        with torch.no_grad():
+            xs = [torch.randn(n, 6) for n in (3, 5, 8)]
+            for _ in range(2):
+                for x in xs:
+                    for flag in (True, False):
+                        for s in (0.5, 2.0):
+                            torch.testing.assert_close(opt(x, flag, s), f(x, flag, s))
+    finally:
+        dynamo.config.dynamic = old
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 12 and c["native_runs"] == 12, c
