@@ -46,8 +46,9 @@ class Explanation:
             if a.compiled is not None:
                 c = a.compiled
                 how = "loaded from the trace store" if c.from_store else "compiled"
+                shared = " (machine code shared with the same trace at other sizes)" if c.stats.shared_code else ""
                 out.append(f"  trace: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
-                           f"{c.stats.num_externs} LibTorch call(s), {how} in {c.stats.compile_ms:.1f} ms")
+                           f"{c.stats.num_externs} LibTorch call(s), {how} in {c.stats.compile_ms:.1f} ms{shared}")
                 if c.inlined:
                     out.append("    inlined: " + ", ".join(dict.fromkeys(c.inlined)))
                 out.extend(_exit_tree(c, "    "))
@@ -107,11 +108,14 @@ def report():
     for f in registry.functions():
         code = getattr(f.fn, "__code__", None)
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
-        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s), "
+        n_shared = sum(1 for c in f.compiled if c.stats.shared_code)
+        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s)"
+                     f"{f' ({n_shared} sharing machine code: the same program at other sizes)' if n_shared else ''}, "
                      f"{sum(c.runs for c in f.compiled)} native run(s)")
         for c in f.compiled:
             lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
-                         f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)")
+                         f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"
+                         f"{', shared code' if c.stats.shared_code else ''}")
             lines.extend(_exit_tree(c, "    "))
         for a in f.attempts:
             if a.compiled is None:

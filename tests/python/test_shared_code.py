@@ -218,3 +218,19 @@ def test_dispatch_by_shape_keeps_every_guard():
         dynamo.config.dynamic = old
     c = dynamo.counters()
     assert c["traces_compiled"] == 12 and c["native_runs"] == 12, c
+
+
+def test_report_and_explain_say_which_traces_share_code():
+    def f(x):
+        return (x * 9).tanh() - 1
+
+    opt = dynamo.optimize(f)  # alive while the report is made
+    with torch.no_grad():
+        for n in (3, 4, 5):
+            x = torch.randn(n, 7)
+            torch.testing.assert_close(opt(x), f(x))
+    text = dynamo.report()
+    assert "3 trace(s) (2 sharing machine code: the same program at other sizes)" in text, text
+    assert text.count(", shared code") == 2, text
+    with torch.no_grad():  # explain records f again; opt's code is alive, so it is shared
+        assert "(machine code shared with the same trace at other sizes)" in str(dynamo.explain(f, torch.randn(6, 7)))
