@@ -398,6 +398,22 @@ struct Engine::Impl {
   };
   std::mutex share_mu;
   std::unordered_map<std::string, Shared> shared;
+  // The live machine code of fingerprint fp with this trace's size table, or null (share_mu
+  // held; a record whose code is gone is dropped).
+  const Shared *take_shared(const std::string &fp, std::vector<int64_t> &sizes, CompiledCode *cc) {
+    auto it = shared.find(fp);
+    if (it == shared.end()) return nullptr;
+    std::shared_ptr<void> live = it->second.tracker.lock();
+    if (!live) {
+      shared.erase(it);
+      return nullptr;
+    }
+    cc->fn = it->second.fn;
+    cc->tracker = std::move(live);
+    cc->sizes = std::move(sizes);
+    cc->shared = true;
+    return &it->second;
+  }
 };
 
 Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &host_symbols)
@@ -634,18 +650,12 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
       if (nk >= 0 && fp != "-" && stored.compare(nl + 1, std::string::npos, key) == 0) {
         // code this process holds already (the same program at other sizes): no object to load
         std::lock_guard<std::mutex> lock(impl_->share_mu);
-        auto it = impl_->shared.find(fp);
-        if (it != impl_->shared.end())
-          if (std::shared_ptr<void> live = it->second.tracker.lock()) {
-            CompiledCode cc;
-            cc.fn = it->second.fn;
-            cc.tracker = std::move(live);
-            cc.sizes = std::move(sizes);
-            cc.shared = true;
-            if (num_kernels) *num_kernels = it->second.num_kernels;
-            if (from_cache) *from_cache = true;
-            return cc;
-          }
+        CompiledCode cc;
+        if (const Impl::Shared *hit = impl_->take_shared(fp, sizes, &cc)) {
+          if (num_kernels) *num_kernels = hit->num_kernels;
+          if (from_cache) *from_cache = true;
+          return cc;
+        }
       }
       bool have_obj = nk >= 0 && read_trusted(impl_->cache->dir + "/" + object_id + ".o", &object, &why);
       if (nl == std::string::npos || stored.compare(nl + 1, std::string::npos, key) != 0 || symbol.empty() || nk < 0) {
@@ -716,21 +726,13 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
     XXH128_hash_t h = xxh3_128bits(ArrayRef<uint8_t>((const uint8_t *)text.data(), text.size()));
     fingerprint = std::to_string(h.high64) + "." + std::to_string(h.low64) + "." + std::to_string(text.size());
     std::lock_guard<std::mutex> lock(impl_->share_mu);
-    auto it = impl_->shared.find(fingerprint);
-    if (it != impl_->shared.end()) {
-      if (std::shared_ptr<void> live = it->second.tracker.lock()) {
-        CompiledCode cc;
-        cc.fn = it->second.fn;
-        cc.tracker = std::move(live);
-        cc.sizes = std::move(sizes);
-        cc.shared = true;
-        if (num_kernels) *num_kernels = it->second.num_kernels;
-        if (impl_->cache && !it->second.object_id.empty())  // a key naming the shared object
-          impl_->cache->store_key(id, cache_head(it->second.symbol, it->second.num_kernels, fingerprint,
-                                                 it->second.object_id, cc.sizes) + "\n" + key);
-        return cc;
-      }
-      impl_->shared.erase(it);
+    CompiledCode cc;
+    if (const Impl::Shared *hit = impl_->take_shared(fingerprint, sizes, &cc)) {
+      if (num_kernels) *num_kernels = hit->num_kernels;
+      if (impl_->cache && !hit->object_id.empty())  // a key naming the shared object
+        impl_->cache->store_key(id, cache_head(hit->symbol, hit->num_kernels, fingerprint, hit->object_id, cc.sizes) +
+                                        "\n" + key);
+      return cc;
     }
   }
   std::string stem = dump ? std::string(dump) + "/" + fn_name : "";

@@ -336,36 +336,9 @@ def main():
 
         print("\n8. sizes that change between calls: nn.TransformerEncoderLayer(256, 4 heads, ff 1024), batch 2,"
               " 40 sequence lengths 8..320")
-        dynamo.reset()
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True).eval()
-        fast = dynamo.optimize(layer)
-        inputs = [torch.randn(2, 8 * (k + 1), 256) for k in range(40)]
-        t0 = time.perf_counter()
-        for x in inputs:  # each length's first call: a recording, then the compile or shared code
-            fast(x)
-        first = (time.perf_counter() - t0) / len(inputs) * 1e3
-        c_first = dynamo.counters()
-        ok &= all(check("encoder layer", fast(x), layer(x)) for x in inputs[::9])
-
-        def lengths(fn):
-            t0 = time.perf_counter()
-            for x in inputs:
-                fn(x)
-            return (time.perf_counter() - t0) / len(inputs) * 1e3
-
-        for _ in range(2):  # warm eager's per-shape state too
-            lengths(layer)
-        c0 = dynamo.counters()
-        e, j = 1e30, 1e30
-        for _ in range(4):
-            e, j = min(e, lengths(layer)), min(j, lengths(fast))
-        c = dynamo.counters()
-        print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
-              f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
-        print(f"   first call of each length: {first:.1f} ms (a recording and a compile; traces compiled "
-              f"{c_first['traces_compiled']}, of them sharing the first's machine code {c_first['code_shared']}; "
-              f"from the trace store {c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
+        ok &= size_sweep(("encoder layer", "length"), layer, [torch.randn(2, 8 * (k + 1), 256) for k in range(40)], 4)
         try:
             import torchvision
         except ImportError:
@@ -374,31 +347,46 @@ def main():
             print("   (resnet18 over batch sizes: torchvision is not installed; scripts/setup-models.sh)")
         else:
             print("   torchvision resnet18, 64x64 images, batch sizes 1..16")
-            dynamo.reset()
             torch.manual_seed(0)
             net = torchvision.models.resnet18().eval()
-            fast = dynamo.optimize(net)
-            inputs = [torch.randn(b, 3, 64, 64) for b in range(1, 17)]
-            t0 = time.perf_counter()
-            for x in inputs:
-                fast(x)
-            first = (time.perf_counter() - t0) / len(inputs) * 1e3
-            c_first = dynamo.counters()
-            ok &= all(check("resnet18", fast(x), net(x)) for x in inputs[::5])
-            for _ in range(2):
-                lengths(net)
-            c0 = dynamo.counters()
-            e, j = 1e30, 1e30
-            for _ in range(3):
-                e, j = min(e, lengths(net)), min(j, lengths(fast))
-            c = dynamo.counters()
-            print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
-                  f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
-            print(f"   first call of each batch size: {first:.1f} ms (traces compiled {c_first['traces_compiled']}, "
-                  f"of them sharing machine code {c_first['code_shared']}; from the trace store "
-                  f"{c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
+            ok &= size_sweep(("resnet18", "batch size"), net, [torch.randn(b, 3, 64, 64) for b in range(1, 17)], 3)
     if not ok:
         sys.exit(1)
+
+
+def size_sweep(name_what, model, inputs, reps):
+    """Section 8: model optimized, called once at each of the inputs' shapes (a recording each,
+    then a compile or shared machine code), checked against eager, then timed over all shapes
+    beside eager (fastest of reps sweeps each). Prints two lines; False if a check failed."""
+    name, what = name_what
+    dynamo.reset()
+    fast = dynamo.optimize(model)
+    t0 = time.perf_counter()
+    for x in inputs:
+        fast(x)
+    first = (time.perf_counter() - t0) / len(inputs) * 1e3
+    c_first = dynamo.counters()
+    ok = all(check(name, fast(x), model(x)) for x in inputs[::max(1, len(inputs) // 4)])
+
+    def sweep(fn):
+        t0 = time.perf_counter()
+        for x in inputs:
+            fn(x)
+        return (time.perf_counter() - t0) / len(inputs) * 1e3
+
+    for _ in range(2):  # warm eager's per-shape state too
+        sweep(model)
+    c0 = dynamo.counters()
+    e, j = 1e30, 1e30
+    for _ in range(reps):
+        e, j = min(e, sweep(model)), min(j, sweep(fast))
+    c = dynamo.counters()
+    print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
+          f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
+    print(f"   first call of each {what}: {first:.1f} ms (a recording, then a compile or shared code; traces "
+          f"compiled {c_first['traces_compiled']}, of them sharing machine code {c_first['code_shared']}; "
+          f"from the trace store {c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
+    return ok
 
 
 def scaled_softmax(x, scale):

@@ -9,6 +9,7 @@ recorded now once the exit is hot, or in the interpreter from the exit's snapsho
 """
 import collections
 import ctypes
+import itertools
 import sys
 
 import torch
@@ -267,15 +268,8 @@ class TraceTree:
                     by_key.setdefault(c.shape_key, []).append(c)
                 index = self._dispatch_index = (ids, by_key)
             first = index[1].get(shape_key(args))
-            if first:
-                for c in first:
-                    inputs = c.check(args, kwargs, fn.__globals__, fn)
-                    if inputs is None:
-                        continue
-                    result = self._run_one(c, inputs, fn, args, kwargs)
-                    if result is not _NEXT:
-                        return result
-                traces = [c for c in traces if c not in first]
+            if first:  # the others only if none of these takes the call
+                traces = itertools.chain(first, (c for c in traces if c not in first))
         for c in traces:
             inputs = c.check(args, kwargs, fn.__globals__, fn)
             if inputs is None:
