@@ -97,9 +97,26 @@ def explain(fn, *args, **kwargs):
     live = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
         for i, c in enumerate(live.compiled):
-            e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
-            e.live.extend(_exit_tree(c, "    "))
+            if c.family is None:
+                e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
+                e.live.extend(_exit_tree(c, "    "))
+        e.live.extend(_family_lines(live))
     return e
+
+
+def _family_lines(f):
+    """One line per size family of optimized function f: its variables (as guards on the
+    inputs) and the instances compiled from it."""
+    lines = []
+    for fam in f.families:
+        members = [c for c in f.compiled if c.family is fam]
+        lines.append(f"  size family: {fam.describe()}; {len(members)} instance(s) compiled without a recording, "
+                     f"{sum(c.runs for c in members)} run(s)")
+    orphans = [c for c in f.compiled if c.family is not None and c.family not in f.families]
+    if orphans:
+        lines.append(f"  {len(orphans)} instance(s) of size families since dropped, "
+                     f"{sum(c.runs for c in orphans)} run(s)")
+    return lines
 
 
 def report():
@@ -108,15 +125,21 @@ def report():
     for f in registry.functions():
         code = getattr(f.fn, "__code__", None)
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
-        n_shared = sum(1 for c in f.compiled if c.stats.shared_code)
-        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(f.compiled)} trace(s)"
-                     f"{f' ({n_shared} sharing machine code: the same program at other sizes)' if n_shared else ''}, "
+        own = [c for c in f.compiled if c.family is None]
+        n_shared = sum(1 for c in own if c.stats.shared_code)
+        n_inst = len(f.compiled) - len(own)
+        lines.append(f"{f.name}{where}: {f.calls} call(s), {len(own)} trace(s)"
+                     f"{f' ({n_shared} sharing machine code: the same program at other sizes)' if n_shared else ''}"
+                     f"{f' and {n_inst} size instance(s)' if n_inst else ''}, "
                      f"{sum(c.runs for c in f.compiled)} native run(s)")
         for c in f.compiled:
+            if c.family is not None:
+                continue
             lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
                          f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"
                          f"{', shared code' if c.stats.shared_code else ''}")
             lines.extend(_exit_tree(c, "    "))
+        lines.extend(_family_lines(f))
         for a in f.attempts:
             if a.compiled is None:
                 lines.append(f"  fell back: {a.reason}")

@@ -24,7 +24,7 @@ import types
 
 import torch
 
-from . import config, native, reasons, registry, store, tracetree
+from . import config, native, reasons, registry, sizes, store, tracetree
 from ._capi import DynamoError
 from .backoff import AUTOGRAD, BackOff, _call_state
 from .frames import Abort, NopythonError, StitchNow
@@ -60,6 +60,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self._dropped = None      # the limits under which a trace found no room: no more recordings
         self._call_key = None     # shape_key of the call being recorded or loaded from the store
         self.compiled = []
+        self.families = []        # sizes.Family: traces serving other sizes without a recording
         self.attempts = []
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
@@ -136,6 +137,10 @@ class OptimizedFunction(TraceTree, BackOff):
                 for i, c in enumerate(self.compiled):
                     why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
                     log("guards", f"{self.name}: trace {i} rejected the call: {why}")
+        if self.families and config.dynamic is not False and self.disabled_reason is None:
+            result = self._from_family(fn, args, kwargs)
+            if result is not MISS:
+                return result
         if self.disabled_reason is not None and not self._comes_back():
             self._fallback(self.disabled_reason)
             if self.parts is None and self.owner is not None:
@@ -464,6 +469,8 @@ class OptimizedFunction(TraceTree, BackOff):
         self.compiled.append(c)
         self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
         bump("traces_compiled")
+        if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
+            self._join_family(c, interp.size_read)
         if storable and self._recording_where is not None:
             try:
                 c.store_id = store.save(self._recording_where, self.name, gs.export(), text, out_spec, rec.ops,
@@ -474,7 +481,85 @@ class OptimizedFunction(TraceTree, BackOff):
         return result
 
     def _own_count(self):
-        return sum(1 for c in self.compiled if not c.stats.shared_code)
+        return sum(1 for c in self.compiled if not c.stats.shared_code and c.family is None)
+
+    def _join_family(self, c, size_read):
+        """After recording root trace c: with an earlier trace of the same program at other sizes
+        (or a family of them), a family that serves further sizes without recording (sizes.py)."""
+        c.size_read = size_read
+        if config.dynamic is False:
+            return
+        if size_read is not None:
+            log("recompiles", f"{self.name}: the trace serves its own sizes only: the program read {size_read}")
+            return
+        why = None
+        for k, fam in enumerate(self.families):
+            if not sizes.same_program(fam.proto, c):
+                continue
+            wide, why = fam.widened(c)
+            if wide is not None:
+                wide.instances = fam.instances
+                self.families[k] = wide
+                log("recompiles", f"{self.name}: size family widened by this trace: {wide.describe()}")
+                return
+        for p in self.compiled:
+            if p is c or p.family is not None or p.size_read is not None or p.exits or \
+                    p.cut_id is not None or not sizes.same_program(p, c):
+                continue
+            try:
+                fam, why = sizes.Family.of_trace(p).widened(c)
+            except Exception as e:  # noqa: BLE001 -- only later calls' speed depends on it
+                fam, why = None, f"{type(e).__name__}: {e}"
+            if fam is not None:
+                self.families.append(fam)
+                log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p)}: "
+                                  f"{fam.describe()}; other sizes of it compile without a recording")
+                return
+        if why is not None:
+            log("recompiles", f"{self.name}: no size family with the earlier traces: {why}")
+
+    def _from_family(self, fn, args, kwargs):
+        """A call no trace took, at sizes a family serves: an instance of the family compiled
+        for these sizes (no recording) runs it. MISS when no family applies."""
+        for fam in self.families:
+            inputs = fam.proto.check(args, kwargs, fn.__globals__, fn)
+            if inputs is None:
+                continue
+            text, why = fam.instantiate(inputs)
+            if text is None:
+                log("guards", f"{self.name}: size family does not serve this call: {why}")
+                continue
+            if self._shared_count() >= config.size_variants:
+                log("recompiles", f"{self.name}: size family: {config.size_variants} traces at other sizes already "
+                                  "(size_variants)")
+                return MISS
+            try:
+                entry = self._frame_for(None).compile(native.Trace(text))
+            except DynamoError as e:
+                fam.failures += 1
+                log("recompiles", f"{self.name}: size family instance did not compile ({e.message}); "
+                                  "the call is recorded")
+                if fam.failures >= 3:
+                    self.families.remove(fam)
+                return MISS
+            p = fam.proto
+            c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
+            c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None
+            fam.instances += 1
+            bump("size_instances")
+            bump("compile_seconds", c.stats.compile_ms / 1e3)
+            if c.stats.shared_code:
+                bump("code_shared")
+            self.compiled.append(c)
+            log("traces", f"{self.name}: size family instance for {list(shape_key(args))}: "
+                          f"{c.stats.compile_ms:.1f} ms{_code_note(c.stats)} (no recording)")
+            result = self._run_one(c, inputs, fn, args, kwargs)
+            if result is _NEXT:  # its native guards disagree with the family's fit: not kept
+                self.compiled.remove(c)
+                fam.failures += 1
+                return MISS
+            return result
+        return MISS
 
     def _shared_count(self):
         return len(self.compiled) - self._own_count()
@@ -490,6 +575,7 @@ class OptimizedFunction(TraceTree, BackOff):
     def reset(self):
         self._dropped = None
         self.compiled = []
+        self.families = []
         self.attempts = []
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)

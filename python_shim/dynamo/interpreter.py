@@ -158,6 +158,19 @@ def _is_torch_callable(fn):
 _FROM_DATA = {torch.tensor, torch.as_tensor}
 
 
+# Tensor methods that read sizes as Python numbers (x.shape is an attribute: load_attr)
+_SIZE_METHODS = frozenset(("size", "numel", "nelement", "stride", "storage_offset", "__len__"))
+
+
+def _reads_size(fn, args):
+    """Whether calling fn on args reads a tensor's size as Python numbers."""
+    if isinstance(getattr(fn, "__self__", None), torch.Tensor):
+        return getattr(fn, "__name__", None) in _SIZE_METHODS
+    if (fn is len or fn is torch.numel) and args:
+        return isinstance(args[0][0], torch.Tensor)
+    return False
+
+
 # Sequences torch.tensor(data) reads element by element. A torch.Size (x.shape[-2:]) is a
 # trace's static shape: as data it is a tuple of the same ints.
 _SEQUENCES = (list, tuple, torch.Size)
@@ -242,6 +255,7 @@ class Interpreter:
         self.scalars = {}         # source expr -> (value, Source): numbers tracked as scalar inputs, unguarded
         self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
         self.dynamic_scalars = config.dynamic is not False
+        self.size_read = None     # where the program first read a tensor's size (a size family needs none)
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
     # -- recording state -----------------------------------------------------------------
@@ -479,6 +493,8 @@ class Interpreter:
     def call(self, fnp, args, kwargs):
         """Calls fnp[0] with (value, source) pairs; returns a pair."""
         fn, fsrc = fnp
+        if self.size_read is None and self.frames and _reads_size(fn, args):
+            self._note_size_read("len" if fn is len else getattr(fn, "__name__", "size"))
         # t.item(), int(t), float(t), bool(t) on a recorded one-element tensor: a guarded value
         if not kwargs and self.recording and self.frames:
             t = conv = None
@@ -692,6 +708,13 @@ class Interpreter:
         if fsrc is not None and self.recording:  # the code itself can be replaced (f.__code__ = ...)
             self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
         return self.call_function(fn, fsrc, args, kwargs, self_pair)
+
+    def _note_size_read(self, what):
+        """The program read a tensor's size (x.shape, x.size(), len(x), ...): what it does with
+        the number is not followed, so the trace serves its own sizes only (sizes.py)."""
+        where = snapshot.where(self.frames[-1]) if self.frames else "?"
+        text = {"shape": "x.shape", "len": "len(x)", "numel": "torch.numel(x)"}.get(what, f"x.{what}()")
+        self.size_read = f"{text} at {where}"
 
     def _concrete(self, fn, args, kwargs, pin=True):
         """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
@@ -1618,6 +1641,8 @@ class Interpreter:
         """obj.name as a (value, source) pair, guarded when obj is sourced. Properties defined in
         Python are inlined (their reads are guarded one by one, and a getter with side effects
         ends the trace as any other code would), never re-run by a guard."""
+        if name == "shape" and self.size_read is None and isinstance(obj, torch.Tensor):
+            self._note_size_read("shape")
         if not isinstance(obj, type):
             raw = _static_lookup(type(obj), name)
             if isinstance(raw, property) and isinstance(raw.fget, types.FunctionType):

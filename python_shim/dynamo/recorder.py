@@ -630,7 +630,9 @@ class Recorder(TorchDispatchMode):
         if func is _aten.select.int:
             return f"select({x()}, {v[1]}, {v[2]})"
         if func is _aten.slice.Tensor:
-            dim, start, end, step = _slice_params(v)
+            # start and end as the program gave them (the IR clamps and wraps them as ATen
+            # does): "to the end" stays that at other sizes (sizes.py)
+            dim, start, end, step = _slice_params(v, raw=True)
             return f"slice({x()}, {dim}, {start}, {end}, {step})"
         if func is _aten.as_strided.default and _row_major_strided(v, {}):
             # over a contiguous x, eager's strides count x's elements in row-major order: the IR's
@@ -913,18 +915,24 @@ def _inverse_view(func, vals, parent, new):
     return None
 
 
-def _slice_params(v):
-    """aten::slice.Tensor's (dim, start, end, step) arguments, normalized to the tensor's size."""
+def _slice_params(v, raw=False):
+    """aten::slice.Tensor's (dim, start, end, step) arguments, start and end normalized to the
+    tensor's size (raw: as given, an absent end the largest int64)."""
     t = v[0]
     dim = v[1] if len(v) > 1 else 0
     dim = dim % max(t.dim(), 1)
     size = t.shape[dim]
     start = v[2] if len(v) > 2 and v[2] is not None else 0
-    end = v[3] if len(v) > 3 and v[3] is not None else size
+    end = v[3] if len(v) > 3 and v[3] is not None else (_INT64_MAX if raw else size)
     step = v[4] if len(v) > 4 else 1
+    if raw:
+        return dim, start, end, step
     start = max(0, min(size, start + size if start < 0 else start))
     end = max(start, min(size, end + size if end < 0 else end))
     return dim, start, end, step
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 def _dt(dtype):

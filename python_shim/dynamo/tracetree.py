@@ -79,6 +79,8 @@ class Compiled:
         self.shape_key = None     # shape_key() of the call it was recorded from (dispatch order)
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         self.mutates = False      # the trace writes into its inputs (copy_)
+        self.family = None        # roots compiled from a size family (sizes.py) without a recording
+        self.size_read = "?"      # where its recording read a tensor's size in Python (None: nowhere)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         if self.handle is not None:
             _compiled_by_entry[self.handle.value] = self

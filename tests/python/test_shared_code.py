@@ -10,8 +10,19 @@ import pytest
 import torch
 
 import dynamo
+from dynamo import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def record_every_size():
+    """Each size recorded (no size families, sizes.py): the recorded traces share machine code.
+    (test_size_families.py has the instances, which share it the same way.)"""
+    old = config.dynamic
+    config.dynamic = False
+    yield
+    config.dynamic = old
 
 
 def run_sizes(fn, make, sizes, calls=2, **tol):
@@ -136,6 +147,7 @@ def test_switch_and_second_process(tmp_path, share):
     prog = tmp_path / "prog.py"
     prog.write_text(
         "import json, torch, dynamo\n"
+        "dynamo.config.dynamic = False  # every size recorded (or loaded), no size families\n"
         "torch.manual_seed(3)\n"
         "w = torch.randn(16, 16)\n"
         "def f(x):\n"

@@ -1,0 +1,279 @@
+"""Size families: one recorded trace serving the same program at other tensor sizes.
+
+A trace's IR text is the program at one set of sizes: the sizes are integers in it (input and
+result types, the shape lists of reshapes). When a function is recorded a second time and the new
+trace is the first one with only such integers changed (the same Python guards, the same ops, the
+same output structure), the two are a *family*: each input dimension that changed is a size
+variable s0, s1, ..., and each integer of the text is fitted to c * s0^e0 * s1^e1 ... (e in 0..2,
+c rational) through both samples. A later call whose sizes miss every trace, but which the
+family's Python guards accept, gets an *instance*: the text with the call's sizes put in, compiled
+at once (machine code shared with the family's traces: sizes are data of the code) and run
+natively -- no recording. A third recording that differs in other dimensions (a new batch size
+after new lengths) widens the family by the variables it adds.
+
+Why an instance computes what the program would:
+  * the program read no size in Python (the interpreter notes x.shape, x.size(), len(x), ...:
+    what Python does with such a number -- a branch, a loop count, arithmetic -- is not followed,
+    so a trace that read one is never generalized);
+  * every integer that changed is a type or a reshape/expand shape: the verifier recomputes every
+    IR op's result type from its operands and rejects an annotation that differs, and every
+    LibTorch call's result is checked against its annotation when it runs, so a fit that is wrong
+    at some size fails (then the call is recorded as usual) rather than computing something else.
+    An integer of any other kind (a slice bound, an index, an op's argument) that changed leaves
+    the two traces apart. Slices are written as the program gave them (x[:, 1:] ends at "the end"
+    whatever the size), so a clamp such as x[:, :100] stays a constant;
+  * a size variable is at least 2 in the samples and in every instance (0 and 1 change
+    broadcasting, squeeze and strides): those sizes get traces of their own;
+  * the samples must tell the variables apart: no two products of their ratios are equal (two
+    lengths doubling together, or batch x2 with length /2, leave the traces apart).
+"""
+import re
+from fractions import Fraction
+from itertools import product
+
+_INT = re.compile(r"(?<![\w.%:\-])-?\d+(?![\w.])")
+_OP = re.compile(r"=\s*(extern\s+)?([A-Za-z_][\w:.]*)")
+_SHAPE_OPS = frozenset(("reshape", "view", "expand"))
+_SHAPE_EXTERNS = frozenset(("aten::_unsafe_view", "aten::view", "aten::reshape", "aten::expand", "aten::zeros",
+                            "aten::ones", "aten::empty", "aten::empty.memory_format", "aten::full",
+                            "aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::new_full"))
+MAX_VARS = 4
+# what an integer of the text is: an input's dimension or stride (with the input slot and the
+# dimension), a result type's size, a shape list's entry, or anything else
+DIM, STRIDE, TYPE, SHAPE, OTHER = "dim", "stride", "type", "shape", "other"
+_FREE = (DIM, STRIDE, TYPE, SHAPE)  # kinds an instance may change
+
+
+def _spans(line, a, b):
+    """(start, end) of each a ... b bracket pair in line."""
+    out, i = [], 0
+    while True:
+        j = line.find(a, i)
+        if j < 0:
+            return out
+        k = line.find(b, j)
+        if k < 0:
+            return out
+        out.append((j, k))
+        i = k + 1
+
+
+def tokens(text):
+    """(parts, values, kinds) of an IR text: text == parts[0] + str(values[0]) + parts[1] + ...;
+    kinds[i] is (kind, input slot, dim) for an input's dims and strides, else (kind,)."""
+    parts, values, kinds = [], [], []
+    cur, slot = [], 0
+    for line in text.splitlines(keepends=True):
+        ms = list(_INT.finditer(line))
+        if not ms:
+            cur.append(line)
+            continue
+        op = _OP.search(line)
+        name = op.group(2) if op else ""
+        is_input = name == "input" and not op.group(1)
+        if is_input:
+            dims, strides = _spans(line, "[", "]")[:1], _spans(line, "{", "}")[:1]
+        else:
+            close = line.rfind(") : ")
+            types_at = close + 3 if close >= 0 else len(line)
+            shape_op = (name in _SHAPE_EXTERNS) if op and op.group(1) else (name in _SHAPE_OPS)
+            lists = _spans(line, "[", "]") if shape_op else []
+        at = 0
+        for m in ms:
+            cur.append(line[at:m.start()])
+            parts.append("".join(cur))
+            cur = []
+            values.append(int(m.group()))
+            p = m.start()
+            if is_input:
+                inside = lambda spans: spans and spans[0][0] < p < spans[0][1]  # noqa: E731
+                if inside(dims):
+                    kinds.append((DIM, slot, line.count(",", dims[0][0], p)))
+                elif inside(strides):
+                    kinds.append((STRIDE, slot, line.count(",", strides[0][0], p)))
+                else:
+                    kinds.append((OTHER,))
+            elif p > types_at:
+                kinds.append((TYPE,))
+            elif any(a < p < b for a, b in lists):
+                kinds.append((SHAPE,))
+            else:
+                kinds.append((OTHER,))
+            at = m.end()
+        cur.append(line[at:])
+        if is_input:
+            slot += 1
+    parts.append("".join(cur))
+    return parts, values, kinds
+
+
+def _value(expr, env):
+    """c * prod(v_i ** e_i) at variable values env, a Fraction."""
+    c, exps = expr
+    for v, e in zip(env, exps):
+        if e:
+            c *= Fraction(v) ** e
+    return c
+
+
+class Family:
+    """Traces of one program at several sizes. proto: the Compiled whose guards, output spec
+    and op list every instance shares; exprs: per integer of the text (c, exponents per
+    variable); variables: per variable, the (input slot, dim) pairs that are it."""
+
+    def __init__(self, proto, parts, kinds, exprs, variables):
+        self.proto, self.parts, self.kinds, self.exprs, self.variables = proto, parts, kinds, exprs, variables
+        self.instances = 0      # compiled from it without a recording
+        self.failures = 0       # instances that did not compile (the family goes after a few)
+
+    @classmethod
+    def of_trace(cls, c):
+        """A trace as a family without variables (every integer a constant)."""
+        parts, values, kinds = tokens(c.text)
+        return cls(c, parts, kinds, [(Fraction(v), ()) for v in values], [])
+
+    def describe(self, input_srcs=None):
+        """The variables as readable guards: `s0 = a[0].size(1) >= 2`, equalities between dims."""
+        out = []
+        for k, dims in enumerate(self.variables):
+            names = [f"{(input_srcs or self.proto.input_srcs)[i]}.size({d})" for i, d in dims]
+            out.append(f"s{k} = {' == '.join(names)} >= 2")
+        return "; ".join(out)
+
+    def bind(self, inputs):
+        """The variables' values for these trace inputs (tensors, in slot order), or a reason."""
+        env = []
+        for k, dims in enumerate(self.variables):
+            vals = set()
+            for i, d in dims:
+                t = inputs[i]
+                if not hasattr(t, "shape") or len(t.shape) <= d:
+                    return None, f"input {i} is not a tensor of rank > {d}"
+                vals.add(int(t.shape[d]))
+            if len(vals) != 1:
+                return None, f"s{k}: the dims {self.describe().split('; ')[k].split(' = ')[1]} differ ({sorted(vals)})"
+            v = vals.pop()
+            if v < 2:
+                return None, f"s{k} would be {v} (a size variable is at least 2)"
+            env.append(v)
+        return env, None
+
+    def instantiate(self, inputs):
+        """The IR text of this program at the sizes of inputs, or (None, why not)."""
+        env, why = self.bind(inputs)
+        if env is None:
+            return None, why
+        out = [self.parts[0]]
+        for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
+            v = _value(expr, env) if expr[1] else expr[0]
+            if v.denominator != 1:
+                return None, f"a size of the trace would be {v} (not a whole number)"
+            v = int(v)
+            if kind[0] in (DIM, STRIDE):
+                t = inputs[kind[1]]
+                actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
+                if actual != v and (kind[0] == DIM or t.shape[kind[2]] > 1):
+                    what = "size" if kind[0] == DIM else "stride"
+                    return None, f"input {kind[1]}'s {what} {kind[2]} is {actual}, the family has {v} there"
+            out.append(str(v))
+            out.append(self.parts[i + 1])
+        return "".join(out), None
+
+    def widened(self, c):
+        """A family that also covers trace c (recorded at other sizes), or (None, why not)."""
+        parts, values, kinds = tokens(c.text)
+        if parts != self.parts or len(values) != len(self.exprs):
+            return None, "other operations or constants"
+        # the known variables at c's sizes
+        env = []
+        for k, dims in enumerate(self.variables):
+            vals = {values[_dim_token(kinds, i, d)] for i, d in dims}
+            if len(vals) != 1 or min(vals) < 2:
+                return None, f"s{k} is not one size >= 2 in the new trace"
+            env.append(vals.pop())
+        # input dims that were constants and changed: new variables (equal pairs are one)
+        new, new_dims = [], []
+        for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
+            if kind[0] != DIM or expr[1] and any(expr[1]):
+                continue
+            a, b = expr[0], values[j]
+            if a == b:
+                continue
+            if a < 2 or b < 2:
+                return None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= 2)"
+            key = (a, b)
+            if key not in new:
+                new.append(key)
+                new_dims.append([])
+            new_dims[new.index(key)].append((kind[1], kind[2]))
+        if not new:
+            return None, "no input size changed"
+        nvars = len(self.variables) + len(new)
+        if nvars > MAX_VARS:
+            return None, f"more than {MAX_VARS} size variables"
+        ratios = [Fraction(b) / Fraction(a) for a, b in new]
+        steps = list(product(range(3), repeat=len(new)))
+        seen = set()
+        for e in steps:
+            r = _value((Fraction(1), e), ratios)
+            if r in seen:
+                return None, "the sizes changed in step (the variables cannot be told apart)"
+            seen.add(r)
+        old = len(self.variables)
+        exprs = []
+        for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
+            c0, exps = expr
+            exps = tuple(exps) + (0,) * (old - len(exps))
+            e = _value((c0, exps), env)
+            b = Fraction(values[j])
+            fit = None
+            if e == 0:
+                fit = () if b == 0 else None
+            else:
+                for k in steps:
+                    if e * _value((Fraction(1), k), ratios) == b:
+                        fit = k
+                        break
+            if fit is None:
+                return None, f"integer {j} of the text ({kind[0]}) follows no product of the sizes"
+            if fit == ():
+                fit = (0,) * len(new)
+            c1 = c0
+            for (a, _), x in zip(new, fit):
+                c1 /= Fraction(a) ** x
+            full = exps + tuple(fit)
+            if any(full) and kind[0] not in _FREE:
+                return None, f"integer {j} of the text ({kind[0]}: not a type or a shape) depends on the sizes"
+            exprs.append((c1, full))
+        return Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims), None
+
+
+def _dim_token(kinds, slot, dim):
+    for j, k in enumerate(kinds):
+        if k[0] == DIM and k[1] == slot and k[2] == dim:
+            return j
+    raise KeyError((slot, dim))
+
+
+def same_program(a, b):
+    """Whether traces a and b (Compiled) may be one family: the same Python guards (checks and
+    the constants they compare with), output structure, ops and writes."""
+    ga, gb = a.guards, b.guards
+    if ga._checks != gb._checks or a.out_spec != b.out_spec or list(a.ops) != list(b.ops) or \
+            a.mutates != b.mutates or list(a.input_srcs) != list(b.input_srcs):
+        return False
+    if ga._consts.keys() != gb._consts.keys():
+        return False
+    for name, x in ga._consts.items():
+        y = gb._consts[name]
+        if x is not y and not (type(x) is type(y) and _plain_equal(x, y)):
+            return False
+    return True
+
+
+def _plain_equal(x, y):
+    """Equal constants of a guard compared by value (a dict's key list is a list of them)."""
+    from .guards import plain
+    if type(x) is list:
+        return len(x) == len(y) and all(_plain_equal(p, q) for p, q in zip(x, y))
+    return plain(x) and plain(y) and repr(x) == repr(y)

@@ -1,0 +1,230 @@
+"""Size families (sizes.py): after two recordings of one program at other sizes, further sizes get
+an instance of the trace compiled without a recording. Every case compares with eager at each
+size: a size fitted wrongly, or a trace generalized where the program depends on a size, would
+show as a wrong value, shape or count."""
+import copy
+
+import pytest
+import torch
+
+import dynamo
+from dynamo import config
+
+
+def sweep(fn, make, sizes, calls=2, **tol):
+    """fn optimized, called on make(n) for each n (calls times), compared with eager each time
+    (a module is optimized in place: eager is a copy made before)."""
+    ref = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    opt = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in sizes:
+            args = make(n)
+            want = ref(*args)
+            for _ in range(calls):
+                torch.testing.assert_close(opt(*args), want, **tol)
+    return dynamo.counters()
+
+
+def test_encoder_layer_over_lengths_records_twice():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
+    lengths = [5, 9, 2, 3, 17, 33, 64, 100, 7]
+    c = sweep(layer, lambda n: (torch.randn(2, n, 64),), lengths, atol=1e-4, rtol=1e-4)
+    assert c["traces_compiled"] == 2, c
+    assert c["size_instances"] == len(lengths) - 2, c
+    assert c["interpreted_runs"] == 2 and c["eager_runs"] == 0, c
+    assert c["native_runs"] == 2 * len(lengths) - 2, c
+
+
+def test_batch_then_length_widens_the_family():
+    """lengths first (variable s0), then a new batch size: the third recording adds s1, and
+    every other (batch, length) pair is an instance."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 24)
+
+    def f(x):
+        return torch.softmax(lin(x).relu(), -1).sum(1)
+
+    pairs = [(2, 5), (2, 9), (3, 9), (4, 7), (5, 11), (2, 30), (7, 2)]
+    c = sweep(f, lambda p: (torch.randn(p[0], p[1], 16),), pairs)
+    assert c["traces_compiled"] == 3, c
+    assert c["size_instances"] == len(pairs) - 3, c
+
+
+def test_cnn_over_batch_sizes():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10)).eval()
+    c = sweep(net, lambda b: (torch.randn(b, 3, 16, 16),), [2, 3, 4, 9, 16, 5], atol=1e-4, rtol=1e-4)
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 4, c
+
+
+def test_size_one_and_zero_get_traces_of_their_own():
+    def f(x, y):
+        return (x * y).sum(0) + x.mean()
+
+    sizes = [4, 6, 1, 9, 0, 12]
+    c = sweep(f, lambda n: (torch.randn(n, 5), torch.randn(n, 1)), sizes, equal_nan=True)
+    assert c["size_instances"] == 2, c  # 9 and 12; 1 and 0 recorded
+
+
+def test_broadcast_from_one_is_not_a_variable():
+    """y's dim 0 is 1 in both samples while x's varies: broadcasting stays as recorded."""
+    def f(x, y):
+        return x + y
+
+    c = sweep(f, lambda n: (torch.randn(n, 3), torch.randn(1, 3)), [2, 5, 8, 13])
+    assert c["size_instances"] == 2, c
+
+
+def test_a_size_read_in_python_keeps_traces_apart():
+    def f(x):
+        n = x.shape[1]
+        if n > 6:  # a branch on the size: a family would run the small branch for large n
+            return x[:, : n // 2] * 2
+        return x.view(x.size(0), -1) + 1
+
+    c = sweep(f, lambda n: (torch.randn(3, n),), [4, 5, 6, 8, 10, 14])
+    assert c["size_instances"] == 0 and c["traces_compiled"] == 6, c
+
+
+def test_len_of_a_tensor_is_a_size_read():
+    def f(x):
+        return x * len(x)
+
+    c = sweep(f, lambda n: (torch.randn(n, 2),), [3, 4, 5, 6])
+    assert c["size_instances"] == 0, c
+
+
+def test_clamped_slice_stays_a_constant():
+    """x[:, :6] at lengths 4 and 5 keeps everything; at 8 it keeps 6 columns. The instance for 8
+    must not fit the end to the length: the verifier rejects the fitted type and the call is
+    recorded."""
+    def f(x):
+        return x[:, :6] * 3
+
+    c = sweep(f, lambda n: (torch.randn(2, n),), [4, 5, 8, 10, 12])
+    assert c["eager_runs"] == 0, c
+
+
+def test_slices_to_the_end_and_from_the_start():
+    def f(x):
+        return x[:, 1:] - x[:, :-1], x[:, 2:].sum(1), x[:, :3].sum()
+
+    c = sweep(f, lambda n: (torch.randn(3, n),), [4, 6, 9, 20, 7])
+    # x[:, :-1] ends at the length minus one: not a product of sizes, so no family forms
+    assert c["traces_compiled"] + c["size_instances"] == 5, c
+
+
+def test_split_along_the_varying_dim_is_not_generalized():
+    def f(x):
+        return [p.sum(1) for p in x.split(4, 1)]
+
+    c = sweep(f, lambda n: (torch.randn(2, n),), [6, 7, 12, 13, 5])
+    assert c["size_instances"] == 0, c
+
+
+def test_two_inputs_sharing_a_size():
+    def f(x, y):
+        return (x @ y).relu()
+
+    c = sweep(f, lambda n: (torch.randn(n, 8), torch.randn(8, n)), [3, 5, 11, 40])
+    assert c["size_instances"] == 2, c
+    # sizes that differ from each other are not the family's (it needs them equal)
+    dynamo.reset()
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n, m in [(3, 3), (5, 5), (6, 9), (9, 6)]:
+            x, y = torch.randn(n, 8), torch.randn(8, m)
+            torch.testing.assert_close(opt(x, y), f(x, y))
+
+
+def test_sizes_changing_in_step_do_not_form_a_family():
+    """Both dims double: a token equal to one of them cannot be told from the other."""
+    def f(x):
+        return x.t().reshape(-1) * 2
+
+    c = sweep(f, lambda n: (torch.randn(n, n + 1 if n % 2 else n * 2),), [2, 4, 8, 3])
+    assert c["eager_runs"] == 0
+
+
+def test_in_place_writes_at_other_sizes():
+    def f(x, y):
+        x.mul_(2).add_(y)
+        return x.sum(1)
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in [3, 4, 7, 9, 30]:
+            x, y = torch.randn(n, 5), torch.randn(n, 5)
+            x2 = x.clone()
+            got = opt(x, y)
+            want = f(x2, y)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(x, x2)
+    assert dynamo.counters()["size_instances"] == 3
+
+
+def test_non_contiguous_inputs():
+    def f(x):
+        return (x * 2).softmax(-1)
+
+    c = sweep(f, lambda n: (torch.randn(7, n).t(),), [3, 5, 9, 12])
+    assert c["size_instances"] == 2, c
+    # a contiguous input of a size the family serves: its strides are not the family's
+    opt = dynamo.optimize(f)
+    x = torch.randn(20, 7)
+    torch.testing.assert_close(opt(x), f(x))
+
+
+def test_dynamic_false_specializes_every_size():
+    old = config.dynamic
+    config.dynamic = False
+    try:
+        c = sweep(lambda x: x.exp() + 1, lambda n: (torch.randn(n, 4),), [3, 5, 9])
+    finally:
+        config.dynamic = old
+    assert c["size_instances"] == 0 and c["traces_compiled"] == 3, c
+
+
+def test_fifty_float_scales_compile_once():
+    def f(x, scale):
+        return torch.softmax(x * scale, -1)
+
+    opt = dynamo.optimize(f)
+    x = torch.randn(4, 16)
+    for k in range(50):
+        s = 0.1 + k * 0.37
+        torch.testing.assert_close(opt(x, s), f(x, s))
+    assert dynamo.counters()["traces_compiled"] == 1
+
+
+def test_explain_names_the_size_variables():
+    def f(x):
+        return x.relu() * 2
+
+    opt = dynamo.optimize(f)
+    for n in [3, 4, 5]:
+        opt(torch.randn(n, 2))
+    fam = opt.families[0]
+    assert "a[0].size(0) >= 2" in fam.describe(), fam.describe()
+
+
+@pytest.mark.parametrize("sizes", [[2, 3, 5], [10, 20, 30, 7]])
+def test_pointwise_broadcast_and_reductions(sizes):
+    b = torch.randn(6)
+
+    def f(x):
+        y = (x + b).exp()
+        return y.sum(-1), y.amax(0), (y / y.sum(0, keepdim=True)).mean()
+
+    sweep(f, lambda n: (torch.randn(n, 6),), sizes, atol=1e-5, rtol=1e-4)
+
+
+def test_cat_and_views_over_the_varying_dim():
+    def f(x, y):
+        z = torch.cat([x, y], 1)
+        return z.transpose(0, 1).reshape(-1, 2).sum(0), z.unsqueeze(0).expand(3, -1, -1).sum(0)
+
+    c = sweep(f, lambda n: (torch.randn(4, n), torch.randn(4, 3)), [2, 6, 9, 21])
+    assert c["eager_runs"] == 0
