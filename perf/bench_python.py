@@ -18,6 +18,7 @@ speedup is against the fastest eager.
 
 Prints; asserts nothing (a wrong result is reported and makes the exit status non-zero).
 """
+import copy
 import os
 import subprocess
 import sys
@@ -334,11 +335,13 @@ def main():
         print(f"   eager {e:7.2f} us/call   dynamo {j:7.2f} us/call   {e / j:.2f}x   (traces compiled "
               f"{c['traces_compiled']}, eager fallbacks {c['eager_runs']}; each scale is a scalar input)")
 
-        print("\n8. sizes that change between calls: nn.TransformerEncoderLayer(256, 4 heads, ff 1024), batch 2,"
-              " 40 sequence lengths 8..320")
+        print("\n8. sizes that change between calls: nn.TransformerEncoderLayer(256, 4 heads, ff 1024), "
+              "batch sizes 1, 2, 4, 8 x 100 sequence lengths 1..512 (400 shapes, each called once per sweep)")
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True).eval()
-        ok &= size_sweep(("encoder layer", "length"), layer, [torch.randn(2, 8 * (k + 1), 256) for k in range(40)], 4)
+        lengths = sorted({1 + (511 * k) // 99 for k in range(100)})
+        order = [(b, n) for n in lengths for b in (2, 1, 4, 8)]  # lengths grow; batch sizes alternate
+        ok &= size_sweep(("encoder layer", "shape"), layer, [torch.randn(b, n, 256) for b, n in order], 2)
         try:
             import torchvision
         except ImportError:
@@ -355,18 +358,21 @@ def main():
 
 
 def size_sweep(name_what, model, inputs, reps):
-    """Section 8: model optimized, called once at each of the inputs' shapes (a recording each,
-    then a compile or shared machine code), checked against eager, then timed over all shapes
-    beside eager (fastest of reps sweeps each). Prints two lines; False if a check failed."""
+    """Section 8: model optimized, called once at each of the inputs' shapes in order (a recording,
+    or an instance of a size family: no recording), checked against eager (a copy of the module
+    made before optimizing it in place), then timed over all shapes beside eager (fastest of reps
+    sweeps each), and at a few shapes beside a trace specialized to that shape alone (a
+    recording of its own, config.dynamic = False). Prints three lines; False if a check failed."""
     name, what = name_what
     dynamo.reset()
+    eager = copy.deepcopy(model)
     fast = dynamo.optimize(model)
     t0 = time.perf_counter()
     for x in inputs:
         fast(x)
     first = (time.perf_counter() - t0) / len(inputs) * 1e3
     c_first = dynamo.counters()
-    ok = all(check(name, fast(x), model(x)) for x in inputs[::max(1, len(inputs) // 4)])
+    ok = all(check(name, fast(x), eager(x)) for x in inputs[::max(1, len(inputs) // 8)])
 
     def sweep(fn):
         t0 = time.perf_counter()
@@ -375,17 +381,33 @@ def size_sweep(name_what, model, inputs, reps):
         return (time.perf_counter() - t0) / len(inputs) * 1e3
 
     for _ in range(2):  # warm eager's per-shape state too
-        sweep(model)
+        sweep(eager)
     c0 = dynamo.counters()
     e, j = 1e30, 1e30
     for _ in range(reps):
-        e, j = min(e, sweep(model)), min(j, sweep(fast))
+        e, j = min(e, sweep(eager)), min(j, sweep(fast))
     c = dynamo.counters()
     print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
           f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
-    print(f"   first call of each {what}: {first:.1f} ms (a recording, then a compile or shared code; traces "
-          f"compiled {c_first['traces_compiled']}, of them sharing machine code {c_first['code_shared']}; "
-          f"from the trace store {c_first['traces_from_store']}; eager fallbacks {c_first['eager_runs']})")
+    print(f"   first call of each {what}: {first:.1f} ms; traces recorded {c_first['traces_compiled']}, size-family "
+          f"instances (no recording) {c_first['size_instances']}, sharing machine code {c_first['code_shared']}; "
+          f"eager fallbacks {c_first['eager_runs']}")
+    # beside traces specialized to one shape each (recorded alone, every size a constant)
+    picks = inputs[len(inputs) // 5::max(1, len(inputs) // 4)][:4]
+    rows = []
+    old = dynamo.config.dynamic
+    for x in picks:
+        alone = dynamo.optimize(copy.deepcopy(eager))
+        dynamo.config.dynamic = False
+        try:
+            alone(x)
+            alone(x)
+        finally:
+            dynamo.config.dynamic = old
+        t_fam = median_ms(fast, (x,), 9)
+        t_one = median_ms(alone, (x,), 9)
+        rows.append(f"{list(x.shape)} {t_fam:.2f} vs {t_one:.2f} ms ({t_one / t_fam:.2f}x)")
+    print("   instance vs a trace specialized to that shape: " + "; ".join(rows))
     return ok
 
 

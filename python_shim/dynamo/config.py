@@ -5,8 +5,9 @@ hot_threshold  calls of a function before its next call is recorded (default 1: 
 cache_limit    compiled traces with machine code of their own kept per function (default 8);
                further variants run eagerly, with one warning line on stderr.
 size_variants  further traces per function past cache_limit that share the machine code of one
-               of them: the same program recorded at other tensor sizes (default 64). Each costs a
-               recording but no compile (counter code_shared).
+               of them: the same program at other tensor sizes (default 512), recorded (when the
+               program reads sizes in Python) or instances of a size family (sizes.py: no
+               recording, counter size_instances). Neither costs an LLVM compile (code_shared).
 abort_limit    recordings of a function that may abort before it is left to CPython (default 3);
                after the k-th abort, the next 2^(k-1) - 1 calls run in CPython first (back-off).
                Two aborts in a row at the same place for the same reason leave it at once.
@@ -46,15 +47,18 @@ dynamic        None (default, automatic) or True: a Python float or int passed a
                the optimized function that only meets tensors in + - * / is a scalar input of the
                trace, read each call, not guarded by value (f(x, 0.1), f(x, 0.2), ... run one
                trace); a number that steers control flow, a shape, or any other call is guarded
-               by value as before. False: every number is a guarded constant. (Tensor sizes are
-               always specialized today; symbolic sizes are not built yet.)
+               by value as before. Tensor sizes: the first trace is specialized; a second
+               recording of the same program at other sizes makes a size family whose instances
+               serve further sizes without a recording (sizes.py; sizes of 0 and 1, and programs
+               that read a size in Python, stay specialized). False: every number is a guarded
+               constant and every shape its own recording.
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
                that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.
 """
 hot_threshold = 1
 cache_limit = 8
-size_variants = 64
+size_variants = 512
 abort_limit = 3
 retry_after = 1000
 hotexit = 8

@@ -518,6 +518,20 @@ class OptimizedFunction(TraceTree, BackOff):
         if why is not None:
             log("recompiles", f"{self.name}: no size family with the earlier traces: {why}")
 
+    def _inherit_choices(self, fam, entry):
+        """A new instance takes what the family's latest instance that has run a few times chose
+        for its product and convolution steps (BLAS or the own GEMM, oneDNN or ATen) instead of
+        timing both ways in its first runs (which costs more than the call at a new size)."""
+        for c in reversed(self.compiled):
+            if c.family is fam and c.runs >= 3:
+                try:
+                    choices = c.entry.choices()
+                    if choices:
+                        entry.set_choices(choices)
+                except DynamoError as e:  # then it times both ways itself
+                    log("recompiles", f"{self.name}: size family instance keeps its own step timing: {e.message}")
+                return
+
     def _from_family(self, fn, args, kwargs):
         """A call no trace took, at sizes a family serves: an instance of the family compiled
         for these sizes (no recording) runs it. MISS when no family applies."""
@@ -542,6 +556,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 if fam.failures >= 3:
                     self.families.remove(fam)
                 return MISS
+            self._inherit_choices(fam, entry)
             p = fam.proto
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
             c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None

@@ -186,7 +186,7 @@ def test_sizes_past_the_cache_limit_run_natively():
     """Traces that share machine code do not count against cache_limit: 20 row counts are 20
     traces (one compile) and every call after each size's first runs natively."""
     def f(x):
-        return (x * 2).softmax(-1)
+        return (x * 2).softmax(-1) - 0.25  # code no other test compiled (the engine outlives reset)
 
     c = run_sizes(f, lambda n: (torch.randn(n, 24),), range(2, 22), calls=3)
     assert c["traces_compiled"] == 20 and c["code_shared"] == 19, c
