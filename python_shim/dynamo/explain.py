@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from . import config, native, registry
+from . import config, native, registry, sizes
 from .backoff import AUTOGRAD
 from .frontend import OptimizedFunction
 from .tracetree import Attempt
@@ -99,9 +99,22 @@ def explain(fn, *args, **kwargs):
         for i, c in enumerate(live.compiled):
             if c.family is None:
                 e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
+                e.live.extend(_size_lines(c, "    "))
                 e.live.extend(_exit_tree(c, "    "))
         e.live.extend(_family_lines(live))
     return e
+
+
+def _size_lines(c, indent):
+    """What a trace's recording did with tensor sizes in Python (sizeflow.py): sizes it used as
+    numbers (a size family keeps them constant), or a read not followed (no family)."""
+    lines = []
+    if c.size_read not in (None, "?"):
+        lines.append(f"{indent}serves its own sizes only: the program read {c.size_read}")
+    for (name, d), where in sorted(c.size_fixed.items()):
+        lines.append(f"{indent}size used as a number in Python at {where}: {sizes.value_name(c, name)}.size({d}) "
+                     "(a size family keeps it constant)")
+    return lines
 
 
 def _family_lines(f):

@@ -470,6 +470,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
         bump("traces_compiled")
         if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
+            c.size_fixed = dict(interp.size_fixed)
             self._join_family(c, interp.size_read)
         if storable and self._recording_where is not None:
             try:
@@ -519,17 +520,20 @@ class OptimizedFunction(TraceTree, BackOff):
             log("recompiles", f"{self.name}: no size family with the earlier traces: {why}")
 
     def _inherit_choices(self, fam, entry):
-        """A new instance takes what the family's latest instance that has run a few times chose
-        for its product and convolution steps (BLAS or the own GEMM, oneDNN or ATen) instead of
-        timing both ways in its first runs (which costs more than the call at a new size)."""
+        """A new instance takes what the family's newest member (an instance or the trace it was
+        made from) chose for its product and convolution steps (BLAS or the own GEMM, oneDNN or
+        ATen) instead of timing both ways in its first runs (which costs more than the call at a
+        new size). Steps none has decided yet time themselves."""
         for c in reversed(self.compiled):
-            if c.family is fam and c.runs >= 3:
-                try:
-                    choices = c.entry.choices()
-                    if choices:
-                        entry.set_choices(choices)
-                except DynamoError as e:  # then it times both ways itself
-                    log("recompiles", f"{self.name}: size family instance keeps its own step timing: {e.message}")
+            if c.family is not fam and c is not fam.proto:
+                continue
+            try:
+                choices = c.entry.choices()
+                if choices:
+                    entry.set_choices(choices)
+                    return
+            except DynamoError as e:  # then it times both ways itself
+                log("recompiles", f"{self.name}: size family instance keeps its own step timing: {e.message}")
                 return
 
     def _from_family(self, fn, args, kwargs):
@@ -560,6 +564,7 @@ class OptimizedFunction(TraceTree, BackOff):
             p = fam.proto
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
             c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None
+            c.size_fixed = p.size_fixed
             fam.instances += 1
             bump("size_instances")
             bump("compile_seconds", c.stats.compile_ms / 1e3)

@@ -40,6 +40,7 @@ from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, Nopyt
 from .frames import NoSnapshot, SourcedIter as _SourcedIter, plain_class as _plain_class
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
 from .recorder import Recorder
+from .sizeflow import SizeFlow
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
@@ -227,7 +228,7 @@ def _handles(*opnames):
     return mark
 
 
-class Interpreter:
+class Interpreter(SizeFlow):
     def __init__(self, recorder, guards):
         self.rec = recorder
         self.guards = guards
@@ -255,7 +256,7 @@ class Interpreter:
         self.scalars = {}         # source expr -> (value, Source): numbers tracked as scalar inputs, unguarded
         self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
         self.dynamic_scalars = config.dynamic is not False
-        self.size_read = None     # where the program first read a tensor's size (a size family needs none)
+        self._init_sizes()        # sizes read in Python (sizeflow.py)
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
     # -- recording state -----------------------------------------------------------------
@@ -696,6 +697,8 @@ class Interpreter:
         if why is not None and (mod == "torch" or mod.startswith("torch.")) and not mod.startswith("torch.nn.modules"):
             # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
             # the ATen ops they perform are recorded; their arguments are all we pass them.
+            # What they read of sizes is not seen: the trace serves its own sizes only.
+            self._note_size_read("", f"{fn.__qualname__}() (torch's Python code run without being followed)")
             if self_pair is not None:
                 args = [self_pair] + list(args)
             return self._concrete(fn, args, kwargs)
@@ -708,13 +711,6 @@ class Interpreter:
         if fsrc is not None and self.recording:  # the code itself can be replaced (f.__code__ = ...)
             self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
         return self.call_function(fn, fsrc, args, kwargs, self_pair)
-
-    def _note_size_read(self, what):
-        """The program read a tensor's size (x.shape, x.size(), len(x), ...): what it does with
-        the number is not followed, so the trace serves its own sizes only (sizes.py)."""
-        where = snapshot.where(self.frames[-1]) if self.frames else "?"
-        text = {"shape": "x.shape", "len": "len(x)", "numel": "torch.numel(x)"}.get(what, f"x.{what}()")
-        self.size_read = f"{text} at {where}"
 
     def _concrete(self, fn, args, kwargs, pin=True):
         """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
@@ -807,7 +803,15 @@ class Interpreter:
             handler = handlers.get(op)
             if handler is None:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
-            r = handler(self, f, ins)
+            after = self._size_step(f, op, ins) if self.recording else None
+            if after is None:
+                r = handler(self, f, ins)
+            else:
+                try:
+                    r = handler(self, f, ins)
+                finally:
+                    self._origin = False
+                after()
             if r is not None:
                 return r[0]
 

@@ -58,9 +58,11 @@ def _spans(line, a, b):
         i = k + 1
 
 
-def tokens(text):
+def tokens(text, owners=None):
     """(parts, values, kinds) of an IR text: text == parts[0] + str(values[0]) + parts[1] + ...;
-    kinds[i] is (kind, input slot, dim) for an input's dims and strides, else (kind,)."""
+    kinds[i] is (kind, input slot, dim) for an input's dims and strides, else (kind,). owners,
+    when given (a dict), gets (trace value name, dim) -> i for every input dim and result type
+    size: where the sizes of a value are in the text."""
     parts, values, kinds = [], [], []
     cur, slot = [], 0
     for line in text.splitlines(keepends=True):
@@ -71,6 +73,8 @@ def tokens(text):
         op = _OP.search(line)
         name = op.group(2) if op else ""
         is_input = name == "input" and not op.group(1)
+        eq = line.find(" = ")
+        defined = [n.strip() for n in line[:eq].split(",")] if eq >= 0 else []
         if is_input:
             dims, strides = _spans(line, "[", "]")[:1], _spans(line, "{", "}")[:1]
         else:
@@ -89,12 +93,19 @@ def tokens(text):
                 inside = lambda spans: spans and spans[0][0] < p < spans[0][1]  # noqa: E731
                 if inside(dims):
                     kinds.append((DIM, slot, line.count(",", dims[0][0], p)))
+                    if owners is not None and defined:
+                        owners[(defined[0], kinds[-1][2])] = len(values) - 1
                 elif inside(strides):
                     kinds.append((STRIDE, slot, line.count(",", strides[0][0], p)))
                 else:
                     kinds.append((OTHER,))
             elif p > types_at:
                 kinds.append((TYPE,))
+                if owners is not None:
+                    k = line.count("[", types_at, p) - 1  # which result's type
+                    opened = line.rfind("[", types_at, p)
+                    if 0 <= k < len(defined) and opened >= 0:
+                        owners[(defined[k], line.count(",", opened, p))] = len(values) - 1
             elif any(a < p < b for a, b in lists):
                 kinds.append((SHAPE,))
             else:
@@ -245,7 +256,37 @@ class Family:
             if any(full) and kind[0] not in _FREE:
                 return None, f"integer {j} of the text ({kind[0]}: not a type or a shape) depends on the sizes"
             exprs.append((c1, full))
+        why = _fixed_sizes_constant(self.proto, exprs)
+        if why is not None:
+            return None, why
         return Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims), None
+
+
+def value_name(c, name):
+    """A trace value's name for people: an input by its source (a[0]), else the IR name."""
+    if name.startswith("%i") and name[2:].isdigit():
+        k = int(name[2:])
+        if k < len(c.input_srcs or ()):
+            return str(c.input_srcs[k])
+    return f"the trace value {name}"
+
+
+def _fixed_sizes_constant(proto, exprs):
+    """None when every size the program used as a number in Python (sizeflow.py) is a constant
+    of the fit, else why not: what Python decided with it may differ at other sizes."""
+    fixed = getattr(proto, "size_fixed", None)
+    if not fixed:
+        return None
+    owners = {}
+    tokens(proto.text, owners)
+    for key, where in sorted(fixed.items()):
+        j = owners.get(key)
+        if j is None:
+            return f"the program used a size of {key[0]} in Python at {where}, which is not a size of the trace"
+        if any(exprs[j][1]):
+            return (f"the program used {value_name(proto, key[0])}.size({key[1]}) as a number in Python at {where}, "
+                    "and it changed")
+    return None
 
 
 def _dim_token(kinds, slot, dim):
@@ -260,7 +301,8 @@ def same_program(a, b):
     the constants they compare with), output structure, ops and writes."""
     ga, gb = a.guards, b.guards
     if ga._checks != gb._checks or a.out_spec != b.out_spec or list(a.ops) != list(b.ops) or \
-            a.mutates != b.mutates or list(a.input_srcs) != list(b.input_srcs):
+            a.mutates != b.mutates or list(a.input_srcs) != list(b.input_srcs) or \
+            set(getattr(a, "size_fixed", ())) != set(getattr(b, "size_fixed", ())):
         return False
     if ga._consts.keys() != gb._consts.keys():
         return False

@@ -1,0 +1,318 @@
+"""Tensor sizes read in Python, followed while the program only passes them on (a mixin of the
+interpreter).
+
+A size family (sizes.py) serves a program at sizes it was not recorded at. That is right only if
+the Python code did the same at those sizes: nothing it decided may have depended on a size that
+changes. So a size read in Python -- `x.shape`, `x.size()`, `x.size(d)`, `len(x)`, `x.numel()` --
+is a *tracked* value: a stack pair (`_Sized`) that remembers which dimensions of which trace
+values it was computed from. While the program only moves it (locals, tuples, unpacking,
+indexing a shape with a constant), multiplies or divides it by plain numbers, or hands it to a
+torch operation (where it becomes an integer of the IR text, which the family fits and the
+verifier checks), it stays tracked. Any other use -- a comparison, a branch, `+`/`-`, a builtin
+or math function, a container, a closure, the returned value -- *fixes* those dimensions: the
+family must then hold them constant (sizes.py refuses a family in which a fixed dimension
+changed, and an instance is checked against the constant by the verifier). The rule is a safe
+default: a bytecode not known to be a move fixes every tracked value it might read.
+
+Sizes of tensors that are not values of the trace, and strides, are not followed: the trace then
+serves its own sizes only (Interpreter.size_read), as before this module.
+"""
+import types
+from inspect import CO_VARARGS, CO_VARKEYWORDS
+
+import torch
+
+from . import snapshot
+from .frames import NULL as _NULL
+
+# bytecodes that only move stack values (a tracked value passes through unchanged)
+_MOVES = frozenset(("LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
+                    "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
+                    "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "DELETE_FAST",
+                    "COPY_FREE_VARS"))
+# how many values from the top of the stack a bytecode reads (others: the whole stack is fixed)
+_READS = {"COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2, "UNARY_NEGATIVE": 1, "UNARY_POSITIVE": 1,
+          "UNARY_INVERT": 1, "UNARY_NOT": 1, "GET_ITER": 1, "FOR_ITER": 1, "STORE_SUBSCR": 3, "STORE_ATTR": 2,
+          "STORE_DEREF": 1, "STORE_GLOBAL": 1, "LIST_APPEND": 1, "SET_ADD": 1, "MAP_ADD": 2, "LIST_EXTEND": 1,
+          "YIELD_VALUE": 1, "GET_LEN": 1, "POP_JUMP_FORWARD_IF_FALSE": 1, "POP_JUMP_FORWARD_IF_TRUE": 1,
+          "POP_JUMP_BACKWARD_IF_FALSE": 1, "POP_JUMP_BACKWARD_IF_TRUE": 1, "POP_JUMP_FORWARD_IF_NONE": 1,
+          "POP_JUMP_FORWARD_IF_NOT_NONE": 1, "POP_JUMP_BACKWARD_IF_NONE": 1, "POP_JUMP_BACKWARD_IF_NOT_NONE": 1,
+          "JUMP_IF_FALSE_OR_POP": 1, "JUMP_IF_TRUE_OR_POP": 1}
+# BINARY_OP arguments that keep a product of sizes a product: * (and *=); // and / and ** by a
+# plain number (the family's fit checks that the result is a whole number at each size)
+_MUL = frozenset((5, 18))
+_DIV_POW = frozenset((2, 8, 11, 15, 21, 24))
+_ADD = frozenset((0, 13))
+_NUMBER = (int, float)
+_NO_DIMS = frozenset()
+
+
+class _Sized(tuple):
+    """A (value, None) stack pair holding a number or a sequence of numbers computed from tensor
+    sizes. dims: the (trace value name, dimension) pairs a number came from; elems: per element
+    of a sequence, the same (dims is then their union)."""
+
+    def __new__(cls, value, dims=_NO_DIMS, elems=None):
+        p = super().__new__(cls, (value, None))
+        p.elems = tuple(elems) if elems is not None else None
+        p.dims = frozenset().union(*p.elems) if p.elems is not None else frozenset(dims)
+        return p
+
+
+def _dims_of(p):
+    return p.dims if isinstance(p, _Sized) else _NO_DIMS
+
+
+def _is_number(v):
+    return type(v) in _NUMBER
+
+
+def _is_shape(v):
+    return type(v) in (tuple, list, torch.Size) and all(type(x) is int for x in v)
+
+
+class SizeFlow:
+    """Interpreter state and steps for tracked sizes (see the module's text)."""
+
+    def _init_sizes(self):
+        self.size_read = None     # a size read that is not followed: the trace serves its own sizes only
+        self.size_fixed = {}      # (trace value name, dim) -> where Python used that size as a number
+        self._sized = False       # a tracked value exists (then each bytecode is checked)
+        self._origin = False      # the current bytecode makes a tracked value (no size_read note)
+
+    def _note_size_read(self, what, text=None):
+        """The program read a tensor's size in a way this module does not follow (a tensor that
+        is not a trace value, strides, getattr(x, "shape"), ...): the trace serves its own sizes
+        only (sizes.py)."""
+        if self._origin:
+            return
+        where = snapshot.where(self.frames[-1]) if self.frames else "?"
+        text = text or {"shape": "x.shape", "len": "len(x)", "numel": "torch.numel(x)"}.get(what, f"x.{what}()")
+        if self.size_read is None:
+            self.size_read = f"{text} at {where}"
+
+    def _fix(self, pairs, f):
+        """The tracked values among pairs are used as numbers: their dimensions stay constant."""
+        for p in pairs:
+            if isinstance(p, _Sized) and p.dims:
+                where = snapshot.where(f) if f is not None else "?"
+                for key in p.dims:
+                    self.size_fixed.setdefault(key, where)
+
+    def _size_step(self, f, op, ins):
+        """Before bytecode op runs in frame f: fixes what it reads as a number, or returns a
+        function to run after it that marks the values it made from tracked ones (or from a
+        tensor's sizes) as tracked."""
+        if op in _MOVES:
+            return None
+        stack = f.stack
+        if op in ("LOAD_ATTR", "LOAD_METHOD"):
+            obj = stack[-1][0] if stack else None
+            if op == "LOAD_ATTR" and ins.argval == "shape" and isinstance(obj, torch.Tensor):
+                return self._origin_of(f, obj)
+            if stack and isinstance(stack[-1], _Sized):
+                self._fix(stack[-1:], f)
+            return None
+        if op == "CALL":
+            return self._size_call(f, ins)
+        if not self._sized:
+            return None
+        if op == "BINARY_OP":
+            a, b = stack[-2], stack[-1]
+            if not (isinstance(a, _Sized) or isinstance(b, _Sized)):
+                return None
+            x, y, arg = a[0], b[0], ins.arg
+            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+                return None  # the number becomes an integer of the op's IR line (fitted, verified)
+            if _is_number(x) and _is_number(y) and (arg in _MUL or arg in _DIV_POW and not isinstance(b, _Sized)):
+                dims = _dims_of(a) | _dims_of(b)
+                return lambda: self._mark_top(f, dims=dims)
+            if arg in _ADD and _is_shape(x) and _is_shape(y):
+                elems = (a.elems if isinstance(a, _Sized) and a.elems is not None else (_dims_of(a),) * len(x)) + \
+                        (b.elems if isinstance(b, _Sized) and b.elems is not None else (_dims_of(b),) * len(y))
+                return lambda: self._mark_top(f, elems=elems)
+            self._fix((a, b), f)
+            return None
+        if op == "BINARY_SUBSCR":
+            obj, key = stack[-2], stack[-1]
+            if isinstance(key, _Sized) and not isinstance(obj[0], torch.Tensor):
+                self._fix((key,), f)
+            if isinstance(obj, _Sized) and not isinstance(key, _Sized):
+                k = key[0]
+                if obj.elems is not None and type(k) is int and -len(obj.elems) <= k < len(obj.elems):
+                    dims = obj.elems[k]
+                    return lambda: self._mark_top(f, dims=dims)
+                if obj.elems is not None and type(k) is slice:
+                    elems = obj.elems[k]
+                    return lambda: self._mark_top(f, elems=elems)
+                self._fix((obj,), f)
+            return None
+        if op == "UNPACK_SEQUENCE":
+            p = stack[-1]
+            if isinstance(p, _Sized) and p.elems is not None and len(p.elems) == ins.arg:
+                elems = p.elems
+                return lambda: self._mark_unpacked(f, elems)
+            self._fix(stack[-1:], f)
+            return None
+        if op in ("BUILD_TUPLE", "BUILD_LIST"):
+            items = stack[len(stack) - ins.arg:] if ins.arg else []
+            if any(isinstance(p, _Sized) for p in items):
+                elems = [_dims_of(p) for p in items]
+                return lambda: self._mark_top(f, elems=elems)
+            return None
+        if op == "RETURN_VALUE":
+            if len(self.frames) <= 1:
+                self._fix(stack[-1:], f)  # the optimized function's result: its numbers are constants
+            return None
+        if op == "MAKE_CELL":
+            self._fix((f.locals[ins.arg],), f)  # a closure reads it where the interpreter does not see
+            return None
+        n = ins.arg if op in ("BUILD_SLICE", "BUILD_STRING", "BUILD_SET", "BUILD_MAP") else _READS.get(op)
+        if op == "BUILD_MAP":
+            n = 2 * n
+        self._fix(stack if n is None else stack[len(stack) - n:], f)
+        return None
+
+    def _origin_of(self, f, t):
+        """A step that reads tensor t's shape (x.shape, x.size()): after it, the shape on top is
+        tracked, element d from (t's trace value, d). Not followed (a size_read note instead)
+        when t is not a trace value."""
+        name = self.rec.vals.get(id(t)) if self.recording else None
+        if name is None:
+            return None
+        self._origin = True
+        elems = [frozenset({(name, d)}) for d in range(t.dim())]
+
+        def after():
+            self._mark_top(f, elems=elems)
+        return after
+
+    def _size_call(self, f, ins):
+        """CALL: a size read (x.size(), x.size(d), x.numel(), len(x)), or a call receiving tracked
+        values: torch functions and inlined Python functions take them as they are, len() of a
+        tracked shape is its rank, int/tuple/list keep them tracked; anything else fixes them."""
+        stack = f.stack
+        n = ins.arg
+        if len(stack) < n + 2:
+            return None
+        items = stack[len(stack) - n:]
+        first, second = stack[-n - 2], stack[-n - 1]
+        if first[0] is _NULL:
+            fnp, args = second, list(items)
+        else:
+            fnp, args = first, [second] + list(items)
+        fn = fnp[0]
+        nkw = len(f.kw_names or ())
+        pos = args[:len(args) - nkw]
+        self_t = getattr(fn, "__self__", None)
+        if isinstance(self_t, torch.Tensor) and not nkw:
+            name = getattr(fn, "__name__", None)
+            if name == "size" and not pos:
+                return self._origin_of(f, self_t)
+            if name == "size" and len(pos) == 1 and type(pos[0][0]) is int and not isinstance(pos[0], _Sized):
+                d = pos[0][0] % max(self_t.dim(), 1)
+                return self._origin_num(f, self_t, (d,))
+            if name in ("numel", "nelement") and not pos:
+                return self._origin_num(f, self_t, tuple(range(self_t.dim())))
+        if (fn is len or fn is torch.numel) and len(pos) == 1 and not nkw and isinstance(pos[0][0], torch.Tensor):
+            t = pos[0][0]
+            return self._origin_num(f, t, (0,) if fn is len else tuple(range(t.dim())))
+        if not self._sized:
+            return None
+        tracked = [p for p in [fnp] + args if isinstance(p, _Sized)]
+        if not tracked:
+            return None
+        if isinstance(fnp, _Sized):
+            self._fix(tracked, f)
+            return None
+        if fn is len and len(args) == 1:
+            return None  # the length of a shape is a rank (guarded natively), not a size
+        if fn is int and len(args) == 1 and _is_number(args[0][0]):
+            dims = args[0].dims
+            return lambda: self._mark_top(f, dims=dims)
+        if fn in (tuple, list, torch.Size) and len(args) == 1 and args[0].elems is not None:
+            elems = args[0].elems
+            return lambda: self._mark_top(f, elems=elems)
+        code = _python_code(fn)
+        if code is not None:
+            if code.co_flags & (CO_VARARGS | CO_VARKEYWORDS):
+                self._fix(tracked, f)  # *args/**kwargs are rebuilt without their pairs
+            return None
+        if _torch_c_callable(fn):
+            def after():  # a torch function's numbers (not tensors) computed from tracked ones
+                if f.stack and not _tensors_only(f.stack[-1][0]):
+                    self._fix(tracked, f)
+            return after
+        self._fix(tracked, f)
+        return None
+
+    def _origin_num(self, f, t, dims):
+        name = self.rec.vals.get(id(t)) if self.recording else None
+        if name is None:
+            return None
+        self._origin = True
+        keys = frozenset((name, d) for d in dims)
+
+        def after():
+            self._mark_top(f, dims=keys)
+        return after
+
+    def _mark_top(self, f, dims=_NO_DIMS, elems=None):
+        """The value on top of f's stack (just made) as a tracked pair."""
+        if not f.stack or f.stack[-1][1] is not None:
+            return
+        v = f.stack[-1][0]
+        if elems is not None and not (type(v) in (tuple, list, torch.Size) and len(v) == len(elems)):
+            self._fix((_Sized(None, elems=elems),), f)  # not the sequence expected: fixed
+            return
+        if elems is None and not _is_number(v):
+            self._fix((_Sized(None, dims),), f)
+            return
+        f.stack[-1] = _Sized(v, dims, elems)
+        self._sized = True
+
+    def _mark_unpacked(self, f, elems):
+        k = len(elems)
+        for i in range(k):
+            p = f.stack[-1 - i]
+            if p[1] is None and _is_number(p[0]):
+                f.stack[-1 - i] = _Sized(p[0], elems[i])
+        self._sized = True
+
+
+def _python_code(fn):
+    """The code object the interpreter inlines for fn, or None (not a Python function)."""
+    if isinstance(fn, types.FunctionType):
+        return fn.__code__
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return fn.__func__.__code__
+    if isinstance(fn, torch.nn.Module):
+        fwd = type(fn).forward
+        if isinstance(fwd, types.FunctionType) and not (fn._forward_hooks or fn._forward_pre_hooks or
+                                                        torch.nn.modules.module._global_forward_hooks or
+                                                        torch.nn.modules.module._global_forward_pre_hooks):
+            return fwd.__code__
+    return None
+
+
+def _torch_c_callable(fn):
+    """A torch function or tensor method implemented in C (its ATen ops are recorded)."""
+    if isinstance(fn, (types.FunctionType, types.MethodType)):
+        return False
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "torch" or mod.startswith("torch."):
+        return not isinstance(fn, type)
+    self_ = getattr(fn, "__self__", None)
+    if isinstance(self_, torch.Tensor):
+        return True
+    if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
+        return True
+    return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
+
+
+def _tensors_only(v):
+    if isinstance(v, torch.Tensor) or v is None:
+        return True
+    if type(v) in (tuple, list):
+        return all(_tensors_only(x) for x in v)
+    return False

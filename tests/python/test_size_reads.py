@@ -1,0 +1,136 @@
+"""Sizes read in Python (sizeflow.py): a size the program only passes on to torch operations
+(views, new tensors, products of sizes) lets the trace join a size family; a size Python decides
+something with (a branch, + or -, a builtin, the result, a closure) fixes that dimension, so a
+family may not vary it. Every case compares with eager at every size: a family that ignored such
+a use would show as a wrong value, shape, or Python number."""
+import math
+
+import pytest
+import torch
+
+import dynamo
+
+from test_size_families import sweep
+
+
+def counts(c):
+    return c["traces_compiled"], c["size_instances"]
+
+
+def test_unpacked_sizes_into_a_view():
+    def f(x):
+        b, t, c = x.size()
+        return (x * 2).view(b * t, c).softmax(-1)
+
+    c = sweep(f, lambda n: (torch.randn(2, n, 8),), [3, 5, 9, 17, 4])
+    assert counts(c) == (2, 3), c
+
+
+def test_shape_indexed_and_sliced():
+    def f(x):
+        return x.reshape(x.shape[:1] + (-1,)).relu() + x.new_zeros(x.shape[0], 1) + x.shape[-1]
+
+    c = sweep(f, lambda n: (torch.randn(n, 3, 4),), [2, 3, 5, 8])
+    assert counts(c) == (2, 2), c
+
+
+def test_cnn_with_adaptive_pool_over_batch_sizes():
+    """nn.AdaptiveAvgPool2d reads its input's sizes in Python (_list_with_default) and zips the
+    spatial ones: only those are fixed, so the batch size is free."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d((2, 2)),
+                              torch.nn.Flatten(), torch.nn.Linear(32, 5)).eval()
+    c = sweep(net, lambda b: (torch.randn(b, 3, 12, 12),), [2, 3, 4, 7, 16], atol=1e-4, rtol=1e-4)
+    assert counts(c) == (2, 3), c
+
+
+def test_attention_module_over_lengths():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+
+    def f(x):
+        return mha(x, x, x, need_weights=False)[0]
+
+    c = sweep(f, lambda n: (torch.randn(2, n, 32),), [4, 6, 9, 13, 30], atol=1e-4, rtol=1e-4)
+    assert counts(c) == (2, 3), c
+
+
+def test_size_through_an_inlined_helper():
+    def rows(t, n):
+        return t.view(n, -1)
+
+    def f(x):
+        return rows(x, x.size(0)).sum(1)
+
+    c = sweep(f, lambda n: (torch.randn(n, 2, 3),), [2, 3, 6, 10])
+    assert counts(c) == (2, 2), c
+
+
+def test_rank_is_not_a_size():
+    def f(x):
+        if len(x.shape) == 2 and x.dim() == 2:
+            return x.view(x.shape[0], -1) * 3
+        return x
+
+    c = sweep(f, lambda n: (torch.randn(n, 4),), [2, 3, 6, 11])
+    assert counts(c) == (2, 2), c
+
+
+@pytest.mark.parametrize("use", ["branch", "plus", "math", "result", "closure", "range", "varargs", "dict",
+                                 "compare_shapes", "format", "floor_small"])
+def test_size_used_as_a_number_keeps_traces_apart(use):
+    """The size of the varying dimension decides something in Python: every size is recorded
+    (and each result matches eager, Python numbers included)."""
+    def helper(*args):
+        return args[0] + 1
+
+    def f(x):
+        n = x.size(0)
+        if use == "branch":
+            return x * 2 if n > 5 else x - 1
+        if use == "plus":
+            return x.new_ones(n + 1)
+        if use == "math":
+            return x / math.sqrt(n)
+        if use == "result":
+            return x * 2, n
+        if use == "closure":
+            return (lambda: x * n)()
+        if use == "range":
+            return sum(x[i] for i in range(n))
+        if use == "varargs":
+            return x.new_ones(helper(n))
+        if use == "dict":
+            return x * {"n": n}["n"]
+        if use == "compare_shapes":
+            return x * 2 if x.shape == (6, 3) else x + 1
+        if use == "format":
+            return x * len(f"{n}")
+        return x.new_ones(n // 100 * 3 + 2)  # the same number at every size swept
+
+    c = sweep(f, lambda n: (torch.randn(n, 3),), [2, 3, 6, 9, 12])
+    assert c["size_instances"] == 0, c
+    assert c["traces_compiled"] == 5, c
+
+
+def test_fixed_dimension_that_stays_the_same():
+    """The feature size decides a branch but only the batch varies: a family over the batch."""
+    def f(x):
+        scale = 1.0 / math.sqrt(x.size(-1))
+        if x.shape[-1] > 4:
+            return (x @ x.transpose(0, 1)) * scale
+        return x
+
+    c = sweep(f, lambda n: (torch.randn(n, 8),), [2, 3, 5, 9])
+    assert counts(c) == (2, 2), c
+
+
+def test_explain_says_where_the_size_was_used():
+    def f(x):
+        return x.new_ones(x.size(0) + 1)
+
+    opt = dynamo.optimize(f)
+    for n in (2, 3):
+        opt(torch.randn(n, 2))
+    text = str(dynamo.explain(opt, torch.randn(4, 2)))
+    assert "size used as a number in Python at test_size_reads.py" in text and "a[0].size(0)" in text, text
