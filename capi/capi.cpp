@@ -14,6 +14,7 @@
 #include "gpu/program.h"
 #include "runtime/openblas.h"
 #include "runtime/entry.h"
+#include "runtime/sized.h"
 
 using namespace dynamo;
 
@@ -57,6 +58,7 @@ struct dynamo_frame {
   uint64_t id;
   mutable std::shared_mutex mu;  // compile takes it exclusively, lookups shared
   std::vector<std::unique_ptr<dynamo_entry>> entries;
+  std::vector<std::unique_ptr<runtime::SizedTemplate>> sized;  // dynamo_frame_add_sized, in order
 };
 
 struct dynamo_trace {
@@ -395,28 +397,114 @@ size_t dynamo_frame_num_entries(const dynamo_frame *frame) {
   return frame->entries.size();
 }
 
-dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trace, dynamo_entry **out_entry) {
-  if (out_entry) *out_entry = nullptr;
-  CHECK_HANDLE(frame, "frame");
-  CHECK_HANDLE(trace, "trace");
-  API_BEGIN
+// A compiled entry for frame (not yet in its cache).
+static std::unique_ptr<dynamo_entry> compile_for(dynamo_frame *frame, const jit::Trace &t) {
   std::string fn = "dynamo_trace_" + std::to_string(frame->id) + "_" + std::to_string(g_next_id++);
   int threads = (int)frame->engine->opts.num_threads;
   auto e = std::make_unique<dynamo_entry>();
-  e->e = frame->engine->device ? runtime::compile_gpu_entry(frame->engine->device, trace->t, fn)
-                               : runtime::compile_entry(*frame->engine->engine, trace->t, fn, threads);
+  e->e = frame->engine->device ? runtime::compile_gpu_entry(frame->engine->device, t, fn)
+                               : runtime::compile_entry(*frame->engine->engine, t, fn, threads);
   e->engine = frame->engine;
   e->frame = frame;
   e->e->api_handle = e.get();
+  return e;
+}
+
+static dynamo_entry *add_entry(dynamo_frame *frame, std::unique_ptr<dynamo_entry> e) {
   dynamo_entry *h = e.get();
   {
     std::unique_lock<std::shared_mutex> l(frame->mu);
     frame->entries.push_back(std::move(e));
   }
   live_add(h);
+  return h;
+}
+
+dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trace, dynamo_entry **out_entry) {
+  if (out_entry) *out_entry = nullptr;
+  CHECK_HANDLE(frame, "frame");
+  CHECK_HANDLE(trace, "trace");
+  API_BEGIN
+  dynamo_entry *h = add_entry(frame, compile_for(frame, trace->t));
   if (out_entry) *out_entry = h;
   return DYNAMO_OK;
   API_END
+}
+
+dynamo_status dynamo_frame_add_sized(dynamo_frame *frame, const char *text, size_t len, int32_t *out_index) {
+  if (out_index) *out_index = -1;
+  CHECK_HANDLE(frame, "frame");
+  CHECK_PTR(text, "text");
+  API_BEGIN
+  std::string s = len == (size_t)-1 ? std::string(text) : std::string(text, len);
+  auto t = std::make_unique<runtime::SizedTemplate>(runtime::make_sized_template(s));
+  std::unique_lock<std::shared_mutex> l(frame->mu);
+  if (frame->sized.size() >= 64)
+    return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_frame_add_sized: a frame holds at most 64 sized traces");
+  frame->sized.push_back(std::move(t));
+  if (out_index) *out_index = (int32_t)frame->sized.size() - 1;
+  return DYNAMO_OK;
+  API_END
+}
+
+size_t dynamo_frame_num_sized(const dynamo_frame *frame) {
+  if (!frame || !live(frame)) return 0;
+  std::shared_lock<std::shared_mutex> l(frame->mu);
+  return frame->sized.size();
+}
+
+// The most instances one sized trace compiles (each is an entry of the frame).
+constexpr size_t kMaxSizedInstances = 1024;
+
+// A call no entry accepted: the first sized trace whose variables bind to the call's sizes is
+// compiled at them (an entry added to the frame) when that entry's guards accept the call.
+// Returns it, or nullptr with each template's reason appended to why.
+static dynamo_entry *instance_for(dynamo_frame *frame, const dynamo_arg *args, size_t nargs, std::string *why) {
+  std::vector<runtime::SizedTemplate *> tmpls;
+  {
+    std::shared_lock<std::shared_mutex> l(frame->mu);
+    for (auto &t : frame->sized) tmpls.push_back(t.get());
+  }
+  for (size_t k = 0; k < tmpls.size(); ++k) {
+    runtime::SizedTemplate &t = *tmpls[k];
+    std::string head = "; sized trace " + std::to_string(k) + ": ", w;
+    std::vector<int64_t> values;
+    if (!runtime::bind_sizes(t, args, nargs, &values, &w)) {
+      *why += head + w;
+      continue;
+    }
+    {
+      std::shared_lock<std::shared_mutex> l(frame->mu);
+      bool refused = std::find(t.refused.begin(), t.refused.end(), values) != t.refused.end();
+      if (refused || t.instances >= kMaxSizedInstances) {
+        *why += head + (refused ? std::string("its instance at these sizes refused the call before")
+                                : "compiled " + std::to_string(kMaxSizedInstances) + " instances already (the limit)");
+        continue;
+      }
+    }
+    std::unique_ptr<dynamo_entry> e;
+    try {
+      e = compile_for(frame, jit::parse_trace(runtime::instantiate_sized(t, values)));
+    } catch (const jit::Error &err) {
+      w = std::string("its instance at these sizes did not compile: ") + err.what();
+    }
+    if (e && !guards::guards_pass(e->e->guards, args, nargs)) {
+      w = "its instance at these sizes refused the call: " + guards::explain_guards(e->e->guards, args, nargs);
+      e.reset();
+    }
+    if (!e) {
+      std::unique_lock<std::shared_mutex> l(frame->mu);
+      if (t.refused.size() < 256) t.refused.push_back(values);
+      *why += head + w;
+      continue;
+    }
+    {
+      std::unique_lock<std::shared_mutex> l(frame->mu);
+      t.instances++;
+    }
+    return add_entry(frame, std::move(e));
+  }
+  return nullptr;
 }
 
 dynamo_status dynamo_check_guards(dynamo_frame *frame, const dynamo_arg *args, size_t nargs, dynamo_entry **out_entry,
@@ -426,18 +514,27 @@ dynamo_status dynamo_check_guards(dynamo_frame *frame, const dynamo_arg *args, s
   CHECK_PTR(out_entry, "out_entry");
   if (nargs && !args) return set_error(DYNAMO_ERR_INVALID_ARGUMENT, "dynamo_check_guards: args is NULL");
   API_BEGIN
+  {
+    std::shared_lock<std::shared_mutex> l(frame->mu);
+    for (auto &e : frame->entries)
+      if (guards::guards_pass(e->e->guards, args, nargs)) {
+        *out_entry = e.get();
+        return DYNAMO_OK;
+      }
+  }
+  std::string sized_why;
+  if (dynamo_entry *made = instance_for(frame, args, nargs, &sized_why)) {
+    *out_entry = made;
+    return DYNAMO_OK;
+  }
+  // Cold path: explain every entry's first failing guard, and why no sized trace served it.
   std::shared_lock<std::shared_mutex> l(frame->mu);
-  for (auto &e : frame->entries)
-    if (guards::guards_pass(e->e->guards, args, nargs)) {
-      *out_entry = e.get();
-      return DYNAMO_OK;
-    }
-  // Cold path: explain every entry's first failing guard.
   std::string msg;
-  if (frame->entries.empty()) msg = "frame '" + frame->name + "' has no compiled entries";
+  if (frame->entries.empty() && frame->sized.empty()) msg = "frame '" + frame->name + "' has no compiled entries";
   for (size_t k = 0; k < frame->entries.size(); ++k)
     msg += (k ? "; " : "") + ("entry " + std::to_string(k) + ": ") +
            guards::explain_guards(frame->entries[k]->e->guards, args, nargs);
+  if (!sized_why.empty()) msg += msg.empty() ? sized_why.substr(2) : sized_why;
   write_why(why, why_len, msg);
   return set_error(DYNAMO_ERR_GUARD_MISS, "guard miss: " + msg);
   API_END

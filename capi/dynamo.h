@@ -24,8 +24,8 @@ extern "C" {
 /* Bumped on every additive change (a new function, status, dtype or struct field at the end);
  * reset to 0 when DYNAMO_ABI_VERSION is bumped. A caller that needs something added in minor M
  * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself, minor 2
- * dynamo_entry_stats.shared_code. */
-#define DYNAMO_ABI_MINOR 2u
+ * dynamo_entry_stats.shared_code, minor 3 sized traces (dynamo_frame_add_sized). */
+#define DYNAMO_ABI_MINOR 3u
 
 /* The most dimensions a tensor may have anywhere in the API (traces, DLTensors, info structs). */
 #define DYNAMO_MAX_DIMS 16
@@ -174,6 +174,36 @@ DYNAMO_API size_t dynamo_frame_num_entries(const dynamo_frame *frame);
  * owned by the frame, valid until the frame is destroyed. */
 DYNAMO_API dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_trace *trace,
                                               dynamo_entry **out_entry);
+
+/* -- Size variables ---------------------------------------------------------------------
+ * A trace written once for many sizes. In its IR text any size -- an input's dims and strides,
+ * a result type's dims, the shape list of a reshape/view/expand, any other integer -- may be a
+ * size expression: a product of integers and the size variables s0..s7, divided by at most
+ * one integer (`s0`, `4*s0`, `s0*s1`, `s0*256/4`). Each variable must stand alone as one of an
+ * input's dims (`%0 = input f32[s0,256]`): the first such place is where it is read from.
+ *
+ * dynamo_frame_add_sized keeps the text as a *sized trace* of frame. When no entry of the frame
+ * accepts a call (dynamo_check_guards, dynamo_frame_run), each sized trace in turn binds its
+ * variables from the call's tensors and checks the relations its inputs declare: a variable is
+ * the same in every place it stands, every input size and stride equals its expression, every
+ * expression is a whole number, every variable is at least 2 (sizes 0 and 1 change
+ * broadcasting: compile a trace of its own for them). The first that binds is compiled at those
+ * sizes as a new entry of the frame (an ordinary entry: dynamo_entry_run_alloc allocates its
+ * outputs at the call's sizes; its machine code is shared with the sized trace's other
+ * instances, since sizes are data of the code) and returned. When none binds, the why text of
+ * dynamo_check_guards says why for each, e.g. "sized trace 0: input 1's size 0 is 5, the sized
+ * trace has 7 = s0 at s0 = 7". At most 1024 instances per sized trace and 64 sized traces per
+ * frame.
+ *
+ * The text is checked when added: parsed and verified with every variable at twice the
+ * divisors' least common multiple (DYNAMO_ERR_PARSE or DYNAMO_ERR_VERIFY naming the sizes; a
+ * variable no input's dim is, or a text without variables, is DYNAMO_ERR_PARSE). len: bytes of
+ * text, or (size_t)-1 when NUL-terminated. *out_index (may be NULL): its index in the frame.
+ * Since DYNAMO_ABI_MINOR 3. */
+DYNAMO_API dynamo_status dynamo_frame_add_sized(dynamo_frame *frame, const char *text, size_t len,
+                                                int32_t *out_index);
+/* Number of sized traces of the frame (0 for NULL). Since DYNAMO_ABI_MINOR 3. */
+DYNAMO_API size_t dynamo_frame_num_sized(const dynamo_frame *frame);
 
 /* Kinds of run-time arguments. */
 typedef enum dynamo_arg_kind {

@@ -62,6 +62,21 @@ def median_ms(fn, args, reps=9):
     return sorted(ts)[len(ts) // 2]
 
 
+def interleaved_ms(f, g, args, reps=15):
+    """Median ms per call of f and of g, called in turns (each warmed first): on a shared
+    machine both see the same load."""
+    for _ in range(5):
+        f(*args)
+        g(*args)
+    tf, tg = [], []
+    for _ in range(reps):
+        for fn, ts in ((f, tf), (g, tg)):
+            t0 = time.perf_counter()
+            fn(*args)
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return sorted(tf)[reps // 2], sorted(tg)[reps // 2]
+
+
 def axpy(x, y):
     return x * 2.0 + y
 
@@ -383,11 +398,18 @@ def size_sweep(name_what, model, inputs, reps):
     for _ in range(2):  # warm eager's per-shape state too
         sweep(eager)
     c0 = dynamo.counters()
-    e, j = 1e30, 1e30
+    e, e1, j = 1e30, 1e30, 1e30
+    one = openblas_threads.available()
     for _ in range(reps):
         e, j = min(e, sweep(eager)), min(j, sweep(fast))
+        if one:  # eager as under OPENBLAS_NUM_THREADS=1 (its threads fight ATen's on few cores)
+            with openblas_threads(1):
+                e1 = min(e1, sweep(eager))
     c = dynamo.counters()
-    print(f"   later calls: eager {e:6.3f} ms/call   dynamo {j:6.3f} ms/call   {e / j:.2f}x   "
+    best = min(e, e1)
+    one_text = f", OpenBLAS on 1 thread {e1:6.3f}" if one else ""
+    print(f"   later calls: eager {e:6.3f} ms/call (OpenBLAS's threads{one_text})   dynamo {j:6.3f} ms/call   "
+          f"{best / j:.2f}x vs best eager   "
           f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
     print(f"   first call of each {what}: {first:.1f} ms; traces recorded {c_first['traces_compiled']}, size-family "
           f"instances (no recording) {c_first['size_instances']}, sharing machine code {c_first['code_shared']}; "
@@ -404,10 +426,9 @@ def size_sweep(name_what, model, inputs, reps):
             alone(x)
         finally:
             dynamo.config.dynamic = old
-        t_fam = median_ms(fast, (x,), 9)
-        t_one = median_ms(alone, (x,), 9)
+        t_fam, t_one = interleaved_ms(fast, alone, (x,), 15)
         rows.append(f"{list(x.shape)} {t_fam:.2f} vs {t_one:.2f} ms ({t_one / t_fam:.2f}x)")
-    print("   instance vs a trace specialized to that shape: " + "; ".join(rows))
+    print("   the same calls vs a trace specialized to that shape (medians, interleaved): " + "; ".join(rows))
     return ok
 
 

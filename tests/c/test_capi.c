@@ -653,6 +653,194 @@ static void test_same_program_at_other_sizes_shares_code(void **state) {
   for (int k = 0; k < 2; ++k) assert_ok(dynamo_frame_destroy(frames[k]));
 }
 
+/* -- Sized traces (size variables) --------------------------------------------------------- */
+
+static const char *kSizedRows =
+    "trace @rows {\n"
+    "  %0 = input f32[s0,s1]\n"
+    "  %1 = input f32[s1]\n"
+    "  %2 = mul(%0, 3.0) : f32[s0,s1]\n"
+    "  %3 = add(%2, %1) : f32[s0,s1]\n"
+    "  %4 = mean(%3, [1], false) : f32[s0]\n"
+    "  %5 = reshape(%3, [s0*s1]) : f32[s0*s1]\n"
+    "  return %4, %5\n"
+    "}\n";
+
+/* One sized trace serves every (rows, cols) pair >= 2: each call's instance is found (or made)
+ * by dynamo_check_guards, its outputs allocated at the call's sizes by run_alloc and compared
+ * with the same sums in C; a size seen before reuses its entry; instances after the first share
+ * machine code. */
+static void test_sized_trace_runs_at_many_sizes(void **state) {
+  (void)state;
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(g_engine, "sized", &f));
+  int32_t index = -7;
+  assert_ok(dynamo_frame_add_sized(f, kSizedRows, (size_t)-1, &index));
+  assert_int_equal(index, 0);
+  assert_int_equal(dynamo_frame_num_sized(f), 1);
+  assert_int_equal(dynamo_frame_num_entries(f), 0);
+  const int rows[6] = {3, 70, 2, 7, 3, 130}, cols[6] = {5, 19, 2, 1023, 5, 33};
+  for (int k = 0; k < 6; ++k) {
+    int r = rows[k], c = cols[k];
+    float *x = malloc(sizeof(float) * (size_t)(r * c)), *y = malloc(sizeof(float) * (size_t)c);
+    for (int i = 0; i < r * c; ++i) x[i] = (float)((i * 7) % 11) - 5.0f;
+    for (int j = 0; j < c; ++j) y[j] = 0.25f * (float)j;
+    int64_t sx[2] = {r, c}, sy[1] = {c};
+    test_tensor tx, ty;
+    tt_init(&tx, x, kDLFloat, 32, 2, sx, NULL);
+    tt_init(&ty, y, kDLFloat, 32, 1, sy, NULL);
+    dynamo_arg args[2] = {arg_tensor(&tx), arg_tensor(&ty)};
+    dynamo_entry *entry = NULL;
+    char why[256];
+    assert_ok(dynamo_check_guards(f, args, 2, &entry, why, sizeof why));
+    /* (3, 5) comes twice: the second call finds the instance made by the first */
+    assert_int_equal(dynamo_frame_num_entries(f), (size_t)(k < 4 ? k + 1 : k));
+    if (k == 1) {
+      dynamo_entry_stats st;
+      memset(&st, 0, sizeof st);
+      st.struct_size = sizeof st;
+      assert_ok(dynamo_entry_get_stats(entry, &st));
+      assert_int_equal(st.shared_code, 1u);
+    }
+    DLManagedTensor *outs[2] = {NULL, NULL};
+    assert_ok(dynamo_entry_run_alloc(entry, args, 2, outs, 2));
+    assert_int_equal(outs[0]->dl_tensor.ndim, 1);
+    assert_int_equal(outs[0]->dl_tensor.shape[0], r);
+    assert_int_equal(outs[1]->dl_tensor.shape[0], (int64_t)r * c);
+    const float *mean = (const float *)outs[0]->dl_tensor.data, *flat = (const float *)outs[1]->dl_tensor.data;
+    for (int i = 0; i < r; ++i) {
+      double want = 0;
+      for (int j = 0; j < c; ++j) {
+        double v = 3.0 * x[i * c + j] + y[j];
+        want += v;
+        assert_true(fabs(flat[i * c + j] - v) < 1e-5);
+      }
+      assert_true(fabs(mean[i] - want / c) < 1e-4);
+    }
+    for (int o = 0; o < 2; ++o) outs[o]->deleter(outs[o]);
+    /* dynamo_frame_run with caller buffers takes the same instance */
+    float *m2 = malloc(sizeof(float) * (size_t)r), *f2 = malloc(sizeof(float) * (size_t)(r * c));
+    int64_t so[1] = {r}, sf[1] = {(int64_t)r * c};
+    test_tensor tm, tf;
+    tt_init(&tm, m2, kDLFloat, 32, 1, so, NULL);
+    tt_init(&tf, f2, kDLFloat, 32, 1, sf, NULL);
+    DLTensor dl[2] = {tm.dl, tf.dl};
+    assert_ok(dynamo_frame_run(f, args, 2, dl, 2));
+    assert_true(fabs(f2[r * c - 1] - (3.0 * x[r * c - 1] + y[c - 1])) < 1e-5);
+    free(m2);
+    free(f2);
+    free(x);
+    free(y);
+  }
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* Calls the relations refuse: each is a guard miss whose why text names the relation, and the
+ * process carries on (the next good call runs). */
+static void test_sized_trace_relations(void **state) {
+  (void)state;
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(g_engine, "sized-rel", &f));
+  assert_ok(dynamo_frame_add_sized(f, kSizedRows, (size_t)-1, NULL));
+  assert_ok(dynamo_frame_add_sized(f,
+                                   "trace @halves {\n"
+                                   "  %0 = input f32[s0,4]\n"
+                                   "  %1 = reshape(%0, [s0/2, 8]) : f32[s0/2,8]\n"
+                                   "  %2 = mul(%1, 2.0) : f32[s0/2,8]\n"
+                                   "  return %2\n"
+                                   "}\n",
+                                   (size_t)-1, NULL));
+  static float buf[64 * 64];
+  struct {
+    int ndx, ndy;
+    int64_t sx[2], sy[2];
+    const char *needle;
+  } cases[] = {
+      {2, 1, {3, 5}, {6}, "input 1's size 0 is 6, the sized trace has 5 = s1"},
+      {2, 1, {1, 5}, {5}, "s0 = input 0's size 0 is 1 (a size variable is at least 2"},
+      {2, 1, {4, 1}, {1}, "is 1 (a size variable is at least 2"},
+      {1, 1, {5}, {5}, "input 0 is not a tensor of rank 2"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; ++k) {
+    test_tensor tx, ty;
+    tt_init(&tx, buf, kDLFloat, 32, cases[k].ndx, cases[k].sx, NULL);
+    tt_init(&ty, buf, kDLFloat, 32, cases[k].ndy, cases[k].sy, NULL);
+    dynamo_arg args[2] = {arg_tensor(&tx), arg_tensor(&ty)};
+    dynamo_entry *entry = (dynamo_entry *)0x1;
+    char why[512];
+    assert_status_msg(dynamo_check_guards(f, args, 2, &entry, why, sizeof why), DYNAMO_ERR_GUARD_MISS,
+                      cases[k].needle);
+    assert_null(entry);
+    assert_non_null(strstr(why, "sized trace 0: "));
+    assert_non_null(strstr(why, "sized trace 1: the call has 2 argument(s)"));
+  }
+  /* the second sized trace: s0/2 at s0 = 5 is not whole; at 6 it runs */
+  int64_t s54[2] = {5, 4}, s64[2] = {6, 4};
+  test_tensor t5, t6;
+  tt_init(&t5, buf, kDLFloat, 32, 2, s54, NULL);
+  tt_init(&t6, buf, kDLFloat, 32, 2, s64, NULL);
+  dynamo_arg a5 = arg_tensor(&t5), a6 = arg_tensor(&t6);
+  dynamo_entry *entry = NULL;
+  assert_status_msg(dynamo_check_guards(f, &a5, 1, &entry, NULL, 0), DYNAMO_ERR_GUARD_MISS,
+                    "s0/2 is not a whole number at s0 = 5");
+  for (int i = 0; i < 24; ++i) buf[i] = (float)i;
+  assert_ok(dynamo_check_guards(f, &a6, 1, &entry, NULL, 0));
+  DLManagedTensor *out = NULL;
+  assert_ok(dynamo_entry_run_alloc(entry, &a6, 1, &out, 1));
+  assert_int_equal(out->dl_tensor.shape[0], 3);
+  assert_int_equal(out->dl_tensor.shape[1], 8);
+  assert_true(((const float *)out->dl_tensor.data)[23] == 46.0f);
+  out->deleter(out);
+  /* a wrong dtype binds the sizes, but the instance's guards refuse it (said once, not recompiled) */
+  int32_t ibuf[24];
+  test_tensor ti;
+  tt_init(&ti, ibuf, kDLInt, 32, 2, s64, NULL);
+  dynamo_arg ai = arg_tensor(&ti);
+  size_t before = dynamo_frame_num_entries(f);
+  assert_status_msg(dynamo_check_guards(f, &ai, 1, &entry, NULL, 0), DYNAMO_ERR_GUARD_MISS, "dtype");
+  assert_status_msg(dynamo_check_guards(f, &ai, 1, &entry, NULL, 0), DYNAMO_ERR_GUARD_MISS, "refused the call before");
+  assert_int_equal(dynamo_frame_num_entries(f), before);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
+/* Malformed sized traces fail when added, naming the problem; bad handles and NULLs too. */
+static void test_sized_trace_bad_input(void **state) {
+  (void)state;
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(g_engine, "sized-bad", &f));
+  struct {
+    const char *text;
+    dynamo_status want;
+    const char *needle;
+  } bad[] = {
+      {"trace @t {\n  %0 = input f32[4]\n  %1 = mul(%0, 2.0) : f32[4]\n  return %1\n}\n", DYNAMO_ERR_PARSE,
+       "no size variable"},
+      {"trace @t {\n  %0 = input f32[s0]\n  %1 = reshape(%0, [s1, 1]) : f32[s1,1]\n  return %1\n}\n", DYNAMO_ERR_PARSE,
+       "s1 is not the size of any input dimension"},
+      {"trace @t {\n  %0 = input f32[s9]\n  return %0\n}\n", DYNAMO_ERR_PARSE, "variables are s0..s7"},
+      {"trace @t {\n  %0 = input f32[s0,2]\n  %1 = reshape(%0, [s0/0]) : f32[s0/0]\n  return %1\n}\n",
+       DYNAMO_ERR_PARSE, "divides by zero"},
+      {"trace @t {\n  %0 = input f32[s0,4]\n  %1 = mul(%0, 3.0) : f32[s0,5]\n  return %1\n}\n", DYNAMO_ERR_VERIFY,
+       "checked at s0 = 2"},
+      {"trace @t {\n  %0 = input f32[s0,x]\n  return %0\n}\n", DYNAMO_ERR_PARSE, "neither a number nor a size"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
+    int32_t index = 5;
+    assert_status_msg(dynamo_frame_add_sized(f, bad[k].text, (size_t)-1, &index), bad[k].want, bad[k].needle);
+    assert_int_equal(index, -1);
+  }
+  assert_int_equal(dynamo_frame_num_sized(f), 0);
+  assert_status_msg(dynamo_frame_add_sized(NULL, kSizedRows, (size_t)-1, NULL), DYNAMO_ERR_INVALID_ARGUMENT,
+                    "frame is NULL");
+  assert_status_msg(dynamo_frame_add_sized(f, NULL, 0, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "text is NULL");
+  /* len counts bytes: the text cut before its end does not parse */
+  assert_true(dynamo_frame_add_sized(f, kSizedRows, 40, NULL) != DYNAMO_OK);
+  assert_int_equal(dynamo_frame_num_sized(NULL), 0);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_status_msg(dynamo_frame_add_sized(f, kSizedRows, (size_t)-1, NULL), DYNAMO_ERR_INVALID_HANDLE,
+                    "not a live handle");
+}
+
 /* -- Running: happy path -------------------------------------------------------------------- */
 
 /* Compiles `text` (a trace of f32[2,3] and f32[3,2] inputs, one f32[2,2] output), runs it `runs`
@@ -1514,6 +1702,9 @@ int main(void) {
       cmocka_unit_test(test_entry_output_info_bad_args),
       cmocka_unit_test(test_entry_get_stats_bad_args),
       cmocka_unit_test(test_same_program_at_other_sizes_shares_code),
+      cmocka_unit_test(test_sized_trace_runs_at_many_sizes),
+      cmocka_unit_test(test_sized_trace_relations),
+      cmocka_unit_test(test_sized_trace_bad_input),
       cmocka_unit_test(test_entry_run_happy_path),
       cmocka_unit_test(test_deep_chain_compiles),
       cmocka_unit_test(test_log1p_of_huge_values),
