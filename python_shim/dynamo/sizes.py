@@ -24,8 +24,11 @@ Why an instance computes what the program would:
     whatever the size), so a clamp such as x[:, :100] stays a constant;
   * a size variable is at least 2 in the samples and in every instance (0 and 1 change
     broadcasting, squeeze and strides): those sizes get traces of their own;
-  * the samples must tell the variables apart: no two products of their ratios are equal (two
-    lengths doubling together, or batch x2 with length /2, leave the traces apart).
+  * the samples must tell the variables apart: no two products of their ratios are equal (batch
+    x2 with length /2 leaves the traces apart). Input dims that changed by the same ratio are
+    one variable (a dim equal to it, or a fixed multiple of it: y of 5 * n elements viewed as
+    [n, 5]); an instance serves only calls in that relation, and every input dim that follows a
+    variable is at least 2 there.
 """
 import re
 from fractions import Fraction
@@ -180,6 +183,8 @@ class Family:
             if v.denominator != 1:
                 return None, f"a size of the trace would be {v} (not a whole number)"
             v = int(v)
+            if kind[0] == DIM and any(expr[1]) and v < 2:
+                return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least 2)"
             if kind[0] in (DIM, STRIDE):
                 t = inputs[kind[1]]
                 actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
@@ -212,11 +217,15 @@ class Family:
                 continue
             if a < 2 or b < 2:
                 return None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= 2)"
+            # dims that changed by the same ratio are one variable: those equal to it are it,
+            # the others a multiple of it (y of 5 * n elements viewed as [n, 5])
             key = (a, b)
-            if key not in new:
+            same = [i for i, (a0, b0) in enumerate(new) if Fraction(b0, a0) == Fraction(b, a)]
+            if not same:
                 new.append(key)
-                new_dims.append([])
-            new_dims[new.index(key)].append((kind[1], kind[2]))
+                new_dims.append([(kind[1], kind[2])])
+            elif new[same[0]] == key:
+                new_dims[same[0]].append((kind[1], kind[2]))
         if not new:
             return None, "no input size changed"
         nvars = len(self.variables) + len(new)

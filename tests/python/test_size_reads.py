@@ -134,3 +134,68 @@ def test_explain_says_where_the_size_was_used():
         opt(torch.randn(n, 2))
     text = str(dynamo.explain(opt, torch.randn(4, 2)))
     assert "size used as a number in Python at test_size_reads.py" in text and "a[0].size(0)" in text, text
+
+
+def test_matmul_and_bmm_over_both_sizes():
+    w = torch.randn(16, 12)
+
+    def f(x):
+        b, t, _ = x.shape
+        y = (x @ w).relu()                        # [b, t, 12]
+        att = torch.bmm(y, y.transpose(1, 2))     # [b, t, t]
+        return att.softmax(-1) @ y, y.reshape(b * t, 12).sum(0)
+
+    pairs = [(2, 5), (3, 9), (4, 7), (2, 13), (5, 3), (6, 6)]
+    c = sweep(f, lambda p: (torch.randn(p[0], p[1], 16),), pairs, atol=1e-4, rtol=1e-4)
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 4, c
+
+
+def test_in_place_write_sized_by_python():
+    def f(x, y):
+        n = x.size(0)
+        x.add_(y.view(n, 5))  # n only shapes the view
+        return x.sum(1)
+
+    def make(n):
+        return torch.randn(n, 5), torch.randn(n * 5)
+
+    opt = dynamo.optimize(f)
+    for n in [2, 4, 6, 9]:
+        x, y = make(n)
+        x2 = x.clone()
+        torch.testing.assert_close(opt(x, y), f(x2, y))
+        torch.testing.assert_close(x, x2)
+    assert dynamo.counters()["size_instances"] == 2, dynamo.counters()
+
+
+def test_side_exits_at_many_sizes():
+    """A data-dependent branch (a side exit) at each size: such traces do not join families,
+    and every call, on either side of the branch, matches eager."""
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y.view(x.size(0), -1).relu()
+        return y - 1
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in [2, 3, 5, 8, 3, 5]:
+            for sign in (1, -1):
+                x = sign * (torch.rand(n, 4) + 0.1)
+                torch.testing.assert_close(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["size_instances"] == 0 and c["eager_runs"] == 0, c
+
+
+def test_dims_in_step_then_apart():
+    """Batch and length double together: one variable with the length a multiple of it; a call
+    outside that relation is recorded and pairs with an earlier trace into a family of two
+    variables. Every call matches eager."""
+    lin = torch.nn.Linear(6, 6)
+
+    def f(x):
+        return lin(x).softmax(-1).sum(1)
+
+    pairs = [(2, 4), (4, 8), (8, 16), (3, 8), (5, 7), (6, 11), (3, 6)]
+    c = sweep(f, lambda p: (torch.randn(p[0], p[1], 6),), pairs, atol=1e-5, rtol=1e-4)
+    assert c["traces_compiled"] == 3 and c["size_instances"] == 4, c
