@@ -11,6 +11,6 @@ dynamo.config holds the knobs; dynamo.native is the thin binding of the C API.
 """
 from ._capi import DynamoError, ABI_VERSION  # noqa: F401
 from . import config, native  # noqa: F401
-from .api import counters, disable, explain, optimize, report, reset  # noqa: F401
+from .api import counters, disable, explain, mark_dynamic, optimize, report, reset  # noqa: F401
 
 __version__ = "0.1.0"

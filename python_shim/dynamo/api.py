@@ -4,6 +4,8 @@ Here rather than in frontend.py because `optimize()` with no argument is the fra
 block (hook.py), which in turn optimizes the frames it sees through frontend.py: the package's
 modules import one another in one direction only (tests/python/test_interpreter_layout.py).
 """
+import torch
+
 from . import frontend, hook
 from .explain import explain, report  # noqa: F401 -- dynamo.explain, dynamo.report
 from .frontend import disable  # noqa: F401 -- dynamo.disable
@@ -27,6 +29,23 @@ def optimize(fn_or_module=None, *, nopython=False):
         frontend._load_library()
         return hook.OptimizeContext(nopython=nopython)
     return frontend.optimize(fn_or_module, nopython=nopython)
+
+
+def mark_dynamic(t, *dims):
+    """Marks dims of tensor t as sizes that change between calls (as PyTorch 2's mark_dynamic).
+    Sizes become variables of a size family after two recordings anyway (dynamo.config.dynamic
+    None, the default); the mark matters with config.dynamic = False, where only marked dims
+    may vary in a family, and it makes dynamo say once on stderr why a recording with marked
+    dims joined no family. Returns t."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_dynamic: expected a tensor, got {type(t).__name__}")
+    norm = set(getattr(t, "_dynamo_dynamic", ()))
+    for d in dims:
+        if type(d) is not int or not -t.dim() <= d < max(t.dim(), 1):
+            raise IndexError(f"mark_dynamic: dim {d!r} is out of range for a tensor of {t.dim()} dims")
+        norm.add(d % t.dim())
+    t._dynamo_dynamic = frozenset(norm)
+    return t
 
 
 def reset():

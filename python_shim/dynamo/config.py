@@ -50,8 +50,9 @@ dynamic        None (default, automatic) or True: a Python float or int passed a
                by value as before. Tensor sizes: the first trace is specialized; a second
                recording of the same program at other sizes makes a size family whose instances
                serve further sizes without a recording (sizes.py; sizes of 0 and 1, and programs
-               that read a size in Python, stay specialized). False: every number is a guarded
-               constant and every shape its own recording.
+               that use a size as a number in Python, stay specialized). False: every number is a
+               guarded constant and every shape its own recording, except dims marked with
+               dynamo.mark_dynamic(x, dim), which a size family may still vary.
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
                that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.

@@ -61,6 +61,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self._call_key = None     # shape_key of the call being recorded or loaded from the store
         self.compiled = []
         self.families = []        # sizes.Family: traces serving other sizes without a recording
+        self._warned_marks = False  # said once why dims marked dynamic got no size family
         self.attempts = []
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
@@ -137,7 +138,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 for i, c in enumerate(self.compiled):
                     why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
                     log("guards", f"{self.name}: trace {i} rejected the call: {why}")
-        if self.families and config.dynamic is not False and self.disabled_reason is None:
+        if self.families and self.disabled_reason is None:
             result = self._from_family(fn, args, kwargs)
             if result is not MISS:
                 return result
@@ -471,6 +472,7 @@ class OptimizedFunction(TraceTree, BackOff):
         bump("traces_compiled")
         if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
             c.size_fixed = dict(interp.size_fixed)
+            c.dynamic_marks = _marks(rec)
             self._join_family(c, interp.size_read)
         if storable and self._recording_where is not None:
             try:
@@ -488,10 +490,11 @@ class OptimizedFunction(TraceTree, BackOff):
         """After recording root trace c: with an earlier trace of the same program at other sizes
         (or a family of them), a family that serves further sizes without recording (sizes.py)."""
         c.size_read = size_read
-        if config.dynamic is False:
+        marks = c.dynamic_marks
+        if config.dynamic is False and not marks:
             return
         if size_read is not None:
-            log("recompiles", f"{self.name}: the trace serves its own sizes only: the program read {size_read}")
+            self._family_refused(c, f"the trace serves its own sizes only: the program read {size_read}")
             return
         why = None
         for k, fam in enumerate(self.families):
@@ -499,6 +502,9 @@ class OptimizedFunction(TraceTree, BackOff):
                 continue
             wide, why = fam.widened(c)
             if wide is not None:
+                why = _outside_marks(wide, marks)
+                if why is not None:
+                    continue
                 wide.instances = fam.instances
                 self.families[k] = wide
                 log("recompiles", f"{self.name}: size family widened by this trace: {wide.describe()}")
@@ -512,12 +518,25 @@ class OptimizedFunction(TraceTree, BackOff):
             except Exception as e:  # noqa: BLE001 -- only later calls' speed depends on it
                 fam, why = None, f"{type(e).__name__}: {e}"
             if fam is not None:
+                why = _outside_marks(fam, marks)
+                if why is not None:
+                    fam = None
+                    continue
                 self.families.append(fam)
                 log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p)}: "
                                   f"{fam.describe()}; other sizes of it compile without a recording")
                 return
         if why is not None:
-            log("recompiles", f"{self.name}: no size family with the earlier traces: {why}")
+            self._family_refused(c, f"no size family with the earlier traces: {why}")
+
+    def _family_refused(self, c, why):
+        """Says why trace c joined no size family: DYNAMO_LOG=recompiles, and once on stderr
+        when the call's tensors had dims marked dynamic (dynamo.mark_dynamic)."""
+        log("recompiles", f"{self.name}: {why}")
+        if c.dynamic_marks and not self._warned_marks:
+            self._warned_marks = True
+            print(f"dynamo: {self.name}: dims marked dynamic, but the trace serves its own sizes: {why}",
+                  file=sys.stderr)
 
     def _inherit_choices(self, fam, entry):
         """A new instance takes what the family's newest member (an instance or the trace it was
@@ -634,6 +653,28 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _marks(rec):
+    """{input slot: dims} marked dynamic (dynamo.mark_dynamic) on a recording's tensor inputs."""
+    out = {}
+    for slot, t in rec.input_tensors:
+        dims = getattr(t, "_dynamo_dynamic", None)
+        if dims:
+            out[slot] = frozenset(dims)
+    return out
+
+
+def _outside_marks(fam, marks):
+    """With config.dynamic False, a family may vary only dims marked dynamic: None when it does,
+    else why not."""
+    if config.dynamic is not False:
+        return None
+    for k, dims in enumerate(fam.variables):
+        for slot, d in dims:
+            if d not in marks.get(slot, ()):
+                return f"input {slot}'s size {d} changed but is not marked dynamic (config.dynamic is False)"
+    return None
 
 
 def _code_note(stats):

@@ -255,7 +255,9 @@ class Family:
                         fit = k
                         break
             if fit is None:
-                return None, f"integer {j} of the text ({kind[0]}) follows no product of the sizes"
+                fixed = getattr(self.proto, "size_fixed", None)
+                hint = f" (the program used a size as a number in Python at {min(fixed.values())})" if fixed else ""
+                return None, f"integer {j} of the text ({kind[0]}) follows no product of the sizes{hint}"
             if fit == ():
                 fit = (0,) * len(new)
             c1 = c0

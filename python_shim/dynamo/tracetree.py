@@ -82,6 +82,7 @@ class Compiled:
         self.family = None        # roots compiled from a size family (sizes.py) without a recording
         self.size_read = "?"      # where its recording read a tensor's size in Python (None: nowhere)
         self.size_fixed = {}      # (trace value, dim) -> where Python used that size as a number (sizeflow.py)
+        self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         if self.handle is not None:
             _compiled_by_entry[self.handle.value] = self

@@ -199,3 +199,43 @@ def test_dims_in_step_then_apart():
     pairs = [(2, 4), (4, 8), (8, 16), (3, 8), (5, 7), (6, 11), (3, 6)]
     c = sweep(f, lambda p: (torch.randn(p[0], p[1], 6),), pairs, atol=1e-5, rtol=1e-4)
     assert c["traces_compiled"] == 3 and c["size_instances"] == 4, c
+
+
+def test_mark_dynamic_under_dynamic_false():
+    """config.dynamic = False specializes every size, except dims marked dynamic: a family may
+    vary those (and only those)."""
+    def f(x):
+        return (x * 2).sum(-1)
+
+    old = dynamo.config.dynamic
+    dynamo.config.dynamic = False
+    try:
+        c = sweep(f, lambda n: (dynamo.mark_dynamic(torch.randn(n, 4), 0),), [2, 3, 5, 9])
+        assert counts(c) == (2, 2), c
+        dynamo.reset()
+        # dim 1 changes but only dim 0 is marked: every size recorded
+        c = sweep(f, lambda n: (dynamo.mark_dynamic(torch.randn(3, n), 0),), [2, 3, 5, 9])
+        assert counts(c) == (4, 0), c
+    finally:
+        dynamo.config.dynamic = old
+
+
+def test_mark_dynamic_says_why_no_family(capfd):
+    def f(x):
+        return x.new_ones(x.size(0) + 1)
+
+    opt = dynamo.optimize(f)
+    for n in (2, 3, 4):
+        torch.testing.assert_close(opt(dynamo.mark_dynamic(torch.randn(n, 2), 0)), f(torch.randn(n, 2)))
+    err = capfd.readouterr().err
+    assert err.count("dims marked dynamic, but the trace serves its own sizes") == 1, err
+    assert "as a number in Python" in err, err
+
+
+def test_mark_dynamic_bad_arguments():
+    with pytest.raises(TypeError):
+        dynamo.mark_dynamic([1, 2], 0)
+    with pytest.raises(IndexError):
+        dynamo.mark_dynamic(torch.randn(2, 3), 2)
+    t = dynamo.mark_dynamic(torch.randn(2, 3), -1, 0)
+    assert t._dynamo_dynamic == {0, 1}
