@@ -378,6 +378,7 @@ def size_sweep(name_what, model, inputs, reps):
     made before optimizing it in place), then timed over all shapes beside eager (fastest of reps
     sweeps each), and at a few shapes beside a trace specialized to that shape alone (a
     recording of its own, config.dynamic = False). Prints three lines; False if a check failed."""
+    import dynamo
     name, what = name_what
     dynamo.reset()
     eager = copy.deepcopy(model)
