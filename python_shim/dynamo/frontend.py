@@ -670,7 +670,7 @@ def _outside_marks(fam, marks):
     else why not."""
     if config.dynamic is not False:
         return None
-    for k, dims in enumerate(fam.variables):
+    for dims in fam.variables:
         for slot, d in dims:
             if d not in marks.get(slot, ()):
                 return f"input {slot}'s size {d} changed but is not marked dynamic (config.dynamic is False)"
