@@ -472,7 +472,7 @@ class OptimizedFunction(TraceTree, BackOff):
         bump("traces_compiled")
         if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
             c.size_fixed = dict(interp.size_fixed)
-            c.dynamic_marks = _marks(rec)
+            c.dynamic_marks = dict(rec.input_marks)
             self._join_family(c, interp.size_read)
         if storable and self._recording_where is not None:
             try:
@@ -653,16 +653,6 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
-
-
-def _marks(rec):
-    """{input slot: dims} marked dynamic (dynamo.mark_dynamic) on a recording's tensor inputs."""
-    out = {}
-    for slot, t in rec.input_tensors:
-        dims = getattr(t, "_dynamo_dynamic", None)
-        if dims:
-            out[slot] = frozenset(dims)
-    return out
 
 
 def _outside_marks(fam, marks):

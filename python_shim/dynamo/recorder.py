@@ -64,7 +64,7 @@ class Recorder(TorchDispatchMode):
         super().__init__()
         self.name = name
         self.inputs = []        # IR input declarations, in slot order
-        self.input_tensors = []  # (slot, tensor) of the tensor inputs, in slot order
+        self.input_marks = {}   # slot -> dims marked dynamic on that input (dynamo.mark_dynamic)
         self.lines = []         # IR instructions
         self.vals = {}          # id(tensor) -> IR value name
         self.keep = []          # tensors kept alive so that ids stay unique while recording
@@ -133,7 +133,9 @@ class Recorder(TorchDispatchMode):
         self.vals[id(t)] = name
         self.input_names.add(name)
         self.keep.append(t)
-        self.input_tensors.append((len(self.inputs) - 1, t))
+        marks = getattr(t, "_dynamo_dynamic", None)
+        if marks:
+            self.input_marks[len(self.inputs) - 1] = frozenset(marks)
         return True
 
     def scalar_input(self, expr, value):
