@@ -160,6 +160,16 @@ class SizeFlow:
                 elems = [_dims_of(p) for p in items]
                 return lambda: self._mark_top(f, elems=elems)
             return None
+        if op in ("LIST_APPEND", "LIST_EXTEND"):
+            return self._size_list_add(f, op, ins)
+        if op == "LIST_TO_TUPLE":
+            p = stack[-1]
+            if isinstance(p, _Sized) and p.elems is not None:
+                elems = p.elems
+                return lambda: self._mark_top(f, elems=elems)
+            return None
+        if op == "CALL_FUNCTION_EX":
+            return self._size_star_call(f, ins)
         if op == "RETURN_VALUE":
             if len(self.frames) <= 1:
                 self._fix(stack[-1:], f)  # the optimized function's result: its numbers are constants
@@ -245,6 +255,58 @@ class SizeFlow:
             return after
         self._fix(tracked, f)
         return None
+
+    def _size_list_add(self, f, op, ins):
+        """LIST_APPEND / LIST_EXTEND (a list being built: [*shape, n], comprehensions): the
+        list's pair carries the tracked elements it now holds."""
+        stack = f.stack
+        item, lst = stack[-1], stack[-1 - ins.arg]
+        if not isinstance(item, _Sized) and not isinstance(lst, _Sized):
+            return None
+        if type(lst[0]) is not list:
+            self._fix((item,), f)
+            return None
+        before = lst.elems if isinstance(lst, _Sized) and lst.elems is not None else (_NO_DIMS,) * len(lst[0])
+        if op == "LIST_APPEND":
+            added = (_dims_of(item),)
+        elif isinstance(item, _Sized) and item.elems is not None:
+            added = item.elems
+        elif type(item[0]) in (tuple, list, torch.Size) and not isinstance(item, _Sized):
+            added = (_NO_DIMS,) * len(item[0])
+        else:
+            self._fix((item,), f)
+            return None
+        elems, at = before + added, -ins.arg
+
+        def after():
+            p = f.stack[at]
+            if type(p[0]) is list and len(p[0]) == len(elems):
+                f.stack[at] = _Sized(p[0], elems=elems)
+                self._sized = True
+            else:
+                self._fix((_Sized(None, elems=elems),), f)
+        return after
+
+    def _size_star_call(self, f, ins):
+        """CALL_FUNCTION_EX: tracked numbers in the argument tuple go into a torch C function as
+        they are (x.view(*shape)); into anything else (its pairs are rebuilt) they are fixed."""
+        stack = f.stack
+        n = 3 if ins.arg & 1 else 2
+        if len(stack) < n:
+            return None
+        items = stack[len(stack) - n:]
+        tracked = [p for p in items if isinstance(p, _Sized)]
+        if not tracked:
+            return None
+        fn = items[0][0]
+        if ins.arg & 1 or isinstance(items[0], _Sized) or not _torch_c_callable(fn):
+            self._fix(tracked, f)
+            return None
+
+        def after():
+            if f.stack and not _tensors_only(f.stack[-1][0]):
+                self._fix(tracked, f)
+        return after
 
     def _origin_num(self, f, t, dims):
         name = self.rec.vals.get(id(t)) if self.recording else None

@@ -77,12 +77,15 @@ def test_rank_is_not_a_size():
 
 
 @pytest.mark.parametrize("use", ["branch", "plus", "math", "result", "closure", "range", "varargs", "dict",
-                                 "compare_shapes", "format", "floor_small"])
+                                 "compare_shapes", "format", "floor_small", "star_branch"])
 def test_size_used_as_a_number_keeps_traces_apart(use):
     """The size of the varying dimension decides something in Python: every size is recorded
     (and each result matches eager, Python numbers included)."""
     def helper(*args):
         return args[0] + 1
+
+    def pick(*args):  # reached through f(*shape): the pairs are rebuilt, so the call fixes them
+        return 2.0 if args[0] > 5 else 3.0
 
     def f(x):
         n = x.size(0)
@@ -106,6 +109,8 @@ def test_size_used_as_a_number_keeps_traces_apart(use):
             return x * 2 if x.shape == (6, 3) else x + 1
         if use == "format":
             return x * len(f"{n}")
+        if use == "star_branch":
+            return x * pick(*x.shape)
         return x.new_ones(n // 100 * 3 + 2)  # the same number at every size swept
 
     c = sweep(f, lambda n: (torch.randn(n, 3),), [2, 3, 6, 9, 12])
@@ -239,3 +244,16 @@ def test_mark_dynamic_bad_arguments():
         dynamo.mark_dynamic(torch.randn(2, 3), 2)
     t = dynamo.mark_dynamic(torch.randn(2, 3), -1, 0)
     assert t._dynamo_dynamic == {0, 1}
+
+
+def test_star_shapes_into_a_view():
+    """x.view(*x.shape[:-1], h, d) and a shape built with + then unpacked into view: the sizes
+    stay free (the list and tuple carry them)."""
+    def f(x):
+        y = x.view(*x.shape[:-1], 2, 4).transpose(-2, -3)
+        new = y.size()[:-2] + (y.size(-2) * 4,)
+        return y.contiguous().view(*new) * 2, [d * 2 for d in x.shape[:1]][0] * x[:, :1]
+
+    c = sweep(f, lambda n: (torch.randn(3, n, 8),), [2, 3, 5, 9])
+    # the comprehension's result multiplies a tensor: the number becomes an IR constant (fitted)
+    assert counts(c) == (2, 2), c
