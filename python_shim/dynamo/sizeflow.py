@@ -5,9 +5,9 @@ A size family (sizes.py) serves a program at sizes it was not recorded at. That 
 the Python code did the same at those sizes: nothing it decided may have depended on a size that
 changes. So a size read in Python -- `x.shape`, `x.size()`, `x.size(d)`, `len(x)`, `x.numel()` --
 is a *tracked* value: a stack pair (`_Sized`) that remembers which dimensions of which trace
-values it was computed from. While the program only moves it (locals, tuples, unpacking,
-indexing a shape with a constant), multiplies or divides it by plain numbers, or hands it to a
-torch operation (where it becomes an integer of the IR text, which the family fits and the
+values it was computed from. While the program only moves it (locals, tuples, lists built as
+`[*shape, n]`, unpacking, indexing a shape with a constant), multiplies or divides it by plain
+numbers, or hands it to a torch operation (also as `x.view(*shape)`) (where it becomes an integer of the IR text, which the family fits and the
 verifier checks), it stays tracked. Any other use -- a comparison, a branch, `+`/`-`, a builtin
 or math function, a container, a closure, the returned value -- *fixes* those dimensions: the
 family must then hold them constant (sizes.py refuses a family in which a fixed dimension
