@@ -803,7 +803,7 @@ class Interpreter(SizeFlow):
             handler = handlers.get(op)
             if handler is None:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
-            after = self._size_step(f, op, ins) if self.recording else None
+            after = self._size_step_safe(f, op, ins) if self.recording else None
             if after is None:
                 r = handler(self, f, ins)
             else:
@@ -811,7 +811,7 @@ class Interpreter(SizeFlow):
                     r = handler(self, f, ins)
                 finally:
                     self._origin = False
-                after()
+                self._size_after_safe(after)
             if r is not None:
                 return r[0]
 

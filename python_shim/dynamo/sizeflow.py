@@ -91,6 +91,26 @@ class SizeFlow:
         if self.size_read is None:
             self.size_read = f"{text} at {where}"
 
+    def _size_step_safe(self, f, op, ins):
+        """_size_step, with a failure of its own (never the program's) ending the following of
+        sizes: the trace then serves its own sizes only."""
+        try:
+            return self._size_step(f, op, ins)
+        except Exception as e:  # noqa: BLE001 -- dynamo's own error: sizes stay specialized
+            self._size_failed(e)
+            return None
+
+    def _size_after_safe(self, after):
+        try:
+            after()
+        except Exception as e:  # noqa: BLE001 -- as above
+            self._size_failed(e)
+
+    def _size_failed(self, e):
+        self._origin = False
+        if self.size_read is None:
+            self.size_read = f"a size while following it failed inside dynamo ({type(e).__name__}: {e})"
+
     def _fix(self, pairs, f):
         """The tracked values among pairs are used as numbers: their dimensions stay constant."""
         for p in pairs:

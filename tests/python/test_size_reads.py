@@ -257,3 +257,22 @@ def test_star_shapes_into_a_view():
     c = sweep(f, lambda n: (torch.randn(3, n, 8),), [2, 3, 5, 9])
     # the comprehension's result multiplies a tensor: the number becomes an IR constant (fitted)
     assert counts(c) == (2, 2), c
+
+
+def test_a_failure_while_following_sizes_is_not_the_programs(monkeypatch):
+    """dynamo's own error in following a size never reaches the program: the call is right and
+    the trace keeps its own sizes."""
+    from dynamo import sizeflow
+
+    def broken(self, f, op, ins):
+        if op == "CALL":
+            raise KeyError("injected")
+        return None
+
+    monkeypatch.setattr(sizeflow.SizeFlow, "_size_step", broken)
+
+    def f(x):
+        return x.view(x.size(0), -1) * 2
+
+    c = sweep(f, lambda n: (torch.randn(n, 2, 2),), [2, 3, 5])
+    assert c["size_instances"] == 0 and c["eager_runs"] == 0 and c["traces_compiled"] == 3, c
