@@ -263,6 +263,9 @@ class SizeFlow:
         if fn in (tuple, list, torch.Size) and len(args) == 1 and args[0].elems is not None:
             elems = args[0].elems
             return lambda: self._mark_top(f, elems=elems)
+        if fn in (torch.tensor, torch.as_tensor, torch.scalar_tensor):
+            self._fix(tracked, f)  # data made from the numbers: a constant of the trace
+            return None
         code = _python_code(fn)
         if code is not None:
             if code.co_flags & (CO_VARARGS | CO_VARKEYWORDS):

@@ -77,7 +77,7 @@ def test_rank_is_not_a_size():
 
 
 @pytest.mark.parametrize("use", ["branch", "plus", "math", "result", "closure", "range", "varargs", "dict",
-                                 "compare_shapes", "format", "floor_small", "star_branch"])
+                                 "compare_shapes", "format", "floor_small", "star_branch", "data"])
 def test_size_used_as_a_number_keeps_traces_apart(use):
     """The size of the varying dimension decides something in Python: every size is recorded
     (and each result matches eager, Python numbers included)."""
@@ -111,6 +111,8 @@ def test_size_used_as_a_number_keeps_traces_apart(use):
             return x * len(f"{n}")
         if use == "star_branch":
             return x * pick(*x.shape)
+        if use == "data":
+            return x * torch.tensor([n, 1.0]).sum()
         return x.new_ones(n // 100 * 3 + 2)  # the same number at every size swept
 
     c = sweep(f, lambda n: (torch.randn(n, 3),), [2, 3, 6, 9, 12])
