@@ -3,7 +3,7 @@ import ctypes
 import os
 
 ABI_VERSION = 1
-ABI_MINOR = 1      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
+ABI_MINOR = 3      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
 DYNAMO_DL_BOOL = 6
 
 
@@ -168,6 +168,8 @@ def _declare(lib):
         "dynamo_frame_destroy": (st, [P]),
         "dynamo_frame_num_entries": (ctypes.c_size_t, [P]),
         "dynamo_compile_frame": (st, [P, P, ctypes.POINTER(P)]),
+        "dynamo_frame_add_sized": (st, [P, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32)]),
+        "dynamo_frame_num_sized": (ctypes.c_size_t, [P]),
         "dynamo_check_guards": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(P),
                                      ctypes.c_char_p, ctypes.c_size_t]),
         "dynamo_entry_run": (st, [P, ctypes.POINTER(DynamoArg), ctypes.c_size_t, ctypes.POINTER(DLTensor),

@@ -220,6 +220,18 @@ class Frame:
         _check(lib().dynamo_compile_frame(self.handle, trace.handle, ctypes.byref(e)))
         return Entry(e)
 
+    def add_sized(self, text):
+        """Adds IR text whose sizes may be products of the size variables s0..s7 as a sized trace
+        (dynamo_frame_add_sized): a later run at sizes no entry takes compiles it at those sizes.
+        Returns its index in the frame."""
+        data = text.encode()
+        index = ctypes.c_int32(-1)
+        _check(lib().dynamo_frame_add_sized(self.handle, data, len(data), ctypes.byref(index)))
+        return index.value
+
+    def num_entries(self):
+        return lib().dynamo_frame_num_entries(self.handle)
+
     def run(self, *values):
         """Checks guards and runs; returns a list of tensors. Fresh outputs are allocated by the
         engine (recycled memory, handed over through DLPack); outputs that alias an input are

@@ -154,3 +154,29 @@ def test_bfloat16_rounding_matches_atens_bit_for_bit(frame):
     for got, want in ((b, x.to(torch.bfloat16)), (s, x.to(torch.bfloat16) * 2)):
         same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
         assert bool(same.all()), int((~same).sum())
+
+
+def test_sized_trace_through_the_binding(frame):
+    """One text with size variables serves every row count >= 2 (an instance per size, found
+    by the next call at that size); a call that breaks the relation says which."""
+    idx = frame.add_sized("trace @rows {\n"
+                          "  %0 = input f32[s0,16]\n"
+                          "  %1 = input f32[16,s1]\n"
+                          "  %2 = extern aten::mm(%0, %1) : f32[s0,s1]\n"
+                          "  %3 = gelu(%2) : f32[s0,s1]\n"
+                          "  %4 = reshape(%3, [s0*s1]) : f32[s0*s1]\n"
+                          "  return %4\n"
+                          "}\n")
+    assert idx == 0
+    w = {m: torch.randn(16, m) for m in (3, 8)}
+    for n, m in [(2, 3), (7, 8), (1023, 3), (7, 8)]:
+        x = torch.randn(n, 16)
+        (out,) = frame.run(x, w[m])
+        torch.testing.assert_close(out, torch.nn.functional.gelu(x @ w[m]).reshape(-1), atol=1e-5, rtol=1e-4)
+    assert frame.num_entries() == 3
+    with pytest.raises(DynamoError) as e:
+        frame.run(torch.randn(1, 16), w[3])
+    assert "sized trace 0: s0 = input 0's size 0 is 1 (a size variable is at least 2" in str(e.value)
+    with pytest.raises(DynamoError) as e:
+        frame.add_sized("trace @t {\n  %0 = input f32[4]\n  return %0\n}\n")
+    assert e.value.status == "DYNAMO_ERR_PARSE" and "no size variable" in str(e.value)
