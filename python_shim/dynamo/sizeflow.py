@@ -109,7 +109,7 @@ class SizeFlow:
     def _size_failed(self, e):
         self._origin = False
         if self.size_read is None:
-            self.size_read = f"a size while following it failed inside dynamo ({type(e).__name__}: {e})"
+            self.size_read = f"a size (following it failed inside dynamo: {type(e).__name__}: {e})"
 
     def _fix(self, pairs, f):
         """The tracked values among pairs are used as numbers: their dimensions stay constant."""
