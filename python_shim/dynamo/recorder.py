@@ -455,6 +455,7 @@ class Recorder(TorchDispatchMode):
                     self._note_view(o, v, func, vals)
 
     def _extern(self, func, vals, outs, types=None):
+        vals = _scale_as_size(func, vals, outs)
         ops = ", ".join(self._operand(v) for v in vals)
         types = types or ", ".join(type_text(o) for o in outs)
         names = [self._new() for _ in outs]
@@ -727,6 +728,33 @@ class Recorder(TorchDispatchMode):
     def text(self, outputs):
         return "trace @%s {\n%s\n  return %s\n}\n" % (
             self.name, "\n".join(self.inputs + self.lines), ", ".join(outputs))
+
+
+_UPSAMPLE_VEC = {getattr(_aten, n).vec for n in (
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d",
+    "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+    "_upsample_nearest_exact3d") if hasattr(getattr(_aten, n, None), "vec")}
+
+
+def _scale_as_size(func, vals, outs):
+    """An upsample's scale_factors (a float list the IR has no operand for) written as the output
+    size they gave, when that is exact: ATen maps output to input coordinates by 1 / scale when
+    given a scale and by in / out when given a size, and the two are the same double whenever
+    in / out == 1 / scale (F.interpolate(x, scale_factor=2): every size). Otherwise unchanged."""
+    if func not in _UPSAMPLE_VEC or len(vals) < 3 or vals[1] is not None or not vals[-1]:
+        return vals
+    x, scales = vals[0], vals[-1]
+    out = outs[0] if outs else None
+    if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor) or \
+            len(scales) != x.dim() - 2 or not all(type(f) is float and f > 0 for f in scales):
+        return vals
+    size = []
+    for n, f, got in zip(x.shape[2:], scales, out.shape[2:]):
+        m = int(n * f)
+        if m != got or m == 0 or n / m != 1.0 / f:
+            return vals
+        size.append(m)
+    return [x, size] + list(vals[2:-1]) + [None]
 
 
 def _complex_among(args, out):
