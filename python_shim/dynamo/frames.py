@@ -26,6 +26,21 @@ def plain_class(cls):
     return cls.__init__ is object.__init__ or isinstance(cls.__init__, types.FunctionType)
 
 
+def is_torch_callable(fn):
+    """A callable of torch's: a function or class of a torch module, a tensor's method, or a
+    builtin of torch's C modules (the interpreter calls these for real; their ATen ops are
+    recorded). Of torch's classes only torch.Size counts."""
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "torch" or mod.startswith("torch."):
+        return not isinstance(fn, type) or fn is torch.Size
+    self_ = getattr(fn, "__self__", None)
+    if isinstance(self_, torch.Tensor):
+        return True
+    if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
+        return True
+    return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
+
+
 class SourcedIter:
     """Iteration over a sourced list/tuple: elements keep their sources (and guards). Over a
     list (`seq`, read from `src`) it is live, as CPython's list iterator: element i is read when

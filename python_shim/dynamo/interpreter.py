@@ -37,7 +37,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from . import config, snapshot
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
-from .frames import NoSnapshot, SourcedIter as _SourcedIter, plain_class as _plain_class
+from .frames import NoSnapshot, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
+from .frames import plain_class as _plain_class
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
 from .recorder import Recorder
 from .sizeflow import SizeFlow
@@ -142,18 +143,6 @@ def unsupported_reason(code, top=False):
     if top and code.co_flags & CO_GENERATOR:
         return "a generator function (its body runs when the caller iterates, after the call)"
     return _Code.of(code).unsupported
-
-
-def _is_torch_callable(fn):
-    mod = getattr(fn, "__module__", None) or ""
-    if mod == "torch" or mod.startswith("torch."):
-        return not isinstance(fn, type) or fn is torch.Size
-    self_ = getattr(fn, "__self__", None)
-    if isinstance(self_, torch.Tensor):
-        return True
-    if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
-        return True
-    return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
 
 
 _FROM_DATA = {torch.tensor, torch.as_tensor}

@@ -23,7 +23,7 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 import torch
 
 from . import snapshot
-from .frames import NULL as _NULL
+from .frames import NULL as _NULL, is_torch_callable
 
 # bytecodes that only move stack values (a tracked value passes through unchanged)
 _MOVES = frozenset(("LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
@@ -381,18 +381,9 @@ def _python_code(fn):
 
 
 def _torch_c_callable(fn):
-    """A torch function or tensor method implemented in C (its ATen ops are recorded)."""
-    if isinstance(fn, (types.FunctionType, types.MethodType)):
-        return False
-    mod = getattr(fn, "__module__", None) or ""
-    if mod == "torch" or mod.startswith("torch."):
-        return not isinstance(fn, type)
-    self_ = getattr(fn, "__self__", None)
-    if isinstance(self_, torch.Tensor):
-        return True
-    if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
-        return True
-    return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")
+    """A torch function or tensor method implemented in C (its ATen ops are recorded): not a
+    Python function (those are inlined) nor a class."""
+    return not isinstance(fn, (types.FunctionType, types.MethodType, type)) and is_torch_callable(fn)
 
 
 def _tensors_only(v):
