@@ -198,7 +198,8 @@ DYNAMO_API dynamo_status dynamo_compile_frame(dynamo_frame *frame, const dynamo_
  * The text is checked when added: parsed and verified with every variable at twice the
  * divisors' least common multiple (DYNAMO_ERR_PARSE or DYNAMO_ERR_VERIFY naming the sizes; a
  * variable no input's dim is, or a text without variables, is DYNAMO_ERR_PARSE). len: bytes of
- * text, or (size_t)-1 when NUL-terminated. *out_index (may be NULL): its index in the frame.
+ * text, or (size_t)-1 when NUL-terminated; text: borrowed (copied). *out_index (may be NULL): its
+ * index in the frame, -1 on failure. NULL frame or text: DYNAMO_ERR_INVALID_ARGUMENT.
  * Since DYNAMO_ABI_MINOR 3. */
 DYNAMO_API dynamo_status dynamo_frame_add_sized(dynamo_frame *frame, const char *text, size_t len,
                                                 int32_t *out_index);
