@@ -419,7 +419,7 @@ std::string entry_choices(const Entry &en) {
   for (size_t k = 0; k < en.externs->ops.size(); ++k) {
     if (const auto &c = en.externs->convs[k]) {
       std::string ch = conv_step_choice(*c);
-      if (ch != "timing") add(k, ch == "onednn" ? "onednn" : "aten");
+      if (ch != "timing") add(k, ch == "onednn" || ch == "winograd" ? ch.c_str() : "aten");
     } else if (const auto &g = en.externs->gemms[k]) {
       std::lock_guard<std::mutex> l(g->mu);
       if (g->mode != GemmStep::Timing) add(k, g->mode == GemmStep::Own ? "own" : "blas");
@@ -447,10 +447,10 @@ bool set_entry_choices(const Entry &en, const std::string &text, std::string *wh
       return false;
     }
     bool conv = en.externs->convs[k] != nullptr, gemm = en.externs->gemms[k] != nullptr;
-    bool fits = conv ? (choice == "onednn" || choice == "aten") : gemm ? (choice == "own" || choice == "blas") : false;
+    bool fits = conv ? (choice == "onednn" || choice == "winograd" || choice == "aten") : gemm ? (choice == "own" || choice == "blas") : false;
     if (!fits) {
       *why = "step " + std::to_string(k) + " (" + en.plan.externs[k].callee + ") cannot take '" + choice + "'" +
-             (conv ? " (a convolution: onednn or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
+             (conv ? " (a convolution: onednn, winograd or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
       return false;
     }
     picks.push_back({(size_t)k, choice});

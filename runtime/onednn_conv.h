@@ -2,8 +2,9 @@
 // the library LibTorch itself uses only for some shapes: at batch 1 with small images LibTorch
 // takes its im2col + GEMM path (thnn), several times slower than oneDNN's direct kernels.
 // One ConvStep per extern step of an entry: the primitive is built once (shapes are static in a
-// trace), and the step times both paths on its first calls and keeps the faster one
-// (DYNAMO_CONV=onednn or aten, read when an entry is compiled, decides instead).
+// trace), and the step times LibTorch, oneDNN's direct kernel and (3x3, stride 1) its Winograd
+// kernel on its first calls and keeps the fastest (DYNAMO_CONV=onednn, winograd or aten, read
+// when an entry is compiled, decides instead; DYNAMO_CONV_WINOGRAD=0 leaves Winograd out).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,12 +29,13 @@ std::shared_ptr<ConvStep> conv_step_for(const std::string &callee);
 void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_version,
               const std::function<at::Tensor()> &aten, at::Tensor *out);
 
-// What the step chose, for logs and tests: "onednn", "aten", "timing" (not decided yet), or
-// "aten (why oneDNN does not apply)".
+// What the step chose, for logs and tests: "onednn" (the direct kernel), "winograd", "aten",
+// "timing" (not decided yet), or "aten (why oneDNN does not apply)".
 std::string conv_step_choice(const ConvStep &s);
 
-// Sets the step's path as a measurement made earlier (another process) chose it: "onednn" or
-// "aten"; false for any other text. A oneDNN step that then fails still falls back to LibTorch.
+// Sets the step's path as a measurement made earlier (another process) chose it: "onednn",
+// "winograd" (the direct kernel where this process's oneDNN has none) or "aten"; false for any
+// other text. A oneDNN step that then fails still falls back to LibTorch.
 bool conv_step_choose(ConvStep &s, const std::string &choice);
 
 }  // namespace dynamo::runtime

@@ -1,8 +1,10 @@
 """Convolutions through oneDNN (runtime/onednn_conv.cpp) and eval-mode batch norm decomposed into
 fused pointwise ops (jit/decompose.cpp), compared with eager on every call.
 
-Each case is called several times: the first calls run both oneDNN and LibTorch (the step
-measures which is faster), later calls only the chosen one, so both paths are compared. The
+Each case is called several times: the first calls run LibTorch, oneDNN's direct kernel and
+(3x3, stride 1, multiples of 16 channels) its Winograd kernel (the step measures which is
+fastest), later calls only the chosen one, so every path is compared; each path is also forced
+(DYNAMO_CONV). The
 reordered weights are reused across calls, so the cases that change a weight between calls
 (in place, through `.data`, by a new Parameter at a freed one's address) check that the
 change is seen."""
@@ -69,7 +71,44 @@ def test_conv_of_non_contiguous_input(conv_path):
     compare(f, lambda: (torch.randn(1, 9, 6, 13).transpose(1, 2),))
 
 
-@pytest.fixture(params=["auto", "onednn", "aten"])
+WINOGRAD_CONVS = [  # shapes oneDNN has a Winograd kernel for: 3x3, stride 1, channels in 16s
+    ((1, 16, 7, 7), (16, 16, 3, 3), dict(padding=1)),
+    ((3, 32, 13, 11), (48, 32, 3, 3), dict(padding=1)),                  # odd sizes, batch 3
+    ((2, 16, 5, 9), (32, 16, 3, 3), dict()),                             # no padding
+    ((1, 16, 1, 1), (16, 16, 3, 3), dict(padding=1)),                    # one pixel
+    ((1, 16, 2, 67), (32, 16, 3, 3), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", WINOGRAD_CONVS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_winograd_shapes_match_eager(xs, ws, kw, bias, conv_path):
+    w = torch.randn(ws) / (ws[1] * 9) ** 0.5
+    b = torch.randn(ws[0]) if bias else None
+
+    def f(x):
+        return torch.relu(F.conv2d(x, w, b, **kw)) + 1
+    jit = compare(f, lambda: (torch.randn(xs) * 3,))
+    choices = jit.compiled[0].entry.choices().split()
+    assert len(choices) == 1 and choices[0].split("=")[1] in ("onednn", "winograd", "aten"), choices
+    if conv_path != "auto":
+        assert choices[0].endswith("=" + conv_path), choices
+
+
+def test_winograd_refused_when_its_result_differs(monkeypatch):
+    """A Winograd result that does not agree with LibTorch's (the comparison made to fail here)
+    is never used by that step: the answers stay eager's, the choice is another path."""
+    monkeypatch.setenv("DYNAMO_FAULT", "winograd_result")
+    monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    w = torch.randn(32, 32, 3, 3) / 17
+
+    def f(x):
+        return F.conv2d(x, w, padding=1) * 2
+    jit = compare(f, lambda: (torch.randn(2, 32, 20, 20),), calls=6)
+    assert jit.compiled[0].entry.choices().split("=")[1] in ("onednn", "aten")
+
+
+@pytest.fixture(params=["auto", "onednn", "winograd", "aten"])
 def conv_path(request, monkeypatch):
     """Runs a test with the measured choice and with each path forced (DYNAMO_CONV)."""
     if request.param == "auto":
@@ -130,11 +169,11 @@ def test_batch_norm_in_training_mode_is_not_decomposed_wrongly():
 
 
 def test_weight_changed_in_place_between_calls(conv_path):
-    m = conv_bn_relu(8, 16)
-    ref = conv_bn_relu(8, 16)
+    m = conv_bn_relu(16, 32)  # Winograd applies (DYNAMO_CONV=winograd): its weights are transformed and kept
+    ref = conv_bn_relu(16, 32)
     ref.load_state_dict(m.state_dict())
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 8, 12, 12)
+    x = torch.randn(1, 16, 12, 12)
     with torch.no_grad():
         for step in range(6):
             close(jit(x), ref(x))
@@ -145,9 +184,9 @@ def test_weight_changed_in_place_between_calls(conv_path):
 
 
 def test_weight_rewritten_through_data(conv_path):
-    m = conv_bn_relu(8, 16)
+    m = conv_bn_relu(16, 32)
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 8, 12, 12)
+    x = torch.randn(1, 16, 12, 12)
     with torch.no_grad():
         for step in range(5):
             close(jit(x), m(x))
@@ -156,13 +195,13 @@ def test_weight_rewritten_through_data(conv_path):
 
 
 def test_weight_replaced_by_new_parameters(conv_path):
-    m = conv_bn_relu(8, 16)
+    m = conv_bn_relu(16, 32)
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 8, 12, 12)
+    x = torch.randn(1, 16, 12, 12)
     with torch.no_grad():
         for step in range(6):
             # the old Parameter dies: the new one may take its address and has version 0 too
-            m[0].weight = nn.Parameter(torch.randn(16, 8, 3, 3))
+            m[0].weight = nn.Parameter(torch.randn(32, 16, 3, 3))
             close(jit(x), m(x))
 
 

@@ -118,7 +118,7 @@ def test_second_process_runs_the_stored_trace(tmp_path):
     assert second["from_store"] == 1 and second["recorded"] == 0 and second["compiled"] == 0, second
     # the convolution's and product's choices were stored and applied before the first run
     assert first["choices"] and second["choices"] == first["choices"], (first, second)
-    assert all(w.split("=")[1] in ("onednn", "aten", "own", "blas") for w in first["choices"].split())
+    assert all(w.split("=")[1] in ("onednn", "winograd", "aten", "own", "blas") for w in first["choices"].split())
     assert "from the trace store" in second["report"] and "from the trace store" not in first["report"]
     assert second["guard_lines"] == first["guard_lines"] > 10  # explain's guard texts, read from the store
 
