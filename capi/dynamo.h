@@ -353,8 +353,8 @@ DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t ex
 /* What an entry's convolution and matrix product steps chose by timing both implementations
  * on their first calls, as text a later process can hand to dynamo_entry_set_choices so that
  * it starts from the choice instead of timing again: "<step>=<choice>" separated by spaces,
- * step = index among the entry's extern steps, choice = onednn | aten (convolutions), own |
- * blas (products); steps still timing are left out ("" when none has chosen). *out_text:
+ * step = index among the entry's extern steps, choice = onednn | winograd | aten
+ * (convolutions), own | blas (products); steps still timing are left out ("" when none has chosen). *out_text:
  * owned by the caller (dynamo_string_free). */
 DYNAMO_API dynamo_status dynamo_entry_choices(const dynamo_entry *entry, char **out_text);
 /* Applies such a text (all or nothing). DYNAMO_ERR_INVALID_ARGUMENT, naming the word, for a

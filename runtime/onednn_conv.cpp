@@ -455,20 +455,22 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   }
   double best;
   ConvStep::Mode m = s.fastest(&best);
-  // oneDNN's first call also reorders the weights: when a path wins that one by 1.5x over
-  // every other it is kept at once; otherwise a second call (weights kept) decides. Winograd's
-  // first call also transforms the weights (65 ms for 512x512x3x3) and touches its large
-  // scratchpad for the first time: a step where it applies always takes the second call.
-  bool clear = !(s.timed == 0 && s.wino && s.why_not_wino.empty());
+  // oneDNN's first call also reorders the weights: when oneDNN wins that one by 1.5x over
+  // every other it is kept at once; otherwise a second call (weights kept) decides (LibTorch
+  // never wins at once: oneDNN's reorder can take 15x its convolution, 2 ms for 512x512x3x3).
+  // Winograd's first call also transforms the weights (65 ms for 512x512x3x3) and touches its
+  // large scratchpad for the first time: a step where it applies always takes the second call.
+  bool clear = m != ConvStep::Aten && !(s.timed == 0 && s.wino && s.why_not_wino.empty());
   for (int k = 0; k < 3; ++k)
     if (k != m && s.t[k] < 1e30 && best * 1.5 >= s.t[k]) clear = false;
   if (++s.timed >= kTimedCalls || clear) {
     s.mode = m;
     if (getenv("DYNAMO_PRINT_CHOICES"))
-      fprintf(stderr, "conv %s: onednn %.1f us, winograd %.1f us%s, aten %.1f us (src %s)\n", conv_step_choice(s).c_str(),
-              s.t[ConvStep::OneDNN] * 1e6, s.t[ConvStep::Winograd] * 1e6,
-              s.why_not_wino.empty() ? "" : (" (" + s.why_not_wino + ")").c_str(), s.t[ConvStep::Aten] * 1e6,
-              c10::str(a.x.sizes()).c_str());
+      fprintf(stderr, "conv %s: onednn %.1f us, winograd %s, aten %.1f us (src %s)\n", conv_step_choice(s).c_str(),
+              s.t[ConvStep::OneDNN] * 1e6,
+              s.t[ConvStep::Winograd] < 1e30 ? (std::to_string(s.t[ConvStep::Winograd] * 1e6) + " us").c_str()
+                                              : ("- (" + s.why_not_wino + ")").c_str(),
+              s.t[ConvStep::Aten] * 1e6, c10::str(a.x.sizes()).c_str());
   }
   *out = got[m];
 }
