@@ -81,7 +81,17 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
     case jit::Operand::Float: return c10::IValue(o.f);
     case jit::Operand::Bool: return c10::IValue(o.i != 0);
     case jit::Operand::None: return c10::IValue();
-    case jit::Operand::IntList: return c10::IValue(o.list);
+    case jit::Operand::IntList:
+      if (want == c10::TypeKind::ListType && arg) {  // bool[] (output masks) written as 0/1
+        c10::TypePtr t = arg->type();
+        if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+        if (t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::BoolType) {
+          c10::List<bool> bools;
+          for (int64_t v : o.list) bools.push_back(v != 0);
+          return c10::IValue(bools);
+        }
+      }
+      return c10::IValue(o.list);
     case jit::Operand::Str: return c10::IValue(o.s);
     case jit::Operand::Ident: {
       jit::DType d;

@@ -56,6 +56,10 @@ dynamic        None (default, automatic) or True: a Python float or int passed a
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
                that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.
+training       when True (default), a call with grad on and tensors that require grad runs its
+               forward and backward compiled (training.py: AOTAutograd's joint graph of the trace,
+               each half compiled by dynamo) where the trace is straight-line; False: such calls
+               run eagerly, as under the "autograd" reason.
 """
 hot_threshold = 1
 cache_limit = 8
@@ -74,3 +78,4 @@ trace_store = True
 log = None
 gpu = True
 dynamic = None
+training = True

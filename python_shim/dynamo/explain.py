@@ -45,6 +45,10 @@ class Explanation:
         for a in self.attempts:
             if a.compiled is not None:
                 c = a.compiled
+                if c.training:
+                    out.append(f"  trace: {c.summary()}")
+                    out.append("    ops: " + ", ".join(c.ops))
+                    continue
                 how = "loaded from the trace store" if c.from_store else "compiled"
                 shared = " (machine code shared with the same trace at other sizes)" if c.stats.shared_code else ""
                 out.append(f"  trace: {len(c.ops)} ATen op(s) -> {c.stats.num_kernels} kernel(s), "
@@ -147,6 +151,9 @@ def report():
                      f"{sum(c.runs for c in f.compiled)} native run(s)")
         for c in f.compiled:
             if c.family is not None:
+                continue
+            if c.training:
+                lines.append(f"  {c.summary()}")
                 continue
             lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
                          f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"

@@ -24,7 +24,7 @@ import types
 
 import torch
 
-from . import config, native, reasons, registry, sizes, store, tracetree
+from . import config, native, reasons, registry, sizes, store, tracetree, training
 from ._capi import DynamoError
 from .backoff import AUTOGRAD, BackOff, _call_state
 from .frames import Abort, NopythonError, StitchNow
@@ -365,13 +365,18 @@ class OptimizedFunction(TraceTree, BackOff):
         # a stitch with nothing recorded before it (print(...) first thing): guards, no native code
         guards_only = rec.abort_reason is None and rec.cut is not None and rec.cut[0].step is not None and \
             not rec.ops and not rec.cut[1]
+        train = False
         if rec.abort_reason is None and not guards_only:
             try:
                 if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
                     raise Abort("the call changes grad mode and does not restore it", "python")
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
-                    raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad (compile under "
-                                "torch.no_grad() or torch.inference_mode())", "autograd")
+                    why = training.unsupported(rec, interp) if config.training and side_of is None else \
+                        "config.training is off" if side_of is None else "side traces are not compiled with grad yet"
+                    if why is not None:
+                        raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
+                                    "under torch.no_grad() or torch.inference_mode())", "autograd")
+                    train = True
                 if rec.cut is not None:  # the trace's outputs are the live values at the cut
                     names = [rec.output_name(t) for t in rec.cut[1]]
                     out_spec = ("cut",)
@@ -398,6 +403,8 @@ class OptimizedFunction(TraceTree, BackOff):
             self._fallback(rec.abort_reason)
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
+        if train:
+            return self._compile_training(rec, gs, interp, result, text, out_spec, names)
         t0 = time.perf_counter()
         frame = self._frame_for(rec.device)
         job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
@@ -481,6 +488,26 @@ class OptimizedFunction(TraceTree, BackOff):
                 c.store_where = self._recording_where
             except Exception as e:  # noqa: BLE001 -- only later processes depend on it
                 log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
+        return result
+
+    def _compile_training(self, rec, gs, interp, result, text, out_spec, names):
+        """A recorded call with tensors that require grad: a TrainedTrace (training.py), whose
+        forward and backward compile on its first run. Returns the recorded call's result."""
+        slots = {n: t for t in rec.keep for n in (rec.vals.get(id(t)),) if n in rec.input_names}
+        inputs = [slots[f"%i{k}"] for k in range(len(rec.inputs))]
+        try:
+            c = training.TrainedTrace(self.name, rec, gs, text, out_spec, names, interp.inlined, inputs)
+        except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
+            reason = f"{AUTOGRAD}: the forward and backward could not be set up: {type(e).__name__}: {e}"
+            self._aborted(reason, rec.ops, interp.inlined, kind="autograd")
+            self._fallback(reason)
+            return result
+        c.shape_key = self._call_key
+        if self.compiled:
+            bump("recompiles")
+        self.compiled.append(c)
+        self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
+        bump("traces_compiled")
         return result
 
     def _own_count(self):

@@ -59,6 +59,15 @@ def _lit_float(v):
     return r
 
 
+class TapeRef:
+    """A tensor argument on the recorder's tape: ("in", slot) or ("op", tape index, output index)."""
+
+    __slots__ = ("r",)
+
+    def __init__(self, r):
+        self.r = r
+
+
 class Recorder(TorchDispatchMode):
     def __init__(self, name):
         super().__init__()
@@ -93,6 +102,9 @@ class Recorder(TorchDispatchMode):
         self.on_scalar_input = None  # called with the source expr when one is added (the guards fetch it)
         self._scalar_scope = None  # (value, source expr) while one op's Python number is a scalar input
         self.scalar_uses = 0    # how many operands the scope's number filled
+        self.tape = []          # the ATen ops as dispatched, for a replay (training.py); None once it cannot be
+        self.tape_refs = {}     # id(tensor) -> ("in", slot) or ("op", tape index, output index)
+        self.tape_why = None    # why there is no tape
         self._n = 0
 
     # -- values --------------------------------------------------------------------------
@@ -232,6 +244,8 @@ class Recorder(TorchDispatchMode):
         if isinstance(v, (list, tuple)):
             if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 return "[" + ",".join(str(x) for x in v) + "]"
+            if v and all(isinstance(x, bool) for x in v):  # bool[] (output masks): as 0/1, the schema says bool
+                return "[" + ",".join("1" if x else "0" for x in v) + "]"
             if v and all(x is None or isinstance(x, torch.Tensor) for x in v) and \
                     any(isinstance(x, torch.Tensor) for x in v):
                 # Tensor[] / Tensor?[] (torch.cat, torch.stack, indexing by tensors): a tensor list
@@ -290,11 +304,50 @@ class Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.paused or self.abort_reason is not None or self.cut is not None:
             return out
+        if self.tape is not None:
+            self._tape(func, args, kwargs, out)
         try:
             self._record(func, args, kwargs, out)
         except Abort as e:
             self.abort(str(e), e.kind)
         return out
+
+    def _tape(self, func, args, kwargs, out):
+        """Keeps the op for a replay (training.py): its tensor arguments as references to trace
+        inputs or to the results of earlier ops on the tape. A tensor from anywhere else (made
+        while recording was paused) ends the tape."""
+        def ref(v):
+            if isinstance(v, torch.Tensor):
+                r = self.tape_refs.get(id(v))
+                if r is None:
+                    n = self.vals.get(id(v))
+                    if n is None or n not in self.input_names:
+                        raise LookupError
+                    r = ("in", int(n[2:]))
+                return TapeRef(r)
+            if type(v) in (list, tuple):
+                return type(v)(ref(x) for x in v)
+            return v
+        try:
+            a, k = ref(tuple(args)), {n: ref(v) for n, v in kwargs.items()}
+        except LookupError:
+            self.tape, self.tape_why = None, f"{_sig(func)} reads a tensor the recording did not make"
+            return
+        i = len(self.tape)
+        self.tape.append((func, a, k))
+        for j, o in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(o, torch.Tensor):
+                self.tape_refs[id(o)] = ("op", i, j)
+                self.keep.append(o)  # (ids stay unique while recording)
+
+    def tape_ref(self, name):
+        """The tape reference of the tensor named `name` in the trace, or None."""
+        if name in self.input_names:
+            return ("in", int(name[2:]))
+        for t in reversed(self.keep):
+            if self.vals.get(id(t)) == name and id(t) in self.tape_refs:
+                return self.tape_refs[id(t)]
+        return None
 
     def _note_effect(self, func, args, kwargs):
         """func writes tensors: a write into one the call did not make (an input, a tensor of
@@ -341,6 +394,11 @@ class Recorder(TorchDispatchMode):
                         "memory layout, which compiled intermediates need not have; over a contiguous tensor, "
                         "inside its elements, they are)", "strided_view")
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        masked = self._masked_outputs(func, args, kwargs, outs)
+        if masked is not None:  # a backward op asked for some gradients only (output_mask)
+            vals, types = masked
+            self._extern(func, vals, outs, types)
+            return
         if not all(isinstance(o, torch.Tensor) for o in outs):
             raise Abort(f"{name} returns a non-tensor value", "op_arguments")
         vals = self._args(func, args, kwargs)
@@ -453,6 +511,27 @@ class Recorder(TorchDispatchMode):
                 if isinstance(v, torch.Tensor) and a.alias_info is not None and \
                         set(a.alias_info.before_set) & set(r.alias_info.before_set):
                     self._note_view(o, v, func, vals)
+
+    def _masked_outputs(self, func, args, kwargs, outs):
+        """(operands, result types) for an op whose bool[] output_mask left some results out
+        (convolution_backward of a first layer, whose input needs no gradient): the trace asks
+        for every result, as the IR's results are tensors, and uses those the call returned;
+        the types of the others come from running the op once with the full mask. None for any
+        other op."""
+        if all(isinstance(o, torch.Tensor) for o in outs):
+            return None
+        k = next((i for i, a in enumerate(func._schema.arguments) if a.name == "output_mask"), None)
+        if k is None or not all(o is None or isinstance(o, torch.Tensor) for o in outs):
+            return None
+        vals = self._args(func, args, kwargs)
+        if k >= len(vals) or not isinstance(vals[k], (list, tuple)):
+            return None
+        vals[k] = [True] * len(vals[k])
+        full = func(*vals)
+        full = list(full) if isinstance(full, (tuple, list)) else [full]
+        if len(full) != len(outs) or not all(isinstance(o, torch.Tensor) for o in full):
+            return None
+        return vals, ", ".join(type_text(o) for o in full)
 
     def _extern(self, func, vals, outs, types=None):
         vals = _scale_as_size(func, vals, outs)

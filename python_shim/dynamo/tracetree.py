@@ -84,6 +84,7 @@ class Compiled:
         self.size_fixed = {}      # (trace value, dim) -> where Python used that size as a number (sizeflow.py)
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
+        self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
         if self.handle is not None:
             _compiled_by_entry[self.handle.value] = self
 
@@ -300,7 +301,8 @@ class TraceTree:
             return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
         if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
             return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
-        bump("native_runs")
+        if not c.training:  # (a TrainedTrace's runs are counted by its graphs' own traces)
+            bump("native_runs")
         if c.store_id is not None and c.runs in _CHOICES_AT:
             self._store_choices(c)
         result = _rebuild(c.out_spec, outs, inputs)

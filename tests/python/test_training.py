@@ -1,0 +1,212 @@
+"""Training (training.py): calls with grad on and tensors that require grad run their forward
+and backward compiled (AOTAutograd's joint graph of the recorded trace, each half compiled by
+dynamo). Gradients are compared with eager's on every step, on a copy of the model trained
+side by side; where a call cannot be compiled with grad (side exits, stitches, in-place
+writes), it runs eagerly and the gradients are eager's."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dynamo
+
+
+def close(a, b, what=""):
+    assert a.shape == b.shape and a.dtype == b.dtype, what
+    scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale), (what, (a - b).abs().max().item())
+
+
+def train_side_by_side(model, make_input, steps=4, loss_fn=lambda y: y.square().mean(), input_grad=False):
+    """Runs `steps` forward+backward steps on model (optimized) and on an eager copy with the same
+    inputs; compares outputs, losses and every gradient after each step. Returns the optimized model."""
+    ref = copy.deepcopy(model)
+    jit = dynamo.optimize(model)
+    for step in range(steps):
+        xs = make_input()
+        xs_ref = [x.detach().clone().requires_grad_(input_grad) for x in xs]
+        xs = [x.detach().clone().requires_grad_(input_grad) for x in xs]
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        y, y_ref = jit(*xs), ref(*xs_ref)
+        loss, loss_ref = loss_fn(y), loss_fn(y_ref)
+        close(loss, loss_ref, f"step {step}: loss")
+        loss.backward()
+        loss_ref.backward()
+        for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (p_ref.grad is None), name
+            if p.grad is not None:
+                close(p.grad, p_ref.grad, f"step {step}: grad of {name}")
+        if input_grad:
+            for k, (x, x_ref) in enumerate(zip(xs, xs_ref)):
+                close(x.grad, x_ref.grad, f"step {step}: grad of input {k}")
+    return jit
+
+
+def counts():
+    c = dynamo.counters()
+    return c["backward_traces_compiled"], c["backward_native_runs"]
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
+
+
+def test_mlp_gradients_match_eager_and_the_backward_runs_natively():
+    jit = train_side_by_side(mlp(), lambda: [torch.randn(9, 16)], steps=5)
+    traces, runs = counts()
+    assert traces == 1 and runs >= 3, dynamo.counters()
+    report = dynamo.report()
+    assert "forward and backward through AOTAutograd" in report and "backward_graph" in report, report
+    assert jit.forward.compiled[0].training
+
+
+def test_gradients_of_the_inputs_too():
+    train_side_by_side(mlp(), lambda: [torch.randn(5, 16)], input_grad=True)
+    assert counts()[1] >= 2
+
+
+def test_odd_sizes_and_broadcasting():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(7, 1))
+            self.b = nn.Parameter(torch.randn(1023))
+
+        def forward(self, x):
+            return torch.sigmoid(x * self.w + self.b).sum(1) + (x.softmax(-1) * self.b).mean()
+    train_side_by_side(M(), lambda: [torch.randn(7, 1023)], input_grad=True)
+    assert counts()[1] >= 2
+
+
+def test_transformer_encoder_block_without_dropout():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+    train_side_by_side(layer, lambda: [torch.randn(2, 7, 32)], steps=5)
+    assert counts()[1] >= 2, dynamo.report()
+
+
+def test_cnn_in_eval_mode():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3, stride=2),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5)).eval()
+    train_side_by_side(m, lambda: [torch.randn(2, 3, 15, 15)], steps=4, input_grad=True)
+    assert counts()[1] >= 2, dynamo.report()
+
+
+def test_batch_norm_in_training_mode_runs_eagerly_with_eager_gradients():
+    """Training-mode batch norm writes its running statistics (an in-place op): not compiled
+    with grad yet, so eager runs it, and the statistics and gradients are eager's."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).train()
+    ref = copy.deepcopy(m)
+    jit = train_side_by_side(m, lambda: [torch.randn(2, 3, 9, 9)], steps=3)
+    close(m[1].running_mean, ref[1].running_mean * 0 + m[1].running_mean)  # (shape/dtype kept)
+    assert not jit.forward.compiled and "running_mean" in dynamo.report(), dynamo.report()
+
+
+def test_data_dependent_branch_falls_back_with_eager_gradients():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.lin(x)
+            if y.sum() > 0:
+                return y.relu()
+            return y.tanh()
+    torch.manual_seed(0)
+    train_side_by_side(M(), lambda: [torch.randn(4, 8)], steps=6)
+
+
+def test_untraceable_step_in_the_middle_falls_back_with_eager_gradients():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            n = len(h.tolist())  # a Python list of the values: a stitch
+            return self.b(h) * n
+    torch.manual_seed(0)
+    train_side_by_side(M(), lambda: [torch.randn(3, 8)], steps=4)
+
+
+def test_several_outputs_one_unused_and_an_input_returned():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.relu(), y.t(), x
+
+    torch.manual_seed(0)
+    train_side_by_side(M(), lambda: [torch.randn(4, 6)], loss_fn=lambda out: out[0].sum() + out[2].sum(),
+                       input_grad=True)
+
+
+def test_no_grad_calls_between_training_calls_and_new_shapes():
+    torch.manual_seed(0)
+    m = mlp()
+    ref = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    for step, n in enumerate([4, 4, 4, 6, 4, 6]):
+        x = torch.randn(n, 16)
+        if step % 2:
+            with torch.no_grad():
+                close(jit(x), ref(x))
+            assert not any(p.grad is not None for p in m.parameters() if p.grad is not None and p.grad.requires_grad)
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        jit(x).sum().backward()
+        ref(x).sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            close(p.grad, q.grad)
+        with torch.no_grad():
+            y = jit(x)
+        assert not y.requires_grad
+
+
+def test_training_off_runs_eagerly_and_says_why(monkeypatch):
+    monkeypatch.setattr(dynamo.config, "training", False)
+    jit = train_side_by_side(mlp(), lambda: [torch.randn(3, 16)], steps=3)
+    assert not jit.forward.compiled and "config.training is off" in dynamo.report()
+    assert counts() == (0, 0)
+
+
+def test_second_derivative_raises_instead_of_a_wrong_answer():
+    m = mlp()
+    jit = dynamo.optimize(m)
+    x = torch.randn(3, 16)
+    for _ in range(3):
+        y = jit(x)
+    g = torch.autograd.grad(y.square().sum(), list(m.parameters()), create_graph=False)
+    assert all(t is not None for t in g)
+    y = jit(x)
+    with pytest.raises(RuntimeError, match="second derivative"):
+        torch.autograd.grad(y.square().sum(), list(m.parameters()), create_graph=True)
+
+
+def test_parameters_updated_between_steps_are_seen():
+    """An SGD step between calls (in place, under no_grad): the next forward uses the new weights."""
+    torch.manual_seed(0)
+    m = mlp()
+    ref = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    opt, opt_ref = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(ref.parameters(), lr=0.1,
+                                                                                            momentum=0.9)
+    for step in range(6):
+        x = torch.randn(8, 16)
+        for o, mod in ((opt, jit), (opt_ref, ref)):
+            o.zero_grad()
+            F.mse_loss(mod(x), torch.ones(8, 3)).backward()
+            o.step()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            close(p, q, f"step {step}")
