@@ -8,6 +8,7 @@ OptimizedFunction as dynamo.optimize(fn): compiled traces with guards, recording
 fallbacks that let CPython run the frame itself.
 """
 import inspect
+import importlib.util
 import os
 import sysconfig
 import threading
@@ -34,6 +35,11 @@ def _library_roots():
     roots = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
              os.path.dirname(os.path.abspath(torch.__file__)),
              os.path.dirname(os.path.abspath(__file__))}
+    # functorch (AOTAutograd, which training.py runs): its autograd.Function's backward and hooks
+    # are torch's machinery, called by the autograd engine, not the program's code
+    spec = importlib.util.find_spec("functorch")
+    if spec is not None and spec.submodule_search_locations:
+        roots.update(spec.submodule_search_locations)
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
 
 

@@ -1222,7 +1222,8 @@ def test_bool_flag_argument_changing():
     assert c["traces_compiled"] == 2 and c["native_runs"] == 4, c
 
 
-def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys):
+def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys, monkeypatch):
+    monkeypatch.setattr(dynamo.config, "training", False)  # (with it, this call compiles for training)
     lin = torch.nn.Linear(5, 5)
 
     def f(x):
