@@ -368,8 +368,84 @@ def main():
             torch.manual_seed(0)
             net = torchvision.models.resnet18().eval()
             ok &= size_sweep(("resnet18", "batch size"), net, [torch.randn(b, 3, 64, 64) for b in range(1, 17)], 3)
+
+    print("\n9. training steps (grad on): forward, loss, backward and the optimizer step; eager vs. the forward "
+          "and backward compiled (training.py)")
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 1024),
+                              torch.nn.GELU(), torch.nn.Linear(1024, 10))
+    ok &= train_steps("MLP 784-1024-1024-10, batch 64, SGD with momentum", mlp, torch.randn(64, 784),
+                      torch.randint(0, 10, (64,)), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
+    enc = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+    ok &= train_steps("nn.TransformerEncoderLayer(256, 4 heads, ff 1024), batch 8 x 64 tokens, AdamW", enc,
+                      torch.randn(8, 64, 256), torch.randn(8, 64, 256), lambda p: torch.optim.AdamW(p, lr=1e-3))
     if not ok:
         sys.exit(1)
+
+
+def train_steps(name, model, x, target, make_opt, steps=20):
+    """Section 9: `steps` training steps of model (an optimized copy) beside eager on the same
+    data; losses compared every step; time per step (the fastest of the later steps, each side's
+    steps run in a block), eager also with OpenBLAS on one thread; the first step's time."""
+    import dynamo
+    import torch.nn.functional as F
+    dynamo.reset()
+    eager, jit = model, dynamo.optimize(copy.deepcopy(model))
+    loss_of = (lambda y: F.cross_entropy(y, target)) if target.dtype == torch.int64 else \
+        (lambda y: F.mse_loss(y, target))
+
+    def runner(m):
+        opt = make_opt(m.parameters())
+
+        def step():
+            loss = loss_of(m(x))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.item()
+        return step
+
+    e_step, j_step = runner(eager), runner(jit)
+    e_losses, j_losses, first, e_first = [], [], 0.0, 0.0
+    ok = True
+    for _ in range(4):  # recording; then AOTAutograd and both graphs' recordings and compiles; timings
+        t0 = time.perf_counter()
+        j_losses.append(j_step())
+        t1 = time.perf_counter()
+        e_losses.append(e_step())
+        first, e_first = first + (t1 - t0) * 1e3, e_first + (time.perf_counter() - t1) * 1e3
+
+    def block(fn, n=steps):
+        ts, out = [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            out.append(fn())
+            ts.append(time.perf_counter() - t0)
+        return min(ts) * 1e3, out
+
+    e, el = block(e_step)
+    j, jl = block(j_step)
+    e1 = 1e30
+    if openblas_threads.available():
+        with openblas_threads(1):
+            e1, el1 = block(e_step, steps // 2)
+            _, jl1 = block(j_step, steps // 2)  # (keeps the two models' steps alike)
+        el += el1
+        jl += jl1
+    e_losses += el
+    j_losses += jl
+    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(j_losses, e_losses))
+    if worst > 1e-3:
+        print(f"   WRONG: {name}: losses differ by {worst:.2e} (relative)")
+        ok = False
+    c = dynamo.counters()
+    best = min(e, e1)
+    one = f", OpenBLAS on 1 thread {e1:.2f}" if e1 < 1e30 else ""
+    print(f"   {name}:\n     eager {e:.2f} ms/step (OpenBLAS's threads{one})   dynamo {j:.2f} ms/step   "
+          f"{best / j:.2f}x vs best eager; first 4 steps {first:.0f} ms (eager {e_first:.0f}); losses equal over {len(e_losses)} steps "
+          f"(largest relative difference {worst:.1e}); backward traces {c['backward_traces_compiled']}, native "
+          f"backward runs {c['backward_native_runs']}")
+    return ok
 
 
 def size_sweep(name_what, model, inputs, reps):

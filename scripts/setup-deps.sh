@@ -9,6 +9,7 @@ PKGS=(
   libtorch-dev python3-torch python3-pytest python3-hypothesis python3-numpy python3-dev pybind11-dev
   libsleef-dev libcmocka-dev libdlpack-dev
   libopenblas0-pthread libdnnl-dev libjemalloc2
+  python3-networkx
 )
 
 if [ $# -gt 0 ]; then PKGS=("$@"); fi

@@ -53,9 +53,10 @@ atexit.register(_store_choices_at_exit)
 class OptimizedFunction(TraceTree, BackOff):
     dynamo_optimized_forward = True  # what interpreter.runs_class_forward looks for
 
-    def __init__(self, fn, nopython=False, owner=None):
+    def __init__(self, fn, nopython=False, owner=None, bound=None):
         self.fn = fn
         self.owner = owner        # the module, for optimized nn.Module.forward
+        self.bound = bound        # the object of an optimized bound method (optimizer.step), passed first
         self.nopython = nopython
         self._dropped = None      # the limits under which a trace found no room: no more recordings
         self._call_key = None     # shape_key of the call being recorded or loaded from the store
@@ -92,9 +93,9 @@ class OptimizedFunction(TraceTree, BackOff):
     def __reduce__(self):
         """Pickles (and copies) no compiled state: a module-level optimized function by reference,
         anything else as a fresh, uncompiled OptimizedFunction of the same function and module."""
-        if self.owner is None and _is_global(self):
+        if self.owner is None and self.bound is None and _is_global(self):
             return self.__qualname__
-        return type(self), (self.fn, self.nopython, self.owner)
+        return type(self), (self.fn, self.nopython, self.owner, self.bound)
 
     def __deepcopy__(self, memo):
         """A deep copy of an optimized module gets its own fresh OptimizedFunction (its traces'
@@ -122,6 +123,8 @@ class OptimizedFunction(TraceTree, BackOff):
     def __call__(self, *args, **kwargs):
         if self.owner is not None:
             args = (self.owner,) + args
+        elif self.bound is not None:
+            args = (self.bound,) + args
         return self.call(self.fn, args, kwargs, in_frame=False)
 
     def call(self, fn, args, kwargs, in_frame):
@@ -735,6 +738,9 @@ def optimize(fn_or_module, *, nopython=False):
         return OptimizedFunction.install(m, nopython)
     if isinstance(fn_or_module, OptimizedFunction):
         return fn_or_module
+    if isinstance(fn_or_module, types.MethodType) and isinstance(fn_or_module.__func__, types.FunctionType):
+        # a bound method (optimizer.step): its function, called with the object first
+        return OptimizedFunction(fn_or_module.__func__, nopython=nopython, bound=fn_or_module.__self__)
     if not callable(fn_or_module):
         raise TypeError(f"dynamo.optimize: expected a function or nn.Module, got {type(fn_or_module).__name__}")
     return OptimizedFunction(fn_or_module, nopython=nopython)

@@ -310,3 +310,25 @@ def test_exceptions_propagate_like_eager():
     with pytest.raises(ValueError, match="negative"):
         opt(torch.randn(2), -1)
     assert same(opt(torch.ones(2), 3), torch.ones(2) * 3)
+
+
+def test_optimize_a_bound_method():
+    """dynamo.optimize(obj.method): the method's function, called with the object first; the
+    object's attributes are guarded as any argument's."""
+    class Scaler:
+        def __init__(self):
+            self.w = torch.randn(8)
+
+        def apply(self, x, shift=1.0):
+            return torch.tanh(x * self.w) + shift
+
+    s = Scaler()
+    f = dynamo.optimize(s.apply)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(8)
+            assert torch.allclose(f(x), s.apply(x)) and torch.allclose(f(x, shift=2.0), s.apply(x, shift=2.0))
+        assert dynamo.counters()["native_runs"] >= 2
+        s.w = torch.randn(8)  # a new attribute value: seen
+        x = torch.randn(8)
+        assert torch.allclose(f(x), s.apply(x))
