@@ -210,3 +210,12 @@ def test_parameters_updated_between_steps_are_seen():
             o.step()
         for p, q in zip(m.parameters(), ref.parameters()):
             close(p, q, f"step {step}")
+
+
+def test_the_min_cut_partitioner_when_networkx_is_installed():
+    """The setup installs python3-networkx; with it, AOTAutograd's min-cut partitioner decides
+    what the forward saves for the backward (recomputing cheap pointwise ops instead)."""
+    pytest.importorskip("networkx")
+    from functorch.compile import min_cut_rematerialization_partition
+    from dynamo import training
+    assert training._partition() is min_cut_rematerialization_partition
