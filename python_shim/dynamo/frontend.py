@@ -499,7 +499,7 @@ class OptimizedFunction(TraceTree, BackOff):
         slots = {n: t for t in rec.keep for n in (rec.vals.get(id(t)),) if n in rec.input_names}
         inputs = [slots[f"%i{k}"] for k in range(len(rec.inputs))]
         try:
-            c = training.TrainedTrace(self.name, rec, gs, text, out_spec, names, interp.inlined, inputs)
+            c = training.TrainedTrace(self.name, rec, gs, text, out_spec, names, interp.inlined, inputs, optimize)
         except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
             reason = f"{AUTOGRAD}: the forward and backward could not be set up: {type(e).__name__}: {e}"
             self._aborted(reason, rec.ops, interp.inlined, kind="autograd")
@@ -738,6 +738,9 @@ def optimize(fn_or_module, *, nopython=False):
         return OptimizedFunction.install(m, nopython)
     if isinstance(fn_or_module, OptimizedFunction):
         return fn_or_module
+    stepped = training.optimizer_of(fn_or_module) if callable(fn_or_module) else None
+    if stepped is not None:  # SGD / Adam / AdamW .step: each parameter group's update compiled
+        return training.OptimizedStep(stepped, optimize, nopython=nopython)
     if isinstance(fn_or_module, types.MethodType) and isinstance(fn_or_module.__func__, types.FunctionType):
         # a bound method (optimizer.step): its function, called with the object first
         return OptimizedFunction(fn_or_module.__func__, nopython=nopython, bound=fn_or_module.__self__)

@@ -17,6 +17,9 @@ A TrainedTrace takes a call only when its tensors have the recorded dtypes, shap
 requires_grad flags and grad mode is on (the trace's own guards said the rest); anything else is
 a miss, and the call is recorded again or runs eagerly.
 """
+import math
+import weakref
+
 import torch
 
 from .log import log
@@ -69,12 +72,11 @@ class _GraphCompiler:
     """AOTAutograd's fw_compiler / bw_compiler: the FX graph through dynamo.optimize, as a boxed
     call (a list of arguments); counts the backward's traces and native runs."""
 
-    def __init__(self, name, backward):
-        self.name, self.backward, self.graphs = name, backward, []
+    def __init__(self, name, backward, optimize):
+        self.name, self.backward, self.graphs, self.optimize = name, backward, [], optimize
 
     def __call__(self, gm, example_inputs):
-        from .frontend import optimize
-        opt = optimize(gm)
+        opt = self.optimize(gm)
         opt.forward.name = f"{self.name}.{'backward' if self.backward else 'forward'}_graph"
         self.graphs.append(opt)
         backward, seen = self.backward, [0, 0]  # traces, native runs counted so far
@@ -114,15 +116,17 @@ def _partition():
 class TrainedTrace(Compiled):
     """A root trace run as AOTAutograd's compiled forward and backward (see the module text)."""
 
-    def __init__(self, name, rec, gs, text, out_spec, names, inlined, inputs):
+    def __init__(self, name, rec, gs, text, out_spec, names, inlined, inputs, optimize):
+        """optimize: frontend.optimize, which compiles the two graphs (passed in: this module
+        does not import the front end)."""
         from functorch.compile import aot_function
         super().__init__(gs, text, None, out_spec, gs.tensor_inputs, rec.ops, inlined)
         refs = [rec.tape_ref(n) for n in names]
         if None in refs:
             raise LookupError("a result is not on the tape")
         self.meta = [_meta(t) for t in inputs]
-        self.forward_graphs = _GraphCompiler(name, False)
-        self.backward_graphs = _GraphCompiler(name, True)
+        self.forward_graphs = _GraphCompiler(name, False, optimize)
+        self.backward_graphs = _GraphCompiler(name, True, optimize)
         self.aot = aot_function(_replay(rec.tape, refs), fw_compiler=self.forward_graphs,
                                 bw_compiler=self.backward_graphs, partition_fn=_partition())
         self.training = True
@@ -147,3 +151,140 @@ class TrainedTrace(Compiled):
 
 def _meta(t):
     return (t.dtype, t.device, tuple(t.shape), t.stride(), t.requires_grad) if isinstance(t, torch.Tensor) else None
+
+
+# -- the optimizer step ---------------------------------------------------------------------
+# torch.optim's SGD, Adam and AdamW update each parameter with a few in-place ops; eager runs
+# them one by one, parameter after parameter (torch 1.13: `_single_tensor_*`). A parameter
+# group's update is written here as one Python function over lists of tensors, the same ops
+# in the same order, which dynamo records and compiles like any function: a trace whose
+# inputs are the parameters, gradients and state tensors, written in place. Numbers that
+# change between steps (the learning rate under a scheduler, Adam's bias corrections) are
+# computed here in Python doubles as torch does and reach the trace as scalar inputs (they
+# meet tensors only in `*` and `/`); the others are guarded by value.
+
+def _sgd_group(params, grads, bufs, neg_lr, momentum, dampening, weight_decay, nesterov):
+    for i in range(len(params)):
+        d_p = grads[i]
+        if weight_decay != 0:
+            d_p = d_p.add(params[i], alpha=weight_decay)
+        if momentum != 0:
+            buf = bufs[i]
+            buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
+            d_p = d_p.add(buf, alpha=momentum) if nesterov else buf
+        params[i].add_(d_p * neg_lr)
+
+
+def _adam_group(params, grads, exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay, decoupled, decay,
+                neg_step_size, bias_correction2_sqrt):
+    for i in range(len(params)):
+        param, grad, exp_avg, exp_avg_sq = params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]
+        steps[i].add_(1)
+        if decoupled:  # AdamW's weight decay: param * (1 - lr * weight_decay), decay only in `*`
+            param.copy_(param * decay)
+        if weight_decay != 0:  # Adam's L2 term
+            grad = grad.add(param, alpha=weight_decay)
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)  # (addcmul_: a LibTorch call, not fused)
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        param.add_(exp_avg / denom * neg_step_size)
+
+
+class OptimizedStep:
+    """dynamo.optimize(optimizer.step) for torch.optim.SGD, Adam and AdamW: each parameter
+    group's update as one compiled trace (the functions above). A step the compiled update does
+    not cover runs torch's own `step`: the first (it creates the state), a closure, a sparse or
+    complex gradient, state missing for a parameter, and the options amsgrad, maximize,
+    foreach, capturable, differentiable and fused; `reasons` says which, once each."""
+
+    def __init__(self, optimizer, optimize, nopython=False):
+        """optimize: frontend.optimize (passed in: this module does not import the front end)."""
+        self.optimizer = optimizer
+        self.eager_step = optimizer.step
+        self.kind = type(optimizer).__name__
+        fn = _sgd_group if self.kind == "SGD" else _adam_group
+        self.update = optimize(fn, nopython=nopython)
+        self.update.name = f"{self.kind}.step"
+        self.reasons = []
+        self.steps = self.compiled_steps = 0
+
+    def _eager(self, why, closure):
+        if why not in self.reasons:
+            self.reasons.append(why)
+            log("traces", f"{self.kind}.step runs eagerly: {why}")
+            if not why.startswith("the first step"):  # (report() lists it under the update)
+                from .tracetree import Attempt
+                self.update.attempts.append(Attempt(f"torch's own step ran: {why}"))
+        return self.eager_step(closure) if closure is not None else self.eager_step()
+
+    def __call__(self, closure=None):
+        self.steps += 1
+        if closure is not None:
+            return self._eager("a closure (it re-evaluates the model)", closure)
+        groups = []
+        for g in self.optimizer.param_groups:
+            why = _unsupported_options(self.kind, g)
+            if why:
+                return self._eager(why, None)
+            params = [p for p in g["params"] if p.grad is not None]
+            for p in params:
+                if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype or p.grad.device != p.device:
+                    return self._eager("a sparse or complex gradient, or one of another dtype or device", None)
+            state = [self.optimizer.state.get(p) for p in params]
+            if any(not s for s in state):
+                return self._eager("the first step (torch's step creates the optimizer state)", None)
+            groups.append((g, params, state))
+        with torch.no_grad():
+            for g, params, state in groups:
+                if params:
+                    self._group(g, params, state)
+        self.compiled_steps += 1
+        if hasattr(self.optimizer, "_step_count"):  # what a scheduler's counting wrapper would do
+            self.optimizer._step_count += 1
+        return None
+
+    def _group(self, g, params, state):
+        grads = [p.grad for p in params]
+        if self.kind == "SGD":
+            bufs = [s.get("momentum_buffer") for s in state]
+            if g["momentum"] != 0 and any(b is None for b in bufs):
+                return self.eager_step()
+            self.update(params, grads, bufs, -g["lr"], g["momentum"], g["dampening"], g["weight_decay"],
+                        g["nesterov"])
+            return
+        beta1, beta2 = g["betas"]
+        step = int(state[0]["step"].item()) + 1  # every parameter of a group steps together
+        if any(int(s["step"].item()) + 1 != step for s in state[1:]):
+            return self.eager_step()
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        adamw = self.kind == "AdamW"
+        self.update(params, grads, [s["exp_avg"] for s in state], [s["exp_avg_sq"] for s in state],
+                    [s["step"] for s in state], beta1, beta2, g["eps"], 0 if adamw else g["weight_decay"],
+                    adamw and g["weight_decay"] != 0, 1 - g["lr"] * g["weight_decay"] if adamw else 1.0,
+                    -(g["lr"] / bias_correction1), math.sqrt(bias_correction2))
+
+
+def _unsupported_options(kind, g):
+    on = [k for k in ("amsgrad", "maximize", "capturable", "differentiable", "fused") if g.get(k)]
+    if g.get("foreach"):
+        on.append("foreach")
+    return f"{kind} with {', '.join(on)}" if on else None
+
+
+def optimizer_of(method):
+    """The optimizer whose step `method` is, when OptimizedStep covers it, else None: the bound
+    method, or the counting wrapper a learning-rate scheduler puts in its place (torch 1.13's
+    `with_counter`: a function holding a weak reference to the optimizer)."""
+    obj = getattr(method, "__self__", None)
+    if obj is None and getattr(method, "_with_counter", False):
+        for cell in getattr(method, "__closure__", None) or ():
+            ref = cell.cell_contents
+            if isinstance(ref, weakref.ref) and isinstance(ref(), torch.optim.Optimizer):
+                obj = ref()
+    if type(obj) in _COVERED and getattr(method, "__name__", "") in ("step", "_use_grad", "wrapper"):
+        return obj
+    return None
+
+
+_COVERED = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)

@@ -981,7 +981,9 @@ def eager_result(fn, args, generator):
 
 
 @pytest.mark.parametrize("p", [p.param() for p in FALLBACKS])
-def test_fallback_program(p, capsys):
+def test_fallback_program(p, capsys, monkeypatch):
+    if p.grad:  # (with config.training, a straight-line call with grad compiles: tests/python/test_training.py)
+        monkeypatch.setattr(dynamo.config, "training", False)
     opt = dynamo.optimize(p.fn)
     before = dynamo.counters()
     del OUTSIDE_LOG[:]
@@ -1069,7 +1071,8 @@ def test_stitch_whose_next_trace_never_fits_falls_back():
     assert "fits" in dynamo.report()
 
 
-def test_autograd_input_falls_back_but_no_grad_compiles():
+def test_autograd_input_falls_back_but_no_grad_compiles(monkeypatch):
+    monkeypatch.setattr(dynamo.config, "training", False)  # (with it, the call compiles for training)
     x = rn(6).requires_grad_()
     opt = dynamo.optimize(fb_autograd)
     r = opt(x)

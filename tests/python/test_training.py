@@ -219,3 +219,90 @@ def test_the_min_cut_partitioner_when_networkx_is_installed():
     from functorch.compile import min_cut_rematerialization_partition
     from dynamo import training
     assert training._partition() is min_cut_rematerialization_partition
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05),
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-3),
+    "sgd_nesterov": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=1e-2),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_step_compiled_matches_eager(name):
+    """dynamo.optimize(opt.step): each parameter group's update is one compiled trace; the
+    parameters and state after every step match torch's own step (a learning-rate scheduler
+    changes lr every step: a scalar input, not a new trace)."""
+    torch.manual_seed(0)
+    model = mlp()
+    ref = copy.deepcopy(model)
+    opt, opt_ref = OPTIMIZERS[name](model.parameters()), OPTIMIZERS[name](ref.parameters())
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)
+    sched_ref = torch.optim.lr_scheduler.ExponentialLR(opt_ref, 0.9)
+    step = dynamo.optimize(opt.step)
+    for k in range(8):
+        x = torch.randn(8, 16)
+        for m, o, st, sc in ((model, opt, step, sched), (ref, opt_ref, opt_ref.step, sched_ref)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            st()
+            sc.step()
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            close(p, q, f"step {k}: {n}")
+        for p, q in zip(model.parameters(), ref.parameters()):
+            for key, v in opt_ref.state[q].items():
+                if v is not None:  # (SGD without momentum keeps momentum_buffer None)
+                    close(opt.state[p][key], v, f"step {k}: state {key}")
+    assert len(step.update.compiled) == 1 and step.compiled_steps == 7, dynamo.report()
+    assert sum(c.runs for c in step.update.compiled) >= 6
+
+
+def test_optimizer_step_options_it_does_not_cover_run_torchs_step():
+    torch.manual_seed(0)
+    model = mlp()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, amsgrad=True)
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, amsgrad=True)
+    step = dynamo.optimize(opt.step)
+    for k in range(4):
+        x = torch.randn(8, 16)
+        for m, o, st in ((model, opt, step), (ref, opt_ref, opt_ref.step)):
+            o.zero_grad()
+            m(x).sum().backward()
+            st()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p, q)
+    assert step.compiled_steps == 0 and "amsgrad" in dynamo.report(), dynamo.report()
+    # a closure: torch's step runs it
+    calls = []
+
+    def closure():
+        calls.append(1)
+        opt.zero_grad()
+        loss = model(torch.randn(2, 16)).sum()
+        loss.backward()
+        return loss
+    assert isinstance(step(closure), torch.Tensor) and calls
+
+
+def test_parameters_without_gradients_and_two_groups():
+    torch.manual_seed(0)
+    model, ref = mlp(), None
+    ref = copy.deepcopy(model)
+
+    def groups(m):
+        return [{"params": list(m[0].parameters()), "lr": 0.1}, {"params": list(m[2].parameters()) +
+                                                                  list(m[4].parameters())}]
+    opt = torch.optim.SGD(groups(model), lr=0.01, momentum=0.5)
+    opt_ref = torch.optim.SGD(groups(ref), lr=0.01, momentum=0.5)
+    step = dynamo.optimize(opt.step)
+    for k in range(5):
+        x = torch.randn(4, 16)
+        for m, o, st in ((model, opt, step), (ref, opt_ref, opt_ref.step)):
+            o.zero_grad(set_to_none=True)
+            (m[0](x).sum() if k == 2 else m(x).sum()).backward()  # step 2: only the first layer has grads
+            st()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p, q, f"step {k}")
