@@ -12,15 +12,17 @@ import importlib.util
 import os
 import sysconfig
 import threading
+import weakref
 
 import torch
 
-from . import _ext, frontend
+from . import _ext, frontend, training
 
 _ev = None
 _lock = threading.Lock()
 _by_code = {}   # code object -> OptimizedFunction (one per code; closures share it, guarded)
 _stack = []     # (previous handler, options) of the active `with` blocks
+_steps = weakref.WeakKeyDictionary()  # optimizer -> training.OptimizedStep (its steps under the hook)
 
 
 def _load():
@@ -81,8 +83,28 @@ def _split(code, bound):
     return tuple(args), kwargs
 
 
+def _optimizer_step(code, bound):
+    """An optimizer's step (the body of SGD/Adam/AdamW.step, inside torch's wrappers): its
+    update through training.OptimizedStep, kept per optimizer; SKIP where torch's must run."""
+    opt = bound[0]
+    st = _steps.get(opt)
+    if st is None:
+        opts = _stack[-1][1] if _stack else {}
+        st = _steps[opt] = training.OptimizedStep(opt, frontend.optimize, nopython=opts.get("nopython", False))
+    args, kwargs = _split(code, bound)
+    r = st.compiled(*args[1:], **kwargs)
+    return _ev.SKIP if r is training.EAGER_STEP else r
+
+
+def _is_optimizer_step(code, bound):
+    return code.co_name == "step" and bound and type(bound[0]) in training.COVERED and \
+        code.co_filename == inspect.getfile(type(bound[0]))
+
+
 def _handle(fn, bound):
     code = fn.__code__
+    if _is_optimizer_step(code, bound):  # (torch's code, never marked skip)
+        return _optimizer_step(code, bound)
     of = _by_code.get(code)
     if of is None:
         if not _user_code(code) or code.co_name in _NEVER or getattr(fn, "_dynamo_disable", False):
@@ -131,5 +153,6 @@ class OptimizeContext:
 def reset():
     """Forgets every frame the hook has seen (dynamo.reset())."""
     _by_code.clear()
+    _steps.clear()
     if _ev is not None:
         _ev.clear_skips()

@@ -190,6 +190,9 @@ def _adam_group(params, grads, exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, 
         param.add_(exp_avg / denom * neg_step_size)
 
 
+EAGER_STEP = object()  # OptimizedStep.compiled: torch's own step must run
+
+
 class OptimizedStep:
     """dynamo.optimize(optimizer.step) for torch.optim.SGD, Adam and AdamW: each parameter
     group's update as one compiled trace (the functions above). A step the compiled update does
@@ -208,54 +211,61 @@ class OptimizedStep:
         self.reasons = []
         self.steps = self.compiled_steps = 0
 
-    def _eager(self, why, closure):
+    def _eager(self, why):
         if why not in self.reasons:
             self.reasons.append(why)
             log("traces", f"{self.kind}.step runs eagerly: {why}")
             if not why.startswith("the first step"):  # (report() lists it under the update)
                 from .tracetree import Attempt
                 self.update.attempts.append(Attempt(f"torch's own step ran: {why}"))
-        return self.eager_step(closure) if closure is not None else self.eager_step()
+        return EAGER_STEP
 
     def __call__(self, closure=None):
+        if self.compiled(closure) is EAGER_STEP:
+            return self.eager_step(closure) if closure is not None else self.eager_step()
+        if hasattr(self.optimizer, "_step_count"):  # what a scheduler's counting wrapper would do
+            self.optimizer._step_count += 1
+        return None
+
+    def compiled(self, closure=None):
+        """The step through the compiled updates (None), or EAGER_STEP where torch's own step
+        must run (the caller runs it)."""
         self.steps += 1
         if closure is not None:
-            return self._eager("a closure (it re-evaluates the model)", closure)
+            return self._eager("a closure (it re-evaluates the model)")
         groups = []
         for g in self.optimizer.param_groups:
             why = _unsupported_options(self.kind, g)
             if why:
-                return self._eager(why, None)
+                return self._eager(why)
             params = [p for p in g["params"] if p.grad is not None]
             for p in params:
                 if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype or p.grad.device != p.device:
-                    return self._eager("a sparse or complex gradient, or one of another dtype or device", None)
+                    return self._eager("a sparse or complex gradient, or one of another dtype or device")
             state = [self.optimizer.state.get(p) for p in params]
             if any(not s for s in state):
-                return self._eager("the first step (torch's step creates the optimizer state)", None)
+                return self._eager("the first step (torch's step creates the optimizer state)")
+            if self.kind == "SGD" and g["momentum"] != 0 and any(s.get("momentum_buffer") is None for s in state):
+                return self._eager("a parameter without a momentum buffer yet")
+            if self.kind != "SGD" and len({int(s["step"].item()) for s in state}) > 1:
+                return self._eager("parameters of one group at different step counts")
             groups.append((g, params, state))
         with torch.no_grad():
             for g, params, state in groups:
                 if params:
                     self._group(g, params, state)
         self.compiled_steps += 1
-        if hasattr(self.optimizer, "_step_count"):  # what a scheduler's counting wrapper would do
-            self.optimizer._step_count += 1
         return None
 
     def _group(self, g, params, state):
         grads = [p.grad for p in params]
         if self.kind == "SGD":
             bufs = [s.get("momentum_buffer") for s in state]
-            if g["momentum"] != 0 and any(b is None for b in bufs):
-                return self.eager_step()
             self.update(params, grads, bufs, -g["lr"], g["momentum"], g["dampening"], g["weight_decay"],
                         g["nesterov"])
             return
         beta1, beta2 = g["betas"]
-        step = int(state[0]["step"].item()) + 1  # every parameter of a group steps together
-        if any(int(s["step"].item()) + 1 != step for s in state[1:]):
-            return self.eager_step()
+        step = int(state[0]["step"].item()) + 1  # (every parameter of the group: checked in compiled())
         bias_correction1 = 1 - beta1 ** step
         bias_correction2 = 1 - beta2 ** step
         adamw = self.kind == "AdamW"
@@ -282,9 +292,9 @@ def optimizer_of(method):
             ref = cell.cell_contents
             if isinstance(ref, weakref.ref) and isinstance(ref(), torch.optim.Optimizer):
                 obj = ref()
-    if type(obj) in _COVERED and getattr(method, "__name__", "") in ("step", "_use_grad", "wrapper"):
+    if type(obj) in COVERED and getattr(method, "__name__", "") in ("step", "_use_grad", "wrapper"):
         return obj
     return None
 
 
-_COVERED = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+COVERED = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)

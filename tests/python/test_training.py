@@ -306,3 +306,38 @@ def test_parameters_without_gradients_and_two_groups():
             st()
         for p, q in zip(model.parameters(), ref.parameters()):
             close(p, q, f"step {k}")
+
+
+def test_optimizer_step_under_the_frame_hook():
+    """Under `with dynamo.optimize():`, an SGD/Adam/AdamW step (torch's code, which the hook
+    otherwise leaves alone) runs its compiled update; a scheduler's step count stays eager's."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):  # the program's own class: the hook compiles its forward
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 3)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x)))
+    model = Net()
+    ref = copy.deepcopy(model)
+    opt, opt_ref = torch.optim.AdamW(model.parameters(), lr=1e-2), torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    sched_ref = torch.optim.lr_scheduler.StepLR(opt_ref, 2, 0.5)
+    for k in range(6):
+        x = torch.randn(8, 16)
+        with dynamo.optimize():
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+            sched.step()
+        opt_ref.zero_grad()
+        ref(x).square().mean().backward()
+        opt_ref.step()
+        sched_ref.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p, q, f"step {k}")
+        assert opt._step_count == opt_ref._step_count
+    report = dynamo.report()
+    assert "AdamW.step" in report and "forward and backward through AOTAutograd" in report, report
