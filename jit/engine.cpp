@@ -703,8 +703,15 @@ CompiledCode Engine::compile(const Trace &t, const Plan &p, const std::string &f
   mod->setTargetTriple(impl_->jit->getTargetTriple().str());
   std::string verr;
   raw_string_ostream vos(verr);
-  if (verifyModule(*mod, &vos)) dynamo::jit::fail(ErrorCode::Internal, "generated LLVM IR is invalid: " + vos.str());
   const char *dump = dump_dir();
+  if (verifyModule(*mod, &vos)) {
+    if (dump) {  // the module as generated, for whoever debugs the emitter
+      std::error_code ec;
+      raw_fd_ostream out(std::string(dump) + "/" + fn_name + ".invalid.ll", ec);
+      if (!ec) mod->print(out, nullptr);
+    }
+    dynamo::jit::fail(ErrorCode::Internal, "generated LLVM IR is invalid: " + vos.str());
+  }
   // Sizes as data: the same IR (up to the trace's own name) is the same machine code.
   // (XXH3-128 of its bitcode.)
   std::string fingerprint;

@@ -393,6 +393,9 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
   if (lanes > 1 && (any || dims[d].size >= lanes)) after = loop(lanes, 1, after, end, "vec", lanes);
   loop(1, 1, after, end, "tail", 1);
   rflat = row_base;
+  // The hoisted loads were made inside whatever loop encloses this one (an outer reduced dim's):
+  // a value computed after it (a row's epilogue) must load again, not use them.
+  hoisted.clear();
 }
 
 void KernelEmitter::emit_body(int lanes_now) {

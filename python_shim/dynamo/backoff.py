@@ -13,6 +13,12 @@ from .registry import bump
 from .tracetree import Attempt
 
 AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
+_WARNED = set()  # (function name, reason) said on stderr already
+
+
+def forget_warnings():
+    """dynamo.reset(): what was said on stderr may be said again."""
+    _WARNED.clear()
 
 # The knobs whose change lets a function left to CPython be recorded again (_comes_back).
 _CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
@@ -158,10 +164,9 @@ class BackOff:
         log("aborts", f"{self.name}: runs eagerly in this state ({kind}): {reason}")
         self.attempts.append(Attempt(reason, ops=[], inlined=[]))
         self.state_fallbacks[_call_state(args)] = (reason, kind)
-        if kind == "autograd" and not getattr(self, "_warned_state", False):
-            self._warned_state = True
-            print(f"dynamo: {self.name} runs eagerly while grad mode is on and a tensor it uses requires grad; "
-                  f"call it under torch.no_grad() or torch.inference_mode() to compile it", file=sys.stderr)
+        if kind == "autograd" and (self.name, reason) not in _WARNED:  # once per function name and reason
+            _WARNED.add((self.name, reason))  # (a model's many ReLU modules say it once)
+            print(f"dynamo: {self.name} runs eagerly while this grad state holds: {reason}", file=sys.stderr)
 
     def _aborted(self, reason, ops, inlined, where=None, selves=(), kind="internal"):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before

@@ -26,6 +26,7 @@ import torch
 
 from . import config, native, reasons, registry, sizes, store, tracetree, training
 from ._capi import DynamoError
+from . import backoff
 from .backoff import AUTOGRAD, BackOff, _call_state
 from .frames import Abort, NopythonError, StitchNow
 from .guards import TORCH_STATE_TEXT, GuardSet, torch_state
@@ -773,6 +774,7 @@ def reset():
         f.reset()
     tracetree.forget_entries()
     registry.zero_counters()
+    backoff.forget_warnings()
 
 
 # Instance attributes dynamo.optimize gives a module (both refer to its OptimizedFunction).

@@ -71,6 +71,7 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
     "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
 _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
+_PURE_BUILTINS.add(torch.device)  # an immutable value (FX graphs write `device(type='cpu')`)
 # builtin exception classes: making one (to raise it, caught or not) changes nothing
 _PURE_BUILTINS |= {v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException)}
 # math on Python numbers (a tensor argument would be read through .item(), which aborts).

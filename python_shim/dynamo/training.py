@@ -104,6 +104,22 @@ class _GraphCompiler:
         return run
 
 
+_BACKWARD_OPS = ("threshold_backward", "native_batch_norm_backward", "native_layer_norm_backward",
+                 "_softmax_backward_data", "_log_softmax_backward_data", "gelu_backward", "tanh_backward",
+                 "sigmoid_backward", "silu_backward", "hardtanh_backward", "hardswish_backward",
+                 "hardsigmoid_backward", "leaky_relu_backward", "elu_backward", "native_dropout_backward",
+                 "mse_loss_backward")
+
+
+def _decompositions():
+    """torch._decomp's decompositions of the pointwise and normalization backward ops: the
+    backward graph then holds arithmetic and reductions that dynamo fuses, instead of one
+    LibTorch call per op (resnet18's backward: 20 batch-norm and 17 ReLU backward calls)."""
+    from torch._decomp import get_decompositions
+    aten = torch.ops.aten
+    return get_decompositions([getattr(aten, n) for n in _BACKWARD_OPS if hasattr(aten, n)])
+
+
 def _partition():
     from functorch.compile import default_partition, min_cut_rematerialization_partition
     try:
@@ -128,7 +144,8 @@ class TrainedTrace(Compiled):
         self.forward_graphs = _GraphCompiler(name, False, optimize)
         self.backward_graphs = _GraphCompiler(name, True, optimize)
         self.aot = aot_function(_replay(rec.tape, refs), fw_compiler=self.forward_graphs,
-                                bw_compiler=self.backward_graphs, partition_fn=_partition())
+                                bw_compiler=self.backward_graphs, partition_fn=_partition(),
+                                decompositions=_decompositions())
         self.training = True
         log("traces", f"{name}: forward and backward through AOTAutograd: {len(rec.tape)} ATen op(s) on the tape")
 
