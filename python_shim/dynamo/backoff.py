@@ -152,7 +152,7 @@ class BackOff:
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
-    def _state_aborted(self, reason, args, kind="autograd"):
+    def _state_aborted(self, reason, args, kind="autograd", quiet=False):
         """An abort caused by the call's state (a kind whose policy is "state": grad mode and
         requires_grad, or the dtype, device or layout of its tensors): it does not count toward
         the function's abort limit; calls in the same state (_call_state) run eagerly without
@@ -164,7 +164,7 @@ class BackOff:
         log("aborts", f"{self.name}: runs eagerly in this state ({kind}): {reason}")
         self.attempts.append(Attempt(reason, ops=[], inlined=[]))
         self.state_fallbacks[_call_state(args)] = (reason, kind)
-        if kind == "autograd" and (self.name, reason) not in _WARNED:  # once per function name and reason
+        if kind == "autograd" and not quiet and (self.name, reason) not in _WARNED:  # once per name and reason
             _WARNED.add((self.name, reason))  # (a model's many ReLU modules say it once)
             print(f"dynamo: {self.name} runs eagerly while this grad state holds: {reason}", file=sys.stderr)
 

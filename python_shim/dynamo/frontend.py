@@ -378,6 +378,7 @@ class OptimizedFunction(TraceTree, BackOff):
                     why = training.unsupported(rec, interp) if config.training and side_of is None else \
                         "config.training is off" if side_of is None else "side traces are not compiled with grad yet"
                     if why is not None:
+                        rec.quiet = why == training.SMALL  # (nothing for the user to do: not said on stderr)
                         raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
                                     "under torch.no_grad() or torch.inference_mode())", "autograd")
                     train = True
@@ -400,7 +401,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
                 return result
             if reasons.policy(rec.abort_kind) == "state":
-                self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind)
+                self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind, getattr(rec, "quiet", False))
             else:
                 self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
                               kind=rec.abort_kind)

@@ -44,7 +44,16 @@ def unsupported(rec, interp):
         return "Python numbers passed as trace inputs are not compiled with grad yet"
     if not rec.tape:
         return "no tensor operations"
+    if len(rec.tape) < MIN_OPS:
+        return SMALL
     return None
+
+
+# A call of fewer ATen ops (a lone convolution or linear layer: a model's parts compiled apart)
+# gains nothing from compiling with grad, and AOTAutograd's wrapper costs more than it saves:
+# resnet18 in training mode, its 21 convolutions compiled apart, ran 2.4x slower than eager.
+MIN_OPS = 4
+SMALL = f"fewer than {MIN_OPS} ATen ops: nothing to gain from compiling it with grad"
 
 
 def _replay(tape, out_refs):

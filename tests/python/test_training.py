@@ -341,3 +341,19 @@ def test_optimizer_step_under_the_frame_hook():
         assert opt._step_count == opt_ref._step_count
     report = dynamo.report()
     assert "AdamW.step" in report and "forward and backward through AOTAutograd" in report, report
+
+
+def test_a_call_of_few_ops_runs_eagerly_with_grad_and_quietly(capsys):
+    """A lone layer (a model's part compiled apart) has nothing to fuse: compiling it with grad
+    only adds AOTAutograd's wrapper, so it runs eagerly in that state, and nothing is said on
+    stderr (nothing for the user to do); report() gives the reason."""
+    torch.manual_seed(0)
+    jit = train_side_by_side(nn.Linear(8, 4), lambda: [torch.randn(3, 8)], steps=3)
+    assert not jit.forward.compiled and counts() == (0, 0)
+    assert "nothing to gain from compiling it with grad" in dynamo.report()
+    assert "runs eagerly" not in capsys.readouterr().err
+    with torch.no_grad():  # without grad it compiles as before
+        x = torch.randn(3, 8)
+        for _ in range(2):
+            close(jit(x), torch.nn.functional.linear(x, jit.weight, jit.bias))
+    assert jit.forward.compiled
