@@ -102,9 +102,11 @@ class Recorder(TorchDispatchMode):
         self.on_scalar_input = None  # called with the source expr when one is added (the guards fetch it)
         self._scalar_scope = None  # (value, source expr) while one op's Python number is a scalar input
         self.scalar_uses = 0    # how many operands the scope's number filled
-        self.tape = []          # the ATen ops as dispatched, for a replay (training.py); None once it cannot be
+        # the ATen ops as dispatched, for a replay (training.py): kept only where grad is on (no
+        # training without it); None once it cannot be
+        self.tape = [] if torch.is_grad_enabled() else None
         self.tape_refs = {}     # id(tensor) -> ("in", slot) or ("op", tape index, output index)
-        self.tape_why = None    # why there is no tape
+        self.tape_why = None if self.tape is not None else "grad mode was off when the recording began"
         self._n = 0
 
     # -- values --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import weakref
 
 import torch
 
+from ._capi import DynamoError
 from .log import log
 from .recorder import TapeRef
 from .registry import bump
@@ -170,7 +171,11 @@ class TrainedTrace(Compiled):
         if not torch.is_grad_enabled() or len(inputs) != len(self.meta) or \
                 any(_meta(t) != m for t, m in zip(inputs, self.meta)):
             return None
-        outs = self.aot(*inputs)
+        try:
+            outs = self.aot(*inputs)
+        except Exception as e:  # noqa: BLE001 -- AOTAutograd failing inside (tracing, partitioning) is
+            # dynamo's failure, not the program's: the trace goes and eager answers (tracetree._run_one)
+            raise DynamoError("TRAINING", f"AOTAutograd failed: {type(e).__name__}: {e}") from e
         self.runs += 1
         return list(outs)
 

@@ -357,3 +357,18 @@ def test_a_call_of_few_ops_runs_eagerly_with_grad_and_quietly(capsys):
         for _ in range(2):
             close(jit(x), torch.nn.functional.linear(x, jit.weight, jit.bias))
     assert jit.forward.compiled
+
+
+def test_aotautograd_failing_inside_never_reaches_the_program(monkeypatch):
+    """AOTAutograd raising while it traces or partitions (here: made to) is dynamo's failure:
+    the trace is dropped, the call answers eagerly with eager's gradients, and the reason is
+    in report()."""
+    import functorch.compile
+
+    def broken(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("injected: joint graph could not be traced")
+        return call
+    monkeypatch.setattr(functorch.compile, "aot_function", broken)
+    train_side_by_side(mlp(), lambda: [torch.randn(4, 16)], steps=4)
+    assert "AOTAutograd failed" in dynamo.report() and counts() == (0, 0), dynamo.report()
