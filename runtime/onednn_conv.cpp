@@ -107,10 +107,10 @@ memory::desc weight_desc(const at::Tensor &w, int64_t groups) {
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-// Temporaries (reordered source and destination, scratchpads) and oneDNN's outputs come from
-// one process-wide pool: a batch of 100 regions through a 512-channel layer moves 40 MB blocks,
-// which glibc would map and unmap on every call (a page fault per 4 KiB: ~15% of the keypoint
-// head's time). Leaked on purpose: outputs may outlive static destructors.
+// Temporaries (reordered source and destination, scratchpads: Winograd's are ~240 MB for 100
+// regions of 512 channels) come from one process-wide pool: glibc would map and unmap blocks that
+// large on every call (a page fault per 4 KiB: ~15% of the keypoint head's time). Leaked on
+// purpose: a tensor holding a block may outlive static destructors.
 BufferPool &conv_pool() {
   static BufferPool *p = new BufferPool(size_t(1) << 30);
   return *p;
@@ -203,7 +203,7 @@ struct OnednnConv {
   at::Tensor run(const ConvArgs &a, const uint64_t *version) {
     dnnl::stream &strm = cpu_stream();
     std::shared_ptr<const at::Tensor> w = weights(a, version, strm);
-    at::Tensor out = pooled(out_sizes, at::kFloat);
+    at::Tensor out = at::empty(out_sizes);  // (a tensor the program may get: ATen's own, resizable)
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
     memory src_p = src, dst_p = dst;
