@@ -39,8 +39,8 @@ def unsupported(rec, interp):
         return "a call cut into parts (a stitch or config.max_trace_ops) is not compiled with grad yet"
     if rec.device is not None:
         return "CUDA tensors are not compiled with grad yet"
-    if rec.mutated:
-        return "writes into tensors (in-place ops) are not compiled with grad yet"
+    if rec.effect is not None:
+        return "writes into tensors from outside the call (in-place ops on inputs) are not compiled with grad yet"
     if rec.scalar_inputs:
         return "Python numbers passed as trace inputs are not compiled with grad yet"
     if not rec.tape:

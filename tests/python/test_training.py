@@ -372,3 +372,45 @@ def test_aotautograd_failing_inside_never_reaches_the_program(monkeypatch):
     monkeypatch.setattr(functorch.compile, "aot_function", broken)
     train_side_by_side(mlp(), lambda: [torch.randn(4, 16)], steps=4)
     assert "AOTAutograd failed" in dynamo.report() and counts() == (0, 0), dynamo.report()
+
+
+def test_in_place_ops_on_tensors_the_call_made():
+    """In-place ops on the call's own intermediates (ReLU(inplace=True), `h[:, :3] += 1`,
+    `tanh_()`) compile with grad; gradients equal eager's (a backward graph dynamo cannot record
+    runs eagerly inside AOTAutograd's function)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.r, self.b = nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4)
+
+        def forward(self, x):
+            h = self.r(self.a(x)) * 2
+            h[:, :3] += 1
+            return self.b(h).tanh_()
+    torch.manual_seed(0)
+    jit = train_side_by_side(M(), lambda: [torch.randn(8, 16)], steps=4, input_grad=True)
+    assert jit.forward.compiled and jit.forward.compiled[0].training, dynamo.report()
+
+
+def test_in_place_write_into_an_input_with_grad_runs_eagerly():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(6, 6)
+
+        def forward(self, x, buf):
+            buf.add_(1)  # an input written in place: not compiled with grad yet
+            return self.a(x).relu() * buf.sum()
+    torch.manual_seed(0)
+    model, ref = M(), None
+    ref = copy.deepcopy(model)
+    jit = dynamo.optimize(model)
+    b1, b2 = torch.zeros(3), torch.zeros(3)
+    for _ in range(3):
+        x = torch.randn(2, 6)
+        jit(x, b1).sum().backward()
+        ref(x, b2).sum().backward()
+        close(b1, b2)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p.grad, q.grad)
+    assert not jit.forward.compiled and "from outside the call" in dynamo.report(), dynamo.report()
