@@ -22,7 +22,9 @@ KINDS = {
     "device": ("state", "tensors on a device dynamo does not compile for, or on several devices in one call"),
     "layout": ("state", "a sparse or other non-strided tensor, or a layout, memory format or pinned memory "
                        "an op asks for"),
-    "autograd": ("state", "grad mode is on and a tensor requires grad, or the call leaves grad mode changed"),
+    "autograd": ("state", "grad mode is on and a tensor requires grad where training.py cannot compile the call "
+                          "(side exits, stitches, writes into inputs, fewer than 4 ops, ...), or the call leaves "
+                          "grad mode changed"),
     "unknown_tensor": ("same", "a tensor made by code that was not recorded reached a recorded op"),
     "op_arguments": ("same", "an ATen op whose arguments, overload or variant the IR cannot express"),
     "strided_view": ("same", "a view with stride arguments over memory whose layout the compiler chooses"),
