@@ -476,12 +476,7 @@ class OptimizedFunction(TraceTree, BackOff):
             return result
         if c.stats.shared_code:
             bump("code_shared")
-        c.shape_key = self._call_key
-        if self.compiled:
-            bump("recompiles")
-        self.compiled.append(c)
-        self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
-        bump("traces_compiled")
+        self._add_root(c, rec, interp)
         if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
             c.size_fixed = dict(interp.size_fixed)
             c.dynamic_marks = dict(rec.input_marks)
@@ -507,13 +502,17 @@ class OptimizedFunction(TraceTree, BackOff):
             self._aborted(reason, rec.ops, interp.inlined, kind="autograd")
             self._fallback(reason)
             return result
+        self._add_root(c, rec, interp)
+        return result
+
+    def _add_root(self, c, rec, interp):
+        """A newly compiled root trace joins the function's traces (counted)."""
         c.shape_key = self._call_key
         if self.compiled:
             bump("recompiles")
         self.compiled.append(c)
         self.attempts.append(Attempt(None, c, rec.ops, interp.inlined))
         bump("traces_compiled")
-        return result
 
     def _own_count(self):
         return sum(1 for c in self.compiled if not c.stats.shared_code and c.family is None)
