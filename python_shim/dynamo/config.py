@@ -47,12 +47,18 @@ dynamic        None (default, automatic) or True: a Python float or int passed a
                the optimized function that only meets tensors in + - * / is a scalar input of the
                trace, read each call, not guarded by value (f(x, 0.1), f(x, 0.2), ... run one
                trace); a number that steers control flow, a shape, or any other call is guarded
-               by value as before. Tensor sizes: the first trace is specialized; a second
-               recording of the same program at other sizes makes a size family whose instances
-               serve further sizes without a recording (sizes.py; sizes of 0 and 1, and programs
-               that use a size as a number in Python, stay specialized). False: every number is a
-               guarded constant and every shape its own recording, except dims marked with
-               dynamo.mark_dynamic(x, dim), which a size family may still vary.
+               by value as before. Tensor sizes: the first trace is specialized; the first call
+               that misses it only on sizes is probed (size_probes) and gets a size family whose
+               instances serve every size of the dims that can vary, without a recording; a
+               second recording at other sizes also makes one (sizes.py). Sizes 0 stay
+               specialized, sizes 1 where a probe shows the program the same there; a size used
+               as a number in Python stays fixed. False: every number is a guarded constant and
+               every shape its own recording, except dims marked with dynamo.mark_dynamic(x, dim),
+               which a size family may still vary.
+size_probes    when True (default), a call that misses a trace only on tensor sizes runs the
+               function once per argument dim on fake tensors (no data, no effects; probe.py) to
+               find which dims can vary and how the trace follows them; False: size families
+               come from recordings only.
 gpu            when True (default), traces over CUDA tensors (all inputs on one device) compile for
                that GPU through dynamo's CUDA engine (needs the NVIDIA driver; without one they fall
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.
@@ -78,4 +84,5 @@ trace_store = True
 log = None
 gpu = True
 dynamic = None
+size_probes = True
 training = True

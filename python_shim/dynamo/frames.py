@@ -87,6 +87,16 @@ class Abort(Exception):
         self.kind = kind
 
 
+class ProbeStop(Abort):
+    """A size probe (probe.py) cannot go on: the program would do something a probe must not
+    (an effect, a call not recorded, a side exit) or decide something on a size the probe
+    changed. The probe ends; the real call was made already and is not touched."""
+
+
+class SizeUsed(ProbeStop):
+    """A probe's changed size is about to be used as a number in Python."""
+
+
 class DataDependentStep(Exception):
     """Raised out of the dispatch mode, before the op runs, for an op whose output size depends
     on the data and that no side exit can check in the trace (torch.unique, torchvision's nms),

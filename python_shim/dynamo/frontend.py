@@ -24,7 +24,7 @@ import types
 
 import torch
 
-from . import config, native, reasons, registry, sizes, store, tracetree, training
+from . import config, native, probe, reasons, registry, sizes, store, tracetree, training
 from ._capi import DynamoError
 from . import backoff
 from .backoff import AUTOGRAD, BackOff, _call_state
@@ -142,8 +142,10 @@ class OptimizedFunction(TraceTree, BackOff):
                 for i, c in enumerate(self.compiled):
                     why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
                     log("guards", f"{self.name}: trace {i} rejected the call: {why}")
-        if self.families and self.disabled_reason is None:
-            result = self._from_family(fn, args, kwargs)
+        if self.compiled and self.disabled_reason is None:
+            result = self._from_family(fn, args, kwargs) if self.families else MISS
+            if result is MISS and self._probe_sizes(fn, args, kwargs):
+                result = self._from_family(fn, args, kwargs)
             if result is not MISS:
                 return result
         if self.disabled_reason is not None and not self._comes_back():
@@ -560,6 +562,42 @@ class OptimizedFunction(TraceTree, BackOff):
         if why is not None:
             self._family_refused(c, f"no size family with the earlier traces: {why}")
 
+    def _probe_sizes(self, fn, args, kwargs):
+        """A call that a recorded trace's Python guards accept but its sizes do not: once per
+        such trace, probes (probe.py) look for the size family of every argument dim that can
+        vary, without recording. Whether one was added."""
+        if not config.size_probes or not _has_tensor(args, kwargs) or self._cache_full() or \
+                config.dynamic is False and not _has_marks(args, kwargs):
+            return False
+        for c in self.compiled:
+            if type(c) is not Compiled or c.family is not None or c.size_read is not None or c.exits or \
+                    c.cut_id is not None or getattr(c, "probed", False):
+                continue
+            try:
+                inputs = c.check(args, kwargs, fn.__globals__, fn)
+            except Exception:  # noqa: BLE001 -- (as the trace's own run would judge it: not this one)
+                inputs = None
+            if inputs is None:
+                continue
+            c.probed = True
+            try:
+                fam, why, runs = probe.family(c, self.name, fn, args, kwargs)
+            except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
+                fam, why, runs = None, f"internal error: {type(e).__name__}: {e}", 0
+            bump("size_probes", runs)
+            if fam is None:
+                self._family_refused(c, f"size probes of trace {self.compiled.index(c)} found no family: {why}")
+                return False
+            why = _outside_marks(fam, c.dynamic_marks)
+            if why is not None:
+                self._family_refused(c, why)
+                return False
+            self.families.append(fam)
+            log("recompiles", f"{self.name}: size family from {runs} probes of trace {self.compiled.index(c)}: "
+                              f"{fam.describe()}; other sizes of it compile without a recording")
+            return True
+        return False
+
     def _family_refused(self, c, why):
         """Says why trace c joined no size family: DYNAMO_LOG=recompiles, and once on stderr
         when the call's tensors had dims marked dynamic (dynamo.mark_dynamic)."""
@@ -684,6 +722,14 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _has_tensor(args, kwargs):
+    return bool(probe._leaves((args, kwargs), []))
+
+
+def _has_marks(args, kwargs):
+    return any(getattr(t, "_dynamo_dynamic", None) for t in probe._leaves((args, kwargs), []))
 
 
 def _outside_marks(fam, marks):

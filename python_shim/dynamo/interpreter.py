@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from . import config, snapshot
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
-from .frames import NoSnapshot, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
+from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
 from .frames import plain_class as _plain_class
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
 from .recorder import Recorder
@@ -247,6 +247,7 @@ class Interpreter(SizeFlow):
         self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
         self.dynamic_scalars = config.dynamic is not False
         self._init_sizes()        # sizes read in Python (sizeflow.py)
+        self.probe = None         # a size probe (probe.py): {value name: shape} of its base run
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
     # -- recording state -----------------------------------------------------------------
@@ -258,6 +259,8 @@ class Interpreter(SizeFlow):
         """Ends the recording (the call goes on, unrecorded); kind: the row in reasons.KINDS."""
         if not self.recording:  # aborted already, or the trace ended at a cut or stitch
             return
+        if self.probe is not None:
+            raise ProbeStop(reason)
         if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
             raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}: {reason}")
         self.rec.abort(reason, kind)
@@ -383,6 +386,8 @@ class Interpreter(SizeFlow):
         return Source(f"{src.expr}[{self.guards.const_source(key).expr}]", src)
 
     def _effect(self, what):
+        if self.probe is not None:
+            raise ProbeStop(what)
         if self.effect is None:
             self.effect = what
 
@@ -1702,6 +1707,8 @@ class Interpreter(SizeFlow):
     def _branch_on_tensor(self, f, v, jump_if, target):
         """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
         a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
+        if self.probe is not None:
+            raise ProbeStop("a branch on a tensor's value")
         self.rec.paused += 1
         try:
             truth = bool(v)  # as eager: raises for more than one element
@@ -1721,6 +1728,8 @@ class Interpreter(SizeFlow):
         """A Python number read from recorded tensor t (t.item(), int(t), ...): the trace goes on
         with this value, behind a side exit taken when t holds another one; the snapshot resumes
         right after the call with the new value."""
+        if self.probe is not None:
+            raise ProbeStop("a tensor's value read as a Python number")
         self.rec.paused += 1
         try:
             raw = t.item()
@@ -1755,6 +1764,8 @@ class Interpreter(SizeFlow):
         """The trace reached config.max_trace_ops: it ends before the current instruction and
         hands its live values to a snapshot that continues from there (an exit always taken);
         the call itself goes on unrecorded."""
+        if self.probe is not None:
+            raise ProbeStop("the trace is cut (config.max_trace_ops)")
         try:
             snap, live, _ = snapshot.take(self, f, f.ip - 1, "trace cut (config.max_trace_ops)")
         except NoSnapshot as e:
@@ -1789,6 +1800,8 @@ class Interpreter(SizeFlow):
                                False)
 
     def _stitch_at(self, f, ip, stack, kw_names, why, kind, nops, extra, pushes):
+        if self.probe is not None:  # (before the call or store is made)
+            raise ProbeStop(why)
         if not config.stitch or self.nopython or not self.recording or len(stack) < nops:
             return False
         # inside a try or with block the step's exception would belong to a handler of the

@@ -29,9 +29,10 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .frames import Abort, DataDependentStep, NoSnapshot
+from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop
 
 _aten = torch.ops.aten
+_PRIM_DEVICE = torch.ops.prim.device.default
 
 DTYPE_NAMES = {
     torch.bool: "bool", torch.int32: "i32", torch.int64: "i64", torch.float32: "f32",
@@ -108,6 +109,8 @@ class Recorder(TorchDispatchMode):
         self.tape_refs = {}     # id(tensor) -> ("in", slot) or ("op", tape index, output index)
         self.tape_why = None if self.tape is not None else "grad mode was off when the recording began"
         self._n = 0
+        self.probe = None       # a size probe (probe.py): the FakeTensorMode its ops run under
+        self._fakes = {}        # ... and there, id(real tensor) -> its fake twin
 
     # -- values --------------------------------------------------------------------------
     def _new(self):
@@ -189,6 +192,15 @@ class Recorder(TorchDispatchMode):
         self.scalar_uses += 1
         return self.scalar_input(expr, value)
 
+    def value_shapes(self):
+        """{trace value name: shape} of the tensors the recording holds now."""
+        out = {}
+        for t in self.keep:
+            n = self.vals.get(id(t)) if isinstance(t, torch.Tensor) else None
+            if n is not None:
+                out[n] = tuple(t.shape)
+        return out
+
     def known(self, t):
         return id(t) in self.vals
 
@@ -200,6 +212,8 @@ class Recorder(TorchDispatchMode):
     def abort(self, reason, kind="internal"):
         # after a cut (or a stitch) the trace has ended: what the rest of the call does is the
         # next trace's business
+        if self.probe is not None:
+            raise ProbeStop(reason)
         if self.abort_reason is None and self.cut is None:
             self.abort_reason = reason
             self.abort_kind = kind
@@ -303,7 +317,12 @@ class Recorder(TorchDispatchMode):
             raise DataDependentStep(f"{_sig(func)}: the output size depends on the data (a step between traces)")
         # judged before the op runs: as_strided_ changes its argument's strides
         self._restride = func in _LAYOUT_DEPENDENT and _restrides_in_place(func, args, kwargs)
-        out = func(*args, **kwargs)
+        if self.probe is None:
+            out = func(*args, **kwargs)
+        else:
+            out = self._probe_call(func, args, kwargs)
+            if func is _PRIM_DEVICE:  # a fake tensor's .device (a real one answers without an op)
+                return out
         if self.paused or self.abort_reason is not None or self.cut is not None:
             return out
         if self.tape is not None:
@@ -312,6 +331,29 @@ class Recorder(TorchDispatchMode):
             self._record(func, args, kwargs, out)
         except Abort as e:
             self.abort(str(e), e.kind)
+        return out
+
+    def _probe_call(self, func, args, kwargs):
+        """In a size probe: func run on fake tensors (shapes, dtypes and strides without data) --
+        the program's real tensors (parameters, constants) as their fake twins, creation ops
+        making fakes too. The recording refers to the real tensors as usual."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        def fake(v):
+            if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor):
+                f = self._fakes.get(id(v))
+                if f is None:
+                    f = self._fakes[id(v)] = self.probe.from_tensor(v)
+                    self.keep.append(v)
+                return f
+            if type(v) in (list, tuple):
+                return type(v)(fake(x) for x in v)
+            return v
+        with self.probe:
+            out = func(*fake(tuple(args)), **{n: fake(v) for n, v in kwargs.items()})
+            if func is _aten.native_batch_norm.default and not (args[5] if len(args) > 5 else kwargs["training"]):
+                # the CPU kernel returns empty saved statistics in eval mode, its meta kernel [C]
+                out = (out[0], out[1].new_empty((0,)), out[2].new_empty((0,)))
         return out
 
     def _tape(self, func, args, kwargs, out):
@@ -529,6 +571,8 @@ class Recorder(TorchDispatchMode):
         if k >= len(vals) or not isinstance(vals[k], (list, tuple)):
             return None
         vals[k] = [True] * len(vals[k])
+        if self.probe is not None:
+            raise ProbeStop("a backward op")
         full = func(*vals)
         full = list(full) if isinstance(full, (tuple, list)) else [full]
         if len(full) != len(outs) or not all(isinstance(o, torch.Tensor) for o in full):
@@ -571,7 +615,7 @@ class Recorder(TorchDispatchMode):
         alt = _scalar_overload(func, pos, len(vals))
         if alt is not None:
             new = [nums[i] if i in nums else v for i, v in enumerate(vals)]
-            if check:
+            if check and self.probe is None:  # (a probe's tensors hold no values; the recording checked)
                 _same_result(alt, new, outs, f"{_sig(func)} as {_sig(alt)}")
             return alt, new
         argn = ", ".join(func._schema.arguments[i].name for i in pos)
@@ -580,7 +624,8 @@ class Recorder(TorchDispatchMode):
                         "op_arguments")
         reps = {i: torch.scalar_tensor(nums[i], dtype=_NUMBER_DTYPE[type(nums[i])]) for i in pos}
         new = [reps[i] if i in reps else v for i, v in enumerate(vals)]
-        _same_result(func, new, outs, f"{_sig(func)} with '{argn}' as a 0-dim tensor")
+        if self.probe is None:
+            _same_result(func, new, outs, f"{_sig(func)} with '{argn}' as a 0-dim tensor")
         for i, t in reps.items():
             self._extern(_aten.scalar_tensor.default, [nums[i], t.dtype], [t])
         return func, new
@@ -743,6 +788,8 @@ class Recorder(TorchDispatchMode):
         """Emits `dynamo::guard(cond, truth, id, live...)` (cond: an IR bool of `shape`, one
         element) and registers the exit's snapshot; `live` are trace tensors the snapshot refers
         to by position. Returns the exit id."""
+        if self.probe is not None:
+            raise ProbeStop("a side exit")
         k = len(self.exits)
         ops = [cond_name, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
         self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")

@@ -23,7 +23,7 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 import torch
 
 from . import snapshot
-from .frames import NULL as _NULL, is_torch_callable
+from .frames import NULL as _NULL, ProbeStop, SizeUsed, is_torch_callable
 
 # bytecodes that only move stack values (a tracked value passes through unchanged)
 _MOVES = frozenset(("LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
@@ -96,6 +96,8 @@ class SizeFlow:
         sizes: the trace then serves its own sizes only."""
         try:
             return self._size_step(f, op, ins)
+        except ProbeStop:
+            raise
         except Exception as e:  # noqa: BLE001 -- dynamo's own error: sizes stay specialized
             self._size_failed(e)
             return None
@@ -103,11 +105,15 @@ class SizeFlow:
     def _size_after_safe(self, after):
         try:
             after()
+        except ProbeStop:
+            raise
         except Exception as e:  # noqa: BLE001 -- as above
             self._size_failed(e)
 
     def _size_failed(self, e):
         self._origin = False
+        if self.probe is not None:
+            raise ProbeStop(f"following a size failed: {type(e).__name__}: {e}")
         if self.size_read is None:
             self.size_read = f"a size (following it failed inside dynamo: {type(e).__name__}: {e})"
 
@@ -116,8 +122,23 @@ class SizeFlow:
         for p in pairs:
             if isinstance(p, _Sized) and p.dims:
                 where = snapshot.where(f) if f is not None else "?"
+                if self.probe is not None:
+                    self._probe_fixed(p.dims, where)
                 for key in p.dims:
                     self.size_fixed.setdefault(key, where)
+
+    def _probe_fixed(self, keys, where):
+        """In a size probe (probe.py), Python is about to use these sizes as numbers: the probe
+        ends before it does when one of them is not what it was in the probe's base run (what
+        Python decides with it may differ; the probe must take the base run's path). The base
+        run itself (self.probe empty) decides as the program would at its sizes."""
+        if not self.probe:
+            return
+        shapes = self.rec.value_shapes()
+        for name, d in keys:
+            a, b = shapes.get(name), self.probe.get(name)
+            if a is None or b is None or len(a) <= d or len(b) <= d or a[d] != b[d]:
+                raise SizeUsed(f"the program uses the size as a number in Python at {where}")
 
     def _size_step(self, f, op, ins):
         """Before bytecode op runs in frame f: fixes what it reads as a number, or returns a

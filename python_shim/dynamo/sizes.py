@@ -135,8 +135,10 @@ class Family:
     and op list every instance shares; exprs: per integer of the text (c, exponents per
     variable); variables: per variable, the (input slot, dim) pairs that are it."""
 
-    def __init__(self, proto, parts, kinds, exprs, variables):
+    def __init__(self, proto, parts, kinds, exprs, variables, low=None):
         self.proto, self.parts, self.kinds, self.exprs, self.variables = proto, parts, kinds, exprs, variables
+        # per variable, its least value: 2, or 1 where a probe showed the program the same at 1
+        self.low = list(low) if low is not None else [2] * len(variables)
         self.instances = 0      # compiled from it without a recording
         self.failures = 0       # instances that did not compile (the family goes after a few)
 
@@ -151,7 +153,7 @@ class Family:
         out = []
         for k, dims in enumerate(self.variables):
             names = [f"{(input_srcs or self.proto.input_srcs)[i]}.size({d})" for i, d in dims]
-            out.append(f"s{k} = {' == '.join(names)} >= 2")
+            out.append(f"s{k} = {' == '.join(names)} >= {self.low[k]}")
         return "; ".join(out)
 
     def bind(self, inputs):
@@ -167,8 +169,8 @@ class Family:
             if len(vals) != 1:
                 return None, f"s{k}: the dims {self.describe().split('; ')[k].split(' = ')[1]} differ ({sorted(vals)})"
             v = vals.pop()
-            if v < 2:
-                return None, f"s{k} would be {v} (a size variable is at least 2)"
+            if v < self.low[k]:
+                return None, f"s{k} would be {v} (this size variable is at least {self.low[k]})"
             env.append(v)
         return env, None
 
@@ -177,15 +179,23 @@ class Family:
         env, why = self.bind(inputs)
         if env is None:
             return None, why
+        return self.text_at(env, inputs)
+
+    def text_at(self, env, inputs=None):
+        """The IR text at variable values env, or (None, why not); with inputs (the call's
+        tensors), each input size and stride of the text must be theirs."""
         out = [self.parts[0]]
         for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
             v = _value(expr, env) if expr[1] else expr[0]
             if v.denominator != 1:
                 return None, f"a size of the trace would be {v} (not a whole number)"
             v = int(v)
-            if kind[0] == DIM and any(expr[1]) and v < 2:
-                return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least 2)"
-            if kind[0] in (DIM, STRIDE):
+            least = 2 if any(e and self.low[k] > 1 for k, e in enumerate(expr[1])) else 1
+            if kind[0] == DIM and any(expr[1]) and v < least:
+                return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least {least})"
+            if inputs is None:
+                pass
+            elif kind[0] in (DIM, STRIDE):
                 t = inputs[kind[1]]
                 actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
                 if actual != v and (kind[0] == DIM or t.shape[kind[2]] > 1):
@@ -195,8 +205,9 @@ class Family:
             out.append(self.parts[i + 1])
         return "".join(out), None
 
-    def widened(self, c):
-        """A family that also covers trace c (recorded at other sizes), or (None, why not)."""
+    def widened(self, c, least=2):
+        """A family that also covers trace c (recorded at other sizes), or (None, why not).
+        least: the smallest size a variable may have in the samples (1 for probes, probe.py)."""
         parts, values, kinds = tokens(c.text)
         if parts != self.parts or len(values) != len(self.exprs):
             return None, "other operations or constants"
@@ -204,8 +215,8 @@ class Family:
         env = []
         for k, dims in enumerate(self.variables):
             vals = {values[_dim_token(kinds, i, d)] for i, d in dims}
-            if len(vals) != 1 or min(vals) < 2:
-                return None, f"s{k} is not one size >= 2 in the new trace"
+            if len(vals) != 1 or min(vals) < max(least, self.low[k]):
+                return None, f"s{k} is not one size >= {max(least, self.low[k])} in the new trace"
             env.append(vals.pop())
         # input dims that were constants and changed: new variables (equal pairs are one)
         new, new_dims = [], []
@@ -215,8 +226,8 @@ class Family:
             a, b = expr[0], values[j]
             if a == b:
                 continue
-            if a < 2 or b < 2:
-                return None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= 2)"
+            if a < least or b < least:
+                return None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= {least})"
             # dims that changed by the same ratio are one variable: those equal to it are it,
             # the others a multiple of it (y of 5 * n elements viewed as [n, 5])
             key = (a, b)
@@ -270,7 +281,8 @@ class Family:
         why = _fixed_sizes_constant(self.proto, exprs)
         if why is not None:
             return None, why
-        return Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims), None
+        return Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims,
+                      self.low + [least] * len(new_dims)), None
 
 
 def value_name(c, name):

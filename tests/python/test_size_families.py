@@ -10,6 +10,16 @@ import torch
 import dynamo
 from dynamo import config
 
+@pytest.fixture(autouse=True)
+def families_from_recordings():
+    """These tests are about size families made from recordings: size probes are off here
+    (test_size_probes.py has the same kinds of programs with probes)."""
+    old = dynamo.config.size_probes
+    dynamo.config.size_probes = False
+    yield
+    dynamo.config.size_probes = old
+
+
 
 def sweep(fn, make, sizes, calls=2, **tol):
     """fn optimized, called on make(n) for each n (calls times), compared with eager each time

@@ -12,6 +12,16 @@ import dynamo
 
 from test_size_families import sweep
 
+@pytest.fixture(autouse=True)
+def families_from_recordings():
+    """These tests are about size families made from recordings: size probes are off here
+    (test_size_probes.py has the same kinds of programs with probes)."""
+    old = dynamo.config.size_probes
+    dynamo.config.size_probes = False
+    yield
+    dynamo.config.size_probes = old
+
+
 
 def counts(c):
     return c["traces_compiled"], c["size_instances"]
