@@ -33,6 +33,7 @@ import sys
 import types
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
 from . import config, snapshot
@@ -42,6 +43,9 @@ from .frames import plain_class as _plain_class
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
 from .recorder import Recorder
 from .sizeflow import SizeFlow
+
+# tensors a Python number meets in + - * / as a scalar input (a size probe's are fakes, probe.py)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter, FakeTensor)
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
@@ -348,7 +352,7 @@ class Interpreter(SizeFlow):
         if arg not in _SCALAR_OPS:
             return None
         for n, t in ((a, b), (b, a)):
-            if n[1] is not None and n[1].expr in self.scalars and type(t[0]) in (torch.Tensor, torch.nn.Parameter) \
+            if n[1] is not None and n[1].expr in self.scalars and type(t[0]) in _PLAIN_TENSORS \
                     and not (t[1] is not None and t[1].expr in self.scalars):
                 return n
         return None

@@ -202,12 +202,17 @@ def family(c, name, fn, args, kwargs):
         for d in range(t.dim()):
             if (i, d) in tried or config.dynamic is False and d not in marks or t.shape[d] == 0:
                 continue
-            # the dim alone; when that probe cannot run, with every argument dim of its size (x + y
-            # of two arguments of one batch size: both change)
-            group = [(i, d)]
+            # the dim alone; when that probe cannot run, with the other arguments' dims of its size
+            # at the same place, then with every argument dim of its size (x + y of two arguments
+            # of one batch size: both change)
             same = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
                     if u.shape[e] == t.shape[d] and (j, e) not in tried]
-            for dims in (group, same) if len(same) > 1 else (group,):
+            placed = [(j, e) for j, e in same if e == d and (j == i or leaves[j].dim() == t.dim())]
+            groups = [[(i, d)]]
+            for g in (placed, same):
+                if len(g) > 1 and g not in groups:
+                    groups.append(g)
+            for dims in groups:
                 change = _doubled(leaves, dims)
                 if change is None:
                     break

@@ -696,8 +696,8 @@ class Recorder(TorchDispatchMode):
             n = self._new()
             if inverse is not None:  # the view keeps every element: its new contents, viewed back
                 self.lines.append(f"  {n} = {inverse} : {type_text(parent)}")
-            elif vf is _aten.slice.Tensor:
-                dim, start, end, step = _slice_params(vv)
+            elif vf is _aten.slice.Tensor:  # (its bounds as the program gave them: x[:, 1:] ends at the end
+                dim, start, end, step = _slice_params(vv, raw=True)  # at every size, as the view does)
                 self.lines.append(f"  {n} = extern aten::slice_scatter({pname}, {new}, {dim}, {start}, {end}, "
                                   f"{step}) : {type_text(parent)}")
             else:

@@ -1,0 +1,293 @@
+"""Size probes (probe.py): the first call that misses a trace only on tensor sizes runs the
+function on fake tensors, once per argument dim, and the dims that can vary become one size
+family -- one recording serves every size. Every case compares with eager on every call; the
+probes must leave no trace in the program's state (random numbers, buffers, inputs, Python
+objects), and a size Python decides on, a size 1 that changes what eager does, or a probe that
+fails must leave the trace specialized (then recorded per size, as before)."""
+import copy
+
+import pytest
+import torch
+
+import dynamo
+from dynamo import config, probe
+
+
+def sweep(fn, make, sizes, calls=1, **tol):
+    """fn optimized; for each entry of sizes, the call on make(entry) compared with eager (a
+    module is optimized in place: eager runs a copy made before). Returns the counters."""
+    ref = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    opt = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in sizes:
+            args = make(n)
+            want = ref(*args)
+            for _ in range(calls):
+                torch.testing.assert_close(opt(*args), want, **tol)
+    return dynamo.counters()
+
+
+def test_encoder_layer_over_lengths_and_batches_records_once():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
+    shapes = [(2, 5), (1, 1), (4, 9), (2, 1), (1, 17), (3, 2), (8, 33), (1, 2), (5, 64)]
+    c = sweep(layer, lambda s: (torch.randn(*s, 64),), shapes, atol=1e-4, rtol=1e-4)
+    assert c["traces_compiled"] == 1 and c["size_instances"] == len(shapes) - 1, c
+    assert c["eager_runs"] == 0 and c["native_runs"] == len(shapes) - 1, c
+
+
+def test_cnn_over_batch_sizes_records_once():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(16, 5)).eval()
+    c = sweep(net, lambda b: (torch.randn(b, 3, 12, 12),), [3, 1, 2, 7, 16, 5], atol=1e-4, rtol=1e-4)
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 5, c
+
+
+def test_two_arguments_sharing_a_size_are_one_variable():
+    def f(x, y):
+        return (x + y).softmax(-1) * 3
+
+    c = sweep(f, lambda n: (torch.randn(n, 4), torch.randn(n, 4)), [3, 5, 1, 9, 2])
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 4, c
+
+
+def test_broadcast_from_one_stays_one():
+    """y's dim 0 is a broadcast 1: a probe of it at 2 fails against x, so it stays constant."""
+    def f(x, y):
+        return x * y + 1
+
+    c = sweep(f, lambda n: (torch.randn(n, 3), torch.randn(1, 3)), [2, 5, 8, 13, 1])
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 4, c
+
+
+def test_squeeze_at_one_is_not_an_instance():
+    """At size 1, squeeze() drops the dim: the probe at 1 shows it, and size 1 is recorded."""
+    def f(x):
+        return x.squeeze() * 2
+
+    c = sweep(f, lambda n: (torch.randn(n, 4),), [3, 5, 1, 7, 1])
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 2, c
+
+
+def test_a_size_python_decides_on_stays_fixed():
+    def f(x):
+        if x.shape[0] > 4:
+            return x.sum(0) * 2
+        return x.mean(0) - 1
+
+    c = sweep(f, lambda n: (torch.randn(n, 6),), [3, 4, 5, 8, 2])
+    # dim 0 is decided on: each of its sizes recorded; dim 1 never changed
+    assert c["size_instances"] == 0 and c["traces_compiled"] == 5, c
+
+
+def test_size_used_as_a_number_but_another_dim_varies():
+    def f(x):
+        if x.shape[0] > 4:  # dim 0 steers Python; dim 1 only flows into the ops
+            return x.sum(0) * 2
+        return x.mean(0) - 1
+
+    c = sweep(f, lambda n: (torch.randn(3, n),), [6, 7, 1, 12, 30])
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 4, c
+
+
+def test_probes_draw_no_random_numbers():
+    def f(x):
+        return x + torch.rand_like(x) * 0.0 + torch.randn(x.shape[-1])  # (randn's size: a constant dim)
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in (3, 5, 9, 2):
+            x = torch.randn(n, 4)
+            torch.manual_seed(7)
+            got = opt(x)
+            after = torch.get_rng_state()
+            torch.manual_seed(7)
+            want = f(x)
+            torch.testing.assert_close(got, want)
+            assert torch.equal(after, torch.get_rng_state())
+    assert dynamo.counters()["size_probes"] >= 1
+
+
+def test_probes_leave_buffers_and_inputs_alone():
+    """Train-mode batch norm under no_grad writes its running stats, and the function writes
+    into its input: after every call both are eager's, probes or not."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(4).train()
+    ref = copy.deepcopy(bn)
+
+    def f(m, x):
+        y = m(x)
+        x.mul_(2)
+        return y
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in (3, 6, 2, 11):
+            x = torch.randn(n, 4)
+            x2 = x.clone()
+            torch.testing.assert_close(opt(bn, x), f(ref, x2))
+            torch.testing.assert_close(x, x2)
+            torch.testing.assert_close(bn.running_mean, ref.running_mean)
+            torch.testing.assert_close(bn.running_var, ref.running_var)
+            assert bn.num_batches_tracked == ref.num_batches_tracked
+
+
+def test_probes_change_no_python_object():
+    seen = []
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1  # a store into the module: a stitch; probes must not repeat it
+            seen.append(x.shape[0])
+            return self.lin(x).relu()
+
+    m = Block()
+    opt = dynamo.optimize(m)
+    with torch.no_grad():
+        for n in (3, 5, 2, 8):
+            opt(torch.randn(n, 4))
+    assert m.calls == 4 and seen == [3, 5, 2, 8]
+
+
+def test_non_contiguous_arguments():
+    def f(x):
+        return (x * 2).sum(-1)
+
+    c = sweep(f, lambda n: (torch.randn(5, n).t(),), [3, 4, 9, 1, 17])
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 4, c
+
+
+def test_in_place_write_into_a_slice():
+    def f(x):
+        h = x * 1
+        h[:, :2] += 1
+        return h.softmax(-1)
+
+    c = sweep(f, lambda n: (torch.randn(n, 5),), [3, 4, 1, 10])
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 3, c
+
+
+def test_matmul_and_views_over_two_sizes():
+    w = torch.randn(8, 8)
+
+    def f(x):
+        b, n, d = x.shape
+        h = (x.reshape(b * n, d) @ w).view(b, n, 2, 4).transpose(1, 2)
+        return h.reshape(b, 2, n * 4).sum(-1)
+
+    c = sweep(f, lambda s: (torch.randn(*s, 8),), [(2, 3), (3, 5), (1, 7), (4, 1), (6, 6)], atol=1e-5, rtol=1e-5)
+    # at n = 1 the last reshape of the transposed tensor is a view, not a copy: the probe at 1
+    # shows another program, so n = 1 is recorded apart
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 3, c
+
+
+def test_cat_and_a_scalar_argument():
+    def f(x, y, scale):
+        return torch.cat([x, y, x], 1) * scale
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for i, n in enumerate([2, 4, 5, 1]):  # (n = 4: x's other dim has that size too)
+            x, y = torch.randn(n, 4), torch.randn(n, 3)
+            torch.testing.assert_close(opt(x, y, 0.5 * i), f(x, y, 0.5 * i))
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["size_instances"] == 3, c
+
+
+def test_cat_of_two_sizes_is_recorded_per_size():
+    """cat along a dim two arguments vary in gives their sum, which a size family cannot hold
+    (its sizes are products of variables): each pair of sizes is recorded, correctly."""
+    def f(x, y):
+        return torch.cat([x, y], 0) * 2
+
+    c = sweep(f, lambda s: (torch.randn(s[0], 4), torch.randn(s[1], 4)), [(2, 3), (4, 3), (5, 1), (4, 3)])
+    assert c["size_instances"] == 0 and c["traces_compiled"] == 3, c
+
+
+def test_zero_size_stays_specialized():
+    def f(x):
+        return x.exp().sum(0)
+
+    c = sweep(f, lambda n: (torch.randn(n, 3),), [3, 5, 0, 7])
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 2, c
+
+
+def test_a_failing_probe_leaves_the_call_to_recording(monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("injected probe failure")
+
+    monkeypatch.setattr(probe, "run", broken)
+
+    def f(x):
+        return (x * 2).relu()
+
+    c = sweep(f, lambda n: (torch.randn(n, 3),), [3, 5, 9])
+    # the probe failed: the second size was recorded, a family made from the two recordings
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 1 and c["eager_runs"] == 0, c
+
+
+def test_size_probes_off():
+    config.size_probes = False
+    try:
+        def f(x):
+            return (x * 2).relu()
+
+        c = sweep(f, lambda n: (torch.randn(n, 3),), [3, 5, 9])
+        assert c["traces_compiled"] == 2 and c["size_instances"] == 1 and c["size_probes"] == 0, c
+    finally:
+        config.size_probes = True
+
+
+def test_dynamic_false_probes_only_marked_dims():
+    def f(x):
+        return (x * 2).sum(-1)
+
+    old = config.dynamic
+    config.dynamic = False
+    try:
+        c = sweep(f, lambda n: (dynamo.mark_dynamic(torch.randn(n, 4), 0),), [2, 3, 5, 9])
+        assert c["traces_compiled"] == 1 and c["size_instances"] == 3, c
+        dynamo.reset()
+        c = sweep(f, lambda n: (dynamo.mark_dynamic(torch.randn(3, n), 0),), [2, 3, 5])
+        assert c["traces_compiled"] == 3 and c["size_instances"] == 0, c
+        dynamo.reset()
+        c = sweep(f, lambda n: (torch.randn(n, 4),), [2, 3])  # nothing marked: no probe
+        assert c["size_probes"] == 0 and c["traces_compiled"] == 2, c
+    finally:
+        config.dynamic = old
+
+
+def test_explain_and_log_name_the_variables(capfd):
+    def f(x):
+        return x.softmax(-1) + 1
+
+    old = config.log
+    config.log = {"recompiles"}
+    try:
+        opt = dynamo.optimize(f)
+        with torch.no_grad():
+            for n in (3, 6, 2):
+                opt(torch.randn(n, 5))
+    finally:
+        config.log = old
+    err = capfd.readouterr().err
+    assert "size family from" in err and "probes of trace 0" in err, err
+    assert "s0 = a[0].size(0) >= 1; s1 = a[0].size(1) >= 1" in err, err
+    assert "s0 = a[0].size(0) >= 1" in str(dynamo.explain(opt, torch.randn(4, 5)))
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023])
+def test_odd_sizes_after_a_probe(n):
+    def f(x, y):
+        return torch.where(x > 0, x * y, y.exp()).sum(0)
+
+    c = sweep(f, lambda m: (torch.randn(m, 3), torch.randn(m, 3)), [4, 6, n], atol=1e-5, rtol=1e-5)
+    assert c["traces_compiled"] == 1, c
