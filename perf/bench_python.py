@@ -478,8 +478,12 @@ def size_sweep(name_what, model, inputs, reps):
     eager = copy.deepcopy(model)
     fast = dynamo.optimize(model)
     t0 = time.perf_counter()
-    for x in inputs:
+    not_native = []  # calls after the first two that ran no native code
+    for k, x in enumerate(inputs):
+        before = dynamo.counters()["native_runs"]
         fast(x)
+        if k >= 2 and dynamo.counters()["native_runs"] == before:
+            not_native.append(list(x.shape))
     first = (time.perf_counter() - t0) / len(inputs) * 1e3
     c_first = dynamo.counters()
     ok = all(check(name, fast(x), eager(x)) for x in inputs[::max(1, len(inputs) // 8)])
@@ -506,9 +510,12 @@ def size_sweep(name_what, model, inputs, reps):
     print(f"   later calls: eager {e:6.3f} ms/call (OpenBLAS's threads{one_text})   dynamo {j:6.3f} ms/call   "
           f"{best / j:.2f}x vs best eager   "
           f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
-    print(f"   first call of each {what}: {first:.1f} ms; traces recorded {c_first['traces_compiled']}, size-family "
-          f"instances (no recording) {c_first['size_instances']}, sharing machine code {c_first['code_shared']}; "
-          f"eager fallbacks {c_first['eager_runs']}")
+    llvm = c_first["traces_compiled"] + c_first["size_instances"] - c_first["code_shared"]
+    print(f"   first call of each {what}: {first:.1f} ms; traces recorded {c_first['traces_compiled']} (size probes "
+          f"on fake tensors {c_first['size_probes']}), size-family instances (no recording) "
+          f"{c_first['size_instances']}, LLVM compiles {llvm} (the others share machine code); eager fallbacks "
+          f"{c_first['eager_runs']}; calls after the first two without native code: {len(not_native)}"
+          + (f" {not_native[:4]}" if not_native else ""))
     # beside traces specialized to one shape each (recorded alone, every size a constant)
     picks = inputs[len(inputs) // 5::max(1, len(inputs) // 4)][:4]
     rows = []

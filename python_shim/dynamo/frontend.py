@@ -607,13 +607,15 @@ class OptimizedFunction(TraceTree, BackOff):
             print(f"dynamo: {self.name}: dims marked dynamic, but the trace serves its own sizes: {why}",
                   file=sys.stderr)
 
-    def _inherit_choices(self, fam, entry):
+    def _inherit_choices(self, fam, entry, key):
         """A new instance takes what the family's newest member (an instance or the trace it was
         made from) chose for its product and convolution steps (BLAS or the own GEMM, oneDNN or
         ATen) instead of timing both ways in its first runs (which costs more than the call at a
-        new size). Steps none has decided yet time themselves."""
+        new size). Steps none has decided yet time themselves. key: the call's shape_key; only a
+        member with sizes 1 in the same places is asked (a choice made for one image or one
+        token is a poor one for a batch)."""
         for c in reversed(self.compiled):
-            if c.family is not fam and c is not fam.proto:
+            if c.family is not fam and c is not fam.proto or _ones(c.shape_key) != _ones(key):
                 continue
             try:
                 choices = c.entry.choices()
@@ -648,7 +650,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 if fam.failures >= 3:
                     self.families.remove(fam)
                 return MISS
-            self._inherit_choices(fam, entry)
+            self._inherit_choices(fam, entry, shape_key(args))
             p = fam.proto
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
             c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None
@@ -722,6 +724,11 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _ones(key):
+    """Where a shape_key's sizes are 1."""
+    return tuple(tuple(d == 1 for d in shape) for shape in key) if key is not None else None
 
 
 def _has_tensor(args, kwargs):
