@@ -609,22 +609,57 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def _inherit_choices(self, fam, entry, key):
         """A new instance takes what the family's newest member (an instance or the trace it was
-        made from) chose for its product and convolution steps (BLAS or the own GEMM, oneDNN or
-        ATen) instead of timing both ways in its first runs (which costs more than the call at a
-        new size). Steps none has decided yet time themselves. key: the call's shape_key; only a
-        member with sizes 1 in the same places is asked (a choice made for one image or one
-        token is a poor one for a batch)."""
+        made from) chose for its product and convolution steps (BLAS or the own GEMM, oneDNN,
+        Winograd or ATen) instead of timing them in its first runs (which costs more than the
+        call at a new size). key: the call's shape_key; only a member with sizes 1 in the same
+        places is asked (a choice made for one image or one token is a poor one for a batch).
+        Steps no member has decided time themselves -- unless the sizes keep changing (two
+        instances made already: a sweep, one call per size, where no step ever finishes timing
+        and each would time its three convolution paths, Winograd's weight transform included,
+        at every size): then undecided convolutions take oneDNN's direct kernel at once (products
+        still time theirs: two cheap paths without setup), and Winograd
+        (whose setup pays back over many calls at one size) gives way to oneDNN; the instance
+        times them after all once it is hot at its size (Compiled.retime_at). Returns the
+        inherited choices when it made such defaults, else None."""
+        inherited = ""
         for c in reversed(self.compiled):
             if c.family is not fam and c is not fam.proto or _ones(c.shape_key) != _ones(key):
                 continue
             try:
-                choices = c.entry.choices()
-                if choices:
-                    entry.set_choices(choices)
-                    return
-            except DynamoError as e:  # then it times both ways itself
+                inherited = c.entry.choices()
+            except DynamoError as e:
                 log("recompiles", f"{self.name}: size family instance keeps its own step timing: {e.message}")
-                return
+                return None
+            if inherited:
+                break
+        sweep = fam.instances >= 2
+        words = [w.replace("=winograd", "=onednn") if sweep else w for w in inherited.split()]
+        try:
+            if words:
+                entry.set_choices(" ".join(words))
+        except DynamoError as e:  # then it times them itself
+            log("recompiles", f"{self.name}: size family instance keeps its own step timing: {e.message}")
+            return None
+        if not sweep:
+            return None
+        decided = {w.split("=")[0] for w in words}
+        for k in range(entry.stats().num_externs):
+            if str(k) not in decided:
+                try:  # (refused by a step that is not a convolution)
+                    entry.set_choices(f"{k}=onednn")
+                except DynamoError:
+                    pass
+        return " ".join(w for w in inherited.split() if not w.endswith("=winograd"))
+
+    def _entry_maker(self, text, choices):
+        """A function making a fresh entry of trace text with these step choices (the others
+        time themselves)."""
+        def make():
+            entry = self._frame_for(None).compile(native.Trace(text))
+            if choices:
+                entry.set_choices(choices)
+            return entry
+        return make
 
     def _from_family(self, fn, args, kwargs):
         """A call no trace took, at sizes a family serves: an instance of the family compiled
@@ -650,9 +685,11 @@ class OptimizedFunction(TraceTree, BackOff):
                 if fam.failures >= 3:
                     self.families.remove(fam)
                 return MISS
-            self._inherit_choices(fam, entry, shape_key(args))
+            defaulted = self._inherit_choices(fam, entry, shape_key(args))
             p = fam.proto
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
+            if defaulted is not None:
+                c.retime_at, c.retimer = RETIME_AFTER, self._entry_maker(text, defaulted)
             c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None
             c.size_fixed = p.size_fixed
             fam.instances += 1
@@ -724,6 +761,9 @@ class _InBackground:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+RETIME_AFTER = 4  # runs of an instance with default step choices before it times them (_inherit_choices)
 
 
 def _ones(key):

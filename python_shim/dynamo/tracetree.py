@@ -82,6 +82,8 @@ class Compiled:
         self.family = None        # roots compiled from a size family (sizes.py) without a recording
         self.size_read = "?"      # where its recording read a tensor's size in Python (None: nowhere)
         self.size_fixed = {}      # (trace value, dim) -> where Python used that size as a number (sizeflow.py)
+        self.retime_at = 0        # at this many runs (0: never), retimer() gives a fresh entry that times its steps
+        self.retimer = None
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
@@ -119,6 +121,8 @@ class Compiled:
                         src = inputs[alias[0]]
                         outs[k] = src.as_strided(self.shapes[k], alias[2], src.storage_offset() + alias[1])
             self.runs += 1
+            if self.runs == self.retime_at:
+                self._retime()
             return outs
         try:
             args, keep = native.make_args(inputs)
@@ -134,7 +138,20 @@ class Compiled:
             native._check(st)
         outs = native.collect_outputs(ptrs, self.aliases, self.shapes, inputs)
         self.runs += 1
+        if self.runs == self.retime_at:
+            self._retime()
         return outs
+
+    def _retime(self):
+        """A size-family instance that began with default step choices (a sweep of sizes, see
+        frontend._inherit_choices) is hot at its size: a fresh entry of the same text (machine
+        code shared) replaces its entry and times its steps in the next runs."""
+        make, self.retimer = self.retimer, None
+        try:
+            entry = make()
+        except Exception:  # noqa: BLE001 -- it keeps the entry it has
+            return
+        self.entry, self.handle = entry, entry.handle
 
 
 class SideExit:

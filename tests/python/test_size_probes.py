@@ -5,6 +5,7 @@ probes must leave no trace in the program's state (random numbers, buffers, inpu
 objects), and a size Python decides on, a size 1 that changes what eager does, or a probe that
 fails must leave the trace specialized (then recorded per size, as before)."""
 import copy
+import gc
 
 import pytest
 import torch
@@ -291,3 +292,31 @@ def test_odd_sizes_after_a_probe(n):
 
     c = sweep(f, lambda m: (torch.randn(m, 3), torch.randn(m, 3)), [4, 6, n], atol=1e-5, rtol=1e-5)
     assert c["traces_compiled"] == 1, c
+
+
+def test_a_sweep_of_sizes_does_not_time_convolutions_at_every_size():
+    """One call per batch size: from the third instance on, convolutions nobody has timed start on
+    oneDNN's direct kernel (no timing of three paths at every size); an instance that gets hot at
+    its size gets a fresh entry that times them (frontend.RETIME_AFTER runs)."""
+    from dynamo import frontend
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1)).eval()
+    ref = copy.deepcopy(net)
+    opt = dynamo.optimize(net)
+    with torch.no_grad():
+        for b in range(2, 9):
+            x = torch.randn(b, 3, 16, 16)
+            torch.testing.assert_close(opt(x), ref(x), atol=1e-4, rtol=1e-4)
+    ofs = [o for o in gc.get_objects() if isinstance(o, frontend.OptimizedFunction) and o.families]
+    assert len(ofs) == 1
+    last = ofs[0].compiled[-1]
+    assert last.family is not None and last.retime_at == frontend.RETIME_AFTER, last.retime_at
+    choices = last.entry.choices()
+    assert "=onednn" in choices and "winograd" not in choices, choices
+    handle = last.handle
+    x = torch.randn(8, 3, 16, 16)
+    with torch.no_grad():
+        for _ in range(frontend.RETIME_AFTER + 3):
+            torch.testing.assert_close(opt(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert last.handle is not handle and last.retimer is None
