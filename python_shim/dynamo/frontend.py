@@ -384,6 +384,8 @@ class OptimizedFunction(TraceTree, BackOff):
                         raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
                                     "under torch.no_grad() or torch.inference_mode())", "autograd")
                     train = True
+                if rec.train_only is not None and not train:
+                    raise Abort(rec.train_only, "write")
                 if rec.cut is not None:  # the trace's outputs are the live values at the cut
                     names = [rec.output_name(t) for t in rec.cut[1]]
                     out_spec = ("cut",)
@@ -495,8 +497,7 @@ class OptimizedFunction(TraceTree, BackOff):
     def _compile_training(self, rec, gs, interp, result, text, out_spec, names):
         """A recorded call with tensors that require grad: a TrainedTrace (training.py), whose
         forward and backward compile on its first run. Returns the recorded call's result."""
-        slots = {n: t for t in rec.keep for n in (rec.vals.get(id(t)),) if n in rec.input_names}
-        inputs = [slots[f"%i{k}"] for k in range(len(rec.inputs))]
+        inputs = list(rec.input_tensors)
         try:
             c = training.TrainedTrace(self.name, rec, gs, text, out_spec, names, interp.inlined, inputs, optimize)
         except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program

@@ -1998,6 +1998,7 @@ def release(rec, interp):
     caller's `del x` frees x without waiting for the garbage collector (the recorder and the
     interpreter refer to each other)."""
     rec.keep = []
+    rec.input_tensors = []
     rec.vals = {}
     rec.view_of, rec.views, rec.poison = {}, {}, {}
     rec.snapshot_here = None

@@ -74,6 +74,7 @@ class Recorder(TorchDispatchMode):
         super().__init__()
         self.name = name
         self.inputs = []        # IR input declarations, in slot order
+        self.input_tensors = []  # ... and the tensors (None for a Python number's slot)
         self.input_marks = {}   # slot -> dims marked dynamic on that input (dynamo.mark_dynamic)
         self.lines = []         # IR instructions
         self.vals = {}          # id(tensor) -> IR value name
@@ -98,6 +99,7 @@ class Recorder(TorchDispatchMode):
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
         self.step_mark = None   # inside a torch call the interpreter makes: len(lines) when it began
         self.effect = None      # the first write into a tensor from outside the call (the call cannot be re-run)
+        self.effect_indirect = False  # ... and one is not into an input itself (_note_effect)
         self._restride = False  # the op being recorded is an as_strided that keeps its argument's elements
         self.scalar_inputs = {}  # source expr -> IR name of a Python number passed to the trace each call
         self.on_scalar_input = None  # called with the source expr when one is added (the guards fetch it)
@@ -109,6 +111,8 @@ class Recorder(TorchDispatchMode):
         self.tape_refs = {}     # id(tensor) -> ("in", slot) or ("op", tape index, output index)
         self.tape_why = None if self.tape is not None else "grad mode was off when the recording began"
         self._n = 0
+        self.train_only = None  # why the trace text is only right as a training trace (a hidden write
+        #                         the tape's replay makes explicit: batch norm's running statistics)
         self.probe = None       # a size probe (probe.py): the FakeTensorMode its ops run under
         self._fakes = {}        # ... and there, id(real tensor) -> its fake twin
 
@@ -147,6 +151,7 @@ class Recorder(TorchDispatchMode):
         strides = ",".join(str(s) for s in t.stride())
         rg = " requires_grad" if t.requires_grad else ""
         self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}{where}{rg}")
+        self.input_tensors.append(t)
         self.vals[id(t)] = name
         self.input_names.add(name)
         self.keep.append(t)
@@ -162,6 +167,7 @@ class Recorder(TorchDispatchMode):
         if name is None:
             name = f"%i{len(self.inputs)}"
             self.inputs.append(f"  {name} = input {'f64' if type(value) is float else 'i64'}")
+            self.input_tensors.append(None)
             self.scalar_inputs[expr] = name
             if self.on_scalar_input is not None:
                 self.on_scalar_input(expr)
@@ -305,7 +311,7 @@ class Recorder(TorchDispatchMode):
         writes = _WRITERS.get(func)
         if writes is None:
             writes = _WRITERS[func] = _written_args(func)
-        if writes and self.effect is None:
+        if writes and (self.effect is None or self.tape is not None and not self.effect_indirect):
             self._note_effect(func, args, kwargs)
         decomposition = _DECOMPOSITIONS.get(func)
         if decomposition is not None and not self.paused and self.abort_reason is None and self.cut is None and \
@@ -395,17 +401,19 @@ class Recorder(TorchDispatchMode):
 
     def _note_effect(self, func, args, kwargs):
         """func writes tensors: a write into one the call did not make (an input, a tensor of
-        unknown origin, a view of one) is an effect the call cannot undo."""
-        if self.effect is not None:
-            return
+        unknown origin, a view of one) is an effect the call cannot undo. effect_indirect: one
+        such write is not into an input tensor itself (through a view, or into a tensor of
+        unknown origin), which a training trace cannot make explicit (training.py)."""
         for pos, name in _WRITERS[func]:
             t = args[pos] if pos < len(args) else kwargs.get(name)
             for x in _tensors_in(t):
                 base = x._base if x._base is not None else x
                 n = self.vals.get(id(base))
                 if n is None or n in self.input_names:
-                    self.effect = f"{_sig(func)} writing into a tensor from outside the call"
-                    return
+                    self.effect = self.effect or f"{_sig(func)} writing into a tensor from outside the call"
+                    if n is None or x._base is not None or self.vals.get(id(x)) not in self.input_names:
+                        self.effect_indirect = True
+                        return
 
     def _bind(self, t, name):
         self.vals[id(t)] = name
@@ -484,7 +492,14 @@ class Recorder(TorchDispatchMode):
                                          "by the compiler"
                     self.keep.append(o)
                 return
-        why = _hidden_write(func, vals) or _bool_scalar(func, vals, outs)
+        hidden = _hidden_write(func, vals)
+        if hidden is not None and self.tape is not None and func is _aten.native_batch_norm.default and \
+                all(self.vals.get(id(t)) in self.input_names for t in vals[3:5] if t is not None):
+            # batch norm in training mode with grad: the tape's replay makes the running
+            # statistics' update explicit (training.py); the trace text may not run without it
+            self.train_only = self.train_only or hidden
+            hidden = None
+        why = hidden or _bool_scalar(func, vals, outs)
         if why is not None:
             raise Abort(why, "write" if "write" in why else "op_arguments")
         orig = func

@@ -40,7 +40,9 @@ def unsupported(rec, interp):
     if rec.device is not None:
         return "CUDA tensors are not compiled with grad yet"
     if rec.effect is not None:
-        return "writes into tensors from outside the call (in-place ops on inputs) are not compiled with grad yet"
+        why = _writes_unsupported(rec)
+        if why is not None:
+            return why
     if rec.scalar_inputs:
         return "Python numbers passed as trace inputs are not compiled with grad yet"
     if not rec.tape:
@@ -57,24 +59,95 @@ MIN_OPS = 4
 SMALL = f"fewer than {MIN_OPS} ATen ops: nothing to gain from compiling it with grad"
 
 
+_BATCH_NORM = torch.ops.aten.native_batch_norm.default
+
+
+def _input_write(func, a):
+    """The input slot an op on the tape writes in place (an in-place op on an input, or batch
+    norm's running statistics: a tuple of slots), or None."""
+    if func is _BATCH_NORM and len(a) > 5 and a[5]:
+        slots = tuple(x.r[1] for x in a[3:5] if isinstance(x, TapeRef) and x.r[0] == "in")
+        return slots or None
+    args = func._schema.arguments
+    if args and args[0].alias_info is not None and args[0].alias_info.is_write and a and \
+            isinstance(a[0], TapeRef) and a[0].r[0] == "in":
+        return (a[0].r[1],)
+    return None
+
+
+def _written_slots(tape):
+    """The input slots the tape writes in place, in order."""
+    out = []
+    for func, a, _ in tape:
+        for slot in _input_write(func, a) or ():
+            if slot not in out:
+                out.append(slot)
+    return sorted(out)
+
+
+def _writes_unsupported(rec):
+    """Why the call's writes into tensors from outside it cannot be made explicit, or None.
+    They can when each writes an input tensor itself that needs no gradient (a module's buffers:
+    batch norm's running statistics, num_batches_tracked) with an op that has a functional
+    form: the replay computes the new values as further outputs, written back after the
+    forward (TrainedTrace.run)."""
+    if rec.effect_indirect:
+        return "writes into tensors from outside the call through views are not compiled with grad yet"
+    from .recorder import _functional
+    slots = dict(enumerate(rec.input_tensors))
+    for func, a, _ in rec.tape:
+        written = _input_write(func, a)
+        if written is None:
+            continue
+        if func is not _BATCH_NORM and _functional(func) is None:
+            return f"{func._schema.name} writes into an input and has no functional form"
+        for slot in written:
+            t = slots.get(slot)
+            if t is None or t.requires_grad:
+                return "writes into inputs that require grad (in-place ops on them) are not compiled with grad"
+    return None
+
+
 def _replay(tape, out_refs):
     """The function of the trace's input tensors that runs the tape's ops and returns the
-    tensors out_refs name."""
-    def val(v, inputs, env):
+    tensors out_refs name, then the new values of the inputs the tape writes in place
+    (_written_slots): those writes are made functional (AOTAutograd in torch 1.13 does not take
+    functions that write their inputs), batch norm's running statistics updated as eager's
+    kernel does (momentum times the batch's mean and unbiased variance)."""
+    from .recorder import _functional
+    written = _written_slots(tape)
+
+    def val(v, cur, env):
         if isinstance(v, TapeRef):
             r = v.r
-            return inputs[r[1]] if r[0] == "in" else env[(r[1], r[2])]
+            return cur[r[1]] if r[0] == "in" else env[(r[1], r[2])]
         if type(v) in (list, tuple):
-            return type(v)(val(x, inputs, env) for x in v)
+            return type(v)(val(x, cur, env) for x in v)
         return v
 
     def run(*inputs):
-        env = {}
+        env, cur = {}, list(inputs)
         for i, (func, a, k) in enumerate(tape):
-            out = func(*val(a, inputs, env), **{n: val(x, inputs, env) for n, x in k.items()})
+            args, kw = val(a, cur, env), {n: val(x, cur, env) for n, x in k.items()}
+            slots = _input_write(func, a)
+            if slots is not None and func is _BATCH_NORM:
+                x, rm, rv, momentum = args[0], args[3], args[4], args[6]
+                out = func(x, args[1], args[2], None, None, True, momentum, args[7])
+                dims = [0] + list(range(2, x.dim()))
+                with torch.no_grad():  # (the statistics take no part in the gradients)
+                    if isinstance(a[3], TapeRef) and a[3].r[0] == "in":
+                        cur[a[3].r[1]] = rm * (1 - momentum) + out[1] * momentum
+                    if isinstance(a[4], TapeRef) and a[4].r[0] == "in":
+                        var = torch.ops.aten.var.correction(x.detach(), dims, correction=1)
+                        cur[a[4].r[1]] = rv * (1 - momentum) + var * momentum
+            elif slots is not None:
+                out = _functional(func)(*args, **kw)
+                cur[slots[0]] = out
+            else:
+                out = func(*args, **kw)
             for j, o in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
                 env[(i, j)] = o
-        return tuple(val(TapeRef(r), inputs, env) for r in out_refs)
+        return tuple(val(TapeRef(r), cur, env) for r in out_refs) + tuple(cur[s] for s in written)
     return run
 
 
@@ -153,6 +226,8 @@ class TrainedTrace(Compiled):
         self.meta = [_meta(t) for t in inputs]
         self.forward_graphs = _GraphCompiler(name, False, optimize)
         self.backward_graphs = _GraphCompiler(name, True, optimize)
+        self.written = _written_slots(rec.tape)  # input slots written back after each forward
+        self.n_results = len(refs)
         self.aot = aot_function(_replay(rec.tape, refs), fw_compiler=self.forward_graphs,
                                 bw_compiler=self.backward_graphs, partition_fn=_partition(),
                                 decompositions=_decompositions())
@@ -177,7 +252,11 @@ class TrainedTrace(Compiled):
             # dynamo's failure, not the program's: the trace goes and eager answers (tracetree._run_one)
             raise DynamoError("TRAINING", f"AOTAutograd failed: {type(e).__name__}: {e}") from e
         self.runs += 1
-        return list(outs)
+        if self.written:  # the buffers the call writes (batch norm's running statistics, ...)
+            with torch.no_grad():
+                for slot, v in zip(self.written, outs[self.n_results:]):
+                    inputs[slot].copy_(v)
+        return list(outs[:self.n_results])
 
 
 def _meta(t):

@@ -97,15 +97,36 @@ def test_cnn_in_eval_mode():
     assert counts()[1] >= 2, dynamo.report()
 
 
-def test_batch_norm_in_training_mode_runs_eagerly_with_eager_gradients():
-    """Training-mode batch norm writes its running statistics (an in-place op): not compiled
-    with grad yet, so eager runs it, and the statistics and gradients are eager's."""
+def test_batch_norm_in_training_mode_compiles_and_updates_its_statistics():
+    """Training-mode batch norm writes its running statistics in place (a write its schema does
+    not declare) and num_batches_tracked: the replay makes both explicit outputs, written back
+    after each compiled forward; statistics, outputs and gradients are eager's on every step."""
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).train()
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.BatchNorm2d(4)).train()
     ref = copy.deepcopy(m)
-    jit = train_side_by_side(m, lambda: [torch.randn(2, 3, 9, 9)], steps=3)
-    close(m[1].running_mean, ref[1].running_mean * 0 + m[1].running_mean)  # (shape/dtype kept)
-    assert not jit.forward.compiled and "running_mean" in dynamo.report(), dynamo.report()
+    jit = dynamo.optimize(m)
+    for step in range(5):
+        x = torch.randn(3, 3, 9, 9)
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        y, y_ref = jit(x), ref(x)
+        close(y, y_ref, f"step {step}: output")
+        y.square().mean().backward()
+        y_ref.square().mean().backward()
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            close(p.grad, q.grad, f"step {step}: grad of {name}")
+        for (name, b), c in zip(m.named_buffers(), ref.buffers()):
+            assert b.dtype == c.dtype and torch.allclose(b.double(), c.double(), rtol=1e-5, atol=1e-6), (step, name)
+    assert m[1].num_batches_tracked == 5
+    assert jit.forward.compiled and getattr(jit.forward.compiled[0], "training", False)
+    assert counts()[1] >= 2, counts()
+
+
+def test_batch_norm_without_running_statistics_in_training_mode():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8, track_running_stats=False), nn.GELU(), nn.Linear(8, 2))
+    train_side_by_side(m, lambda: [torch.randn(5, 6)], steps=4)
+    assert counts()[1] >= 1, counts()
 
 
 def test_data_dependent_branch_falls_back_with_eager_gradients():
@@ -392,37 +413,61 @@ def test_in_place_ops_on_tensors_the_call_made():
     assert jit.forward.compiled and jit.forward.compiled[0].training, dynamo.report()
 
 
-def test_in_place_write_into_an_input_with_grad_runs_eagerly():
+def test_in_place_write_into_an_input_that_needs_no_grad_compiles():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
             self.a = nn.Linear(6, 6)
 
         def forward(self, x, buf):
-            buf.add_(1)  # an input written in place: not compiled with grad yet
+            buf.add_(1)  # an input written in place: made explicit, written back after the forward
             return self.a(x).relu() * buf.sum()
     torch.manual_seed(0)
-    model, ref = M(), None
+    model = M()
     ref = copy.deepcopy(model)
     jit = dynamo.optimize(model)
     b1, b2 = torch.zeros(3), torch.zeros(3)
-    for _ in range(3):
+    for _ in range(4):
         x = torch.randn(2, 6)
         jit(x, b1).sum().backward()
         ref(x, b2).sum().backward()
         close(b1, b2)
         for p, q in zip(model.parameters(), ref.parameters()):
             close(p.grad, q.grad)
-    assert not jit.forward.compiled and "from outside the call" in dynamo.report(), dynamo.report()
+    assert jit.forward.compiled and counts()[1] >= 1, dynamo.report()
+
+
+def test_in_place_writes_into_inputs_that_need_grad_or_through_views_run_eagerly():
+    def f(x, buf):
+        x.mul_(2)  # x requires grad (not a leaf): eager's autograd records the write
+        return (x * 3).sum() + buf.sum()
+
+    def g(w, buf):
+        buf[0].add_(1)  # through a view of an input
+        return (w * buf).relu().sum() * 2 + w.mean()
+
+    for fn, why in ((f, "require grad"), (g, "through views")):
+        dynamo.reset()
+        opt = dynamo.optimize(fn)
+        for _ in range(3):
+            a = torch.randn(4, requires_grad=True)
+            a2 = a.detach().clone().requires_grad_()
+            b1, b2 = torch.zeros(4), torch.zeros(4)
+            x1, x2 = (a * 1, a2 * 1) if fn is f else (a, a2)
+            opt(x1, b1).backward()
+            fn(x2, b2).backward()
+            close(a.grad, a2.grad)
+            close(b1, b2)
+        assert why in dynamo.report(), dynamo.report()
 
 
 torchvision = pytest.importorskip("torchvision")
 
 
-def test_resnet18_gradients_eval_mode_native_and_train_mode_eager():
-    """resnet18 at 64x64, batch 8: in eval mode (frozen batch norm) forward and backward compile
-    whole, natively; in train mode batch norm updates its running statistics (not compiled with
-    grad yet), so the model runs in eager autograd. The gradients are eager's either way."""
+def test_resnet18_gradients_in_eval_and_train_mode():
+    """resnet18 at 64x64, batch 8, forward and backward compiled whole: in eval mode (frozen
+    batch norm) with the input's gradient too, in train mode with batch norm's statistics
+    updated. The gradients are eager's."""
     torch.manual_seed(0)
     train_side_by_side(torchvision.models.resnet18(num_classes=10).eval(), lambda: [torch.randn(8, 3, 64, 64)],
                        steps=3, input_grad=True)
@@ -430,7 +475,8 @@ def test_resnet18_gradients_eval_mode_native_and_train_mode_eager():
     dynamo.reset()
     torch.manual_seed(0)
     train_side_by_side(torchvision.models.resnet18(num_classes=10).train(), lambda: [torch.randn(8, 3, 64, 64)],
-                       steps=2)
+                       steps=3)
+    assert counts() == (1, 1), counts()
 
 
 def loss_curve(model, make_opt, data, compiled, perturb=0.0, steps=20):
