@@ -494,6 +494,7 @@ class Recorder(TorchDispatchMode):
                 return
         hidden = _hidden_write(func, vals)
         if hidden is not None and self.tape is not None and func is _aten.native_batch_norm.default and \
+                _config().training_batch_norm and \
                 all(self.vals.get(id(t)) in self.input_names for t in vals[3:5] if t is not None):
             # batch norm in training mode with grad: the tape's replay makes the running
             # statistics' update explicit (training.py); the trace text may not run without it
@@ -1263,6 +1264,11 @@ def _bool_scalar(func, vals, outs):
             return (f"{_sig(func)}: a Python bool as argument '{a.name}' (torch 1.13 dispatches it from Python as "
                     "an int: the recorded result type can differ from eager's)")
     return None
+
+
+def _config():
+    from . import config
+    return config
 
 
 def _hidden_write(func, vals):
