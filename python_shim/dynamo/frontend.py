@@ -288,6 +288,7 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def _record(self, fn, args, kwargs, in_frame=False):
         self._call_key = shape_key(args)  # the new trace's dispatch key (tracetree._run_traces)
+        self._call_leaves = _leaf_shapes(args, kwargs)  # (size probes: which sizes a miss changed)
         why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             self.disabled_reason = f"{self.name} uses {why}"
@@ -511,6 +512,7 @@ class OptimizedFunction(TraceTree, BackOff):
     def _add_root(self, c, rec, interp):
         """A newly compiled root trace joins the function's traces (counted)."""
         c.shape_key = self._call_key
+        c.leaf_shapes = getattr(self, "_call_leaves", None)
         if self.compiled:
             bump("recompiles")
         self.compiled.append(c)
@@ -578,11 +580,13 @@ class OptimizedFunction(TraceTree, BackOff):
                 inputs = c.check(args, kwargs, fn.__globals__, fn)
             except Exception:  # noqa: BLE001 -- (as the trace's own run would judge it: not this one)
                 inputs = None
-            if inputs is None:
-                continue
+            leaves = _leaf_shapes(args, kwargs)
+            if inputs is None or leaves == getattr(c, "leaf_shapes", leaves) or \
+                    len(leaves) != len(c.leaf_shapes):
+                continue  # (not a miss on sizes: strides, dtypes, another structure)
             c.probed = True
             try:
-                fam, why, runs = probe.family(c, self.name, fn, args, kwargs)
+                fam, why, runs = probe.family(c, self.name, fn, args, kwargs, c.leaf_shapes)
             except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
                 fam, why, runs = None, f"internal error: {type(e).__name__}: {e}", 0
             bump("size_probes", runs)
@@ -770,6 +774,11 @@ RETIME_AFTER = 4  # runs of an instance with default step choices before it time
 def _ones(key):
     """Where a shape_key's sizes are 1."""
     return tuple(tuple(d == 1 for d in shape) for shape in key) if key is not None else None
+
+
+def _leaf_shapes(args, kwargs):
+    """The shapes of the tensors in a call's arguments (nested ones included), in order."""
+    return tuple(tuple(t.shape) for t in probe._leaves((args, kwargs), []))
 
 
 def _has_tensor(args, kwargs):

@@ -176,9 +176,15 @@ def _dims_text(dims):
     return ", ".join(f"argument tensor {i} dim {d}" for i, d in dims)
 
 
-def family(c, name, fn, args, kwargs):
+MAX_RUNS = 16  # probes per family (a function of many tensors, such as a backward graph, tries its
+# changed dims first and leaves the rest constant)
+
+
+def family(c, name, fn, args, kwargs, recorded):
     """A size family for trace c (a root recorded at other sizes, whose Python guards accept
-    this call) from probes at this call's sizes: (Family or None, why not, probes run)."""
+    this call) from probes at this call's sizes: (Family or None, why not, probes run).
+    recorded: the shapes of the tensors in the recorded call's arguments (the dims that changed
+    since are probed first)."""
     from . import sizes
     t0 = time.perf_counter()
     runs = 0
@@ -197,43 +203,49 @@ def family(c, name, fn, args, kwargs):
     origin = []  # per variable: ((leaf, dim) pairs, base size) of the probe that made it
     tried = set()
     failed = {}  # (leaf, dim) -> why its probe found nothing
-    for i, t in enumerate(leaves):
+    changed = [(i, d) for i, t in enumerate(leaves) for d in range(t.dim())
+               if i < len(recorded) and d < len(recorded[i]) and recorded[i][d] != t.shape[d]]
+    order = changed + [(i, d) for i, t in enumerate(leaves) for d in range(t.dim()) if (i, d) not in changed]
+    for i, d in order:
+        t = leaves[i]
         marks = getattr(t, "_dynamo_dynamic", None) or ()
-        for d in range(t.dim()):
-            if (i, d) in tried or config.dynamic is False and d not in marks or t.shape[d] == 0:
-                continue
-            # the dim alone; when that probe cannot run, with the other arguments' dims of its size
-            # at the same place, then with every argument dim of its size (x + y of two arguments
-            # of one batch size: both change)
-            same = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
-                    if u.shape[e] == t.shape[d] and (j, e) not in tried]
-            placed = [(j, e) for j, e in same if e == d and (j == i or leaves[j].dim() == t.dim())]
-            groups = [[(i, d)]]
-            for g in (placed, same):
-                if len(g) > 1 and g not in groups:
-                    groups.append(g)
-            for dims in groups:
-                change = _doubled(leaves, dims)
-                if change is None:
-                    break
-                runs += 1
-                try:
-                    text, s, _, _ = run(name, fn, args, kwargs, change, base_shapes)
-                except Exception as e:  # noqa: BLE001 -- these dims stay constant (or the group is tried)
-                    log("recompiles", f"{name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
-                    failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
-                    if isinstance(e, SizeUsed):
-                        break  # (Python uses it: no group changes that)
-                    continue
-                tried.update(dims)
-                wide, why = fam.widened(_Text(text), least=1) if s == spec else (None, "another result structure")
-                if wide is None or len(wide.variables) != len(fam.variables) + 1:
-                    log("recompiles", f"{name}: size probe of {_dims_text(dims)}: no fit ({why})")
-                    failed[(i, d)] = why or "it changes nothing else"
-                    break
-                fam = wide
-                origin.append((dims, t.shape[d]))
+        if (i, d) in tried or config.dynamic is False and d not in marks or t.shape[d] == 0:
+            continue
+        if runs >= MAX_RUNS:
+            failed.setdefault((i, d), f"not probed (more than {MAX_RUNS} probes)")
+            break
+        # the dim alone; when that probe cannot run, with the other arguments' dims of its size
+        # at the same place, then with every argument dim of its size (x + y of two arguments
+        # of one batch size: both change)
+        same = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
+                if u.shape[e] == t.shape[d] and (j, e) not in tried]
+        placed = [(j, e) for j, e in same if e == d and (j == i or leaves[j].dim() == t.dim())]
+        groups = [[(i, d)]]
+        for g in (placed, same):
+            if len(g) > 1 and g not in groups:
+                groups.append(g)
+        for dims in groups:
+            change = _doubled(leaves, dims)
+            if change is None:
                 break
+            runs += 1
+            try:
+                text, s, _, _ = run(name, fn, args, kwargs, change, base_shapes)
+            except Exception as e:  # noqa: BLE001 -- these dims stay constant (or the group is tried)
+                log("recompiles", f"{name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
+                failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
+                if isinstance(e, SizeUsed):
+                    break  # (Python uses it: no group changes that)
+                continue
+            tried.update(dims)
+            wide, why = fam.widened(_Text(text), least=1) if s == spec else (None, "another result structure")
+            if wide is None or len(wide.variables) != len(fam.variables) + 1:
+                log("recompiles", f"{name}: size probe of {_dims_text(dims)}: no fit ({why})")
+                failed[(i, d)] = why or "it changes nothing else"
+                break
+            fam = wide
+            origin.append((dims, t.shape[d]))
+            break
     if not fam.variables:
         return None, f"no argument dimension can vary ({_failures(failed)})", runs
     # sizes 1: shown by the base run where it was at 1, else by a probe at 1

@@ -320,3 +320,31 @@ def test_a_sweep_of_sizes_does_not_time_convolutions_at_every_size():
         for _ in range(frontend.RETIME_AFTER + 3):
             torch.testing.assert_close(opt(x), ref(x), atol=1e-4, rtol=1e-4)
     assert last.handle is not handle and last.retimer is None
+
+
+def test_a_miss_on_strides_alone_runs_no_probe():
+    """Same sizes, other strides (a backward graph's gradients come in either layout): a new
+    recording, no probes (they look for sizes)."""
+    def f(x):
+        return (x * 2).relu().sum(-1)
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for x in (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(4, 6)):
+            torch.testing.assert_close(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["size_probes"] == 0 and c["traces_compiled"] == 2, c
+
+
+def test_probes_per_family_are_capped():
+    def f(*xs):
+        return sum((x * (i + 1)).sum(0) for i, x in enumerate(xs))
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in (3, 5, 7):
+            xs = [torch.randn(n, 4) for _ in range(12)]
+            torch.testing.assert_close(opt(*xs), f(*xs))
+    # dims probed up to the cap, then at most one probe at size 1 per variable and one for all at 1
+    from dynamo import sizes
+    assert dynamo.counters()["size_probes"] <= probe.MAX_RUNS + sizes.MAX_VARS + 1, dynamo.counters()
