@@ -285,6 +285,8 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     int32_t pos = r.emit(Op::gt, {x, Operand::real(0.0)});
     return {r.emit(Op::where, {V(pos), x, V(r.emit(Op::mul, {V(wb), x}))})};
   }
+  if (c == "aten::where.self" && in.args.size() == 3)  // (ReLU's backward, decomposed: where(x <= 0, 0, g))
+    return {r.emit(Op::where, {x, arg(in, 1), arg(in, 2)})};
   if (c == "aten::hardtanh" || c == "aten::clamp" || c == "aten::relu6") {  // ReLU6 is hardtanh(0, 6)
     Operand lo = arg(in, 1), hi = arg(in, 2);
     if (c == "aten::relu6") lo = Operand::real(0.0), hi = Operand::real(6.0);

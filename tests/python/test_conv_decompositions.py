@@ -135,3 +135,23 @@ def test_channel_multiplier_stays_a_convolution(tmp_path, monkeypatch):
     steps = compare(lambda x: F.conv1d(x, w, padding=1, groups=4).relu(), lambda: (torch.randn(1, 4, 20),),
                     tmp_path, monkeypatch)
     assert "aten::convolution" in steps, steps
+
+
+@pytest.mark.parametrize("case", ["scalar_tensor", "broadcast", "same", "ints_promoted", "zero_dim_double"])
+def test_where_of_tensors_is_fused(case, tmp_path, monkeypatch):
+    """aten::where.self (torch.where of tensors; ReLU's backward as torch._decomp writes it:
+    where(x <= 0, 0-dim zero, grad)) becomes the IR's where, fused with its neighbours, where its
+    result type is ATen's (the rewrite is kept only then); values compared with eager each call."""
+    def f(x, y):
+        if case == "scalar_tensor":
+            return torch.where(x <= 0, torch.scalar_tensor(0.0), y) * 2
+        if case == "broadcast":
+            return torch.where(x > 0, x, y[:1]) + 1
+        if case == "same":
+            return torch.where(x > y, x, y).exp()
+        if case == "zero_dim_double":  # ATen: float32 (a 0-dim tensor does not widen a dimensioned one)
+            return torch.where(x > 0, x, torch.scalar_tensor(0.5, dtype=torch.float64)) * 2
+        return torch.where(x > 0, x, y.to(torch.int32)) * 2  # int32 and float32: float32
+
+    steps = compare(f, lambda: (torch.randn(7, 1023), torch.randn(7, 1023)), tmp_path, monkeypatch)
+    assert "aten::where" not in steps, steps
