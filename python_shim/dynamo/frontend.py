@@ -580,13 +580,12 @@ class OptimizedFunction(TraceTree, BackOff):
                 inputs = c.check(args, kwargs, fn.__globals__, fn)
             except Exception:  # noqa: BLE001 -- (as the trace's own run would judge it: not this one)
                 inputs = None
-            leaves = _leaf_shapes(args, kwargs)
-            if inputs is None or leaves == getattr(c, "leaf_shapes", leaves) or \
-                    len(leaves) != len(c.leaf_shapes):
+            leaves, recorded = _leaf_shapes(args, kwargs), getattr(c, "leaf_shapes", None)
+            if inputs is None or recorded is None or leaves == recorded or len(leaves) != len(recorded):
                 continue  # (not a miss on sizes: strides, dtypes, another structure)
             c.probed = True
             try:
-                fam, why, runs = probe.family(c, self.name, fn, args, kwargs, c.leaf_shapes)
+                fam, why, runs = probe.family(c, self.name, fn, args, kwargs, recorded)
             except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
                 fam, why, runs = None, f"internal error: {type(e).__name__}: {e}", 0
             bump("size_probes", runs)
