@@ -71,9 +71,9 @@ training_batch_norm
                compiles with grad too: the statistics are computed as further outputs of the
                compiled forward and written back after it, as eager's kernel updates them
                (training.py); resnet18 then trains compiled whole, with eager's losses and
-               statistics, but measured 0.73x eager's speed per step on 2 cores (its compiled
-               forward is slower than eager's: docs/PERFORMANCE.md). False (default): such calls
-               run eagerly and a model's other parts compile apart.
+               statistics, but measured 0.66-0.74x eager's speed per step on 2 cores (its
+               compiled backward is slower than eager's: docs/PERFORMANCE.md). False (default):
+               such calls run eagerly and a model's other parts compile apart.
 """
 hot_threshold = 1
 cache_limit = 8
