@@ -22,8 +22,9 @@ Why an instance computes what the program would:
     An integer of any other kind (a slice bound, an index, an op's argument) that changed leaves
     the two traces apart. Slices are written as the program gave them (x[:, 1:] ends at "the end"
     whatever the size), so a clamp such as x[:, :100] stays a constant;
-  * a size variable is at least 2 in the samples and in every instance (0 and 1 change
-    broadcasting, squeeze and strides): those sizes get traces of their own;
+  * a size variable is at least 2 in recorded samples and their instances (0 and 1 change
+    broadcasting, squeeze and strides): those sizes get traces of their own -- unless size probes
+    (probe.py) showed the program the same at 1 (Family.low);
   * the samples must tell the variables apart: no two products of their ratios are equal (batch
     x2 with length /2 leaves the traces apart). Input dims that changed by the same ratio are
     one variable (a dim equal to it, or a fixed multiple of it: y of 5 * n elements viewed as
@@ -193,9 +194,7 @@ class Family:
             least = 2 if any(e and self.low[k] > 1 for k, e in enumerate(expr[1])) else 1
             if kind[0] == DIM and any(expr[1]) and v < least:
                 return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least {least})"
-            if inputs is None:
-                pass
-            elif kind[0] in (DIM, STRIDE):
+            if inputs is not None and kind[0] in (DIM, STRIDE):
                 t = inputs[kind[1]]
                 actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
                 if actual != v and (kind[0] == DIM or t.shape[kind[2]] > 1):

@@ -10,6 +10,7 @@ import torch
 import dynamo
 from dynamo import config
 
+
 @pytest.fixture(autouse=True)
 def families_from_recordings():
     """These tests are about size families made from recordings: size probes are off here
@@ -18,7 +19,6 @@ def families_from_recordings():
     dynamo.config.size_probes = False
     yield
     dynamo.config.size_probes = old
-
 
 
 def sweep(fn, make, sizes, calls=2, **tol):

@@ -12,6 +12,7 @@ import dynamo
 
 from test_size_families import sweep
 
+
 @pytest.fixture(autouse=True)
 def families_from_recordings():
     """These tests are about size families made from recordings: size probes are off here
@@ -20,7 +21,6 @@ def families_from_recordings():
     dynamo.config.size_probes = False
     yield
     dynamo.config.size_probes = old
-
 
 
 def counts(c):
