@@ -151,7 +151,8 @@ class Compiled:
             entry = make()
         except Exception:  # noqa: BLE001 -- it keeps the entry it has
             return
-        self.entry, self.handle = entry, entry.handle
+        # (the old entry stays alive with the trace: another thread may be running it now)
+        self.retired, self.entry, self.handle = self.entry, entry, entry.handle
 
 
 class SideExit:
