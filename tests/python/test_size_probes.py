@@ -13,19 +13,12 @@ import torch
 import dynamo
 from dynamo import config, probe
 
+from test_size_families import sweep as _sweep
 
-def sweep(fn, make, sizes, calls=1, **tol):
-    """fn optimized; for each entry of sizes, the call on make(entry) compared with eager (a
-    module is optimized in place: eager runs a copy made before). Returns the counters."""
-    ref = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-    opt = dynamo.optimize(fn)
-    with torch.no_grad():
-        for n in sizes:
-            args = make(n)
-            want = ref(*args)
-            for _ in range(calls):
-                torch.testing.assert_close(opt(*args), want, **tol)
-    return dynamo.counters()
+
+def sweep(fn, make, sizes, **tol):
+    """test_size_families.sweep, one call per size (probes happen at the first call of a size)."""
+    return _sweep(fn, make, sizes, calls=1, **tol)
 
 
 def test_encoder_layer_over_lengths_and_batches_records_once():

@@ -10,17 +10,7 @@ import torch
 
 import dynamo
 
-from test_size_families import sweep
-
-
-@pytest.fixture(autouse=True)
-def families_from_recordings():
-    """These tests are about size families made from recordings: size probes are off here
-    (test_size_probes.py has the same kinds of programs with probes)."""
-    old = dynamo.config.size_probes
-    dynamo.config.size_probes = False
-    yield
-    dynamo.config.size_probes = old
+from test_size_families import families_from_recordings, sweep  # noqa: F401 -- (an autouse fixture: probes off)
 
 
 def counts(c):
