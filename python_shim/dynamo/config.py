@@ -64,8 +64,9 @@ gpu            when True (default), traces over CUDA tensors (all inputs on one 
                back to eager with the driver's reason). False: CUDA tensors always run eagerly.
 training       when True (default), a call with grad on and tensors that require grad runs its
                forward and backward compiled (training.py: AOTAutograd's joint graph of the trace,
-               each half compiled by dynamo) where the trace is straight-line; False: such calls
-               run eagerly, as under the "autograd" reason.
+               each half compiled by dynamo; a branch on a tensor's value then ends a trace, and
+               the parts compile apart); False: such calls run eagerly, as under the "autograd"
+               reason.
 training_batch_norm
                when True, batch norm in training mode (running statistics updated in place)
                compiles with grad too: the statistics are computed as further outputs of the

@@ -24,7 +24,8 @@ def _exit_tree(c, indent):
 
         lines.append(f"{indent}exit {k} at {snap.where} [{snap.guard}]: taken {taken} time(s), {state}")
         for side in snap.sides:
-            lines.append(f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
+            lines.append(f"{indent}  side trace: {side.summary()}" if side.training else
+                         f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
             lines.extend(_exit_tree(side, indent + "    "))
     return lines
 
@@ -47,6 +48,7 @@ class Explanation:
                 c = a.compiled
                 if c.training:
                     out.append(f"  trace: {c.summary()}")
+                    out.extend(_exit_tree(c, "    "))
                     out.append("    ops: " + ", ".join(c.ops))
                     continue
                 how = "loaded from the trace store" if c.from_store else "compiled"
@@ -154,6 +156,7 @@ def report():
                 continue
             if c.training:
                 lines.append(f"  {c.summary()}")
+                lines.extend(_exit_tree(c, "    "))
                 continue
             lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
                          f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"

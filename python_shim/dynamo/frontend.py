@@ -69,6 +69,8 @@ class OptimizedFunction(TraceTree, BackOff):
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.state_fallbacks = {}  # _call_state() -> (why, kind): recorded in that state, it aborted for it
+        self.value_cuts = False   # with grad on, recordings end the trace at every read of a tensor's
+        #                           value (interpreter._cut_for_grad), not only after a tensor requiring grad
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
         self.parts = None         # left to CPython: the submodules compiled apart (_compile_parts)
@@ -308,6 +310,7 @@ class OptimizedFunction(TraceTree, BackOff):
         gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
         interp = Interpreter(rec, gs)
         interp.nopython = self.nopython and self.name
+        interp.value_cuts = self.value_cuts
         bump("interpreted_runs")
         if self.compiled:
             log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
@@ -378,8 +381,17 @@ class OptimizedFunction(TraceTree, BackOff):
                 if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
                     raise Abort("the call changes grad mode and does not restore it", "python")
                 if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
-                    why = training.unsupported(rec, interp) if config.training and side_of is None else \
-                        "config.training is off" if side_of is None else "side traces are not compiled with grad yet"
+                    if config.training and rec.exits and rec.value_exits == len(rec.exits) and \
+                            not interp.value_cuts:
+                        # a branch on a tensor came before the first tensor requiring grad, and
+                        # became a side exit: the trace goes, unannounced, and the next recording
+                        # ends the trace at such branches, as it would have after that tensor
+                        self.value_cuts = True
+                        log("recompiles", f"{self.name}: a side exit came before a tensor requiring grad: "
+                                          "recording again with the trace ending at each branch on a tensor")
+                        return result
+                    why = training.unsupported(rec, side_of is not None) if config.training else \
+                        "config.training is off"
                     if why is not None:
                         rec.quiet = why == training.SMALL  # (nothing for the user to do: not said on stderr)
                         raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
@@ -414,7 +426,7 @@ class OptimizedFunction(TraceTree, BackOff):
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
         if train:
-            return self._compile_training(rec, gs, interp, result, text, out_spec, names)
+            return self._compile_training(rec, gs, interp, result, text, out_spec, names, side_of)
         t0 = time.perf_counter()
         frame = self._frame_for(rec.device)
         job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
@@ -451,23 +463,12 @@ class OptimizedFunction(TraceTree, BackOff):
                       f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
                       f"{_code_note(c.stats)}")
         log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
-        if rec.cut is not None:
-            c.cut_id = len(c.exits)
-            c.exits.append(rec.cut[0])
-            rec.cut[0].owner = c
+        self._attach_cut(c, rec)
         if side_of is not None:
-            parent, k = side_of
-            parent.exits[k].sides.append(c)
-            c.root = parent.root
-            if parent.exits[k].step is not None:  # the trace after a stitch
-                c.root.stitch_count += 1
-                bump("stitch_traces")
-            else:
-                c.root.side_count += 1
-                bump("side_traces_compiled")
+            self._add_side(c, side_of)
             if c.stats.shared_code:
                 bump("code_shared")
-            self._link(parent, k, c)
+            self._link(side_of[0], side_of[1], c)
             return result
         if (self._shared_count() >= config.size_variants if c.stats.shared_code
                 else self._own_count() >= config.cache_limit):
@@ -495,19 +496,51 @@ class OptimizedFunction(TraceTree, BackOff):
                 log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
         return result
 
-    def _compile_training(self, rec, gs, interp, result, text, out_spec, names):
-        """A recorded call with tensors that require grad: a TrainedTrace (training.py), whose
-        forward and backward compile on its first run. Returns the recorded call's result."""
+    def _compile_training(self, rec, gs, interp, result, text, out_spec, names, side_of):
+        """A recorded call (a root, or a side trace of side_of) with tensors that require grad: a
+        TrainedTrace (training.py), whose forward and backward compile on its first run. Returns
+        the recorded call's result."""
         inputs = list(rec.input_tensors)
+        name = self.name if side_of is None else f"{self.name}.after_exit{side_of[1]}"
         try:
-            c = training.TrainedTrace(self.name, rec, gs, text, out_spec, names, interp.inlined, inputs, optimize)
+            c = training.TrainedTrace(name, rec, gs, text, out_spec, names, interp.inlined, inputs, optimize)
         except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
             reason = f"{AUTOGRAD}: the forward and backward could not be set up: {type(e).__name__}: {e}"
+            if side_of is not None:
+                self._side_aborted(side_of[0].exits[side_of[1]], reason, "autograd")
+                return result
             self._aborted(reason, rec.ops, interp.inlined, kind="autograd")
             self._fallback(reason)
             return result
-        self._add_root(c, rec, interp)
+        self._attach_cut(c, rec)
+        if side_of is not None:
+            self._add_side(c, side_of)
+        else:
+            self._add_root(c, rec, interp)
         return result
+
+    @staticmethod
+    def _attach_cut(c, rec):
+        """A trace that ends at a cut (a stitch, config.max_trace_ops, a value read with grad on)
+        owns the cut's snapshot as its last exit."""
+        if rec.cut is not None:
+            c.cut_id = len(c.exits)
+            c.exits.append(rec.cut[0])
+            rec.cut[0].owner = c
+
+    @staticmethod
+    def _add_side(c, side_of):
+        """c joins exit side_of = (parent, exit id) as one of its side traces (counted)."""
+        parent, k = side_of
+        snap = parent.exits[k]
+        snap.sides.append(c)
+        c.root = parent.root
+        if snap.step is not None or snap.value_cut:  # the trace after a stitch or a value read
+            c.root.stitch_count += 1
+            bump("stitch_traces")
+        else:
+            c.root.side_count += 1
+            bump("side_traces_compiled")
 
     def _add_root(self, c, rec, interp):
         """A newly compiled root trace joins the function's traces (counted)."""
@@ -732,6 +765,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.state_fallbacks = {}
+        self.value_cuts = False
         self.stored = {}
         self.parts = None  # the parts stay optimized: inside a new trace of this forward they are inlined
         self._left_at, self._comebacks, self._abort_base = None, 0, 0

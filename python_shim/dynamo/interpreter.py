@@ -251,6 +251,7 @@ class Interpreter(SizeFlow):
         self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
         self.dynamic_scalars = config.dynamic is not False
         self._init_sizes()        # sizes read in Python (sizeflow.py)
+        self.value_cuts = False   # end the trace at a read of a tensor's value whenever grad is on
         self.probe = None         # a size probe (probe.py): {value name: shape} of its base run
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
@@ -1719,6 +1720,9 @@ class Interpreter(SizeFlow):
         finally:
             self.rec.paused -= 1
         take = truth == jump_if
+        if self._cut_for_grad():  # the trace ends before the jump, which reads the value again
+            self._value_cut(f, f.ip - 1, v, "bool", f"branch on a tensor (recorded: {truth})")
+            return take
         try:
             snap, live, _ = snapshot.take(self, f, f.ip if take else f.dec.index[target],
                                           f"branch on a tensor (recorded: {truth})")
@@ -1741,6 +1745,9 @@ class Interpreter(SizeFlow):
         finally:
             self.rec.paused -= 1
         f = self.frames[-1]
+        if self._cut_for_grad():  # the trace ends here: the number is read after it
+            self._value_cut(f, f.ip, t, conv, f"{conv}() of a tensor (recorded: {raw!r})")
+            return (value, None)
         try:
             snap, live, index = snapshot.take(self, f, f.ip, f"{conv}() of a tensor == {raw!r}")
         except NoSnapshot as e:
@@ -1752,6 +1759,31 @@ class Interpreter(SizeFlow):
         snap.frames[-1].stack.append(("item", index[id(t)], conv))
         self.rec.value_exit(t, raw, live, snap)
         return (value, None)
+
+    def _cut_for_grad(self):
+        """Whether a branch on or a read of a tensor's value ends the trace (a cut) instead of
+        leaving it through a side exit: with grad on and a tensor of the trace requiring grad, the
+        trace compiles as AOTAutograd's forward and backward (training.py), which run whole."""
+        return config.training and torch.is_grad_enabled() and \
+            (self.value_cuts or any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.rec.keep))
+
+    def _value_cut(self, f, resume_ip, t, conv, guard):
+        """Ends the trace at a read of one-element tensor t's value (conv: "bool", "item", "int",
+        "float"): its outputs are the live tensors, t among them, and its cut's snapshot resumes at
+        resume_ip with the number read from t on top of the stack -- recorded again per value
+        (the continuation's guards check it, snapshot._decode_pair). The rest of this call runs
+        unrecorded. Without a snapshot the recording aborts."""
+        try:
+            snap, live, index = snapshot.take(self, f, resume_ip, f"{guard}, the trace ends there with grad on")
+        except NoSnapshot as e:
+            self.abort(f"data-dependent value with grad on: {e}", "data_dependent")
+            return
+        if id(t) not in index:
+            index[id(t)] = len(live)
+            live.append(t)
+        snap.frames[-1].stack.append(("item", index[id(t)], conv))
+        snap.value_cut = True
+        self.rec.cut = (snap, live)
 
     def _snapshot_at_start(self):
         """(Snapshot, live tensors) that re-runs the current bytecode (for ops whose output size

@@ -23,7 +23,8 @@ KINDS = {
     "layout": ("state", "a sparse or other non-strided tensor, or a layout, memory format or pinned memory "
                        "an op asks for"),
     "autograd": ("state", "grad mode is on and a tensor requires grad where training.py cannot compile the call "
-                          "(side exits, stitches, writes into inputs, fewer than 4 ops, ...), or the call leaves "
+                          "(ops whose output size depends on the data, writes into inputs that require grad, "
+                          "a call of fewer than 4 ops, ...), or the call leaves "
                           "grad mode changed"),
     "unknown_tensor": ("same", "a tensor made by code that was not recorded reached a recorded op"),
     "op_arguments": ("same", "an ATen op whose arguments, overload or variant the IR cannot express"),

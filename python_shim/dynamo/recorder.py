@@ -94,6 +94,7 @@ class Recorder(TorchDispatchMode):
         self.abort_selves = []    # the first argument of each inlined frame then (modules: where it was)
         self.on_abort = None      # called when the recording first aborts (the interpreter notes where)
         self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
+        self.value_exits = 0    # side exits at a branch on, or a read of, a tensor's value
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.stitch_reason = None  # why, when the cut is a stitch (before a call not recordable)
         self.snapshot_here = None  # interpreter callback: (Snapshot, live) resuming at the current bytecode
@@ -815,6 +816,7 @@ class Recorder(TorchDispatchMode):
 
     def side_exit(self, cond, truth, live, snapshot):
         """A branch on the one-element trace tensor cond, taken as bool, recorded as `truth`."""
+        self.value_exits += 1
         c = self._operand(cond)
         shape = ",".join(str(s) for s in cond.shape)
         if cond.dtype != torch.bool:
@@ -857,6 +859,7 @@ class Recorder(TorchDispatchMode):
     def value_exit(self, t, value, live, snapshot):
         """`eq(t, value)` behind a guard: the trace relies on t holding value (a number read by
         .item()). Returns the exit id."""
+        self.value_exits += 1
         c = self._new()
         shape = ",".join(str(s) for s in t.shape)
         self.lines.append(f"  {c} = eq({self._operand(t)}, {self._operand(value)}) : bool[{shape}]")

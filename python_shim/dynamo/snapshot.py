@@ -73,6 +73,8 @@ class Snapshot:
         #                      keyword names), "setattr" (the name), "setitem"
         self.step_fn = None  # the step's operands as one compiled function (a, k, g, f, x) -> list
         self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
+        self.value_cut = False  # a cut at a branch on, or a read of, a tensor's value (grad on):
+        #                      taken every call, its continuation recorded at once, one per value
 
 
 _DICTS = (dict, collections.OrderedDict)  # exactly these: rebuilt empty, then filled in order

@@ -385,7 +385,7 @@ class TraceTree:
                 return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
             bump("native_runs")
             return _rebuild(side.out_spec, outs, inputs)
-        if snap.step is not None:  # a stitch is taken every time: record its continuation at once
+        if snap.step is not None or snap.value_cut:  # taken every time: record its continuation at once
             if len(snap.sides) >= config.max_stitch_variants:
                 return self._stitch_unfit(c, snap, fn, args, kwargs, values)
             room = c.root.stitch_count < config.max_stitches
@@ -405,6 +405,7 @@ class TraceTree:
             gs._consts.update(snap.consts)  # the snapshot's source expressions name them
             gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
             interp = Interpreter(rec, gs)
+            interp.value_cuts = self.value_cuts
             bump("interpreted_runs")
             env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
             rng = torch.get_rng_state()
@@ -455,7 +456,9 @@ class TraceTree:
         trace goes (an abort, which backs off and, repeated, leaves the function to CPython) and
         the rest of this call runs in the interpreter."""
         root = c.root
-        reason = (f"the trace after the stitch at {snap.where} ({snap.guard[len('stitch: '):]}) was recorded "
+        what = f"the stitch at {snap.where} ({snap.guard[len('stitch: '):]})" if snap.step is not None else \
+            f"the value read at {snap.where} (grad on: the trace ends there)"
+        reason = (f"the trace after {what} was recorded "
                   f"{len(snap.sides)} times and none fits this call: it depends on values that change "
                   f"between calls")
         if root in self.compiled:
@@ -480,6 +483,8 @@ class TraceTree:
         """Links side to exit k of parent natively when that is exactly what the Python dispatch
         would do: the same result structure, and no guard the parent's call did not check
         (besides the live values being tensors, which they are)."""
+        if parent.handle is None or side.handle is None:  # (a TrainedTrace: no native entry)
+            return False
         own = set(parent.guards._checks)
         extra = [chk for chk in side.guards._checks
                  if chk not in own and not (chk.startswith("isinstance(x[") and chk.endswith(", Tensor)"))]

@@ -1,17 +1,19 @@
 """Training: a recorded call whose tensors require grad, run with its forward and backward
-compiled (issue 19, first part).
+compiled (issue 19).
 
 The recorder keeps, beside the trace, a tape of the ATen ops as they were dispatched (their
-tensor arguments as references to trace inputs or to earlier results). A straight-line trace
-(no side exit, stitch or cut, nothing written into its inputs, no Python number passed as a
-scalar input) replays that tape as a pure function of its input tensors; functorch's
-AOTAutograd (`aot_function`, torch 1.13) traces the replay's joint forward and backward at the
-ATen level, splits them (`min_cut_rematerialization_partition` when networkx is installed,
-else `default_partition`) into a forward graph that also returns what the backward needs and a
-backward graph, and hands each FX graph to dynamo itself (`optimize`): both are recorded and
-compiled natively like any function, under no_grad, the backward on the first `.backward()`
-that reaches it. The call then returns AOTAutograd's outputs, whose grad_fn runs the native
-backward.
+tensor arguments as references to trace inputs or to earlier results). A trace replays that
+tape as a pure function of its input tensors when it has no side exit, writes into no input but
+buffers, and takes no Python number as a scalar input. With grad on, a branch on a tensor's
+value or a number read from one ends the trace (a cut, as at a stitch) instead of a side exit:
+the call goes on in a trace recorded from there, one per value, and autograd links the parts.
+functorch's AOTAutograd (`aot_function`, torch 1.13) traces the replay's joint forward and
+backward at the ATen level, splits them (`min_cut_rematerialization_partition` when networkx
+is installed, else `default_partition`) into a forward graph that also returns what the
+backward needs and a backward graph, and hands each FX graph to dynamo itself (`optimize`):
+both are recorded and compiled natively like any function, under no_grad, the backward on the
+first `.backward()` that reaches it. The call then returns AOTAutograd's outputs, whose
+grad_fn runs the native backward.
 
 A TrainedTrace takes a call only when its tensors have the recorded dtypes, shapes, strides and
 requires_grad flags and grad mode is on (the trace's own guards said the rest); anything else is
@@ -29,14 +31,13 @@ from .registry import bump
 from .tracetree import Compiled
 
 
-def unsupported(rec, interp):
-    """Why the recorded call cannot run as a compiled forward and backward, or None."""
+def unsupported(rec, side=False):
+    """Why the recorded trace (side: one that goes on from another's exit or cut) cannot run as a
+    compiled forward and backward, or None."""
     if rec.tape is None:
         return rec.tape_why or "no tape"
-    if rec.exits:
-        return "data-dependent branches (side exits) are not compiled with grad yet"
-    if rec.cut is not None:
-        return "a call cut into parts (a stitch or config.max_trace_ops) is not compiled with grad yet"
+    if rec.exits:  # (branches and value reads end the trace instead, interpreter._cut_for_grad)
+        return "an op whose output size depends on the data (a side exit) is not compiled with grad yet"
     if rec.device is not None:
         return "CUDA tensors are not compiled with grad yet"
     if rec.effect is not None:
@@ -47,7 +48,7 @@ def unsupported(rec, interp):
         return "Python numbers passed as trace inputs are not compiled with grad yet"
     if not rec.tape:
         return "no tensor operations"
-    if len(rec.tape) < MIN_OPS:
+    if len(rec.tape) < MIN_OPS and rec.cut is None and not side:
         return SMALL
     return None
 
@@ -55,6 +56,8 @@ def unsupported(rec, interp):
 # A call of fewer ATen ops (a lone convolution or linear layer: a model's parts compiled apart)
 # gains nothing from compiling with grad, and AOTAutograd's wrapper costs more than it saves:
 # resnet18 in training mode, its 21 convolutions compiled apart, ran 2.4x slower than eager.
+# A part of a call (a trace cut at a stitch or a value read, or the trace after one) compiles
+# however short: without it the parts around it could not run compiled either.
 MIN_OPS = 4
 SMALL = f"fewer than {MIN_OPS} ATen ops: nothing to gain from compiling it with grad"
 
@@ -232,6 +235,7 @@ class TrainedTrace(Compiled):
                                 bw_compiler=self.backward_graphs, partition_fn=_partition(),
                                 decompositions=_decompositions())
         self.training = True
+        self.traced = False  # AOTAutograd has traced the joint graph (on the first run)
         log("traces", f"{name}: forward and backward through AOTAutograd: {len(rec.tape)} ATen op(s) on the tape")
 
     def summary(self):
@@ -247,6 +251,13 @@ class TrainedTrace(Compiled):
                 any(_meta(t) != m for t, m in zip(inputs, self.meta)):
             return None
         try:
+            if not self.traced and any(t is not None and t.grad_fn is not None for t in inputs):
+                # AOTAutograd's first call traces the joint graph on the tensors it gets, and
+                # its autograd.grad over inputs that have a grad_fn (the outputs of the trace
+                # before a cut) would run into their graph: it traces on detached twins first
+                self.aot(*[t.detach().requires_grad_(t.requires_grad) if t is not None and t.grad_fn is not None
+                           else t for t in inputs])
+            self.traced = True
             outs = self.aot(*inputs)
         except Exception as e:  # noqa: BLE001 -- AOTAutograd failing inside (tracing, partitioning) is
             # dynamo's failure, not the program's: the trace goes and eager answers (tracetree._run_one)

@@ -1,9 +1,12 @@
 """Training (training.py): calls with grad on and tensors that require grad run their forward
 and backward compiled (AOTAutograd's joint graph of the recorded trace, each half compiled by
 dynamo). Gradients are compared with eager's on every step, on a copy of the model trained
-side by side; where a call cannot be compiled with grad (side exits, stitches, in-place
-writes), it runs eagerly and the gradients are eager's."""
+side by side. A branch on a tensor's value, a number read from one, or a stitch ends a trace:
+the parts compile apart and autograd links them; where a call cannot be compiled with grad
+(writes into inputs that require grad, ops whose output size depends on the data), it runs
+eagerly and the gradients are eager's."""
 import copy
+import io
 
 import pytest
 import torch
@@ -144,22 +147,60 @@ def test_batch_norm_without_running_statistics_in_training_mode(batch_norm_train
     assert counts()[1] >= 1, counts()
 
 
-def test_data_dependent_branch_falls_back_with_eager_gradients():
+def parts(jit):
+    """(root traces, their side traces compiled with grad, native runs of those side traces)."""
+    roots = list(jit.forward.compiled)
+    sides = [s for c in roots for snap in c.exits for s in snap.sides if s.training]
+    return roots, sides, sum(s.runs for s in sides)
+
+
+class Branchy(nn.Module):
+    """A branch on a tensor's value between two layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.out = nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if y.sum() > 0:
+            return self.out(y.relu())
+        return self.out(y.tanh()) * 2
+
+
+def test_data_dependent_branch_compiles_both_sides_with_eager_gradients():
+    """With grad on, the branch ends the trace (a cut); the trace after it is recorded once per
+    branch taken, and autograd links the parts."""
+    torch.manual_seed(0)
+    signs = iter([1, 1, -1, 1, -1, -1, 1, -1, 1, 1])
+    jit = train_side_by_side(Branchy(), lambda: [torch.randn(4, 8) + 3 * next(signs)], steps=10, input_grad=True)
+    roots, sides, side_runs = parts(jit)
+    assert len(roots) == 1 and len(sides) == 2 and side_runs >= 4, dynamo.report()
+    assert roots[0].runs >= 8 and counts()[1] >= 8, dynamo.report()
+    assert "the trace ends there with grad on" in dynamo.report()
+
+
+def test_untraceable_step_in_the_middle_compiles_the_parts_around_it():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.lin = nn.Linear(8, 8)
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+            self.out = io.StringIO()
 
         def forward(self, x):
-            y = self.lin(x)
-            if y.sum() > 0:
-                return y.relu()
-            return y.tanh()
+            h = self.a(x).relu()
+            print("rows", h.shape[0], file=self.out)  # not recordable: a stitch
+            return self.b(h).tanh() * h.shape[0]
     torch.manual_seed(0)
-    train_side_by_side(M(), lambda: [torch.randn(4, 8)], steps=6)
+    m = M()
+    jit = train_side_by_side(m, lambda: [torch.randn(3, 8)], steps=5, input_grad=True)
+    roots, sides, side_runs = parts(jit)
+    assert len(roots) == 1 and len(sides) == 1 and roots[0].runs >= 3 and side_runs >= 3, dynamo.report()
+    assert dynamo.counters()["stitches"] >= 4
+    assert m.out.getvalue() == "rows 3\n" * 5  # the step made once per call
 
 
-def test_untraceable_step_in_the_middle_falls_back_with_eager_gradients():
+def test_a_stitch_whose_result_changes_every_call_runs_eagerly_with_eager_gradients():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
@@ -167,10 +208,103 @@ def test_untraceable_step_in_the_middle_falls_back_with_eager_gradients():
 
         def forward(self, x):
             h = self.a(x).relu()
-            n = len(h.tolist())  # a Python list of the values: a stitch
+            n = len(h.tolist())  # a list of the values (the trace after it is guarded on them)
             return self.b(h) * n
     torch.manual_seed(0)
-    train_side_by_side(M(), lambda: [torch.randn(3, 8)], steps=4)
+    train_side_by_side(M(), lambda: [torch.randn(3, 8)], steps=7)
+
+
+def test_numbers_read_from_tensors_with_grad_on():
+    """item() / int() of a tensor ends the trace there; the trace after it is specialized on the
+    number. A number that changes every call uses up the variants: the call then runs eagerly,
+    with eager's gradients."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
+            self.changing = False
+
+        def forward(self, x):
+            h = self.a(x)
+            k = int((x > -100).sum())  # the same every call: the element count
+            s = h.abs().max().item() if self.changing else 1.0
+            return self.b(h.relu() / s) * k
+    torch.manual_seed(0)
+    m = M()
+    jit = train_side_by_side(m, lambda: [torch.randn(4, 6)], steps=5)
+    roots, sides, side_runs = parts(jit)
+    assert len(sides) == 1 and side_runs >= 3, dynamo.report()
+    dynamo.reset()
+    m.changing = True
+    train_side_by_side(m, lambda: [torch.randn(4, 6)], steps=8)
+    assert "none fits this call" in dynamo.report(), dynamo.report()
+
+
+def test_a_trace_cut_at_max_trace_ops_with_grad(monkeypatch):
+    monkeypatch.setattr(dynamo.config, "max_trace_ops", 6)
+    monkeypatch.setattr(dynamo.config, "hotexit", 2)
+    jit = train_side_by_side(mlp(), lambda: [torch.randn(5, 16)], steps=6, input_grad=True)
+    roots, sides, side_runs = parts(jit)
+    assert roots and roots[0].cut_id is not None and sides and side_runs >= 2, dynamo.report()
+
+
+def test_a_branch_on_an_input_that_needs_no_grad():
+    """The branch reads the input, not the parameters: the parameters still need the cut."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            h = self.lin(x).sigmoid()
+            if x.mean() > 0:
+                h = h * x
+            return (h - x).exp().sum(-1)
+    torch.manual_seed(0)
+    signs = iter([1, -1] * 4)
+    jit = train_side_by_side(M(), lambda: [torch.randn(7, 5) + next(signs)], steps=8)
+    assert len(parts(jit)[1]) == 2, dynamo.report()
+
+
+def test_a_branch_before_any_tensor_that_requires_grad():
+    """The branch comes first (a side exit then), the parameters after it: the trace goes and
+    the next recording ends the trace at the branch."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                x = x * 2
+            return self.lin(x).sigmoid().square()
+    torch.manual_seed(0)
+    signs = iter([1, -1] * 5)
+    jit = train_side_by_side(M(), lambda: [torch.randn(7, 5) + next(signs)], steps=10)
+    roots, sides, side_runs = parts(jit)
+    assert len(roots) == 1 and len(sides) == 2 and side_runs >= 4, dynamo.report()
+    assert jit.forward.value_cuts and not roots[0].training  # (nothing before the branch requires grad)
+
+
+def test_grad_mode_off_then_on_around_a_branch():
+    """The same function under no_grad (side exits, natively) and with grad (cuts): each call
+    takes traces of its own kind."""
+    torch.manual_seed(0)
+    m = Branchy()
+    ref = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    for step in range(8):
+        x = torch.randn(4, 8) + (3 if step % 3 else -3)
+        with torch.no_grad():
+            close(jit(x), ref(x))
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        jit(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            close(p.grad, q.grad)
+    kinds = {c.training for c in jit.forward.compiled}
+    assert kinds == {True, False}, dynamo.report()
 
 
 def test_several_outputs_one_unused_and_an_input_returned():
