@@ -406,12 +406,12 @@ class OptimizedFunction(TraceTree, BackOff):
                     index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items()
                              if e in gs.tensor_inputs}
                     out_spec, names = _flatten_result(result, rec, index)
-                if not rec.ops:
+                if not rec.ops and rec.cut is None:  # (a cut trace may hand its live values on as they are)
                     raise Abort("no tensor operations on this path (nothing to compile)", "nothing")
                 if not names:  # the work is in place, or returns inputs and Python values only:
                     names = [rec.last_value()]  # a trace has an output; this one is not returned
-            except Abort as e:
-                rec.abort(str(e), e.kind)
+            except Abort as e:  # (the trace itself fails: also after a cut, which rec.abort would ignore)
+                rec.abort_reason, rec.abort_kind = str(e), e.kind
                 rec.abort_where = rec.abort_where or "the end of the call"  # (what it returns, grad mode)
         if rec.abort_reason is not None:
             if side_of is not None:

@@ -404,7 +404,8 @@ class Recorder(TorchDispatchMode):
         """func writes tensors: a write into one the call did not make (an input, a tensor of
         unknown origin, a view of one) is an effect the call cannot undo. effect_indirect: one
         such write is not into an input tensor itself (through a view, or into a tensor of
-        unknown origin), which a training trace cannot make explicit (training.py)."""
+        unknown origin), which a training trace cannot make explicit (training.py); after a cut
+        the trace has ended, and what the rest of the call writes is not the trace's."""
         for pos, name in _WRITERS[func]:
             t = args[pos] if pos < len(args) else kwargs.get(name)
             for x in _tensors_in(t):
@@ -412,7 +413,8 @@ class Recorder(TorchDispatchMode):
                 n = self.vals.get(id(base))
                 if n is None or n in self.input_names:
                     self.effect = self.effect or f"{_sig(func)} writing into a tensor from outside the call"
-                    if n is None or x._base is not None or self.vals.get(id(x)) not in self.input_names:
+                    if self.cut is None and (n is None or x._base is not None or
+                                             self.vals.get(id(x)) not in self.input_names):
                         self.effect_indirect = True
                         return
 
@@ -700,6 +702,11 @@ class Recorder(TorchDispatchMode):
             fn = _functional(func)
             if fn is None:
                 raise Abort(f"{name}: no functional form", "write")
+            if fn in _SEEDED_FUNCTIONAL.values():
+                if not dst.is_contiguous():
+                    raise Abort(f"{name} into a non-contiguous tensor: its random numbers would land elsewhere",
+                                "write")
+                vals = _with_defaults(func, vals)
             fn, vals = self._scalar_args(fn, vals, None, check=False)
             res = self._extern(fn, vals, [None], types=type_text(dst))[0]
         new, cur = res, dst
@@ -1237,7 +1244,10 @@ def _functional(func):
     if func._overloadname in packet.overloads():
         return getattr(packet, func._overloadname)
     if torch.Tag.nondeterministic_seeded in func.tags:
-        return None
+        # random ops only where the functional op draws the same numbers: ATen's bernoulli(x, p)
+        # is empty_like(x).bernoulli_(p) (dropout's mask), so over a contiguous x (checked by
+        # the caller) it fills the same values from the same generator
+        return _SEEDED_FUNCTIONAL.get(func)
     for ov in packet.overloads():
         alt = getattr(packet, ov)
         a = alt._schema
@@ -1246,6 +1256,20 @@ def _functional(func):
                 all(_same_arg(x, y) for x, y in zip(s.arguments, a.arguments)):
             return alt
     return None
+
+
+def _with_defaults(func, vals):
+    """vals (an op's positional arguments) with the schema's defaults for the positional
+    arguments left out."""
+    vals = list(vals)
+    for a in func._schema.arguments[len(vals):]:
+        if a.kwarg_only or not a.has_default_value():
+            break
+        vals.append(a.default_value)
+    return tuple(vals)
+
+
+_SEEDED_FUNCTIONAL = {_aten.bernoulli_.float: _aten.bernoulli.p, _aten.bernoulli_.Tensor: _aten.bernoulli.Tensor}
 
 
 def _same_arg(x, y):

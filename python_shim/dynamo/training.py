@@ -255,8 +255,11 @@ class TrainedTrace(Compiled):
                 # AOTAutograd's first call traces the joint graph on the tensors it gets, and
                 # its autograd.grad over inputs that have a grad_fn (the outputs of the trace
                 # before a cut) would run into their graph: it traces on detached twins first
+                # (a run: the random numbers it draws are drawn again by the real one)
+                rng = torch.get_rng_state()
                 self.aot(*[t.detach().requires_grad_(t.requires_grad) if t is not None and t.grad_fn is not None
                            else t for t in inputs])
+                torch.set_rng_state(rng)
             self.traced = True
             outs = self.aot(*inputs)
         except Exception as e:  # noqa: BLE001 -- AOTAutograd failing inside (tracing, partitioning) is

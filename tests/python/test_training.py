@@ -5,6 +5,7 @@ side by side. A branch on a tensor's value, a number read from one, or a stitch 
 the parts compile apart and autograd links them; where a call cannot be compiled with grad
 (writes into inputs that require grad, ops whose output size depends on the data), it runs
 eagerly and the gradients are eager's."""
+import contextlib
 import copy
 import io
 
@@ -106,6 +107,70 @@ def batch_norm_training():
     dynamo.config.training_batch_norm = True
     yield
     dynamo.config.training_batch_norm = old
+
+
+def seeded_side_by_side(model, make_input, steps, no_grad=False):
+    """As train_side_by_side, each call of both from the same RNG seed (dropout draws the same
+    masks); also checks that the RNG is where eager left it after each call."""
+    ref = copy.deepcopy(model)
+    jit = dynamo.optimize(model)
+    for step in range(steps):
+        x = make_input()
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        outs = []
+        for f in (jit, ref):
+            torch.manual_seed(100 + step)
+            with torch.no_grad() if no_grad else contextlib.nullcontext():
+                y = f(x)
+            outs.append((y, torch.rand(3)))
+            if not no_grad:
+                y.square().mean().backward()
+        (y, r), (y_ref, r_ref) = outs
+        close(y, y_ref, f"step {step}")
+        assert torch.equal(r, r_ref), f"step {step}: the RNG moved differently"
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            if p.grad is not None or q.grad is not None:
+                close(p.grad, q.grad, f"step {step}: grad of {name}")
+    return jit
+
+
+def test_dropout_in_training_mode_draws_eagers_masks():
+    """Dropout's mask comes from LibTorch's bernoulli on the default generator, at the point
+    eager draws it: the same seed gives eager's outputs, gradients and RNG state."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.3), nn.Linear(32, 4), nn.Dropout(0.5))
+    jit = seeded_side_by_side(m, lambda: torch.randn(9, 16), steps=5)
+    assert jit.forward.compiled and counts()[1] >= 3, dynamo.report()
+    dynamo.reset()
+    jit = seeded_side_by_side(m, lambda: torch.randn(9, 16), steps=4, no_grad=True)
+    assert sum(c.runs for c in jit.forward.compiled) >= 3, dynamo.report()
+
+
+def test_transformer_encoder_block_with_its_default_dropout():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True)  # dropout 0.1
+    jit = seeded_side_by_side(layer, lambda: torch.randn(2, 7, 32), steps=5)
+    assert jit.forward.compiled and counts()[1] >= 2, dynamo.report()
+
+
+def test_dropout_after_a_branch_with_grad():
+    """The trace after a cut runs its first AOTAutograd trace on detached twins of its inputs:
+    that run must not draw random numbers the real one then draws again."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = self.a(x)
+            if h.mean() > 0:
+                h = h.relu()
+            return self.b(F.dropout(h, 0.4, training=True))
+    torch.manual_seed(0)
+    signs = iter([1, 1, -1, 1, -1, -1, 1, 1])
+    jit = seeded_side_by_side(M(), lambda: torch.randn(5, 8) + 2 * next(signs), steps=8)
+    assert len(parts(jit)[1]) == 2, dynamo.report()
 
 
 def test_batch_norm_in_training_mode_runs_eagerly_by_default():
