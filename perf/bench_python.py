@@ -394,9 +394,12 @@ def training_section():
                               torch.nn.GELU(), torch.nn.Linear(1024, 10))
     ok &= train_steps("MLP 784-1024-1024-10, batch 64, SGD with momentum", mlp, torch.randn(64, 784),
                       torch.randint(0, 10, (64,)), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
-    enc = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
-    ok &= train_steps("nn.TransformerEncoderLayer(256, 4 heads, ff 1024), batch 8 x 64 tokens, AdamW", enc,
-                      torch.randn(8, 64, 256), torch.randn(8, 64, 256), lambda p: torch.optim.AdamW(p, lr=1e-3))
+    for p in (0.0, 0.1):  # 0.1: nn.TransformerEncoderLayer's default (masks drawn in eager's order: same losses)
+        torch.manual_seed(0)
+        enc = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=p, batch_first=True)
+        ok &= train_steps(f"nn.TransformerEncoderLayer(256, 4 heads, ff 1024, dropout {p}), batch 8 x 64 tokens, "
+                          "AdamW", enc, torch.randn(8, 64, 256), torch.randn(8, 64, 256),
+                          lambda p: torch.optim.AdamW(p, lr=1e-3))
     try:
         import torchvision
     except ImportError:
@@ -430,8 +433,11 @@ def train_steps(name, model, x, target, make_opt, steps=20, compare_steps=None):
     def runner(m, compiled):
         opt = make_opt(m.parameters())
         update = dynamo.optimize(opt.step) if compiled else opt.step  # each group's update one trace
+        count = [0]
 
         def step():
+            torch.manual_seed(count[0])  # step k of either side draws the same dropout masks
+            count[0] += 1
             loss = loss_of(m(x))
             opt.zero_grad()
             loss.backward()
