@@ -246,36 +246,150 @@ struct Planner {
           fail(ErrorCode::Unsupported, "copy_ into a reshape that cannot view its input's memory (a non-contiguous "
                                        "input); the destination must be a strided view of an input");
       }
-    std::unordered_set<int32_t> written;  // the slots of the writes before write k
     next_guard.assign(t.insts.size() + 1, -1);
     for (size_t i = t.insts.size(); i-- > 0;)
       next_guard[i] = t.insts[i].op == Op::extern_ && t.insts[i].callee == kGuardCallee ? (int32_t)i : next_guard[i + 1];
+    if (next_guard[0] < 0) {
+      order_mutations();
+      return;
+    }
+    std::unordered_set<int32_t> written;  // the slots of the writes before write k
     for (size_t k = 0; k < mutations.size(); ++k) {
       if (k) written.insert(mutation_dest[k - 1].slot);
-      int32_t c = mutations[k];
-      const Type &ty = t.types[c];
-      size_t rank = ty.sizes.size();
-      Map id(rank);
-      for (size_t d = 0; d < rank; ++d) id[d] = ty.sizes[d] == 1 ? -1 : (int32_t)d;
-      std::vector<Access> reads;
-      leaves(c, id, rank, reads);
-      // Written last, in place: fine if it reads no memory an earlier write changed, and reads
-      // its own destination only at the element it writes; else it goes through scratch first.
-      std::vector<int64_t> own(rank + 1, 0);
-      for (size_t d = 0; d < rank; ++d)
-        if (ty.sizes[d] != 1) own[d] = mutation_dest[k].strides[d];
-      own[rank] = mutation_dest[k].offset;
-      bool hazard = false;
-      for (const Access &a : reads) {
-        if (a.first < 0) { hazard = true; continue; }
-        hazard = hazard || written.count(a.first);
-        std::vector<int64_t> have = a.second;
-        for (size_t d = 0; d < rank; ++d)
-          if (ty.sizes[d] == 1) have[d] = 0;
-        if (a.first == mutation_dest[k].slot && have != own) hazard = true;
-      }
-      if (hazard || read_before_flush(c)) materialize_at_def(c);
+      std::set<int32_t> reads;
+      bool hazard = !mutation_reads(k, reads);
+      for (int32_t s : reads) hazard = hazard || written.count(s);
+      if (hazard || read_before_flush(mutations[k])) materialize_at_def(mutations[k]);
     }
+  }
+
+  // The memory write k's kernel reads where it runs (its value's inline expression): the input
+  // slots, into `slots`. False when it must go through a buffer of its own: it reads memory not
+  // in place yet (a reduction, a walk too long), or its own destination at other elements than
+  // the one it writes.
+  bool mutation_reads(size_t k, std::set<int32_t> &slots) {
+    int32_t c = mutations[k];
+    const Type &ty = t.types[c];
+    size_t rank = ty.sizes.size();
+    Map id(rank);
+    for (size_t d = 0; d < rank; ++d) id[d] = ty.sizes[d] == 1 ? -1 : (int32_t)d;
+    std::vector<Access> reads;
+    leaves(c, id, rank, reads);
+    std::vector<int64_t> own(rank + 1, 0);
+    for (size_t d = 0; d < rank; ++d)
+      if (ty.sizes[d] != 1) own[d] = mutation_dest[k].strides[d];
+    own[rank] = mutation_dest[k].offset;
+    for (const Access &a : reads) {
+      if (a.first < 0) return false;
+      std::vector<int64_t> have = a.second;
+      for (size_t d = 0; d < rank; ++d)
+        if (ty.sizes[d] == 1) have[d] = 0;
+      if (a.first == mutation_dest[k].slot && have != own) return false;
+      slots.insert(a.first);
+    }
+    return true;
+  }
+
+  // Without side exits the writes run after the whole trace, each one kernel, and their order
+  // is free but for two rules: writes into one input keep program order, and a write whose
+  // expression reads an input's old contents runs before every other write into that input.
+  // A write that a later one replaces exactly (same memory, view and shape) is not made. Program
+  // order where the rules allow; a write caught in a cycle of them goes through a buffer of its
+  // own (computed where it is defined, it then reads nothing at the end). SGD's momentum step
+  // (`buf.mul_(m).add_(g); p.add_(buf, alpha=-lr)`) then writes p before buf, both straight
+  // from the inputs, one parameter after another, with no scratch buffer.
+  void order_mutations() {
+    {  // drop the writes replaced exactly by a later one
+      std::map<std::tuple<int32_t, int64_t, std::vector<int64_t>, std::vector<int64_t>>, size_t> later;
+      std::vector<char> replaced(mutations.size(), 0);
+      for (size_t k = mutations.size(); k-- > 0;) {
+        auto key = std::make_tuple(mutation_dest[k].slot, mutation_dest[k].offset, mutation_dest[k].strides,
+                                   t.types[mutations[k]].sizes);
+        replaced[k] = later.count(key) != 0;
+        later[key] = k;
+      }
+      size_t n = 0;
+      for (size_t k = 0; k < mutations.size(); ++k)
+        if (!replaced[k]) {
+          mutations[n] = mutations[k];
+          mutation_dest[n++] = mutation_dest[k];
+        }
+      mutations.resize(n);
+      mutation_dest.resize(n);
+    }
+    size_t n = mutations.size();
+    std::vector<std::set<int32_t>> reads(n);
+    for (size_t k = 0; k < n; ++k)
+      if (!mutation_reads(k, reads[k])) {
+        materialize_at_def(mutations[k]);
+        reads[k].clear();
+      }
+    // Edges k -> j (k runs first): flags 1 for the order of writes into one input, 2 for a read
+    // of an input's old contents before j writes it.
+    std::map<int32_t, std::vector<size_t>> writers;  // input slot -> the writes into it, in order
+    for (size_t k = 0; k < n; ++k) writers[mutation_dest[k].slot].push_back(k);
+    std::vector<std::map<size_t, int>> after(n);
+    std::vector<size_t> indeg(n, 0);
+    auto edge = [&](size_t k, size_t j, int flag) {
+      int &f = after[k][j];
+      if (!f) ++indeg[j];
+      f |= flag;
+    };
+    for (auto &[slot, ks] : writers)
+      for (size_t i = 1; i < ks.size(); ++i) edge(ks[i - 1], ks[i], 1);
+    for (size_t k = 0; k < n; ++k)
+      for (int32_t s : reads[k]) {
+        auto it = writers.find(s);
+        if (it != writers.end())
+          for (size_t j : it->second)
+            if (j != k) edge(k, j, 2);
+      }
+    std::vector<char> done(n, 0);
+    std::vector<size_t> order;
+    order.reserve(n);
+    std::set<size_t> ready;  // by program order
+    for (size_t k = 0; k < n; ++k)
+      if (!indeg[k]) ready.insert(k);
+    size_t cursor = 0;  // (cycles: the first write not done that still reads)
+    while (order.size() < n) {
+      if (ready.empty()) {
+        // A cycle (the write-order edges alone have none): the first write left that reads
+        // goes through a buffer of its own and reads nothing at the end.
+        auto reads_before_a_write = [&](size_t k) {
+          for (auto &[j, f] : after[k])
+            if ((f & 2) && !done[j]) return true;
+          return false;
+        };
+        while (done[cursor] || !reads_before_a_write(cursor)) ++cursor;
+        size_t k = cursor;
+        materialize_at_def(mutations[k]);
+        reads[k].clear();
+        for (auto it = after[k].begin(); it != after[k].end();) {
+          it->second &= ~2;
+          if (!it->second) {
+            if (--indeg[it->first] == 0 && !done[it->first]) ready.insert(it->first);
+            it = after[k].erase(it);
+          } else {
+            ++it;
+          }
+        }
+        continue;
+      }
+      size_t pick = *ready.begin();
+      ready.erase(ready.begin());
+      done[pick] = 1;
+      order.push_back(pick);
+      for (auto &[j, f] : after[pick])
+        if (--indeg[j] == 0) ready.insert(j);
+    }
+    std::vector<int32_t> m2(n);
+    std::vector<BufferView> d2(n);
+    for (size_t i = 0; i < n; ++i) {
+      m2[i] = mutations[order[i]];
+      d2[i] = mutation_dest[order[i]];
+    }
+    mutations = std::move(m2);
+    mutation_dest = std::move(d2);
   }
 
   // The value of an in-place write gets a buffer of its own, stored where it is defined.
