@@ -738,11 +738,12 @@ struct OwnedOutput {
   runtime::Buffer buf;
   std::shared_ptr<gpu::Device> dev;
   uint64_t dptr = 0;
+  size_t dbytes = 0;
   ~OwnedOutput() {
     if (pool) pool->release(buf);
     if (dev) {
       try {
-        dev->free(dptr);
+        dev->release(dptr, dbytes);  // to the device's output pool
       } catch (...) {  // the driver failed while freeing; nothing else to do
       }
     }
@@ -798,7 +799,8 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
     size_t bytes = (size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8);
     if (E.gpu_device) {
       p->dev = E.gpu_device;
-      p->dptr = p->dev->alloc(bytes);  // throws (a status) when the device is out of memory
+      p->dptr = p->dev->acquire(bytes);  // from the device's output pool; throws when out of memory
+      p->dbytes = bytes;
       o.data = reinterpret_cast<void *>((uintptr_t)p->dptr);
     } else {
       p->pool = entry->engine->pool;

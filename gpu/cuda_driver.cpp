@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "jit/ir.h"
@@ -46,6 +47,8 @@ struct Api {
   CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, Ptr);
   CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD32_v2)(CUdeviceptr, unsigned, size_t);
+  CUresult (*cuCtxSynchronize)();
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuEventCreate)(Ptr *, unsigned);
   CUresult (*cuEventRecord)(Ptr, Ptr);
@@ -98,6 +101,8 @@ const Loaded &driver() {
     need(a.cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2");
     need(a.cuMemcpyDtoDAsync_v2, "cuMemcpyDtoDAsync_v2");
     need(a.cuMemsetD8_v2, "cuMemsetD8_v2");
+    need(a.cuMemsetD32_v2, "cuMemsetD32_v2");
+    need(a.cuCtxSynchronize, "cuCtxSynchronize");
     need(a.cuGetErrorString, "cuGetErrorString");
     need(a.cuEventCreate, "cuEventCreate");
     need(a.cuEventRecord, "cuEventRecord");
@@ -178,6 +183,10 @@ Device::~Device() {
   const Loaded &d = driver();
   if (!d.error.empty()) return;
   if (context_) d.api.cuCtxSetCurrent(context_);  // the stream is destroyed in its own context
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (context_ && pool_bytes_) trim_pool();
+  }
   if (stream_) d.api.cuStreamDestroy_v2(stream_);
   if (context_) d.api.cuDevicePrimaryCtxRelease_v2(device_);
 }
@@ -280,6 +289,106 @@ void Device::copy_on_device(uint64_t dst, uint64_t src, size_t bytes) {
 void Device::zero(uint64_t dst, size_t bytes) {
   make_current(context_);
   if (bytes) check(api().cuMemsetD8_v2(dst, 0, bytes), "cuMemsetD8_v2");
+}
+
+void Device::fill32(uint64_t dst, uint32_t bits, size_t count) {
+  make_current(context_);
+  if (count) check(api().cuMemsetD32_v2(dst, bits, count), "cuMemsetD32_v2");
+}
+
+// -- the output pool ----------------------------------------------------------------------------
+
+size_t Device::pool_size_class(size_t bytes) {
+  if (bytes <= 512) return 512;
+  if (bytes <= (size_t(1) << 20)) {  // powers of two up to 1 MiB
+    size_t c = 1024;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+  const size_t step = size_t(2) << 20;  // then whole 2 MiB pages
+  return (bytes + step - 1) / step * step;
+}
+
+size_t Device::pool_limit() {
+  static const size_t limit = [] {
+    const char *e = getenv("DYNAMO_GPU_POOL_MB");
+    return (e && *e ? (size_t)strtoull(e, nullptr, 10) : size_t(1024)) << 20;
+  }();
+  return limit;
+}
+
+uint64_t Device::acquire(size_t bytes) {
+  const size_t c = pool_size_class(bytes);
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  auto take = [&](std::map<size_t, std::vector<uint64_t>> &from) -> uint64_t {
+    auto it = from.find(c);
+    if (it == from.end() || it->second.empty()) return 0;
+    uint64_t p = it->second.back();
+    it->second.pop_back();
+    pool_bytes_ -= c;
+    return p;
+  };
+  if (uint64_t p = take(ready_)) return p;  // (a block waiting since its release is not taken:
+  make_current(context_);                    // work on another stream may still read it)
+  CUdeviceptr p = 0;
+  CUresult r = api().cuMemAlloc_v2(&p, c);
+  if (r != 0 && pool_bytes_ > 0) {  // out of memory with blocks cached: give them back, try again
+    trim_pool();
+    make_current(context_);
+    r = api().cuMemAlloc_v2(&p, c);
+  }
+  check(r, "cuMemAlloc_v2");
+  return p;
+}
+
+void Device::release(uint64_t dptr, size_t bytes) {
+  if (!dptr) return;
+  const size_t c = pool_size_class(bytes);
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_bytes_ + c > pool_limit()) {
+    make_current(context_);
+    check(api().cuMemFree_v2(dptr), "cuMemFree_v2");  // (the driver waits for work using it)
+    return;
+  }
+  pending_[c].push_back(dptr);
+  pool_bytes_ += c;
+}
+
+void Device::synchronize_run() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  make_current(context_);
+  bool waiting = false;
+  for (auto &[c, v] : pending_) waiting = waiting || !v.empty();
+  if (!waiting) {
+    check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    return;
+  }
+  // Every stream of the context is idle after this: the blocks handed back before it are free.
+  check(api().cuCtxSynchronize(), "cuCtxSynchronize");
+  for (auto &[c, v] : pending_) {
+    auto &r = ready_[c];
+    r.insert(r.end(), v.begin(), v.end());
+    v.clear();
+  }
+}
+
+void Device::trim_pool() noexcept {  // pool_mu_ held
+  try {
+    make_current(context_);
+    api().cuCtxSynchronize();
+    for (auto *m : {&ready_, &pending_})
+      for (auto &[c, v] : *m) {
+        for (uint64_t p : v) api().cuMemFree_v2(p);
+        v.clear();
+      }
+  } catch (...) {  // (the driver failed while giving memory back: nothing more to do)
+  }
+  pool_bytes_ = 0;
+}
+
+size_t Device::pool_cached_bytes() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  return pool_bytes_;
 }
 
 }  // namespace dynamo::gpu

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,22 @@ class Device {
   void copy_to_host(void *dst, uint64_t src, size_t bytes);
   void copy_on_device(uint64_t dst, uint64_t src, size_t bytes);  // on the stream (synchronize() waits)
   void zero(uint64_t dst, size_t bytes);
+  void fill32(uint64_t dst, uint32_t bits, size_t count);  // count 4-byte words set to bits
+
+  // The output pool (engine-allocated outputs, as the CPU engine's buffer pool): acquire gives
+  // a block of at least `bytes` (a size class: 512 B, powers of two to 1 MiB, then 2 MiB
+  // pages), from the pool or cuMemAlloc; release hands it back. A block handed back is not
+  // reused until every stream of the context has been idle since (work on the caller's stream
+  // may still read it): synchronize_run, the wait at the end of a run, is then one
+  // cuCtxSynchronize instead of the stream's. Steady state, a caller that drops each call's
+  // outputs before the next call: no allocation, two blocks per output. At most
+  // DYNAMO_GPU_POOL_MB (default 1024) MiB are kept; past that a block is freed, and an
+  // allocation that fails gives the pool's blocks back and tries again.
+  uint64_t acquire(size_t bytes);
+  void release(uint64_t dptr, size_t bytes);
+  void synchronize_run();
+  size_t pool_cached_bytes();
+  static size_t pool_size_class(size_t bytes);
 
  private:
   Device() = default;
@@ -50,6 +68,11 @@ class Device {
   void *context_ = nullptr;
   void *stream_ = nullptr;
   std::string arch_;
+  std::mutex pool_mu_;
+  std::map<size_t, std::vector<uint64_t>> ready_, pending_;  // by size class
+  size_t pool_bytes_ = 0;
+  static size_t pool_limit();
+  void trim_pool() noexcept;
 };
 
 }  // namespace dynamo::gpu

@@ -155,14 +155,16 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
       emit_entry(*mod, part, kname + "_part", pb > 0, pb > 0 ? pb : kGpuThreads);
       emit_entry(*mod, k, kname, mb > 0, mb > 0 ? mb : kGpuThreads);
       if (kernels) {
-        kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.gpu_partial_block_threads(), -1});
-        kernels->push_back({kname, 1, ke.gpu_block_threads(), -1});
+        kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.gpu_partial_block_threads(), -1,
+                            ke.can_fail()});
+        kernels->push_back({kname, 1, ke.gpu_block_threads(), -1, ke.can_fail()});
       }
       continue;
     }
     emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0,
                ke.gpu_block_threads() > 0 ? ke.gpu_block_threads() : kGpuThreads);
-    if (kernels) kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot});
+    if (kernels)
+      kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot, ke.can_fail()});
   }
 
   bool needs_libdevice = false;

@@ -24,6 +24,7 @@ struct Program {
   std::vector<jit::GpuKernel> kernels;     // launch order
   int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
+  bool can_fail = false;                   // a kernel may set the status word
 };
 
 // Lowers a trace planned by plan_for_gpu for `arch` (throws jit::Error: Unsupported for

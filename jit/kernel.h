@@ -46,6 +46,7 @@ class KernelEmitter {
   // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
   // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
   int gpu_block_threads() const { return gpu_block; }
+  bool can_fail() const { return may_fail; }  // emitted code may set the runtime status (after emit)
   int gpu_partial_block_threads() const { return gpu_part_block; }  // split reductions' partial kernel
   int64_t gpu_items() const { return gpu_n; }
 
@@ -87,6 +88,7 @@ class KernelEmitter {
                                                      // the global table; CPU: the slot at offset 0)
   Value *local_addr(int32_t index);                  // &table[index] (CPU)
   Value *flag = nullptr;                             // alloca i32: runtime error code
+  bool may_fail = false;                             // code that can set it was emitted (integer floor division)
   // Sizes as data (LowerOptions::size_params, CPU): a number that follows from the trace's
   // sizes (a loop bound, a stride, a row cache's bytes) is read from an entry of the kernel's
   // table that the trace function fills, instead of being a constant of the code. Kernels that

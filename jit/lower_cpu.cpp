@@ -645,6 +645,7 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
       Value *a = x(), *b = arg(1, ct);
       if (!fl) {
         // Python floor division; a zero divisor raises in ATen, so flag it and divide by 1.
+        may_fail = true;
         Value *bz = B.CreateICmpEQ(b, zero());
         Value *any = L == 1 ? bz : B.CreateOrReduce(bz);
         Value *cur = B.CreateLoad(B.getInt32Ty(), flag);

@@ -50,6 +50,7 @@ struct GpuKernel {
   int64_t items = 0;
   int block_threads = 0;
   int32_t optional_slot = -1;  // skipped when this output slot is NULL (as on the CPU)
+  bool can_fail = false;       // may set the status word (integer floor division by zero)
 };
 
 // PTX for NVIDIA GPUs (gpu/lower_ptx.cpp): every fused group of a planned trace as a kernel

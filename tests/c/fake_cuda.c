@@ -58,23 +58,35 @@ CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d,
   snprintf(g_log + at, sizeof g_log - at, "%s grid=%u block=%u n=%lld\n", (const char *)f, a, d, *(long long *)p[1]);
   return 0;
 }
+/* Counts of the calls a run's cost is made of, for tests (fake_cuda_counts). */
+static int g_allocs, g_frees, g_memsets, g_reads, g_ctx_syncs;
+void fake_cuda_counts(int *allocs, int *frees, int *memsets, int *reads, int *ctx_syncs) {
+  *allocs = g_allocs, *frees = g_frees, *memsets = g_memsets, *reads = g_reads, *ctx_syncs = g_ctx_syncs;
+}
+CUresult cuCtxSynchronize(void) { NEED_CONTEXT(); ++g_ctx_syncs; return 0; }
 #ifndef FAKE_CUDA_OLD
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
   NEED_CONTEXT();
+  ++g_allocs;
   void *m = malloc(n ? n : 1);
   *p = (unsigned long long)(uintptr_t)m;
   return m ? 0 : 2;
 }
 #endif
-CUresult cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemFree_v2(unsigned long long p) { ++g_frees; free((void *)(uintptr_t)p); return 0; }
 CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) { NEED_CONTEXT(); memcpy((void *)(uintptr_t)d, s, n); return 0; }
-CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { ++g_reads; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
   (void)st;
   memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
   return 0;
 }
-CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return 0; }
+CUresult cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) { ++g_memsets; memset((void *)(uintptr_t)d, v, n); return 0; }
+CUresult cuMemsetD32_v2(unsigned long long d, unsigned v, size_t n) {
+  ++g_memsets;
+  for (size_t k = 0; k < n; ++k) memcpy((char *)(uintptr_t)d + 4 * k, &v, 4);
+  return 0;
+}
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = (void *)0x3; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }

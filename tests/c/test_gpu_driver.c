@@ -191,7 +191,82 @@ static void test_cuda_engine_with_stand_in(void **state) {
   assert_ok(dynamo_engine_destroy(eng));
 }
 
+/* What a user's call costs on the device, counted by the stand-in driver: engine-allocated
+ * outputs come from the device's pool (no cuMemAlloc/cuMemFree per call once warm), and the
+ * status word is cleared and read back only for a program that can set it (integer floor
+ * division). */
+static void test_what_a_call_costs(void **state) {
+  (void)state;
+  const char *c = getenv("GPU_CASE");
+  if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
+  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  void (*counts)(int *, int *, int *, int *, int *);
+  *(void **)&counts = dlsym(h, "fake_cuda_counts");
+  assert_non_null(counts);
+
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.device_type = kDLCUDA;
+  dynamo_engine *eng = NULL;
+  assert_ok(dynamo_engine_create(&o, &eng));
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(eng, "costs", &f));
+  dynamo_trace *t = parse("trace @g {\n  %0 = input f32[1000] cuda:0\n  %1 = mul(%0, %0)\n  %2 = neg(%1)\n"
+                          "  return %1, %2\n}\n");
+  dynamo_entry *e = NULL;
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  static float a[1000];
+  int64_t shape[1] = {1000};
+  DLTensor ta = tensor(a, shape, 1, kDLCUDA);
+  dynamo_arg arg;
+  memset(&arg, 0, sizeof arg);
+  arg.kind = DYNAMO_ARG_TENSOR;
+  arg.u.tensor = &ta;
+  int allocs[2], frees[2], memsets[2], reads[2], syncs[2];
+  DLManagedTensor *m[2] = {NULL, NULL};
+  for (int call = 0; call < 8; ++call) {
+    if (call == 2) counts(&allocs[0], &frees[0], &memsets[0], &reads[0], &syncs[0]);
+    assert_ok(dynamo_entry_run_alloc(e, &arg, 1, m, 2));
+    assert_int_equal(m[0]->dl_tensor.device.device_type, kDLCUDA);
+    assert_true(m[0]->dl_tensor.data != m[1]->dl_tensor.data);
+    m[0]->deleter(m[0]);
+    m[1]->deleter(m[1]);
+  }
+  counts(&allocs[1], &frees[1], &memsets[1], &reads[1], &syncs[1]);
+  assert_int_equal(allocs[1] - allocs[0], 0);   /* warm: the pool serves every output */
+  assert_int_equal(frees[1] - frees[0], 0);
+  assert_int_equal(memsets[1] - memsets[0], 0); /* a float program cannot fail: no status */
+  assert_int_equal(reads[1] - reads[0], 0);
+  assert_int_equal(syncs[1] - syncs[0], 6);     /* one wait per call, for the whole context */
+
+  /* Integer floor division can fail (a zero divisor): the status is cleared and read per call. */
+  t = parse("trace @d {\n  %0 = input i64[16] cuda:0\n  %1 = floordiv(%0, %0)\n  return %1\n}\n");
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  static int64_t ia[16];
+  int64_t s16[1] = {16};
+  DLTensor ti = tensor((float *)ia, s16, 1, kDLCUDA);
+  ti.dtype.code = kDLInt;
+  ti.dtype.bits = 64;
+  arg.u.tensor = &ti;
+  counts(&allocs[0], &frees[0], &memsets[0], &reads[0], &syncs[0]);
+  assert_ok(dynamo_entry_run_alloc(e, &arg, 1, m, 1));
+  m[0]->deleter(m[0]);
+  counts(&allocs[1], &frees[1], &memsets[1], &reads[1], &syncs[1]);
+  assert_int_equal(memsets[1] - memsets[0], 1);
+  assert_int_equal(reads[1] - reads[0], 1);
+
+  /* Outputs outliving the engine keep their device; handed back after it is gone. */
+  assert_ok(dynamo_entry_run_alloc(e, &arg, 1, m, 1));
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+  m[0]->deleter(m[0]);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case), cmocka_unit_test(test_cuda_engine_with_stand_in)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case), cmocka_unit_test(test_cuda_engine_with_stand_in),
+                                     cmocka_unit_test(test_what_a_call_costs)};
   return cmocka_run_group_tests_name("gpu_driver", tests, NULL, NULL);
 }

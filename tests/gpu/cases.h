@@ -277,12 +277,60 @@ inline double element(const uint8_t *p, const std::string &dt, int64_t i) {
 
 // -- references ------------------------------------------------------------------------------
 // <dir>/<case>.ref: per output, int64 numel, int64 step, int64 count, then `count` doubles:
-// elements 0, step, 2 step, ... (all of them for outputs up to 2^18 elements).
+// elements 0, step, 2 step, ... (all of them for outputs up to 2^18 elements), then the
+// Summary of every element (kSummaryFields doubles).
 inline int64_t sample_step(int64_t numel) { return numel <= (1 << 18) ? 1 : (numel + (1 << 16) - 1) >> 16; }
+
+// What every element of an output adds up to: the checks of large outputs, whose elements are
+// only sampled one by one, still look at all of them. gpu_check fills outputs with all-ones
+// words before each checked run (a NaN in every float type, -1 in the integers, 0xff in a
+// bool), so an element a kernel skipped shows as a NaN, an invalid bool or a wrong sum.
+struct Summary {
+  double nan = 0, pos_inf = 0, neg_inf = 0, invalid = 0;  // counts; invalid: bool bytes other than 0/1
+  double sum = 0, abs_sum = 0;                            // over the finite elements
+};
+constexpr int kSummaryFields = 6;
+
+inline Summary summarize(const uint8_t *p, const std::string &dt, int64_t numel) {
+  Summary s;
+  for (int64_t i = 0; i < numel; ++i) {
+    if (dt == "bool" && p[i] > 1) { s.invalid += 1; continue; }
+    double v = element(p, dt, i);
+    if (std::isnan(v)) s.nan += 1;
+    else if (std::isinf(v)) (v > 0 ? s.pos_inf : s.neg_inf) += 1;
+    else { s.sum += v; s.abs_sum += std::fabs(v); }
+  }
+  return s;
+}
+
+// Whether summary `got` (the GPU's) fits `want` (the CPU's): the same counts of NaN, infinities
+// and invalid bools, and sums apart by no more than every element could be (atol per element,
+// rtol of the sum of magnitudes; exact for integers and bools). Else false and *why.
+inline bool summary_fits(const Summary &got, const Summary &want, const std::string &dt, int64_t numel, double rtol,
+                         double atol, std::string *why) {
+  char buf[256];
+  if (got.nan != want.nan || got.pos_inf != want.pos_inf || got.neg_inf != want.neg_inf || got.invalid != want.invalid) {
+    snprintf(buf, sizeof buf, "NaN/+inf/-inf/invalid counts %.0f/%.0f/%.0f/%.0f, the CPU's %.0f/%.0f/%.0f/%.0f "
+             "(an element not written keeps the fill)", got.nan, got.pos_inf, got.neg_inf, got.invalid, want.nan,
+             want.pos_inf, want.neg_inf, want.invalid);
+    *why = buf;
+    return false;
+  }
+  bool exact = dt == "i32" || dt == "i64" || dt == "bool";
+  double slack = exact ? 0 : atol * (double)numel + rtol * want.abs_sum + 1e-12 * want.abs_sum;
+  if (std::fabs(got.sum - want.sum) > slack || std::fabs(got.abs_sum - want.abs_sum) > slack) {
+    snprintf(buf, sizeof buf, "sum of all elements %.9g (of magnitudes %.9g), the CPU's %.9g (%.9g), allowed %.3g",
+             got.sum, got.abs_sum, want.sum, want.abs_sum, slack);
+    *why = buf;
+    return false;
+  }
+  return true;
+}
 
 struct Ref {
   int64_t numel = 0, step = 1;
   std::vector<double> values;
+  Summary whole;
 };
 
 inline bool write_refs(const std::string &path, const std::vector<Ref> &refs) {
@@ -292,6 +340,9 @@ inline bool write_refs(const std::string &path, const std::vector<Ref> &refs) {
     int64_t h[3] = {r.numel, r.step, (int64_t)r.values.size()};
     fwrite(h, sizeof h, 1, f);
     fwrite(r.values.data(), sizeof(double), r.values.size(), f);
+    double w[kSummaryFields] = {r.whole.nan, r.whole.pos_inf, r.whole.neg_inf, r.whole.invalid, r.whole.sum,
+                                r.whole.abs_sum};
+    fwrite(w, sizeof w, 1, f);
   }
   return fclose(f) == 0;
 }
@@ -306,6 +357,9 @@ inline bool read_refs(const std::string &path, std::vector<Ref> *refs) {
     r.step = h[1];
     r.values.resize((size_t)h[2]);
     if (fread(r.values.data(), sizeof(double), r.values.size(), f) != r.values.size()) break;
+    double w[kSummaryFields];
+    if (fread(w, sizeof w, 1, f) != 1) break;
+    r.whole = Summary{w[0], w[1], w[2], w[3], w[4], w[5]};
     refs->push_back(std::move(r));
   }
   fclose(f);

@@ -4,7 +4,9 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -90,8 +92,28 @@ bool run_case(dynamo_engine *eng, const Case &c, const std::string &dir) {
     r.numel = 1;
     for (int d = 0; d < o.ndim; ++d) r.numel *= o.shape[d];
     r.step = sample_step(r.numel);
-    for (int64_t i = 0; i < r.numel; i += r.step)
-      r.values.push_back(element(static_cast<const uint8_t *>(o.data) + o.byte_offset, dt_name(o.dtype), i));
+    const uint8_t *base = static_cast<const uint8_t *>(o.data) + o.byte_offset;
+    std::string dt = dt_name(o.dtype);
+    for (int64_t i = 0; i < r.numel; i += r.step) r.values.push_back(element(base, dt, i));
+    r.whole = summarize(base, dt, r.numel);
+    // The check gpu_check makes must see one element left as the fill (all-ones words) in a
+    // copy of this output, whichever element it is: tried at the last one (never sampled
+    // when the output is large) and at an unsampled one.
+    if (r.numel > 0) {
+      std::vector<uint8_t> copy(base, base + r.numel * elem_bytes(dt));
+      for (int64_t i : {r.numel - 1, r.numel > 2 ? r.numel / 2 + 1 : 0}) {
+        std::vector<uint8_t> poisoned = copy;
+        memset(poisoned.data() + i * elem_bytes(dt), 0xff, (size_t)elem_bytes(dt));
+        // (the same bytes, or a NaN there already: no check could tell)
+        bool same = memcmp(poisoned.data(), copy.data(), copy.size()) == 0 || std::isnan(element(base, dt, i));
+        std::string why;
+        if (!same && summary_fits(summarize(poisoned.data(), dt, r.numel), r.whole, dt, r.numel, c.rtol, c.atol, &why)) {
+          fprintf(stderr, "gpu_refs: %s: an element left unwritten at %lld would pass the whole-output check\n",
+                  c.name, (long long)i);
+          return false;
+        }
+      }
+    }
     refs.push_back(std::move(r));
     m->deleter(m);
   }
