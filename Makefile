@@ -98,6 +98,7 @@ gpu-bundle: build
 	@strip -o gpu_bundle/gpu_check $(BUILD)/gpu_check
 	@cp $${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc gpu_bundle/
 	@cp scripts/gpu_run.sh gpu_bundle/run.sh
+	@cp scripts/gpu_peer.py gpu_bundle/peer.py
 	@echo "gpu-bundle: CPU results for $$(grep -c '^      {"' tests/gpu/cases.h) traces (the large ones take a minute)"
 	@$(BUILD)/tests/gpu_refs gpu_bundle/refs | tail -3
 	@du -sh gpu_bundle | sed 's/^/gpu-bundle: /'
