@@ -669,7 +669,8 @@ dynamo_status dynamo_trace_to_ptx(const dynamo_trace *trace, const char *gpu_nam
   jit::decompose_externs(t);
   jit::simplify_trace(t);
   jit::Plan p = gpu::plan_for_gpu(t);
-  std::string ptx = jit::lower_ptx(t, p, "dynamo_" + t.name, gpu_name, nullptr);
+  // (products become cuBLASLt calls, not PTX; any other extern is refused with its reason)
+  std::string ptx = gpu::compile_program(t, p, "dynamo_" + t.name, gpu_name).ptx;
   if (const char *dump = getenv("DYNAMO_DUMP_DIR"); dump && *dump) {  // next to the CPU dumps
     std::string path = std::string(dump) + "/dynamo_" + t.name + "." + gpu_name + ".ptx";
     if (FILE *f = fopen(path.c_str(), "w")) {

@@ -254,6 +254,8 @@ double Device::time_ms(const std::function<void()> &enqueue) {
   return ms;
 }
 
+void Device::activate() { make_current(context_); }
+
 void Device::synchronize() {
   make_current(context_);
   check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize");

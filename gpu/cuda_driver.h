@@ -38,6 +38,8 @@ class Device {
   // Milliseconds of device time taken by the work enqueue() puts on the stream (CUDA events).
   double time_ms(const std::function<void()> &enqueue);
   void synchronize();
+  void activate();                            // makes this device's context current on the thread
+  void *stream_handle() const { return stream_; }  // the CUstream its work goes on (library calls too)
   uint64_t alloc(size_t bytes);
   void free(uint64_t dptr);
   void copy_to_device(uint64_t dst, const void *src, size_t bytes);

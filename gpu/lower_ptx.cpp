@@ -111,10 +111,7 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
   });
-  for (const Step &s : p.steps)
-    if (s.kind == Step::Extern)
-      fail(ErrorCode::Unsupported, "extern " + p.externs[s.index].callee +
-                                       " cannot run on the GPU: LibTorch in this build runs on the CPU only");
+  // (extern steps are the caller's: gpu::compile_program runs matrix products through cuBLASLt)
   if (gpu_name.rfind("sm_", 0) != 0) fail(ErrorCode::Unsupported, "GPU name '" + gpu_name + "': expected sm_XX");
 
   std::string err;
@@ -144,6 +141,7 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
     fail(ErrorCode::Unsupported, "DYNAMO_GPU_ROW_BLOCK must be a multiple of 32 in [32, 1024]");
   if (opt.gpu_unroll < 0 || opt.gpu_unroll > 16) fail(ErrorCode::Unsupported, "DYNAMO_GPU_UNROLL must be in [0, 16]");
   for (const Step &s : p.steps) {
+    if (s.kind == Step::Extern) continue;
     detail::KernelEmitter ke(*mod, t, p, s.index, opt);
     std::string kname = fn_name + "_k" + std::to_string(s.index);
     Function *k = ke.emit(kname + "_body");
@@ -156,15 +154,16 @@ std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name,
       emit_entry(*mod, k, kname, mb > 0, mb > 0 ? mb : kGpuThreads);
       if (kernels) {
         kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.gpu_partial_block_threads(), -1,
-                            ke.can_fail()});
-        kernels->push_back({kname, 1, ke.gpu_block_threads(), -1, ke.can_fail()});
+                            ke.can_fail(), s.index});
+        kernels->push_back({kname, 1, ke.gpu_block_threads(), -1, ke.can_fail(), s.index});
       }
       continue;
     }
     emit_entry(*mod, k, kname, ke.gpu_block_threads() > 0,
                ke.gpu_block_threads() > 0 ? ke.gpu_block_threads() : kGpuThreads);
     if (kernels)
-      kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot, ke.can_fail()});
+      kernels->push_back({kname, ke.gpu_items(), ke.gpu_block_threads(), p.groups[s.index].optional_slot, ke.can_fail(),
+                          s.index});
   }
 
   bool needs_libdevice = false;

@@ -11,6 +11,17 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
                         const std::string &arch) {
   Program g;
   g.arch = arch;
+  std::vector<int32_t> gemm_of_step(p.externs.size(), -1);
+  for (const jit::Step &s : p.steps) {
+    if (s.kind != jit::Step::Extern) continue;
+    Gemm G;
+    std::string why;
+    if (p.externs[(size_t)s.index].callee == jit::kGuardCallee)
+      jit::fail(jit::ErrorCode::Unsupported, "side exits (dynamo::guard) are not supported on the GPU yet");
+    if (!gemm_of(t, p, s.index, &G, &why)) jit::fail(jit::ErrorCode::Unsupported, why);
+    gemm_of_step[(size_t)s.index] = (int32_t)g.gemms.size();
+    g.gemms.push_back(G);
+  }
   g.ptx = jit::lower_ptx(t, p, fn_name, arch, &g.kernels);
   g.num_inputs = p.num_inputs;
   g.num_outputs = p.num_outputs;
@@ -18,6 +29,35 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
   g.scratch_bytes = p.scratch_bytes;
   g.scratch_bytes.resize((size_t)p.num_slots, 0);
   for (const jit::GpuKernel &k : g.kernels) g.can_fail = g.can_fail || k.can_fail;
+  // Products' results: device memory of their own, or the output the plan would copy them to.
+  std::vector<char> dropped(p.groups.size(), 0);
+  for (const Gemm &G : g.gemms) {
+    int32_t v = p.externs[(size_t)G.step].result_values[0];
+    int32_t copy = -1, out = -1;
+    for (size_t k = 0; k < t.outputs.size() && out < 0; ++k)
+      if (t.outputs[k] == v) out = p.num_inputs + (int32_t)k;
+    for (size_t gi = 0; gi < p.groups.size() && out >= 0 && copy < 0; ++gi) {
+      const jit::Group &gr = p.groups[gi];
+      if (!gr.row && gr.reductions.empty() && gr.row_roots.empty() && gr.roots.size() == 1 && gr.optional_slot < 0 &&
+          gr.split_chunks == 0 && gr.roots[0].value == v && gr.roots[0].slot == out && !gr.roots[0].strided)
+        copy = (int32_t)gi;
+    }
+    if (copy >= 0) {
+      dropped[(size_t)copy] = 1;
+      g.alias_slots.push_back({G.c.slot, out});
+    } else {
+      g.scratch_bytes[(size_t)G.c.slot] = G.batch * G.m * G.n * jit::dtype_bytes(G.dtype);
+    }
+  }
+  for (const jit::Step &s : p.steps) {
+    if (s.kind == jit::Step::Extern) {
+      g.order.push_back({true, gemm_of_step[(size_t)s.index]});
+      continue;
+    }
+    if (dropped[(size_t)s.index]) continue;
+    for (size_t k = 0; k < g.kernels.size(); ++k)
+      if (g.kernels[k].group == s.index) g.order.push_back({false, (int32_t)k});
+  }
   return g;
 }
 
@@ -30,6 +70,7 @@ Loaded::Loaded(std::shared_ptr<Device> dev, const Program &prog) : dev_(std::mov
     status_ = dev_->alloc(sizeof(int32_t));
     for (size_t k = 0; k < scratch_.size(); ++k)
       if (prog_.scratch_bytes[k] > 0) scratch_[k] = dev_->alloc((size_t)prog_.scratch_bytes[k]);
+    if (!prog_.gemms.empty()) blas_ = std::make_unique<BlasLt>(dev_, prog_.gemms);
   } catch (...) {  // no destructor runs for a half-built object: free what was taken
     release();
     throw;
@@ -37,6 +78,7 @@ Loaded::Loaded(std::shared_ptr<Device> dev, const Program &prog) : dev_(std::mov
 }
 
 void Loaded::release() noexcept {
+  blas_.reset();
   try {
     for (uint64_t p : scratch_) dev_->free(p);
     dev_->free(slot_table_);
@@ -53,11 +95,17 @@ void Loaded::launch(std::vector<uint64_t> slots) {
                                                    std::to_string(prog_.num_slots) + " expected");
   for (size_t k = 0; k < slots.size(); ++k)
     if (scratch_[k]) slots[k] = scratch_[k];
+  for (auto [result, out] : prog_.alias_slots) slots[(size_t)result] = slots[(size_t)out];
   if (slots != uploaded_) {  // the same tensors as last time: the table on the device is current
     dev_->copy_to_device(slot_table_, slots.data(), sizeof(uint64_t) * slots.size());
     uploaded_ = slots;
   }
-  for (size_t ki = 0; ki < prog_.kernels.size(); ++ki) {
+  for (const Program::Launch &step : prog_.order) {
+    if (step.gemm) {  // a matrix product, on the same stream between the kernels
+      blas_->run((size_t)step.index, slots);
+      continue;
+    }
+    size_t ki = (size_t)step.index;
     const jit::GpuKernel &k = prog_.kernels[ki];
     if (k.items <= 0) continue;
     if (k.optional_slot >= 0 && slots[(size_t)k.optional_slot] == 0) continue;  // elided output

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/blas_lt.h"
 #include "gpu/cuda_driver.h"
 #include "jit/lower_cpu.h"
 
@@ -25,10 +26,20 @@ struct Program {
   int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
   bool can_fail = false;                   // a kernel may set the status word
+  std::vector<Gemm> gemms;                 // matrix products (cuBLASLt), by the plan's order
+  struct Launch {
+    bool gemm;                             // gemms[index], else kernels[index]
+    int32_t index;
+  };
+  std::vector<Launch> order;               // kernels and products in the plan's step order
+  // A product whose result is an output the plan copies there by a kernel writes the output
+  // itself: its result slot takes the output slot's pointer and the copy is not launched.
+  std::vector<std::pair<int32_t, int32_t>> alias_slots;  // (result slot, output slot)
 };
 
-// Lowers a trace planned by plan_for_gpu for `arch` (throws jit::Error: Unsupported for
-// extern ops).
+// Lowers a trace planned by plan_for_gpu for `arch`: its fused groups to PTX kernels, its
+// matrix products to cuBLASLt calls (throws jit::Error: Unsupported for any other extern op,
+// with the reason).
 Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::string &fn_name,
                         const std::string &arch);
 
@@ -57,6 +68,7 @@ class Loaded {
   uint64_t slot_table_ = 0, status_ = 0;
   std::vector<uint64_t> scratch_;  // by slot
   std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device
+  std::unique_ptr<BlasLt> blas_;    // the products' descriptors (none without products)
   void release() noexcept;
 };
 

@@ -51,12 +51,13 @@ struct GpuKernel {
   int block_threads = 0;
   int32_t optional_slot = -1;  // skipped when this output slot is NULL (as on the CPU)
   bool can_fail = false;       // may set the status word (integer floor division by zero)
+  int32_t group = -1;          // the plan's group (a split reduction: two kernels of one group)
 };
 
 // PTX for NVIDIA GPUs (gpu/lower_ptx.cpp): every fused group of a planned trace as a kernel
 //   .entry <fn>_k<i>(void **slots, int64 n, int32 *status)
-// in step order (a split reduction: <fn>_k<i>_part, then <fn>_k<i>). Traces with extern ops
-// are unsupported (LibTorch here runs on the CPU only).
+// in step order (a split reduction: <fn>_k<i>_part, then <fn>_k<i>). Extern steps are skipped:
+// gpu::compile_program runs matrix products through cuBLASLt and refuses the others.
 std::string lower_ptx(const Trace &t, const Plan &p, const std::string &fn_name, const std::string &gpu_name,
                       std::vector<GpuKernel> *kernels);
 

@@ -166,9 +166,9 @@ static void test_cuda_engine_with_stand_in(void **state) {
   assert_non_null(strstr(g_log(), "grid=64 block=256 n=64"));
 
   /* Refusals, with reasons: LibTorch ops, CPU inputs, a JIT failure with the driver's log. */
-  t = parse("trace @mm {\n  %0 = input f32[8,3] cuda:0\n  %1 = input f32[3,5] cuda:0\n"
-            "  %2 = extern aten::mm(%0, %1) : f32[8,5]\n  return %2\n}\n");
-  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "aten::mm cannot run on the GPU");
+  t = parse("trace @cs {\n  %0 = input f32[8,3] cuda:0\n"
+            "  %1 = extern aten::cumsum(%0, 0) : f32[8,3]\n  return %1\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "aten::cumsum cannot run on the GPU");
   dynamo_trace_destroy(t);
   t = parse("trace @cpu {\n  %0 = input f32[4]\n  %1 = neg(%0)\n  return %1\n}\n");
   assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "declared on the CPU");
@@ -265,8 +265,139 @@ static void test_what_a_call_costs(void **state) {
   m[0]->deleter(m[0]);
 }
 
+/* Matrix products on the device through cuBLASLt (the stand-in computes them on the host, as
+ * the stand-in driver's device memory is host memory): mm, addmm with a transposed weight (a
+ * linear layer; the bias as the epilogue), bmm; the product writes the output itself (no copy
+ * kernel). Without the library, products are refused with its reason and the rest still runs. */
+static float uniform(unsigned *s) { *s = *s * 1103515245u + 12345u; return (float)((*s >> 8) % 1000) / 500.0f - 1.0f; }
+
+static void test_products_through_cublaslt(void **state) {
+  (void)state;
+  const char *c = getenv("GPU_CASE");
+  if (!c || (strcmp(c, "one") != 0 && strcmp(c, "noblas") != 0)) { print_message("needs a one-device stand-in\n"); return; }
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.device_type = kDLCUDA;
+  dynamo_engine *eng = NULL;
+  assert_ok(dynamo_engine_create(&o, &eng));
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(eng, "products", &f));
+  dynamo_trace *t = parse("trace @mm {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[3,4] cuda:0\n"
+                          "  %2 = extern aten::mm(%0, %1) : f32[5,4]\n  return %2\n}\n");
+  dynamo_entry *e = NULL;
+  if (strcmp(c, "noblas") == 0) {
+    assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "cuBLASLt is not installed");
+    dynamo_trace_destroy(t);
+    t = parse("trace @p {\n  %0 = input f32[4] cuda:0\n  %1 = neg(%0)\n  return %1\n}\n");
+    assert_ok(dynamo_compile_frame(f, t, NULL));  /* kernels alone still compile */
+    dynamo_trace_destroy(t);
+    assert_ok(dynamo_frame_destroy(f));
+    assert_ok(dynamo_engine_destroy(eng));
+    return;
+  }
+  assert_ok(dynamo_compile_frame(f, t, &e));  /* (loads cuBLASLt) */
+  dynamo_trace_destroy(t);
+  void *hc = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  void *hb = dlopen(getenv("DYNAMO_LIBCUBLASLT"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(hc);
+  assert_non_null(hb);
+  *(void **)&g_log = dlsym(hc, "fake_cuda_log");
+  *(void **)&g_clear = dlsym(hc, "fake_cuda_clear_log");
+  const char *(*blas_log)(void);
+  void (*blas_clear)(void);
+  *(void **)&blas_log = dlsym(hb, "fake_cublaslt_log");
+  *(void **)&blas_clear = dlsym(hb, "fake_cublaslt_clear_log");
+
+  static float x[2 * 5 * 3], w[4 * 3], y[2 * 3 * 4], b[4], out[2 * 5 * 4];
+  unsigned seed = 7;
+  for (int i = 0; i < 30; ++i) x[i] = uniform(&seed);
+  for (int i = 0; i < 12; ++i) w[i] = uniform(&seed);
+  for (int i = 0; i < 24; ++i) y[i] = uniform(&seed);
+  for (int i = 0; i < 4; ++i) b[i] = uniform(&seed);
+  int64_t sx[3] = {2, 5, 3}, sy[3] = {2, 3, 4}, sw[2] = {4, 3}, sb[1] = {4}, so[3] = {2, 5, 4};
+  DLTensor tx = tensor(x, sx + 1, 2, kDLCUDA), ty = tensor(y, sy + 1, 2, kDLCUDA), to = tensor(out, so + 1, 2, kDLCUDA);
+  dynamo_arg args[3];
+  memset(args, 0, sizeof args);
+  args[0].kind = args[1].kind = args[2].kind = DYNAMO_ARG_TENSOR;
+  args[0].u.tensor = &tx;
+  args[1].u.tensor = &ty;
+  g_clear();
+  blas_clear();
+  memset(out, 0, sizeof out);
+  assert_ok(dynamo_entry_run(e, args, 2, &to, 1));
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 4; ++j) {
+      float s = 0;
+      for (int p = 0; p < 3; ++p) s += x[i * 3 + p] * y[p * 4 + j];
+      assert_float_equal(out[i * 4 + j], s, 1e-5);
+    }
+  assert_string_equal(g_log(), "");  /* the product wrote the output: no copy kernel */
+  assert_non_null(strstr(blas_log(), "matmul m=4 n=5 k=3 batch=1 transa=0 transb=0 epilogue=1 compute=68"));
+
+  /* A linear layer: x @ w.t() + b, the weight read transposed, the bias by the epilogue. */
+  t = parse("trace @lin {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[4,3] cuda:0\n  %2 = input f32[4] cuda:0\n"
+            "  %3 = transpose(%1, 0, 1)\n  %4 = extern aten::addmm(%2, %0, %3) : f32[5,4]\n  return %4\n}\n");
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  DLTensor tw = tensor(w, sw, 2, kDLCUDA), tb = tensor(b, sb, 1, kDLCUDA);
+  args[1].u.tensor = &tw;
+  args[2].u.tensor = &tb;
+  blas_clear();
+  assert_ok(dynamo_entry_run(e, args, 3, &to, 1));
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 4; ++j) {
+      float s = b[j];
+      for (int p = 0; p < 3; ++p) s += x[i * 3 + p] * w[j * 3 + p];
+      assert_float_equal(out[i * 4 + j], s, 1e-5);
+    }
+  assert_non_null(strstr(blas_log(), "transa=1 transb=0 epilogue=4"));
+
+  /* bmm over two batches, strided batch offsets. */
+  t = parse("trace @bmm {\n  %0 = input f32[2,5,3] cuda:0\n  %1 = input f32[2,3,4] cuda:0\n"
+            "  %2 = extern aten::bmm(%0, %1) : f32[2,5,4]\n  return %2\n}\n");
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  DLTensor tx3 = tensor(x, sx, 3, kDLCUDA), ty3 = tensor(y, sy, 3, kDLCUDA), to3 = tensor(out, so, 3, kDLCUDA);
+  args[0].u.tensor = &tx3;
+  args[1].u.tensor = &ty3;
+  assert_ok(dynamo_entry_run(e, args, 2, &to3, 1));
+  for (int q = 0; q < 2; ++q)
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 4; ++j) {
+        float s = 0;
+        for (int p = 0; p < 3; ++p) s += x[q * 15 + i * 3 + p] * y[q * 12 + p * 4 + j];
+        assert_float_equal(out[q * 20 + i * 4 + j], s, 1e-5);
+      }
+
+  /* Kernels around a product run on the same stream in step order: relu after it. */
+  t = parse("trace @mlp {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[3,4] cuda:0\n"
+            "  %2 = extern aten::mm(%0, %1) : f32[5,4]\n  %3 = relu(%2)\n  return %3\n}\n");
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  args[0].u.tensor = &tx;
+  args[1].u.tensor = &ty;
+  g_clear();
+  blas_clear();
+  assert_ok(dynamo_entry_run(e, args, 2, &to, 1));
+  assert_non_null(strstr(g_log(), "_k"));
+  assert_non_null(strstr(blas_log(), "matmul m=4 n=5 k=3"));
+
+  /* Products cuBLASLt is not used for say why. */
+  t = parse("trace @f64 {\n  %0 = input f64[5,3] cuda:0\n  %1 = input f64[3,4] cuda:0\n"
+            "  %2 = extern aten::mm(%0, %1) : f64[5,4]\n  return %2\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "dtype f64");
+  dynamo_trace_destroy(t);
+  t = parse("trace @beta {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[3,4] cuda:0\n  %2 = input f32[4] cuda:0\n"
+            "  %3 = extern aten::addmm(%2, %0, %1, 0.5, 1) : f32[5,4]\n  return %3\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "beta or alpha other than 1");
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case), cmocka_unit_test(test_cuda_engine_with_stand_in),
-                                     cmocka_unit_test(test_what_a_call_costs)};
+                                     cmocka_unit_test(test_what_a_call_costs),
+                                     cmocka_unit_test(test_products_through_cublaslt)};
   return cmocka_run_group_tests_name("gpu_driver", tests, NULL, NULL);
 }

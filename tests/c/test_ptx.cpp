@@ -1,8 +1,8 @@
 // test_ptx.cpp -- PTX without a GPU: every pointwise op (float32 and float64), the reductions
 // the GPU backend must cover (softmax, layer norm, sum/mean/amax over the last dim, whole-tensor
 // sum/var), half types and a split reduction are lowered through LLVM's NVPTX backend and
-// assembled with `ptxas --gpu-name sm_90` (skipped, saying so, when ptxas is absent); traces with
-// extern ops and bad GPU names are refused; without a driver, dynamo_gpu_available says
+// assembled with `ptxas --gpu-name sm_90` (skipped, saying so, when ptxas is absent); extern ops
+// other than matrix products (cuBLASLt calls, not PTX) and bad GPU names are refused; without a driver, dynamo_gpu_available says
 // DYNAMO_ERR_NO_DEVICE with a reason. Nothing here needs a GPU.
 #include <string>
 #include <vector>
@@ -132,10 +132,15 @@ void test_reductions_and_norms(void **) {
 
 void test_refusals_and_no_device(void **) {
   dynamo_status st;
-  to_ptx("trace @mm {\n  %0 = input f32[8,3]\n  %1 = input f32[3,5]\n"
-         "  %2 = extern aten::mm(%0, %1) : f32[8,5]\n  return %2\n}\n", &st);
+  to_ptx("trace @cs {\n  %0 = input f32[8,3]\n"
+         "  %1 = extern aten::cumsum(%0, 0) : f32[8,3]\n  return %1\n}\n", &st);
   assert_int_equal(st, DYNAMO_ERR_UNSUPPORTED);
-  assert_non_null(strstr(dynamo_last_error(), "runs on the CPU only"));
+  assert_non_null(strstr(dynamo_last_error(), "only matrix products"));
+  // A product is a cuBLASLt call between the kernels: the PTX holds the kernel after it.
+  std::string mm = to_ptx("trace @mm {\n  %0 = input f32[8,3]\n  %1 = input f32[3,5]\n"
+                          "  %2 = extern aten::mm(%0, %1) : f32[8,5]\n  %3 = relu(%2)\n  return %3\n}\n", &st);
+  assert_int_equal(st, DYNAMO_OK);
+  assert_non_null(strstr(mm.c_str(), ".entry"));
   dynamo_trace *t = nullptr;
   const char *text = "trace @x {\n  %0 = input f32[4]\n  %1 = neg(%0)\n  return %1\n}\n";
   assert_int_equal(dynamo_trace_parse(text, strlen(text), &t), DYNAMO_OK);
