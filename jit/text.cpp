@@ -397,6 +397,19 @@ struct Parser {
       if (op == Op::extern_) {
         if (annotated.empty()) error("': type' after an extern (its result types)");
         types = annotated;
+        // Results are where the tensor operands are (one device, as ATen requires): the
+        // annotation names no device.
+        Device dev;
+        bool have = false, one = true;
+        for (const Operand &o : in.args)
+          if (o.kind == Operand::Value && t.types[o.value].tensor) {
+            one = one && (!have || t.types[o.value].device == dev);
+            dev = t.types[o.value].device;
+            have = true;
+          }
+        if (have && one)
+          for (Type &r : types)
+            if (r.tensor) r.device = dev;
       } else if (!annotated.empty()) {
         if (annotated.size() != types.size())
           error_verify(where + ": " + std::to_string(annotated.size()) + " result types annotated, the op has " +

@@ -6,6 +6,12 @@
 # through torch.compile, beside dynamo's times from gpu_check's table (PEER=0: skip it).
 here=$(cd "$(dirname "$0")" && pwd)
 export DYNAMO_LIBDEVICE="$here/libdevice.10.bc"
+# cuBLASLt for the model blocks' matrix products: the system's (libcublasLt.so*), else the one a
+# pip-installed torch brings (nvidia-cublas), else the block cases say it is not installed.
+if [ -z "${DYNAMO_LIBCUBLASLT:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libcublasLt.so; then
+  lt=$(python3 -c "import glob, os, nvidia.cublas as m; print(sorted(glob.glob(os.path.join(list(m.__path__)[0], 'lib', 'libcublasLt.so*')))[-1])" 2>/dev/null)
+  [ -n "$lt" ] && export DYNAMO_LIBCUBLASLT="$lt" && echo "cuBLASLt: $lt"
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 log=$(mktemp /tmp/gpu_check.XXXXXX)
 trap 'rm -f "$log"' EXIT

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu_block_traces.h"
+
 #include <unistd.h>
 
 extern "C" {
@@ -130,6 +132,12 @@ void test_reductions_and_norms(void **) {
   assert_non_null(strstr(ptx.c_str(), "ld.global"));  // tensors in the global address space
 }
 
+// The model blocks of the GPU cases (the Python front end's recordings of an encoder layer and
+// an MLP block): their products become cuBLASLt calls, the rest kernels that ptxas accepts.
+void test_model_blocks(void **) {
+  for (const char *text : {block_encoder_f32(), block_mlp_f32(), block_encoder_bf16()}) check_trace(text);
+}
+
 void test_refusals_and_no_device(void **) {
   dynamo_status st;
   to_ptx("trace @cs {\n  %0 = input f32[8,3]\n"
@@ -175,6 +183,7 @@ int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_pointwise_op),
       cmocka_unit_test(test_reductions_and_norms),
+      cmocka_unit_test(test_model_blocks),
       cmocka_unit_test(test_refusals_and_no_device),
   };
   return cmocka_run_group_tests_name("ptx", tests, nullptr, nullptr);

@@ -59,8 +59,15 @@ struct Result {
 
 std::string launch_shape(const gpu::Program &prog) {
   std::string s;
-  for (const jit::GpuKernel &k : prog.kernels) {
+  for (const gpu::Program::Launch &l : prog.order) {
     if (!s.empty()) s += ", ";
+    if (l.gemm) {
+      const gpu::Gemm &g = prog.gemms[(size_t)l.index];
+      s += "cuBLASLt " + (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + std::to_string(g.m) + "x" +
+           std::to_string(g.n) + "x" + std::to_string(g.k) + (g.has_bias ? " + bias" : "");
+      continue;
+    }
+    const jit::GpuKernel &k = prog.kernels[(size_t)l.index];
     s += k.block_threads ? std::to_string(k.items) + " rows x block " + std::to_string(k.block_threads)
                          : std::to_string(k.items) + " items";
   }
@@ -99,7 +106,7 @@ Result run_case(const std::shared_ptr<gpu::Device> &dev, const Case &c, const st
       }
       continue;
     }
-    std::vector<uint8_t> host = make_input(specs[k], (int)k);
+    std::vector<uint8_t> host = make_input(specs[k], (int)k, c.input_scale);
     size_t bytes = (size_t)specs[k].storage * (size_t)elem_bytes(specs[k].dtype);
     uint64_t d = dev->alloc(bytes);
     bufs.ptrs.push_back(d);

@@ -68,7 +68,7 @@ bool run_case(dynamo_engine *eng, const Case &c, const std::string &dir) {
       data.emplace_back();
       continue;
     }
-    data.push_back(make_input(specs[k], (int)k));
+    data.push_back(make_input(specs[k], (int)k, c.input_scale));
     DLTensor &d = tens[k];
     d.data = data.back().data();
     d.device = {kDLCPU, 0};
