@@ -23,7 +23,7 @@ constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;          // cudaDataType
 constexpr int kCompute32F = 68, kCompute32FFastTF32 = 77;  // cublasComputeType_t
 constexpr int kOpN = 0, kOpT = 1;                          // cublasOperation_t
 constexpr int kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8, kDescBiasDataType = 26;
-constexpr uint32_t kEpilogueDefault = 1, kEpilogueBias = 4;
+constexpr uint32_t kEpilogueDefault = 1, kEpilogueRelu = 2, kEpilogueBias = 4, kEpilogueGelu = 32;  // GELU: tanh form
 constexpr int kLayoutBatchCount = 5, kLayoutStridedBatchOffset = 6;
 
 struct Api {
@@ -242,7 +242,8 @@ BlasLt::BlasLt(std::shared_ptr<Device> dev, const std::vector<Gemm> &gemms) : im
       int32_t opa = cb.op, opb = ca.op;
       check(a.cublasLtMatmulDescSetAttribute(D.op, kDescTransA, &opa, sizeof opa), "cublasLtMatmulDescSetAttribute");
       check(a.cublasLtMatmulDescSetAttribute(D.op, kDescTransB, &opb, sizeof opb), "cublasLtMatmulDescSetAttribute");
-      uint32_t epi = g.has_bias ? kEpilogueBias : kEpilogueDefault;
+      uint32_t act = g.act == Gemm::Relu ? kEpilogueRelu : g.act == Gemm::GeluTanh ? kEpilogueGelu : 0;
+      uint32_t epi = g.has_bias ? kEpilogueBias | act : act ? act : kEpilogueDefault;
       check(a.cublasLtMatmulDescSetAttribute(D.op, kDescEpilogue, &epi, sizeof epi), "cublasLtMatmulDescSetAttribute");
       if (g.has_bias) {
         int32_t bdt = dt;

@@ -29,6 +29,7 @@ struct Gemm {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   jit::BufferView a, b, bias, c;  // c: the result, contiguous [batch,] m x n
   bool has_bias = false;
+  enum Act : uint8_t { None, Relu, GeluTanh } act = None;  // an activation fused as the epilogue
   std::vector<int64_t> a_strides, b_strides;  // (batch,) row, column strides in elements
 };
 

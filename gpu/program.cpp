@@ -7,6 +7,52 @@
 
 namespace dynamo::gpu {
 
+namespace {
+
+// A ReLU (or tanh-form GELU) of a product's result, the result read by nothing else (through
+// reshapes of it only), computed by a kernel of its own that stores it contiguously: cuBLASLt
+// applies it as the product's epilogue (RELU, GELU; with the bias: RELU_BIAS, GELU_BIAS) and
+// writes the activation's buffer itself; the kernel is not launched. The exact (erf) GELU is
+// not cuBLASLt's: it stays a kernel.
+void fuse_activations(const jit::Trace &t, const jit::Plan &p, Program &g, std::vector<char> &dropped) {
+  std::vector<std::vector<int32_t>> users(t.types.size());
+  for (size_t i = 0; i < t.insts.size(); ++i)
+    for (const jit::Operand &o : t.insts[i].args)
+      if (o.kind == jit::Operand::Value) users[(size_t)o.value].push_back((int32_t)i);
+  for (int32_t v : t.outputs) users[(size_t)v].push_back(-1);  // (returned: read by the caller)
+  for (Gemm &G : g.gemms) {
+    int32_t v = p.externs[(size_t)G.step].result_values[0];
+    // down the chain of reshapes to the one instruction that reads it
+    int32_t cur = v;
+    const jit::Inst *act = nullptr;
+    for (;;) {
+      if (users[(size_t)cur].size() != 1 || users[(size_t)cur][0] < 0) break;
+      const jit::Inst &u = t.insts[(size_t)users[(size_t)cur][0]];
+      if (u.op == jit::Op::reshape || u.op == jit::Op::view) {
+        cur = u.results[0];
+        continue;
+      }
+      if ((u.op == jit::Op::relu || u.op == jit::Op::gelu_tanh) && t.types[u.results[0]].dtype == G.dtype) act = &u;
+      break;
+    }
+    if (!act) continue;
+    int32_t a = act->results[0];
+    int32_t gi = p.group_of[(size_t)a];
+    if (gi < 0 || !p.materialized[(size_t)a]) continue;
+    const jit::Group &gr = p.groups[(size_t)gi];
+    if (gr.row || !gr.reductions.empty() || !gr.row_roots.empty() || gr.roots.size() != 1 || gr.optional_slot >= 0 ||
+        gr.split_chunks != 0 || gr.roots[0].value != a || gr.roots[0].strided)
+      continue;
+    const jit::BufferView &av = p.views[(size_t)a];
+    if (av.offset != 0 || av.strides != jit::contiguous_strides(t.types[(size_t)a].sizes)) continue;
+    G.act = act->op == jit::Op::relu ? Gemm::Relu : Gemm::GeluTanh;
+    G.c = jit::BufferView{gr.roots[0].slot, 0, jit::contiguous_strides(t.types[(size_t)v].sizes)};
+    dropped[(size_t)gi] = 1;
+  }
+}
+
+}  // namespace
+
 Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::string &fn_name,
                         const std::string &arch) {
   Program g;
@@ -29,9 +75,11 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
   g.scratch_bytes = p.scratch_bytes;
   g.scratch_bytes.resize((size_t)p.num_slots, 0);
   for (const jit::GpuKernel &k : g.kernels) g.can_fail = g.can_fail || k.can_fail;
-  // Products' results: device memory of their own, or the output the plan would copy them to.
   std::vector<char> dropped(p.groups.size(), 0);
+  fuse_activations(t, p, g, dropped);
+  // Products' results: device memory of their own, or the output the plan would copy them to.
   for (const Gemm &G : g.gemms) {
+    if (G.act != Gemm::None) continue;  // (writes the activation's own buffer)
     int32_t v = p.externs[(size_t)G.step].result_values[0];
     int32_t copy = -1, out = -1;
     for (size_t k = 0; k < t.outputs.size() && out < 0; ++k)

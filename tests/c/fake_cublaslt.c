@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 typedef int Status;
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
@@ -94,6 +95,8 @@ Status cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, voi
         float v = al * (float)s + (be != 0 ? be * c[i + j * (uint64_t)lc->ld] : 0.0f);
         if (d->epilogue & 4) v += d->bias[i]; /* BIAS: one value per row of D */
         if (d->epilogue & 2) v = v > 0 ? v : 0; /* RELU */
+        if (d->epilogue & 32) /* GELU, tanh form */
+          v = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
         out[i + j * (uint64_t)ld->ld] = v;
       }
   }

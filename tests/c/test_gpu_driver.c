@@ -7,6 +7,7 @@
  * is tests/gpu/gpu_check's job, on a real GPU. Run once per case (ctest sets DYNAMO_LIBCUDA and
  * GPU_CASE). */
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 
 #include "helpers.h"
@@ -369,9 +370,9 @@ static void test_products_through_cublaslt(void **state) {
         assert_float_equal(out[q * 20 + i * 4 + j], s, 1e-5);
       }
 
-  /* Kernels around a product run on the same stream in step order: relu after it. */
+  /* Kernels around a product run on the same stream in step order: exp after it. */
   t = parse("trace @mlp {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[3,4] cuda:0\n"
-            "  %2 = extern aten::mm(%0, %1) : f32[5,4]\n  %3 = relu(%2)\n  return %3\n}\n");
+            "  %2 = extern aten::mm(%0, %1) : f32[5,4]\n  %3 = exp(%2)\n  return %3\n}\n");
   assert_ok(dynamo_compile_frame(f, t, &e));
   dynamo_trace_destroy(t);
   args[0].u.tensor = &tx;
@@ -381,6 +382,45 @@ static void test_products_through_cublaslt(void **state) {
   assert_ok(dynamo_entry_run(e, args, 2, &to, 1));
   assert_non_null(strstr(g_log(), "_k"));
   assert_non_null(strstr(blas_log(), "matmul m=4 n=5 k=3"));
+
+  /* ReLU and tanh-GELU after a product (through a reshape) are its epilogue: no kernel runs, the
+   * product writes the activation's buffer (here the output). */
+  for (int act = 0; act < 3; ++act) {
+    static const char *names[3] = {"relu", "gelu_tanh", "gelu"};
+    char text[512];
+    snprintf(text, sizeof text,
+             "trace @act {\n  %%0 = input f32[5,3] cuda:0\n  %%1 = input f32[4,3] cuda:0\n  %%2 = input f32[4] cuda:0\n"
+             "  %%3 = transpose(%%1, 0, 1)\n  %%4 = extern aten::addmm(%%2, %%0, %%3) : f32[5,4]\n"
+             "  %%5 = reshape(%%4, [5,2,2])\n  %%6 = %s(%%5)\n  return %%6\n}\n", names[act]);
+    t = parse(text);
+    assert_ok(dynamo_compile_frame(f, t, &e));
+    dynamo_trace_destroy(t);
+    args[0].u.tensor = &tx;
+    args[1].u.tensor = &tw;
+    args[2].u.tensor = &tb;
+    int64_t s522[3] = {5, 2, 2};
+    DLTensor t20 = tensor(out, s522, 3, kDLCUDA);
+    g_clear();
+    blas_clear();
+    memset(out, 0, sizeof out);
+    assert_ok(dynamo_entry_run(e, args, 3, &t20, 1));
+    int launches = 0;
+    for (const char *l = g_log(); (l = strchr(l, '\n')); ++l) ++launches;
+    if (act == 2) {  /* the exact GELU is not cuBLASLt's: its kernel runs after the product */
+      assert_int_equal(launches, 1);
+      assert_non_null(strstr(blas_log(), "epilogue=4 "));
+      continue;
+    }
+    assert_int_equal(launches, 0);
+    assert_non_null(strstr(blas_log(), act == 0 ? "epilogue=6 " : "epilogue=36 "));
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 4; ++j) {
+        float s = b[j];
+        for (int p = 0; p < 3; ++p) s += x[i * 3 + p] * w[j * 3 + p];
+        float want = act == 0 ? (s > 0 ? s : 0) : 0.5f * s * (1.0f + tanhf(0.7978845608f * (s + 0.044715f * s * s * s)));
+        assert_float_equal(out[i * 4 + j], want, 1e-5);
+      }
+  }
 
   /* Products cuBLASLt is not used for say why. */
   t = parse("trace @f64 {\n  %0 = input f64[5,3] cuda:0\n  %1 = input f64[3,4] cuda:0\n"

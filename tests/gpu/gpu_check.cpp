@@ -65,7 +65,8 @@ std::string launch_shape(const gpu::Program &prog) {
     if (l.gemm) {
       const gpu::Gemm &g = prog.gemms[(size_t)l.index];
       s += "cuBLASLt " + (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + std::to_string(g.m) + "x" +
-           std::to_string(g.n) + "x" + std::to_string(g.k) + (g.has_bias ? " + bias" : "");
+           std::to_string(g.n) + "x" + std::to_string(g.k) + (g.has_bias ? " + bias" : "") +
+           (g.act == gpu::Gemm::Relu ? " + relu" : g.act == gpu::Gemm::GeluTanh ? " + gelu" : "");
       continue;
     }
     const jit::GpuKernel &k = prog.kernels[(size_t)l.index];
