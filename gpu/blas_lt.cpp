@@ -222,7 +222,12 @@ BlasLt::BlasLt(std::shared_ptr<Device> dev, const std::vector<Gemm> &gemms) : im
   const Api &a = api();
   try {
     I.dev->activate();
-    check(a.cublasLtCreate(&I.handle), "cublasLtCreate");
+    if (Status s = a.cublasLtCreate(&I.handle)) {  // (a library that cannot start here: a refusal, not a crash)
+      const char *msg = a.cublasLtGetStatusString(s);
+      jit::fail(jit::ErrorCode::Unsupported, std::string("cuBLASLt cannot start on this device (cublasLtCreate: ") +
+                                                 (msg ? msg : "status " + std::to_string(s)) +
+                                                 "); matrix products cannot run on the GPU");
+    }
     I.workspace = I.dev->alloc(I.workspace_bytes);
     const char *tf32 = getenv("DYNAMO_GPU_TF32");  // float32 products in TF32 only when asked (torch's allow_tf32)
     bool fast = tf32 && *tf32 && strcmp(tf32, "0") != 0;
