@@ -55,7 +55,7 @@ extern "C" {
   X(ERR_OUT_OF_MEMORY, 11)                                                                     \
   X(ERR_INTERNAL, 12)         /* a bug in dynamo; the message says where */                    \
   X(EXIT, 13)                 /* not an error: the run left through a side exit (a failing */  \
-                              /* dynamo::guard); outputs are not written; dynamo_take_exit() */\
+                              /* guard); outputs are not written; dynamo_take_exit() */\
                               /* hands over the exit id and its live values */
 
 typedef enum dynamo_status {
@@ -99,7 +99,7 @@ typedef struct dynamo_engine_options {
                            the CUDA driver (opened at run time; DYNAMO_ERR_NO_DEVICE, saying why, when
                            there is no driver or device). A CUDA engine's traces take and return
                            tensors on that device (inputs declared `cuda:N`; guards check the device);
-                           traces with extern ops (LibTorch, dynamo::guard) are UNSUPPORTED there, and
+                           traces with LibTorch externs (but matrix products) or guards are UNSUPPORTED there, and
                            dynamo_entry_run_alloc returns device memory */
   int32_t device_index; /* CUDA device ordinal */
 } dynamo_engine_options;
@@ -259,7 +259,7 @@ DYNAMO_API dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry,
  * dynamo_entry_output_alias). The guards are checked first (a miss returns
  * DYNAMO_ERR_GUARD_MISS). Inputs are modified only by in-place ops in the trace (copy_), after
  * every read of their old contents (writes recorded before a side exit are done before it).
- * A trace with dynamo::guard may return DYNAMO_EXIT: outputs are not written, see
+ * A trace with a guard (side exit) may return DYNAMO_EXIT: outputs are not written, see
  * dynamo_take_exit. args, outs: borrowed. */
 DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg *args,
                                           size_t nargs, const DLTensor *outs, size_t nouts);
@@ -321,7 +321,8 @@ DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
 
 /* -- Side exits -----------------------------------------------------------------------------
  * A trace may contain mid-trace guards:
- *     %g = extern dynamo::guard(%cond, true, 0, %a, %b) : bool[]
+ *     %g = guard(%cond, true, 0, %a, %b) : bool[]
+ * (an IR op; the earlier spelling `extern dynamo::guard(...)` is read as it)
  * %cond is a one-element bool tensor computed by the trace (a data-dependent branch); when it
  * differs from the expected value the run stops there: in-place writes recorded before the
  * guard have been done (and only those), outputs are not written, and the run returns
@@ -345,7 +346,7 @@ DYNAMO_API const dynamo_entry *dynamo_exit_entry(void);
  * accepts, the run returns DYNAMO_EXIT as before. A side trace may have exits and links of
  * its own. Thread-safe against concurrent runs of the parent. */
 DYNAMO_API dynamo_status dynamo_entry_link_exit(dynamo_entry *parent, int32_t exit_id, dynamo_entry *side);
-/* Number of side exits of an entry (0 for a trace without dynamo::guard). */
+/* Number of side exits of an entry (0 for a trace without guards). */
 DYNAMO_API size_t dynamo_entry_num_exits(const dynamo_entry *entry);
 /* How often exit `exit_id` of the entry was taken (all threads); -1 for a bad id or handle. */
 DYNAMO_API int64_t dynamo_entry_exit_count(const dynamo_entry *entry, int32_t exit_id);

@@ -62,8 +62,8 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
     if (s.kind != jit::Step::Extern) continue;
     Gemm G;
     std::string why;
-    if (p.externs[(size_t)s.index].callee == jit::kGuardCallee)
-      jit::fail(jit::ErrorCode::Unsupported, "side exits (dynamo::guard) are not supported on the GPU yet");
+    if (p.externs[(size_t)s.index].is_exit)
+      jit::fail(jit::ErrorCode::Unsupported, "side exits (guard) are not supported on the GPU yet");
     if (!gemm_of(t, p, s.index, &G, &why)) jit::fail(jit::ErrorCode::Unsupported, why);
     gemm_of_step[(size_t)s.index] = (int32_t)g.gemms.size();
     g.gemms.push_back(G);

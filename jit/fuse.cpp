@@ -248,7 +248,7 @@ struct Planner {
       }
     next_guard.assign(t.insts.size() + 1, -1);
     for (size_t i = t.insts.size(); i-- > 0;)
-      next_guard[i] = t.insts[i].op == Op::extern_ && t.insts[i].callee == kGuardCallee ? (int32_t)i : next_guard[i + 1];
+      next_guard[i] = t.insts[i].op == Op::guard ? (int32_t)i : next_guard[i + 1];
     if (next_guard[0] < 0) {
       order_mutations();
       return;
@@ -444,7 +444,7 @@ struct Planner {
   }
 
   // In-place writes are deferred to the end of the trace, except that the ones before a side
-  // exit (dynamo::guard) are flushed just before it: the interpreter resuming at the exit must
+  // exit (a guard) are flushed just before it: the interpreter resuming at the exit must
   // find the inputs as eager left them at that point. After a flush, the written values are
   // read from the input memory; a later read of the contents a flushed write replaced (the old
   // input, or an inline expression of it) cannot be served and is refused.
@@ -534,7 +534,7 @@ struct Planner {
           if (o.kind == Operand::Value && reads_old(o.value, s, guard, seen))
             fail(ErrorCode::Unsupported, "instruction " + std::to_string(j) + " reads the old contents of input " +
                                              std::to_string(s) + " after an in-place write into it and a side exit "
-                                             "(dynamo::guard); write the value to a fresh tensor first");
+                                             "(guard); write the value to a fresh tensor first");
       for (int32_t v : t.outputs)
         if (t.def[v] >= guard && reads_old(v, s, guard, seen))
           fail(ErrorCode::Unsupported, "an output reads the old contents of input " + std::to_string(s) +
@@ -889,9 +889,9 @@ struct Planner {
     int32_t cur = -1;
     for (size_t i = 0; i < t.insts.size(); ++i) {
       const Inst &in = t.insts[i];
-      if (in.op == Op::extern_) {
+      if (op_info(in.op).kind == OpKind::EXTERN) {
         cur = -1;
-        if (in.callee == kGuardCallee) flush_mutations_before((int32_t)i);
+        if (in.op == Op::guard) flush_mutations_before((int32_t)i);
         add_extern((int32_t)i);
         for (const Operand &o : in.args)
           if (o.kind == Operand::Value && is_reduction(o.value)) need_mat[o.value] = 1;
@@ -905,7 +905,8 @@ struct Planner {
     const Inst &in = t.insts[i];
     ExternStep e;
     e.inst = i;
-    e.callee = in.callee;
+    e.is_exit = in.op == Op::guard;
+    e.callee = e.is_exit ? "guard" : in.callee;
     auto arg_of = [&](const Operand &o) {
       ExternArg a;
       if (o.kind == Operand::Value && t.types[o.value].tensor) {
@@ -947,6 +948,18 @@ Plan plan_trace(const Trace &t, const PlanOptions &opt) {
   Planner pl(t, opt);
   pl.run();
   return std::move(pl.p);
+}
+
+std::vector<SideExit> side_exits(const Trace &t) {
+  std::vector<SideExit> out;
+  for (size_t i = 0; i < t.insts.size(); ++i) {
+    const Inst &in = t.insts[i];
+    if (in.op != Op::guard || in.args.size() < 3 || in.args[2].kind != Operand::Int || in.args[2].i < 0) continue;
+    size_t id = (size_t)in.args[2].i;
+    if (out.size() <= id) out.resize(id + 1);
+    out[id] = SideExit{(int32_t)i, (int32_t)in.args.size() - 3};
+  }
+  return out;
 }
 
 }  // namespace dynamo::jit

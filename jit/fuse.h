@@ -68,15 +68,21 @@ struct ExternArg {       // how to build one argument of an extern call
   int32_t slot = -1;     // scalar inputs
 };
 
-// The side exit: `%g = extern dynamo::guard(%cond, expected, exit_id, %live...) : bool[]`.
-// %cond is a one-element bool tensor; when it differs from `expected` the trace stops there and
-// returns exit `exit_id` with copies of the %live tensors (the state the interpreter resumes
-// from). In-place writes before a guard are done before it.
-constexpr const char *kGuardCallee = "dynamo::guard";
+// The side exit is the IR's guard op (ops.def): `%g = guard(%cond, expected, exit_id, %live...)
+// : bool[]`. %cond is a one-element bool tensor; when it differs from `expected` the trace stops
+// there and returns exit `exit_id` with copies of the %live tensors (the state the interpreter
+// resumes from). In-place writes before a guard are done before it. It is planned as an extern
+// step (ExternStep::is_exit) between kernels; the trace's exits table: side_exits().
+struct SideExit {
+  int32_t inst = -1;      // the guard instruction
+  int32_t live = 0;       // live values it hands back
+};
+std::vector<SideExit> side_exits(const Trace &t);  // by exit id
 
 struct ExternStep {
   int32_t inst;                      // index into the trace
-  std::string callee;
+  bool is_exit = false;              // a side exit (the guard op), run by the runtime, not LibTorch
+  std::string callee;                // "guard" for a side exit
   std::vector<ExternArg> args;
   std::vector<int32_t> result_values;
   std::vector<int32_t> result_slots;

@@ -98,7 +98,7 @@ void simplify_trace(Trace &t) {
       rep[in.results[0]] = same;
       continue;
     }
-    if (in.op == Op::input || in.op == Op::extern_ || in.op == Op::copy_) continue;  // effects stay
+    if (in.op == Op::input || in.op == Op::extern_ || in.op == Op::guard || in.op == Op::copy_) continue;  // effects stay
     auto [it, fresh] = seen.emplace(cse_key(in), in.results[0]);
     if (!fresh) rep[in.results[0]] = it->second;
   }
@@ -110,7 +110,7 @@ void simplify_trace(Trace &t) {
   std::vector<char> keep(t.insts.size(), 0);
   for (int i = (int)t.insts.size() - 1; i >= 0; --i) {
     const Inst &in = t.insts[i];
-    bool k = in.op == Op::input || (in.op == Op::extern_ && !pure_extern(in)) || in.op == Op::copy_;
+    bool k = in.op == Op::input || (in.op == Op::extern_ && !pure_extern(in)) || in.op == Op::guard || in.op == Op::copy_;
     for (int32_t r : in.results) k = k || (live[r] && rep[r] == r);
     if (!k) continue;
     keep[i] = 1;

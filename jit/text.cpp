@@ -351,6 +351,10 @@ struct Parser {
         size_t cat = (skip_space(), pos);
         in.callee = ident();
         if (in.callee.find("::") == std::string::npos) error("an op schema name like aten::addmm", cat);
+        if (in.callee == "dynamo::guard") {  // the side exit's earlier spelling: the guard op
+          op = in.op = Op::guard;
+          in.callee.clear();
+        }
       }
       expect('(', "'('");
       if (!accept(')')) {
@@ -394,7 +398,7 @@ struct Parser {
       } catch (const Error &e) {
         error_verify(e.what(), at);
       }
-      if (op == Op::extern_) {
+      if (op_info(op).kind == OpKind::EXTERN) {
         if (annotated.empty()) error("': type' after an extern (its result types)");
         types = annotated;
         // Results are where the tensor operands are (one device, as ATen requires): the

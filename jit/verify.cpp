@@ -463,19 +463,19 @@ void check_layout_args(const Trace &t, const Inst &in, const std::string &where)
 }
 }  // namespace
 
-// The mid-trace guards, extern dynamo::guard(%cond, expected, exit_id, %live...): a one-element
+// The mid-trace guards, guard(%cond, expected, exit_id, %live...): a one-element
 // bool condition, a true/false literal, exit ids 0 .. guards - 1 each used once, tensor live
 // values, and one result like the condition. Checked when a trace is parsed or built, not only
 // when it is compiled.
 static void verify_side_exits(const Trace &t) {
   std::vector<size_t> guards;
   for (size_t i = 0; i < t.insts.size(); ++i)
-    if (t.insts[i].op == Op::extern_ && t.insts[i].callee == "dynamo::guard") guards.push_back(i);
+    if (t.insts[i].op == Op::guard) guards.push_back(i);
   std::vector<char> seen(guards.size(), 0);
   for (size_t i : guards) {
     const Inst &in = t.insts[i];
     auto bad = [&](const std::string &why) {
-      fail(ErrorCode::Verify, "dynamo::guard (instruction " + std::to_string(i) + "): " + why);
+      fail(ErrorCode::Verify, "guard (instruction " + std::to_string(i) + "): " + why);
     };
     auto one_bool = [&](int32_t v) { return t.types[v].tensor && t.types[v].dtype == DType::Bool && t.types[v].numel() == 1; };
     if (in.args.size() < 3) bad("expects (%cond, expected, exit_id, %live...)");
@@ -507,7 +507,7 @@ void verify_trace(const Trace &t) {
       std::string why = type_size_problem(t.types[r]);
       if (!why.empty()) vfail(where, "%" + std::to_string(r) + ": " + why);
     }
-    if (in.op != Op::input && in.op != Op::extern_) {
+    if (in.op != Op::input && op_info(in.op).kind != OpKind::EXTERN) {
       std::vector<Type> ty = infer_types(t, in, where);
       if (ty.size() != in.results.size() || ty[0].sizes != t.types[in.results[0]].sizes ||
           ty[0].dtype != t.types[in.results[0]].dtype)

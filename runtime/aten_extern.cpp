@@ -42,7 +42,7 @@ struct GemmStep {
 };
 
 struct ExternOps {
-  std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: dynamo::guard
+  std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: a side exit (guard)
   std::vector<std::shared_ptr<ConvStep>> convs;         // per step: its oneDNN state, for convolutions
   std::vector<std::shared_ptr<GemmStep>> gemms;         // per step: for aten::mm / addmm
 };
@@ -344,11 +344,11 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
   auto ops = std::make_shared<ExternOps>();
   std::vector<char> exit_seen;
   int32_t num_guards = 0;
-  for (const jit::ExternStep &e : p.externs) num_guards += e.callee == jit::kGuardCallee;
+  for (const jit::ExternStep &e : p.externs) num_guards += e.is_exit;
   for (const jit::ExternStep &e : p.externs) {
-    if (e.callee == jit::kGuardCallee) {
+    if (e.is_exit) {
       auto bad = [&](const std::string &why) {
-        jit::fail(ErrorCode::Verify, std::string(jit::kGuardCallee) + " (instruction " + std::to_string(e.inst) +
+        jit::fail(ErrorCode::Verify, "guard (instruction " + std::to_string(e.inst) +
                                          "): " + why);
       };
       if (e.args.size() < 3) bad("expects (%cond, expected, exit_id, %live...)");
@@ -488,7 +488,7 @@ std::map<std::string, void *> runtime_symbols() {
 
 using namespace dynamo;
 
-// Ops of our own that traces call as externs, in the namespace dynamo (beside dynamo::guard,
+// Ops of our own that traces call as externs, in the namespace dynamo (beside the guard op,
 // which the runtime runs itself). dynamo::fft_r2c is aten::_fft_r2c with its complex result as
 // float pairs in a trailing dim of 2 (torch.view_as_real): the form in which a trace holds a
 // complex tensor (the recorder's stft spectra), the IR having no complex dtype.
@@ -546,7 +546,7 @@ const uint64_t *arg_version(const runtime::RunContext *ctx, const jit::ExternSte
   return &reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
 }
 
-// dynamo::guard: passes (result = the condition) or takes the side exit with copies of the
+// The guard op: passes (result = the condition) or takes the side exit with copies of the
 // live values, which outlive the call's scratch memory.
 int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep &e) {
   const runtime::Entry &en = *ctx->entry;

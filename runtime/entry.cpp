@@ -37,8 +37,8 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->plan = jit::plan_trace(e->trace);
   e->guards = guards::guards_from_trace(e->trace);
   e->externs = resolve_externs(e->trace, e->plan);
-  for (const jit::ExternStep &x : e->plan.externs)
-    if (x.callee == jit::kGuardCallee) ++e->num_exits;
+  e->exits = jit::side_exits(e->trace);  // (verified: ids 0 .. n - 1, each once)
+  e->num_exits = (int32_t)e->exits.size();
   e->exit_counts = std::make_unique<std::atomic<int64_t>[]>((size_t)std::max(e->num_exits, 1));
   e->stats.num_externs = (uint32_t)(e->plan.externs.size() - (size_t)e->num_exits);  // LibTorch calls only
   for (int32_t k = 0; k < e->num_exits; ++k) e->exit_counts[k] = 0;
@@ -99,9 +99,7 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
 }
 
 int32_t Entry::exit_live_count(int32_t id) const {
-  for (const jit::ExternStep &x : plan.externs)
-    if (x.callee == jit::kGuardCallee && x.args[2].lit.i == id) return (int32_t)x.args.size() - 3;
-  return -1;
+  return id >= 0 && id < (int32_t)exits.size() ? exits[(size_t)id].live : -1;
 }
 
 namespace {

@@ -46,7 +46,7 @@ struct RunContext {
   int num_threads = 0;                      // 0 = LibTorch's; 1 = serial
   const dynamo_arg *args = nullptr;         // the call's arguments (slots 0 .. nargs - 1)
   size_t nargs = 0;
-  Exit exit;                                // set by a failing dynamo::guard
+  Exit exit;                                // set by a failing guard (side exit)
 };
 
 struct Entry {
@@ -57,8 +57,9 @@ struct Entry {
   std::shared_ptr<ExternOps> externs;
   int num_threads = 0;
   dynamo_entry_stats stats{};
-  // Side exits (dynamo::guard externs): ids are 0 .. num_exits - 1; how often each was taken.
+  // Side exits (guard ops): ids are 0 .. num_exits - 1; how often each was taken.
   int32_t num_exits = 0;
+  std::vector<jit::SideExit> exits;  // the trace's exits table, by id (jit::side_exits)
   std::unique_ptr<std::atomic<int64_t>[]> exit_counts;
   // Side traces linked to each exit: tried in order (their own guards decide) with this entry's
   // arguments followed by the exit's live values; the first that accepts finishes the call.

@@ -93,7 +93,7 @@ class Recorder(TorchDispatchMode):
         self.abort_kind = None    # the reason's row in reasons.KINDS
         self.abort_selves = []    # the first argument of each inlined frame then (modules: where it was)
         self.on_abort = None      # called when the recording first aborts (the interpreter notes where)
-        self.exits = []         # Snapshot per side exit (dynamo::guard), by exit id
+        self.exits = []         # Snapshot per side exit (the IR's guard op), by exit id
         self.value_exits = 0    # side exits at a branch on, or a read of, a tensor's value
         self.cut = None         # (Snapshot, live tensors) when the trace was cut at config.max_trace_ops
         self.stitch_reason = None  # why, when the cut is a stitch (before a call not recordable)
@@ -809,15 +809,15 @@ class Recorder(TorchDispatchMode):
         return None
 
     def _guard(self, cond_name, shape, truth, live, snapshot):
-        """Emits `dynamo::guard(cond, truth, id, live...)` (cond: an IR bool of `shape`, one
+        """Emits `guard(cond, truth, id, live...)` (cond: an IR bool of `shape`, one
         element) and registers the exit's snapshot; `live` are trace tensors the snapshot refers
         to by position. Returns the exit id."""
         if self.probe is not None:
             raise ProbeStop("a side exit")
         k = len(self.exits)
         ops = [cond_name, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
-        self.lines.append(f"  {self._new()} = extern dynamo::guard({', '.join(ops)}) : bool[{shape}]")
-        self.ops.append("dynamo::guard")
+        self.lines.append(f"  {self._new()} = guard({', '.join(ops)}) : bool[{shape}]")
+        self.ops.append("guard")
         self.exits.append(snapshot)
         return k
 

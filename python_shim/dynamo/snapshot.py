@@ -1,7 +1,7 @@
 """Snapshots at side exits, and resuming the interpreter from one.
 
 When the recording interpreter meets a data-dependent branch (`if t:` on a recorded tensor), the
-trace gets a mid-trace guard (dynamo::guard) and this module keeps what is needed to continue
+trace gets a mid-trace guard (the IR's guard op) and this module keeps what is needed to continue
 from the *other* branch: every live (inlined) Python frame with its code, the bytecode offset to
 resume at, its locals and value stack. Each entry is encoded so that it means the same thing on
 a later call with other inputs:

@@ -1,4 +1,4 @@
-/* test_exits.c -- side exits through the C API: a trace with dynamo::guard passes or leaves at
+/* test_exits.c -- side exits through the C API: a trace with a guard op passes or leaves at
  * the guard with its live values, counts each exit, does in-place writes before the exit
  * exactly once, refuses plans that would read memory a flushed write replaced, and rejects
  * malformed guards with clear messages. Public header only. */
@@ -26,10 +26,26 @@ static const char *kBranch =
     "  %0 = input f32[8]\n"
     "  %1 = sum(%0, [], false) : f32[]\n"
     "  %2 = gt(%1, 0.0) : bool[]\n"
-    "  %3 = extern dynamo::guard(%2, true, 0, %1, %0) : bool[]\n"
+    "  %3 = guard(%2, true, 0, %1, %0) : bool[]\n"
     "  %4 = mul(%0, 2.0) : f32[8]\n"
     "  return %4\n"
     "}\n";
+
+/* The earlier spelling, an extern named dynamo::guard, is read as the guard op (printed so). */
+static void test_the_earlier_spelling_is_the_guard_op(void **state) {
+  (void)state;
+  const char *old = "trace @branch {\n  %0 = input f32[8]\n  %1 = sum(%0, [], false) : f32[]\n"
+                    "  %2 = gt(%1, 0.0) : bool[]\n  %3 = extern dynamo::guard(%2, true, 0, %1, %0) : bool[]\n"
+                    "  %4 = mul(%0, 2.0) : f32[8]\n  return %4\n}\n";
+  dynamo_trace *t = NULL;
+  assert_ok(dynamo_trace_parse(old, strlen(old), &t));
+  char *text = NULL;
+  assert_ok(dynamo_trace_print(t, &text));
+  assert_non_null(strstr(text, "%3 = guard(%2, true, 0, %1, %0) : bool[]"));
+  assert_null(strstr(text, "extern"));
+  dynamo_string_free(text);
+  dynamo_trace_destroy(t);
+}
 
 static void test_guard_passes_or_exits_with_live_values(void **state) {
   (void)state;
@@ -269,6 +285,7 @@ static void test_linked_side_trace_finishes_the_call_natively(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_guard_passes_or_exits_with_live_values),
+      cmocka_unit_test(test_the_earlier_spelling_is_the_guard_op),
       cmocka_unit_test(test_inplace_write_before_exit_happens_once),
       cmocka_unit_test(test_reading_replaced_contents_after_exit_is_refused),
       cmocka_unit_test(test_malformed_guards_are_rejected),

@@ -213,7 +213,7 @@ def test_branch_on_tensor_is_a_side_exit():
         assert same(opt(x), f(x))
     c = dynamo.counters()
     assert c["traces_compiled"] == 1 and c["native_runs"] == 1 and c["side_exits"] == 1, c
-    assert "dynamo::guard" in str(dynamo.explain(f, torch.ones(3)))
+    assert "guard" in str(dynamo.explain(f, torch.ones(3))).split("ops:")[1]
 
 
 def test_item_value_is_guarded():

@@ -1,5 +1,5 @@
 """Data-dependent branches (`if t:` on a tensor the trace computed) become side exits: the trace
-goes on along the recorded branch behind a native dynamo::guard; a call that takes the other
+goes on along the recorded branch behind a native guard (the IR's side exit op); a call that takes the other
 branch leaves the trace there and resumes in the interpreter from a snapshot of the Python state;
 a hot exit gets a side trace recorded from that snapshot, after which those calls run natively
 too. Every call must equal eager, mutations included."""
