@@ -57,13 +57,30 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
                         const std::string &arch) {
   Program g;
   g.arch = arch;
-  std::vector<int32_t> gemm_of_step(p.externs.size(), -1);
+  std::vector<int32_t> gemm_of_step(p.externs.size(), -1), exit_of_step(p.externs.size(), -1);
   for (const jit::Step &s : p.steps) {
     if (s.kind != jit::Step::Extern) continue;
+    const jit::ExternStep &x = p.externs[(size_t)s.index];
+    if (x.is_exit) {  // (verified: %cond, true|false, id, %live...)
+      Program::ExitStep ex;
+      ex.id = (int32_t)x.args[2].lit.i;
+      ex.expected = x.args[1].lit.i != 0;
+      ex.cond = x.args[0].view;
+      ex.result_slot = x.result_slots.empty() ? -1 : x.result_slots[0];
+      for (size_t k = 3; k < x.args.size(); ++k) {
+        const jit::Type &ty = t.types[(size_t)x.args[k].value];
+        if (x.args[k].view.strides != jit::contiguous_strides(ty.sizes))
+          jit::fail(jit::ErrorCode::Unsupported, "side exit " + std::to_string(ex.id) + ": live value %" +
+                                                     std::to_string(x.args[k].value) +
+                                                     " is a non-contiguous view (copied out on the CPU only)");
+        ex.live.push_back({x.args[k].view, ty.dtype, ty.sizes});
+      }
+      exit_of_step[(size_t)s.index] = (int32_t)g.exits.size();
+      g.exits.push_back(std::move(ex));
+      continue;
+    }
     Gemm G;
     std::string why;
-    if (p.externs[(size_t)s.index].is_exit)
-      jit::fail(jit::ErrorCode::Unsupported, "side exits (guard) are not supported on the GPU yet");
     if (!gemm_of(t, p, s.index, &G, &why)) jit::fail(jit::ErrorCode::Unsupported, why);
     gemm_of_step[(size_t)s.index] = (int32_t)g.gemms.size();
     g.gemms.push_back(G);
@@ -99,12 +116,13 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
   }
   for (const jit::Step &s : p.steps) {
     if (s.kind == jit::Step::Extern) {
-      g.order.push_back({true, gemm_of_step[(size_t)s.index]});
+      if (exit_of_step[(size_t)s.index] >= 0) g.order.push_back({Program::Launch::Exit, exit_of_step[(size_t)s.index]});
+      else g.order.push_back({Program::Launch::Gemm, gemm_of_step[(size_t)s.index]});
       continue;
     }
     if (dropped[(size_t)s.index]) continue;
     for (size_t k = 0; k < g.kernels.size(); ++k)
-      if (g.kernels[k].group == s.index) g.order.push_back({false, (int32_t)k});
+      if (g.kernels[k].group == s.index) g.order.push_back({Program::Launch::Kernel, (int32_t)k});
   }
   return g;
 }
@@ -137,20 +155,33 @@ void Loaded::release() noexcept {
 
 Loaded::~Loaded() { release(); }
 
-void Loaded::launch(std::vector<uint64_t> slots) {
+int32_t Loaded::launch(std::vector<uint64_t> slots) {
   if ((int32_t)slots.size() != prog_.num_slots)
     jit::fail(jit::ErrorCode::Runtime, "GPU program: " + std::to_string(slots.size()) + " slots given, " +
                                                    std::to_string(prog_.num_slots) + " expected");
   for (size_t k = 0; k < slots.size(); ++k)
     if (scratch_[k]) slots[k] = scratch_[k];
   for (auto [result, out] : prog_.alias_slots) slots[(size_t)result] = slots[(size_t)out];
+  for (const Program::ExitStep &x : prog_.exits)  // a guard's value is its condition
+    if (x.result_slot >= 0) slots[(size_t)x.result_slot] = slots[(size_t)x.cond.slot] + (uint64_t)x.cond.offset;
   if (slots != uploaded_) {  // the same tensors as last time: the table on the device is current
     dev_->copy_to_device(slot_table_, slots.data(), sizeof(uint64_t) * slots.size());
     uploaded_ = slots;
   }
   for (const Program::Launch &step : prog_.order) {
-    if (step.gemm) {  // a matrix product, on the same stream between the kernels
+    if (step.kind == Program::Launch::Gemm) {  // a matrix product, on the same stream between the kernels
       blas_->run((size_t)step.index, slots);
+      continue;
+    }
+    if (step.kind == Program::Launch::Exit) {  // the host reads the condition once the steps before it ran
+      const Program::ExitStep &x = prog_.exits[(size_t)step.index];
+      dev_->synchronize();
+      uint8_t c = 0;
+      dev_->copy_to_host(&c, slots[(size_t)x.cond.slot] + (uint64_t)x.cond.offset, 1);
+      if ((c != 0) != x.expected) {
+        last_slots_ = std::move(slots);
+        return step.index;
+      }
       continue;
     }
     size_t ki = (size_t)step.index;
@@ -169,20 +200,34 @@ void Loaded::launch(std::vector<uint64_t> slots) {
     uint64_t table = slot_table_, status = status_;
     dev_->launch(functions_[ki], grid, block, {&table, &items, &status});
   }
+  return -1;
 }
 
-int32_t Loaded::run(std::vector<uint64_t> slots) {
-  if (!prog_.can_fail) {  // no kernel can set the status word: no memset, no read back
-    launch(std::move(slots));
-    dev_->synchronize_run();
-    return DYNAMO_RT_OK;
+int32_t Loaded::run(std::vector<uint64_t> slots, TakenExit *exit) {
+  if (prog_.can_fail) dev_->zero(status_, sizeof(int32_t));  // (else no kernel can set it: no memset, no read)
+  int32_t taken = launch(std::move(slots));
+  if (taken >= 0) {  // copies of the live values, out of the memory the next run reuses
+    const Program::ExitStep &x = prog_.exits[(size_t)taken];
+    if (!exit) jit::fail(jit::ErrorCode::Internal, "a side exit was taken with nowhere to put it");
+    exit->id = x.id;
+    exit->values.clear();
+    for (const Program::ExitStep::Live &l : x.live) {
+      int64_t n = 1;
+      for (int64_t d : l.sizes) n *= d;
+      size_t bytes = (size_t)n * (size_t)jit::dtype_bytes(l.dtype);
+      uint64_t d = dev_->acquire(bytes);
+      exit->values.push_back({d, bytes});
+      dev_->copy_on_device(d, last_slots_[(size_t)l.view.slot] + (uint64_t)l.view.offset * (uint64_t)jit::dtype_bytes(l.dtype),
+                           bytes);
+    }
   }
-  dev_->zero(status_, sizeof(int32_t));
-  launch(std::move(slots));
   dev_->synchronize_run();
-  int32_t st = 0;
-  dev_->copy_to_host(&st, status_, sizeof st);
-  return st;
+  if (prog_.can_fail) {
+    int32_t st = 0;
+    dev_->copy_to_host(&st, status_, sizeof st);
+    if (st != DYNAMO_RT_OK) return st;
+  }
+  return taken >= 0 ? DYNAMO_RT_SIDE_EXIT : DYNAMO_RT_OK;
 }
 
 }  // namespace dynamo::gpu

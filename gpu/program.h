@@ -27,11 +27,26 @@ struct Program {
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
   bool can_fail = false;                   // a kernel may set the status word
   std::vector<Gemm> gemms;                 // matrix products (cuBLASLt), by the plan's order
+  // A side exit (the guard op): after the steps before it, the host reads the condition; when it
+  // is not `expected` the run stops there and the live values are copied out.
+  struct ExitStep {
+    int32_t id = -1;
+    bool expected = true;
+    jit::BufferView cond;                  // one bool element
+    int32_t result_slot = -1;              // the guard's value (the condition's pointer)
+    struct Live {
+      jit::BufferView view;                // contiguous
+      jit::DType dtype;
+      std::vector<int64_t> sizes;
+    };
+    std::vector<Live> live;
+  };
+  std::vector<ExitStep> exits;
   struct Launch {
-    bool gemm;                             // gemms[index], else kernels[index]
+    enum Kind : uint8_t { Kernel, Gemm, Exit } kind;  // kernels[index], gemms[index], exits[index]
     int32_t index;
   };
-  std::vector<Launch> order;               // kernels and products in the plan's step order
+  std::vector<Launch> order;               // kernels, products and exits in the plan's step order
   // A product whose result is an output the plan copies there by a kernel writes the output
   // itself: its result slot takes the output slot's pointer and the copy is not launched.
   std::vector<std::pair<int32_t, int32_t>> alias_slots;  // (result slot, output slot)
@@ -52,12 +67,22 @@ class Loaded {
   Loaded(const Loaded &) = delete;
   Loaded &operator=(const Loaded &) = delete;
 
+  // A side exit taken by run(): its id and copies of its live values in device memory from the
+  // device's output pool (the caller hands each back with Device::release).
+  struct TakenExit {
+    int32_t id = -1;
+    std::vector<std::pair<uint64_t, size_t>> values;  // (device pointer, bytes)
+  };
   // slots[k] for inputs and outputs (device pointers; 0 = NULL for an elided optional output)
   // and scalar inputs (the value's 8 bytes, as on the CPU); scratch slots are filled here. Launches every kernel on
-  // the device's stream and waits. Returns the trace's runtime status (DYNAMO_RT_*).
-  int32_t run(std::vector<uint64_t> slots);
-  // Launches without waiting or reading the status (benchmarks: time many runs, then sync).
-  void launch(std::vector<uint64_t> slots);
+  // the device's stream and waits. Returns the trace's runtime status (DYNAMO_RT_*):
+  // DYNAMO_RT_SIDE_EXIT with *exit filled when a guard fails (exit may be null only for
+  // programs without exits).
+  int32_t run(std::vector<uint64_t> slots, TakenExit *exit = nullptr);
+  // Launches without waiting or reading the status (benchmarks: time many runs, then sync),
+  // except that a side exit waits to read its condition. Returns the index in Program::exits of
+  // the exit taken, or -1.
+  int32_t launch(std::vector<uint64_t> slots);
   Device &device() { return *dev_; }
 
  private:
@@ -69,6 +94,7 @@ class Loaded {
   std::vector<uint64_t> scratch_;  // by slot
   std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device
   std::unique_ptr<BlasLt> blas_;    // the products' descriptors (none without products)
+  std::vector<uint64_t> last_slots_;  // the slot table of a run that left at a side exit
   void release() noexcept;
 };
 

@@ -79,8 +79,10 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
   jit::simplify_trace(e->trace);
   e->plan = gpu::plan_for_gpu(e->trace);  // (extern steps: products through cuBLASLt, else refused)
   e->guards = guards::guards_from_trace(e->trace);
-  e->exit_counts = std::make_unique<std::atomic<int64_t>[]>(1);
-  e->exit_counts[0] = 0;
+  e->exits = jit::side_exits(e->trace);
+  e->num_exits = (int32_t)e->exits.size();
+  e->exit_counts = std::make_unique<std::atomic<int64_t>[]>((size_t)std::max(e->num_exits, 1));
+  for (int32_t k = 0; k < std::max(e->num_exits, 1); ++k) e->exit_counts[k] = 0;
   gpu::Program prog = gpu::compile_program(e->trace, e->plan, fn_name, dev->arch());
   if (const char *dump = getenv("DYNAMO_DUMP_DIR"); dump && *dump) {
     std::string path = std::string(dump) + "/" + fn_name + "." + dev->arch() + ".ptx";
@@ -103,6 +105,43 @@ int32_t Entry::exit_live_count(int32_t id) const {
 }
 
 namespace {
+
+// A side exit's live value copied to device memory from the device's pool, as a DLPack tensor
+// whose deleter hands the memory back.
+struct DeviceValue {
+  DLManagedTensor m{};
+  std::vector<int64_t> shape;
+  std::shared_ptr<gpu::Device> dev;
+  uint64_t ptr = 0;
+  size_t bytes = 0;
+};
+
+DLManagedTensor *device_value(const std::shared_ptr<gpu::Device> &dev, const jit::Type &ty,
+                              std::pair<uint64_t, size_t> block) {
+  auto *v = new DeviceValue;
+  v->shape = ty.sizes;
+  v->dev = dev;
+  v->ptr = block.first;
+  v->bytes = block.second;
+  DLTensor &d = v->m.dl_tensor;
+  d.data = reinterpret_cast<void *>((uintptr_t)block.first);
+  d.device = DLDevice{kDLCUDA, dev->index()};
+  d.ndim = ty.rank();
+  guards::dl_type_of(ty.dtype, &d.dtype.code, &d.dtype.bits);
+  d.dtype.lanes = 1;
+  d.shape = v->shape.data();
+  d.strides = nullptr;  // contiguous
+  v->m.manager_ctx = v;
+  v->m.deleter = [](DLManagedTensor *self) {
+    auto *dv = static_cast<DeviceValue *>(self->manager_ctx);
+    try {
+      dv->dev->release(dv->ptr, dv->bytes);
+    } catch (...) {  // (the driver failed while handing it back: nothing more to do)
+    }
+    delete dv;
+  };
+  return &v->m;
+}
 
 // Byte range [lo, hi) a DLTensor can touch; empty when it has no elements.
 bool byte_range(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
@@ -236,14 +275,32 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     for (size_t k = 0; k < nouts; ++k)
       slots64[p.num_inputs + k] = outs[k].data ? (uint64_t)(uintptr_t)outs[k].data + outs[k].byte_offset : 0;
     int32_t rc;
+    gpu::Loaded::TakenExit taken;
     try {
       std::lock_guard<std::mutex> lock(gpu_mu);
-      rc = gpu->run(std::move(slots64));
+      rc = gpu->run(std::move(slots64), &taken);
     } catch (const jit::Error &err) {
       *msg = err.what();
       return DYNAMO_ERR_RUNTIME;
     }
     if (rc == DYNAMO_RT_OK) return DYNAMO_OK;
+    if (rc == DYNAMO_RT_SIDE_EXIT) {  // the live values as device tensors (their memory from the pool)
+      exit_counts[taken.id].fetch_add(1, std::memory_order_relaxed);
+      *msg = "left through side exit " + std::to_string(taken.id);
+      const jit::SideExit &info = exits[(size_t)taken.id];
+      const jit::Inst &g = trace.insts[(size_t)info.inst];
+      std::vector<DLManagedTensor *> values;
+      for (size_t k = 0; k < taken.values.size(); ++k)
+        values.push_back(device_value(gpu_device, trace.types[(size_t)g.args[3 + k].value], taken.values[k]));
+      if (exit) {
+        exit->clear();
+        exit->entry = this;
+        exit->id = taken.id;
+        exit->values.swap(values);
+      }
+      for (DLManagedTensor *m : values) m->deleter(m);  // (no one to take them)
+      return DYNAMO_EXIT;
+    }
     *msg = rc == DYNAMO_RT_INT_DIV_BY_ZERO ? "ZeroDivisionError: integer floor division by zero"
                                            : "GPU program returned status " + std::to_string(rc);
     return DYNAMO_ERR_RUNTIME;

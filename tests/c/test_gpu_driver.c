@@ -435,9 +435,81 @@ static void test_products_through_cublaslt(void **state) {
   assert_ok(dynamo_engine_destroy(eng));
 }
 
+/* Side exits on the device: after the steps before the guard, the host reads the condition; a
+ * failing guard stops the run there (the kernels after it are not launched) and hands its live
+ * values out as device tensors copied from the run's memory. The condition here is an input
+ * (the stand-in runs no kernels, but its device memory is host memory). */
+static void test_side_exits_on_the_device(void **state) {
+  (void)state;
+  const char *c = getenv("GPU_CASE");
+  if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
+  void *hc = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(hc);
+  *(void **)&g_log = dlsym(hc, "fake_cuda_log");
+  *(void **)&g_clear = dlsym(hc, "fake_cuda_clear_log");
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.device_type = kDLCUDA;
+  dynamo_engine *eng = NULL;
+  assert_ok(dynamo_engine_create(&o, &eng));
+  dynamo_frame *f = NULL;
+  assert_ok(dynamo_frame_create(eng, "exits", &f));
+  dynamo_trace *t = parse("trace @ex {\n  %0 = input bool[] cuda:0\n  %1 = input f32[6] cuda:0\n"
+                          "  %2 = exp(%1)\n  %3 = neg(%2)\n  %4 = guard(%0, true, 0, %1, %2) : bool[]\n"
+                          "  %5 = mul(%3, 2.0)\n  return %5\n}\n");
+  dynamo_entry *e = NULL;
+  assert_ok(dynamo_compile_frame(f, t, &e));
+  dynamo_trace_destroy(t);
+  assert_int_equal(dynamo_entry_num_exits(e), 1);
+  static uint8_t cond;
+  static float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+  int64_t s6[1] = {6};
+  DLTensor tc = tensor((float *)&cond, NULL, 0, kDLCUDA), tx = tensor(x, s6, 1, kDLCUDA), ty = tensor(y, s6, 1, kDLCUDA);
+  tc.dtype.code = DYNAMO_DL_BOOL;
+  tc.dtype.bits = 8;
+  dynamo_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = args[1].kind = DYNAMO_ARG_TENSOR;
+  args[0].u.tensor = &tc;
+  args[1].u.tensor = &tx;
+  cond = 1;
+  g_clear();
+  assert_ok(dynamo_entry_run(e, args, 2, &ty, 1));
+  int passed_launches = 0;
+  for (const char *l = g_log(); (l = strchr(l, '\n')); ++l) ++passed_launches;
+  cond = 0;
+  g_clear();
+  assert_status_msg(dynamo_entry_run(e, args, 2, &ty, 1), DYNAMO_EXIT, "side exit 0");
+  int exit_launches = 0;
+  for (const char *l = g_log(); (l = strchr(l, '\n')); ++l) ++exit_launches;
+  assert_true(exit_launches < passed_launches);  /* what follows the guard did not run */
+  assert_int_equal(dynamo_entry_exit_count(e, 0), 1);
+  int32_t id = -1;
+  size_t n = 0;
+  DLManagedTensor *vals[2] = {NULL, NULL};
+  assert_ok(dynamo_take_exit(&id, vals, 2, &n));
+  assert_int_equal(id, 0);
+  assert_int_equal(n, 2);
+  assert_int_equal(vals[0]->dl_tensor.device.device_type, kDLCUDA);
+  assert_int_equal(vals[0]->dl_tensor.shape[0], 6);
+  const float *xv = (const float *)vals[0]->dl_tensor.data;
+  assert_ptr_not_equal(xv, x);  /* a copy (the stand-in's device memory is host memory) */
+  for (int i = 0; i < 6; ++i) assert_true(xv[i] == x[i]);
+  vals[0]->deleter(vals[0]);
+  vals[1]->deleter(vals[1]);
+  /* A live value that is a non-contiguous view is copied out on the CPU only: refused here. */
+  t = parse("trace @nc {\n  %0 = input bool[] cuda:0\n  %1 = input f32[4,6] cuda:0\n  %2 = transpose(%1, 0, 1)\n"
+            "  %3 = guard(%0, true, 0, %2) : bool[]\n  %4 = neg(%1)\n  return %4\n}\n");
+  assert_status_msg(dynamo_compile_frame(f, t, NULL), DYNAMO_ERR_UNSUPPORTED, "non-contiguous view");
+  dynamo_trace_destroy(t);
+  assert_ok(dynamo_frame_destroy(f));
+  assert_ok(dynamo_engine_destroy(eng));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_driver_case), cmocka_unit_test(test_cuda_engine_with_stand_in),
                                      cmocka_unit_test(test_what_a_call_costs),
-                                     cmocka_unit_test(test_products_through_cublaslt)};
+                                     cmocka_unit_test(test_products_through_cublaslt),
+                                     cmocka_unit_test(test_side_exits_on_the_device)};
   return cmocka_run_group_tests_name("gpu_driver", tests, NULL, NULL);
 }

@@ -62,7 +62,11 @@ std::string launch_shape(const gpu::Program &prog) {
   std::string s;
   for (const gpu::Program::Launch &l : prog.order) {
     if (!s.empty()) s += ", ";
-    if (l.gemm) {
+    if (l.kind == gpu::Program::Launch::Exit) {
+      s += "side exit " + std::to_string(prog.exits[(size_t)l.index].id);
+      continue;
+    }
+    if (l.kind == gpu::Program::Launch::Gemm) {
       const gpu::Gemm &g = prog.gemms[(size_t)l.index];
       s += "cuBLASLt " + (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + std::to_string(g.m) + "x" +
            std::to_string(g.n) + "x" + std::to_string(g.k) + (g.has_bias ? " + bias" : "") +
