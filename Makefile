@@ -102,6 +102,7 @@ gpu-bundle: build
 	@echo "gpu-bundle: CPU results for $$(grep -c '^      {"' tests/gpu/cases.h) traces (the large ones take a minute)"
 	@$(BUILD)/tests/gpu_refs gpu_bundle/refs | tail -3
 	@du -sh gpu_bundle | sed 's/^/gpu-bundle: /'
+	@bash scripts/gpu_bundle_selfcheck.sh $(BUILD) | tail -1
 
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
