@@ -111,6 +111,7 @@ class Recorder(TorchDispatchMode):
         self.tape = [] if torch.is_grad_enabled() else None
         self.tape_refs = {}     # id(tensor) -> ("in", slot) or ("op", tape index, output index)
         self.tape_why = None if self.tape is not None else "grad mode was off when the recording began"
+        self.tape_scalar_why = None  # why the tape cannot take the trace's scalar inputs (training.py)
         self._n = 0
         self.train_only = None  # why the trace text is only right as a training trace (a hidden write
         #                         the tape's replay makes explicit: batch norm's running statistics)
@@ -188,6 +189,13 @@ class Recorder(TorchDispatchMode):
             def __exit__(self, *exc):
                 rec._scalar_scope = None
         return _Scope()
+
+    def _is_scoped(self, v):
+        """v is the Python number of the open scalar scope (same type, same bits)."""
+        value = self._scalar_scope[0]
+        if type(v) is not type(value):
+            return False
+        return (v == value and math.copysign(1.0, v) == math.copysign(1.0, value)) if type(v) is float else v == value
 
     def _scoped_scalar(self, v):
         value, expr = self._scalar_scope
@@ -367,7 +375,7 @@ class Recorder(TorchDispatchMode):
         """Keeps the op for a replay (training.py): its tensor arguments as references to trace
         inputs or to the results of earlier ops on the tape. A tensor from anywhere else (made
         while recording was paused) ends the tape."""
-        def ref(v):
+        def ref(v, tensor_arg=False):
             if isinstance(v, torch.Tensor):
                 r = self.tape_refs.get(id(v))
                 if r is None:
@@ -378,9 +386,24 @@ class Recorder(TorchDispatchMode):
                 return TapeRef(r)
             if type(v) in (list, tuple):
                 return type(v)(ref(x) for x in v)
+            if self._scalar_scope is not None and type(v) in (int, float) and self._is_scoped(v):
+                # the trace's scalar input: the replay reads it as a 0-dim tensor (training.py),
+                # which ATen promotes as it does the Python number only in a Tensor argument
+                # and, for a float, beside floating tensors
+                floats = all(t.is_floating_point() for t in args if isinstance(t, torch.Tensor))
+                if not tensor_arg or (type(v) is float and not floats):
+                    self.tape_scalar_why = (f"a Python number passed as a trace input meets {_sig(func)} where a "
+                                            "tensor cannot stand for it")
+                    return v
+                value, expr = self._scalar_scope
+                return TapeRef(("in", int(self.scalar_input(expr, value)[2:])))
             return v
+        schema = func._schema.arguments
+        is_tensor = [str(x.type) == "Tensor" for x in schema]
         try:
-            a, k = ref(tuple(args)), {n: ref(v) for n, v in kwargs.items()}
+            a = tuple(ref(x, k < len(is_tensor) and is_tensor[k]) for k, x in enumerate(args))
+            names = {x.name: str(x.type) == "Tensor" for x in schema}
+            k = {n: ref(v, names.get(n, False)) for n, v in kwargs.items()}
         except LookupError:
             self.tape, self.tape_why = None, f"{_sig(func)} reads a tensor the recording did not make"
             return

@@ -3,8 +3,10 @@ compiled (issue 19).
 
 The recorder keeps, beside the trace, a tape of the ATen ops as they were dispatched (their
 tensor arguments as references to trace inputs or to earlier results). A trace replays that
-tape as a pure function of its input tensors when it has no side exit, writes into no input but
-buffers, and takes no Python number as a scalar input. With grad on, a branch on a tensor's
+tape as a pure function of its input tensors when it has no side exit and writes into no input
+but buffers; a Python number that is a scalar input of the trace is a 0-dim tensor input of the
+replay (taped only in Tensor arguments, and a float only beside floating tensors, where ATen
+promotes a 0-dim tensor as it does the number; elsewhere the call runs eagerly). With grad on, a branch on a tensor's
 value or a number read from one ends the trace (a cut, as at a stitch) instead of a side exit:
 the call goes on in a trace recorded from there, one per value, and autograd links the parts.
 functorch's AOTAutograd (`aot_function`, torch 1.13) traces the replay's joint forward and
@@ -44,8 +46,8 @@ def unsupported(rec, side=False):
         why = _writes_unsupported(rec)
         if why is not None:
             return why
-    if rec.scalar_inputs:
-        return "Python numbers passed as trace inputs are not compiled with grad yet"
+    if rec.scalar_inputs and rec.tape_scalar_why:
+        return rec.tape_scalar_why
     if not rec.tape:
         return "no tensor operations"
     if len(rec.tape) < MIN_OPS and rec.cut is None and not side:
@@ -250,6 +252,9 @@ class TrainedTrace(Compiled):
         if not torch.is_grad_enabled() or len(inputs) != len(self.meta) or \
                 any(_meta(t) != m for t, m in zip(inputs, self.meta)):
             return None
+        # Python numbers (scalar inputs) as 0-dim tensors: the replay's and the graphs' inputs
+        inputs = [torch.tensor(v, dtype=torch.float64) if type(v) is float else
+                  torch.tensor(v, dtype=torch.int64) if type(v) is int else v for v in inputs]
         try:
             if not self.traced and any(t is not None and t.grad_fn is not None for t in inputs):
                 # AOTAutograd's first call traces the joint graph on the tensors it gets, and

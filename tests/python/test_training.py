@@ -351,6 +351,69 @@ def test_a_branch_before_any_tensor_that_requires_grad():
     assert jit.forward.value_cuts and not roots[0].training  # (nothing before the branch requires grad)
 
 
+def test_python_numbers_passed_each_call_with_grad():
+    """A float and an int argument that change every call are the trace's scalar inputs: the
+    replay reads them as 0-dim tensors, so one forward and backward serve every value."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.out = nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x, s, n):
+            return self.out((self.lin(x) * s).tanh() / s + n)
+    torch.manual_seed(0)
+    m = M()
+    ref = copy.deepcopy(m)
+    jit = dynamo.optimize(m)
+    for step in range(6):
+        x, s, n = torch.randn(4, 8), 0.5 + 0.25 * step, step
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        y, y_ref = jit(x, s, n), ref(x, s, n)
+        close(y, y_ref, f"step {step}")
+        y.square().sum().backward()
+        y_ref.square().sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            close(p.grad, q.grad, f"step {step}")
+    assert len(jit.forward.compiled) == 1 and jit.forward.compiled[0].training, dynamo.report()
+    assert counts()[1] >= 4, dynamo.report()
+
+
+def test_python_numbers_a_tensor_cannot_stand_for_with_grad():
+    """A float meeting an integer tensor (a 0-dim float64 tensor would promote differently from
+    the number) runs eagerly with grad; a number in a Scalar argument (add's alpha) is guarded by
+    its value, a trace per value. Eager's gradients either way."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x, s, idx):
+            h = self.lin(x)
+            if idx is None:
+                return torch.add(h, h.tanh(), alpha=s).relu().sum(1)
+            return (h.relu() * (idx * s)).sigmoid().sum(1)
+    torch.manual_seed(0)
+    for idx in (None, torch.arange(6)):
+        dynamo.reset()
+        m = M()
+        ref = copy.deepcopy(m)
+        jit = dynamo.optimize(m)
+        for step in range(4):
+            x, s = torch.randn(3, 6), 0.3 + 0.1 * step
+            for p in list(m.parameters()) + list(ref.parameters()):
+                p.grad = None
+            y, y_ref = jit(x, s, idx), ref(x, s, idx)
+            close(y, y_ref)
+            y.sum().backward()
+            y_ref.sum().backward()
+            for p, q in zip(m.parameters(), ref.parameters()):
+                close(p.grad, q.grad)
+        if idx is not None:
+            assert not any(getattr(c, "training", False) for c in jit.forward.compiled), dynamo.report()
+            assert "where a tensor cannot stand for it" in dynamo.report(), dynamo.report()
+
+
 def test_grad_mode_off_then_on_around_a_branch():
     """The same function under no_grad (side exits, natively) and with grad (cuts): each call
     takes traces of its own kind."""
