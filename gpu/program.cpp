@@ -9,6 +9,13 @@ namespace dynamo::gpu {
 
 namespace {
 
+// A kernel that only stores one pointwise value (no reductions, rows or split, not an elidable
+// output copy, contiguous): what a product's epilogue or its own result buffer can replace.
+bool single_store(const jit::Group &gr) {
+  return !gr.row && gr.reductions.empty() && gr.row_roots.empty() && gr.roots.size() == 1 && gr.optional_slot < 0 &&
+         gr.split_chunks == 0 && !gr.roots[0].strided;
+}
+
 // A ReLU (or tanh-form GELU) of a product's result, the result read by nothing else (through
 // reshapes of it only), computed by a kernel of its own that stores it contiguously: cuBLASLt
 // applies it as the product's epilogue (RELU, GELU; with the bias: RELU_BIAS, GELU_BIAS) and
@@ -40,9 +47,7 @@ void fuse_activations(const jit::Trace &t, const jit::Plan &p, Program &g, std::
     int32_t gi = p.group_of[(size_t)a];
     if (gi < 0 || !p.materialized[(size_t)a]) continue;
     const jit::Group &gr = p.groups[(size_t)gi];
-    if (gr.row || !gr.reductions.empty() || !gr.row_roots.empty() || gr.roots.size() != 1 || gr.optional_slot >= 0 ||
-        gr.split_chunks != 0 || gr.roots[0].value != a || gr.roots[0].strided)
-      continue;
+    if (!single_store(gr) || gr.roots[0].value != a) continue;
     const jit::BufferView &av = p.views[(size_t)a];
     if (av.offset != 0 || av.strides != jit::contiguous_strides(t.types[(size_t)a].sizes)) continue;
     G.act = act->op == jit::Op::relu ? Gemm::Relu : Gemm::GeluTanh;
@@ -103,9 +108,7 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
       if (t.outputs[k] == v) out = p.num_inputs + (int32_t)k;
     for (size_t gi = 0; gi < p.groups.size() && out >= 0 && copy < 0; ++gi) {
       const jit::Group &gr = p.groups[gi];
-      if (!gr.row && gr.reductions.empty() && gr.row_roots.empty() && gr.roots.size() == 1 && gr.optional_slot < 0 &&
-          gr.split_chunks == 0 && gr.roots[0].value == v && gr.roots[0].slot == out && !gr.roots[0].strided)
-        copy = (int32_t)gi;
+      if (single_store(gr) && gr.roots[0].value == v && gr.roots[0].slot == out) copy = (int32_t)gi;
     }
     if (copy >= 0) {
       dropped[(size_t)copy] = 1;

@@ -76,6 +76,26 @@ static DLTensor tensor(float *data, int64_t *shape, int ndim, int32_t dev_type) 
   return d;
 }
 
+/* A CUDA engine (device 0 of the stand-in) and a frame on it. */
+static void cuda_frame(const char *name, dynamo_engine **eng, dynamo_frame **f) {
+  dynamo_engine_options o;
+  dynamo_engine_options_init(&o);
+  o.device_type = kDLCUDA;
+  *eng = NULL;
+  assert_ok(dynamo_engine_create(&o, eng));
+  *f = NULL;
+  assert_ok(dynamo_frame_create(*eng, name, f));
+}
+
+/* The stand-in driver's launch log (g_log, g_clear), from the library dynamo opened. */
+static void bind_launch_log(void) {
+  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  *(void **)&g_log = dlsym(h, "fake_cuda_log");
+  *(void **)&g_clear = dlsym(h, "fake_cuda_clear_log");
+  assert_non_null(g_log);
+}
+
 struct run_job {
   dynamo_entry *e;
   dynamo_arg *args;
@@ -93,19 +113,10 @@ static void test_cuda_engine_with_stand_in(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
   if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
-  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(h);
-  *(void **)&g_log = dlsym(h, "fake_cuda_log");
-  *(void **)&g_clear = dlsym(h, "fake_cuda_clear_log");
-  assert_non_null(g_log);
-
-  dynamo_engine_options o;
-  dynamo_engine_options_init(&o);
-  o.device_type = kDLCUDA;
+  bind_launch_log();
   dynamo_engine *eng = NULL;
-  assert_ok(dynamo_engine_create(&o, &eng));
   dynamo_frame *f = NULL;
-  assert_ok(dynamo_frame_create(eng, "gpu", &f));
+  cuda_frame("gpu", &eng, &f);
 
   /* A pointwise trace on cuda:0: compiled to PTX, loaded, one kernel of 1000 items. */
   dynamo_trace *t = parse("trace @g {\n  %0 = input f32[1000] cuda:0\n  %1 = input f32[1000] cuda:0\n"
@@ -206,13 +217,9 @@ static void test_what_a_call_costs(void **state) {
   *(void **)&counts = dlsym(h, "fake_cuda_counts");
   assert_non_null(counts);
 
-  dynamo_engine_options o;
-  dynamo_engine_options_init(&o);
-  o.device_type = kDLCUDA;
   dynamo_engine *eng = NULL;
-  assert_ok(dynamo_engine_create(&o, &eng));
   dynamo_frame *f = NULL;
-  assert_ok(dynamo_frame_create(eng, "costs", &f));
+  cuda_frame("costs", &eng, &f);
   dynamo_trace *t = parse("trace @g {\n  %0 = input f32[1000] cuda:0\n  %1 = mul(%0, %0)\n  %2 = neg(%1)\n"
                           "  return %1, %2\n}\n");
   dynamo_entry *e = NULL;
@@ -276,13 +283,9 @@ static void test_products_through_cublaslt(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
   if (!c || (strcmp(c, "one") != 0 && strcmp(c, "noblas") != 0)) { print_message("needs a one-device stand-in\n"); return; }
-  dynamo_engine_options o;
-  dynamo_engine_options_init(&o);
-  o.device_type = kDLCUDA;
   dynamo_engine *eng = NULL;
-  assert_ok(dynamo_engine_create(&o, &eng));
   dynamo_frame *f = NULL;
-  assert_ok(dynamo_frame_create(eng, "products", &f));
+  cuda_frame("products", &eng, &f);
   dynamo_trace *t = parse("trace @mm {\n  %0 = input f32[5,3] cuda:0\n  %1 = input f32[3,4] cuda:0\n"
                           "  %2 = extern aten::mm(%0, %1) : f32[5,4]\n  return %2\n}\n");
   dynamo_entry *e = NULL;
@@ -298,12 +301,9 @@ static void test_products_through_cublaslt(void **state) {
   }
   assert_ok(dynamo_compile_frame(f, t, &e));  /* (loads cuBLASLt) */
   dynamo_trace_destroy(t);
-  void *hc = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  bind_launch_log();
   void *hb = dlopen(getenv("DYNAMO_LIBCUBLASLT"), RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(hc);
   assert_non_null(hb);
-  *(void **)&g_log = dlsym(hc, "fake_cuda_log");
-  *(void **)&g_clear = dlsym(hc, "fake_cuda_clear_log");
   const char *(*blas_log)(void);
   void (*blas_clear)(void);
   *(void **)&blas_log = dlsym(hb, "fake_cublaslt_log");
@@ -443,17 +443,10 @@ static void test_side_exits_on_the_device(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
   if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
-  void *hc = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(hc);
-  *(void **)&g_log = dlsym(hc, "fake_cuda_log");
-  *(void **)&g_clear = dlsym(hc, "fake_cuda_clear_log");
-  dynamo_engine_options o;
-  dynamo_engine_options_init(&o);
-  o.device_type = kDLCUDA;
+  bind_launch_log();
   dynamo_engine *eng = NULL;
-  assert_ok(dynamo_engine_create(&o, &eng));
   dynamo_frame *f = NULL;
-  assert_ok(dynamo_frame_create(eng, "exits", &f));
+  cuda_frame("exits", &eng, &f);
   dynamo_trace *t = parse("trace @ex {\n  %0 = input bool[] cuda:0\n  %1 = input f32[6] cuda:0\n"
                           "  %2 = exp(%1)\n  %3 = neg(%2)\n  %4 = guard(%0, true, 0, %1, %2) : bool[]\n"
                           "  %5 = mul(%3, 2.0)\n  return %5\n}\n");

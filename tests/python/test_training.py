@@ -25,13 +25,17 @@ def close(a, b, what=""):
 
 def train_side_by_side(model, make_input, steps=4, loss_fn=lambda y: y.square().mean(), input_grad=False):
     """Runs `steps` forward+backward steps on model (optimized) and on an eager copy with the same
-    inputs; compares outputs, losses and every gradient after each step. Returns the optimized model."""
+    inputs (tensors copied; anything else, a Python number, passed as it is); compares outputs,
+    losses and every gradient after each step. Returns the optimized model."""
     ref = copy.deepcopy(model)
     jit = dynamo.optimize(model)
+
+    def fresh(x):
+        return x.detach().clone().requires_grad_(input_grad) if isinstance(x, torch.Tensor) else x
     for step in range(steps):
         xs = make_input()
-        xs_ref = [x.detach().clone().requires_grad_(input_grad) for x in xs]
-        xs = [x.detach().clone().requires_grad_(input_grad) for x in xs]
+        xs_ref = [fresh(x) for x in xs]
+        xs = [fresh(x) for x in xs]
         for p in list(model.parameters()) + list(ref.parameters()):
             p.grad = None
         y, y_ref = jit(*xs), ref(*xs_ref)
@@ -362,19 +366,12 @@ def test_python_numbers_passed_each_call_with_grad():
         def forward(self, x, s, n):
             return self.out((self.lin(x) * s).tanh() / s + n)
     torch.manual_seed(0)
-    m = M()
-    ref = copy.deepcopy(m)
-    jit = dynamo.optimize(m)
-    for step in range(6):
-        x, s, n = torch.randn(4, 8), 0.5 + 0.25 * step, step
-        for p in list(m.parameters()) + list(ref.parameters()):
-            p.grad = None
-        y, y_ref = jit(x, s, n), ref(x, s, n)
-        close(y, y_ref, f"step {step}")
-        y.square().sum().backward()
-        y_ref.square().sum().backward()
-        for p, q in zip(m.parameters(), ref.parameters()):
-            close(p.grad, q.grad, f"step {step}")
+    step = iter(range(6))
+
+    def make_input():
+        k = next(step)
+        return [torch.randn(4, 8), 0.5 + 0.25 * k, k]
+    jit = train_side_by_side(M(), make_input, steps=6)
     assert len(jit.forward.compiled) == 1 and jit.forward.compiled[0].training, dynamo.report()
     assert counts()[1] >= 4, dynamo.report()
 
@@ -396,19 +393,8 @@ def test_python_numbers_a_tensor_cannot_stand_for_with_grad():
     torch.manual_seed(0)
     for idx in (None, torch.arange(6)):
         dynamo.reset()
-        m = M()
-        ref = copy.deepcopy(m)
-        jit = dynamo.optimize(m)
-        for step in range(4):
-            x, s = torch.randn(3, 6), 0.3 + 0.1 * step
-            for p in list(m.parameters()) + list(ref.parameters()):
-                p.grad = None
-            y, y_ref = jit(x, s, idx), ref(x, s, idx)
-            close(y, y_ref)
-            y.sum().backward()
-            y_ref.sum().backward()
-            for p, q in zip(m.parameters(), ref.parameters()):
-                close(p.grad, q.grad)
+        step = iter(range(4))
+        jit = train_side_by_side(M(), lambda: [torch.randn(3, 6), 0.3 + 0.1 * next(step), idx], steps=4)
         if idx is not None:
             assert not any(getattr(c, "training", False) for c in jit.forward.compiled), dynamo.report()
             assert "where a tensor cannot stand for it" in dynamo.report(), dynamo.report()
