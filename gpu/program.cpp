@@ -90,13 +90,13 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
     gemm_of_step[(size_t)s.index] = (int32_t)g.gemms.size();
     g.gemms.push_back(G);
   }
-  g.ptx = jit::lower_ptx(t, p, fn_name, arch, &g.kernels);
+  g.ptx = lower_ptx(t, p, fn_name, arch, &g.kernels);
   g.num_inputs = p.num_inputs;
   g.num_outputs = p.num_outputs;
   g.num_slots = p.num_slots;
   g.scratch_bytes = p.scratch_bytes;
   g.scratch_bytes.resize((size_t)p.num_slots, 0);
-  for (const jit::GpuKernel &k : g.kernels) g.can_fail = g.can_fail || k.can_fail;
+  for (const GpuKernel &k : g.kernels) g.can_fail = g.can_fail || k.can_fail;
   std::vector<char> dropped(p.groups.size(), 0);
   fuse_activations(t, p, g, dropped);
   // Products' results: device memory of their own, or the output the plan would copy them to.
@@ -134,7 +134,7 @@ Loaded::Loaded(std::shared_ptr<Device> dev, const Program &prog) : dev_(std::mov
   scratch_.assign((size_t)prog_.num_slots, 0);
   try {
     mod_ = dev_->load(prog_.ptx);
-    for (const jit::GpuKernel &k : prog_.kernels) functions_.push_back(dev_->function(*mod_, k.name));
+    for (const GpuKernel &k : prog_.kernels) functions_.push_back(dev_->function(*mod_, k.name));
     slot_table_ = dev_->alloc(sizeof(uint64_t) * (size_t)std::max<int32_t>(1, prog_.num_slots));
     status_ = dev_->alloc(sizeof(int32_t));
     for (size_t k = 0; k < scratch_.size(); ++k)
@@ -188,7 +188,7 @@ int32_t Loaded::launch(std::vector<uint64_t> slots) {
       continue;
     }
     size_t ki = (size_t)step.index;
-    const jit::GpuKernel &k = prog_.kernels[ki];
+    const GpuKernel &k = prog_.kernels[ki];
     if (k.items <= 0) continue;
     if (k.optional_slot >= 0 && slots[(size_t)k.optional_slot] == 0) continue;  // elided output
     int64_t items = k.items;
@@ -197,7 +197,7 @@ int32_t Loaded::launch(std::vector<uint64_t> slots) {
       block = (unsigned)k.block_threads;
       grid = (unsigned)std::min<int64_t>(items, 1 << 20);
     } else {
-      block = jit::kGpuThreads;
+      block = kGpuThreads;
       grid = (unsigned)std::min<int64_t>((items + block - 1) / block, 1 << 20);
     }
     uint64_t table = slot_table_, status = status_;

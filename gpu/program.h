@@ -10,7 +10,7 @@
 
 #include "gpu/blas_lt.h"
 #include "gpu/cuda_driver.h"
-#include "jit/lower_cpu.h"
+#include "gpu/lower_ptx.h"
 
 namespace dynamo::gpu {
 
@@ -22,7 +22,7 @@ inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, j
 struct Program {
   std::string arch;                        // "sm_90"
   std::string ptx;
-  std::vector<jit::GpuKernel> kernels;     // launch order
+  std::vector<GpuKernel> kernels;     // launch order
   int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
   bool can_fail = false;                   // a kernel may set the status word

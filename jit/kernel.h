@@ -1,16 +1,28 @@
-// kernel.h -- the kernel emitter shared by the pointwise (lower_cpu.cpp) and reduction
-// (lower_reduce.cpp) lowerings. Internal to jit/.
+// kernel.h -- the target-neutral kernel emitter: one fused group of a plan as an LLVM function
+//   i32 k(void **slots, i64 begin, i64 end)
+// over the group's work items (0 or a runtime status code). kernel.cpp has the pointwise part
+// (access patterns, loop nests, the ops), lower_reduce.cpp the row groups (each reduction an
+// accumulator family with init/step/merge), lower_math.cpp the inline float32 math.
+//
+// What differs between machines is the *target*, a subclass answering the hooks at the end of
+// the class: the CPU (jit/lower_cpu.cpp, CpuEmitter: vectors of the host's width, SLEEF, a
+// kernel-local slot table, sizes as data, per-row scratch buffers) and NVIDIA GPUs
+// (gpu/lower_ptx.cpp, PtxEmitter: one lane per thread, libdevice, a block of threads sharing a
+// row and merging their states by warp shuffles). As LuaJIT keeps lj_asm.c apart from
+// lj_asm_<arch>.h, nothing in this file or its .cpp files names an instruction set.
+// Internal to the lowerings.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 
-#include "lower_cpu.h"
+#include "fuse.h"
 
 namespace dynamo::jit::detail {
 
@@ -32,28 +44,63 @@ struct Pattern {
 
 class KernelEmitter {
  public:
-  KernelEmitter(Module &m, const Trace &t, const Plan &p, int gi, const LowerOptions &opt)
-      : M(m), C(m.getContext()), B(C), t(t), p(p), g(p.groups[gi]), gi(gi), opt(opt) {}
+  KernelEmitter(Module &m, const Trace &t, const Plan &p, int gi)
+      : M(m), C(m.getContext()), B(C), t(t), p(p), g(p.groups[gi]), gi(gi) {}
+  virtual ~KernelEmitter() = default;
 
   // Emits the kernel; returns it (nullptr when the domain is empty).
   Function *emit(const std::string &name);
-  Function *emit_row(const std::string &name);  // lower_reduce.cpp
   int64_t outer_size() const { return dims.empty() ? 1 : dims[0].size; }
   int64_t numel() const { return total; }
   Function *partial() const { return part_fn; }  // split reductions: the parallel partial kernel
   const std::vector<int32_t> &slot_table() const { return local_slots; }  // what the caller passes
   const std::vector<int64_t> &slot_offsets() const { return local_offsets; }  // bytes added to each
-  // GPU launch shape (LowerOptions::gpu): threads per block when one block computes one row
-  // (0: one outer index per thread), and how many items the .entry's grid-stride loop covers.
-  int gpu_block_threads() const { return gpu_block; }
   bool can_fail() const { return may_fail; }  // emitted code may set the runtime status (after emit)
-  int gpu_partial_block_threads() const { return gpu_part_block; }  // split reductions' partial kernel
-  int64_t gpu_items() const { return gpu_n; }
 
- private:
+ protected:
   struct Dim {
     int64_t size;
   };
+  using State = std::vector<Value *>;  // an accumulator's state as values
+  using MergeFn = std::function<State(const State &, const State &)>;
+  using PackFn = std::function<Value *(Value *)>;               // a state component -> i64 bits
+  using UnpackFn = std::function<Value *(Value *, llvm::Type *)>;
+
+  // -- the target (a subclass): what the machine decides --
+  // Lanes of the innermost loop's vectors (1: scalar code); all64: every access is 8 bytes.
+  virtual int vector_lanes(bool all64) const = 0;
+  // true: the kernel addresses a table of its own, filled by the caller (slot_table());
+  // false: the trace's slot table itself, patterns keeping their element offsets.
+  virtual bool own_slot_table() const = 0;
+  virtual bool sizes_as_data() const = 0;   // see size()
+  // A slot's pointer as the kernel's loads and stores use it (an address space, say).
+  virtual Value *tensor_pointer(Value *p) { return p; }
+  // A libm function (exp, log1p, pow, ...) of dtype d's compute type on L lanes.
+  virtual Value *math(const char *fn, DType d, std::vector<Value *> args) = 0;
+  // p * 2^n in one instruction where the machine has one (lower_math.cpp), else nullptr.
+  virtual Value *native_scale_pow2(Value *, Value *) { return nullptr; }
+  // The pointwise group over work items [arg 1, arg 2) of F: by default a loop nest over the
+  // collapsed dims, dim 0 taking the range, the innermost vectorized (emit_nest, emit_inner).
+  virtual void emit_pointwise_items();
+  // Row groups: called once the dims are collapsed; may set row_threads (threads sharing a row).
+  virtual void shape_rows() {}
+  // Split reductions: threads sharing one chunk of the partial kernel, and sharing the merge of
+  // `chunks` partial states (0: one thread walks it).
+  virtual int split_partial_threads() const { return 0; }
+  virtual int split_merge_threads(int64_t chunks) const { return 0; }
+  // This thread's index among the row_threads sharing a row (only asked when row_threads > 0).
+  virtual Value *thread_in_row() { fail(ErrorCode::Internal, "kernel target without threads per row"); }
+  // Every thread's state merged across the row_threads sharing a row (in thread order).
+  virtual State merge_row_threads(State s, const MergeFn &, const PackFn &, const UnpackFn &) { return s; }
+  // Row caches (see below): a scratch buffer of `bytes` per kernel call, released at its end
+  // (free_row_scratch runs at the end of every row kernel, with the buffers made). Without
+  // them, the later stages compute the values again.
+  virtual bool has_row_scratch() const { return false; }
+  virtual Value *row_scratch(Value *) { fail(ErrorCode::Internal, "kernel target without scratch buffers"); }
+  virtual void free_row_scratch(const std::vector<Value *> &) {}
+  virtual bool prefetches_next_row() const { return false; }  // later passes over a row: see below
+  virtual int store_pass_copies() const { return 1; }  // unrolled copies of a row's store pass
+
   Module &M;
   LLVMContext &C;
   mutable IRBuilder<> B;
@@ -61,7 +108,6 @@ class KernelEmitter {
   const Plan &p;
   const Group &g;
   int gi;
-  const LowerOptions &opt;
 
   std::vector<Pattern> pats;                         // leaves first, then root stores
   std::map<std::pair<int32_t, Map>, int32_t> leaf_of;  // (value, map) -> pattern
@@ -72,35 +118,32 @@ class KernelEmitter {
   Function *F = nullptr;
   Value *slots = nullptr;
   std::map<int32_t, Value *> base;                   // pattern slot -> base pointer
-  // CPU kernels address a table of their own (the (slot, byte offset) pairs they use, in order
-  // of first use), which the trace function fills before each call with each slot's pointer
-  // plus the offset: kernels that differ only in which slots they touch, or where in them they
-  // start (the steps of an unrolled loop over slices), are then the same code, compiled once.
-  // On the CPU each pattern's slot is then its table index and its offset 0 (fold_offsets).
-  // GPU kernels use the global table.
+  // With a table of its own (own_slot_table), a kernel addresses the (slot, byte offset) pairs
+  // it uses, in order of first use, which the trace function fills before each call with each
+  // slot's pointer plus the offset: kernels that differ only in which slots they touch, or where
+  // in them they start (the steps of an unrolled loop over slices), are then the same code,
+  // compiled once. Each pattern's slot is then its table index and its offset 0 (fold_offsets).
   std::vector<int32_t> local_slots;                  // local index -> global slot
   std::vector<int64_t> local_offsets;                // local index -> bytes past the slot's pointer
   std::map<std::pair<int32_t, int64_t>, int32_t> local_of;  // (global slot, bytes) -> local index
   bool folded = false;
   void fold_offsets();
   int32_t local_index(int32_t global, int64_t bytes);
-  Value *slot_addr(int32_t global);                  // &table[slot] in the current function (GPU:
-                                                     // the global table; CPU: the slot at offset 0)
-  Value *local_addr(int32_t index);                  // &table[index] (CPU)
+  Value *slot_addr(int32_t global);                  // &table[the slot] in the current function
+  Value *local_addr(int32_t index);                  // &table[index]
   Value *flag = nullptr;                             // alloca i32: runtime error code
   bool may_fail = false;                             // code that can set it was emitted (integer floor division)
-  // Sizes as data (LowerOptions::size_params, CPU): a number that follows from the trace's
-  // sizes (a loop bound, a stride, a row cache's bytes) is read from an entry of the kernel's
-  // table that the trace function fills, instead of being a constant of the code. Kernels that
-  // differ only in such numbers are then the same code, and so are whole traces recorded at
-  // other sizes (Engine::compile shares their machine code). size(v) gives that load (or the
-  // constant v when sizes are not data); it may be called anywhere in the function. Any
-  // number not passed through size() stays a constant, so it is part of the code and two
-  // traces share code only where it agrees: sharing is never wrong, only less frequent.
+  // Sizes as data (sizes_as_data): a number that follows from the trace's sizes (a loop bound,
+  // a stride, a row cache's bytes) is read from an entry of the kernel's table that the trace
+  // function fills, instead of being a constant of the code. Kernels that differ only in such
+  // numbers are then the same code, and so are whole traces recorded at other sizes
+  // (Engine::compile shares their machine code). size(v) gives that load (or the constant v
+  // when sizes are not data); it may be called anywhere in the function. Any number not passed
+  // through size() stays a constant, so it is part of the code and two traces share code only
+  // where it agrees: sharing is never wrong, only less frequent.
   Instruction *param_ip = nullptr;                   // the entry block's first non-size instruction
   Value *size(int64_t v);
   Value *size_f(int64_t v, llvm::Type *fty);         // the same number as a float of type fty
-  bool sizes_as_data() const { return opt.size_params && !opt.gpu; }
   MDNode *scope_read = nullptr, *scope_write = nullptr;
 
   // Per inner-loop body:
@@ -143,11 +186,14 @@ class KernelEmitter {
     std::function<void()> begin, end;
   };
   bool in_block = false;
-  bool gpu_copies = false;  // GPU row loop unrolled: scalar bodies use the per-copy accumulators
-  // GPU rows that split evenly over the block (at most 32 elements per thread) are walked by
-  // straight-line code; element `gpu_elem` of this thread's share is loaded once per pattern
+  // Threads sharing a row (row_threads > 0, set by the target's shape_rows): thread t takes
+  // elements t, t + row_threads, ... of the innermost reduced dim, the same split in every pass.
+  int row_threads = 0, part_row_threads = 0;
+  bool thread_copies = false;  // such a row loop unrolled: scalar bodies use the per-copy accumulators
+  // Rows that split evenly over the threads (at most 32 elements each) are walked by
+  // straight-line code; element `share_elem` of this thread's share is loaded once per pattern
   // and kept in registers for the later passes over the row (softmax reads x once, not 3x).
-  int gpu_elem = -1;
+  int share_elem = -1;
   std::map<std::pair<int32_t, int>, Value *> row_regs;
   void emit_inner(size_t d, Value *begin, Value *end, const std::function<void(int)> &body, int unroll = 1,
                   const Blocking *blk = nullptr);
@@ -159,23 +205,8 @@ class KernelEmitter {
   void emit_body(int lanes_now);
   Map identity() const;
 
-  // -- GPU forms (LowerOptions::gpu) --
-  // Pointwise groups run one element per thread (the flat index is split into the collapsed
-  // dims); row groups with a long reduced dim run one block of gpu_block threads per row, each
-  // thread striding the innermost reduced dim by the block size, then a warp-shuffle and
-  // shared-memory merge of the per-thread states.
-  int gpu_block = 0, gpu_part_block = 0;
-  int64_t gpu_n = 0;
-  Value *gpu_tid = nullptr;
-  void emit_gpu_flat();
-  Value *gpu_lane_first();  // tid.x (read in the kernel's entry block)
-  using MergeFn = std::function<std::vector<Value *>(const std::vector<Value *> &, const std::vector<Value *> &)>;
-  using PackFn = std::function<Value *(Value *)>;               // a state component -> i64 bits
-  using UnpackFn = std::function<Value *(Value *, llvm::Type *)>;
-  std::vector<Value *> block_merge(std::vector<Value *> s, const MergeFn &merge2, const PackFn &pack,
-                                   const UnpackFn &unpack);
-
   // -- row groups (lower_reduce.cpp) --
+  Function *emit_row(const std::string &name);
   size_t n_outer = 0;                                // dims[0, n_outer) are kept, the rest reduced
   std::map<int32_t, EVal> reg;                       // this row's reduction results
   std::map<int32_t, std::vector<int32_t>> row_pat;   // row root index -> pattern
@@ -203,6 +234,16 @@ class KernelEmitter {
   // also_mean: a mean of the same input, taken from this var/std's Welford state (one pass).
   void emit_reduction(int32_t r, int32_t also_mean = -1);
   Value *alloca_at_entry(llvm::Type *ty);
+  // The accumulator families (lower_reduce.cpp): compensated sums, plain folds, min/max with a
+  // NaN mask, argmin/argmax, Welford and shifted sums; each with init, step, read, merge, finish.
+  struct Accumulator;
+  struct CompensatedSum;
+  struct Fold;
+  struct MinMaxNan;
+  struct ArgBest;
+  struct Welford;
+  struct ShiftedSums;
+  std::unique_ptr<Accumulator> accumulator_for(const Inst &in, int64_t extent);
 
   // -- values --
   llvm::Type *scalar_ty(DType d) const {
@@ -271,7 +312,6 @@ class KernelEmitter {
   EVal compute(int32_t v, const Map &m);
   void prime(int32_t v, const Map &m);
   bool priming = false;  // inside prime(): operands are computed deepest first already
-  Value *sleef(const char *fn, DType d, std::vector<Value *> args);
   Value *fisnan(Value *x) { return B.CreateFCmpUNO(x, x); }
   // Inline float32 math (lower_math.cpp); x is a float or <L x float>.
   Value *f32c(double x);
@@ -285,10 +325,10 @@ class KernelEmitter {
   Value *erf_f32(Value *x);
   Value *tanh_f32(Value *x);
   Value *sigmoid_f32(Value *x);
-  // In dtype d's compute type: inline for float32 (and the half types), SLEEF for float64.
-  Value *exp_of(DType d, Value *x) { return d == DType::F64 ? sleef("exp", d, {x}) : exp_f32(x); }
-  Value *erf_of(DType d, Value *x) { return d == DType::F64 ? sleef("erf", d, {x}) : erf_f32(x); }
-  Value *tanh_of(DType d, Value *x) { return d == DType::F64 ? sleef("tanh", d, {x}) : tanh_f32(x); }
+  // In dtype d's compute type: inline for float32 (and the half types), the target's math for float64.
+  Value *exp_of(DType d, Value *x) { return d == DType::F64 ? math("exp", d, {x}) : exp_f32(x); }
+  Value *erf_of(DType d, Value *x) { return d == DType::F64 ? math("erf", d, {x}) : erf_f32(x); }
+  Value *tanh_of(DType d, Value *x) { return d == DType::F64 ? math("tanh", d, {x}) : tanh_f32(x); }
   void decorate(Instruction *I, bool is_store) {
     I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
     I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);

@@ -4,12 +4,11 @@
 // argument and a large-argument form, both computed (no data-dependent branches). Rules that
 // the error bounds rely on: every fma stays a real llvm.fma, no fast-math flags anywhere, and
 // clamps are compare+select in the operand order that maps to one x86 min/max and keeps NaN.
-// float64 and the rarer functions go to SLEEF (lower_cpu.cpp, KernelEmitter::sleef).
+// float64 and the rarer functions go to the target's library (KernelEmitter::math: SLEEF on
+// the CPU, libdevice on NVIDIA GPUs).
 //
 // Accuracy is checked against double-precision libm over every float32 input by
 // perf/math_accuracy.cpp (`make check-math`), and over a sample in tests/c/test_pointwise.cpp.
-#include <llvm/IR/IntrinsicsX86.h>
-
 #include "kernel.h"
 
 namespace dynamo::jit::detail {
@@ -21,14 +20,11 @@ Value *KernelEmitter::fma32(Value *a, Value *b, Value *c) {
   return B.CreateIntrinsic(Intrinsic::fma, {a->getType()}, {a, b, c});
 }
 
-// p * 2^n for integer-valued float n in [-150, 129], p in [0.5, 2) (or NaN). With AVX-512 one
-// vscalefps (a single rounding, right for denormal results); elsewhere two factors, each a
-// normal float built from exponent bits, so that denormal results and 2^128 * p come out right.
+// p * 2^n for integer-valued float n in [-150, 129], p in [0.5, 2) (or NaN). The target's one
+// instruction where it has one (AVX-512's vscalefps); elsewhere two factors, each a normal
+// float built from exponent bits, so that denormal results and 2^128 * p come out right.
 Value *KernelEmitter::scale_pow2(Value *p, Value *n) {
-  if (L == 16 && opt.features.find("+avx512f") != std::string::npos) {
-    Value *all = B.getInt16(0xffff), *cur_direction = B.getInt32(4);
-    return B.CreateIntrinsic(Intrinsic::x86_avx512_mask_scalef_ps_512, {}, {p, n, p, all, cur_direction});
-  }
+  if (Value *r = native_scale_pow2(p, n)) return r;
   llvm::Type *it = L == 1 ? (llvm::Type *)B.getInt32Ty() : FixedVectorType::get(B.getInt32Ty(), L);
   Value *ni = B.CreateFPToSI(n, it);
   Value *n1 = B.CreateAShr(ni, i32c(1));

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <set>
 
-#include <llvm/IR/IntrinsicsNVPTX.h>
-
 #include "kernel.h"
 
 namespace dynamo::jit::detail {
@@ -33,7 +31,7 @@ bool is_math(Op op) {
 }  // namespace
 
 void KernelEmitter::plan_row_cache() {
-  if (opt.gpu) return;  // recompute instead: no per-thread heap buffers on the GPU
+  if (!has_row_scratch()) return;  // the later stages compute the values again
   int64_t extent = 1;
   for (int64_t d : g.rdims) extent *= g.domain[d];
   const int64_t kMaxBytes = 1 << 20;  // keep the per-row buffers cache-resident
@@ -89,10 +87,7 @@ void KernelEmitter::plan_row_cache() {
           if (o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].sizes == g.domain) pick(o.value, s);
     }
   // One buffer per cached value for the whole kernel call (rows reuse it).
-  for (auto &[v, c] : row_cache) {
-    FunctionCallee mal = M.getOrInsertFunction("malloc", FunctionType::get(B.getPtrTy(), {B.getInt64Ty()}, false));
-    c.ptr = B.CreateCall(mal, {size(std::max<int64_t>(64, extent * reg_bytes(c.dt) + 64))});
-  }
+  for (auto &[v, c] : row_cache) c.ptr = row_scratch(size(std::max<int64_t>(64, extent * reg_bytes(c.dt) + 64)));
 }
 
 void KernelEmitter::collapse_row() {
@@ -139,22 +134,13 @@ Function *KernelEmitter::emit_row(const std::string &name) {
   collapse_row();
   if (outer_n == 0) return nullptr;  // no rows; an empty reduced extent still yields results
   if (g.split_chunks > 0) return emit_split(name);
-  if (opt.gpu) {
-    gpu_n = n_outer ? dims[0].size : 1;
-    // A block per row once the innermost reduced dim is long enough to share out; the
-    // per-thread partial states are merged in registers (shuffles) and shared memory.
-    int64_t inner = dims.back().size;
-    if (dims.size() > n_outer && inner >= 64) {
-      gpu_block = 64;  // 8 to 16 elements per thread, at most 256 threads (measured on an H200)
-      while (gpu_block < 256 && (int64_t)gpu_block * 16 <= inner) gpu_block *= 2;
-      if (opt.gpu_row_block) gpu_block = opt.gpu_row_block;
-    }
-  }
+  shape_rows();
   begin_function(name);
   plan_row_cache();
   emit_nest(0, n_outer, F->getArg(1), F->getArg(2), [this](Value *, Value *) { emit_row_body(); });
-  FunctionCallee fr = M.getOrInsertFunction("free", FunctionType::get(B.getVoidTy(), {B.getPtrTy()}, false));
-  for (auto &[v, c] : row_cache) B.CreateCall(fr, {c.ptr});
+  std::vector<Value *> scratch;
+  for (auto &[v, c] : row_cache) scratch.push_back(c.ptr);
+  free_row_scratch(scratch);
   B.CreateRet(B.CreateLoad(B.getInt32Ty(), flag));
   return F;
 }
@@ -165,8 +151,8 @@ Function *KernelEmitter::emit_row(const std::string &name) {
 Function *KernelEmitter::emit_split(const std::string &name) {
   int64_t n = dims[n_outer].size;
   split = Split::Partial;
-  // GPU: a block per chunk, its threads striding the chunk (then merged as a row's are).
-  if (opt.gpu && dims.size() == n_outer + 1) gpu_block = gpu_part_block = opt.gpu_row_block ? opt.gpu_row_block : 512;
+  // Threads sharing a chunk (a GPU block), striding it, then merged as a row's are.
+  if (dims.size() == n_outer + 1) row_threads = part_row_threads = split_partial_threads();
   begin_function(name + "_part");
   Loop lp = open_loop(F->getArg(1), [&](Value *i) { return B.CreateICmpSLT(i, F->getArg(2)); }, "chunk");
   Value *c = lp.i;
@@ -185,16 +171,9 @@ Function *KernelEmitter::emit_split(const std::string &name) {
   part_fn = F;
 
   split = Split::Merge;  // the main kernel: merge, finalize, store
-  // GPU: one block; thread t merges chunks t, t + threads, ... in order, then the block merges
-  // the threads' states (a tree).
-  gpu_block = 0;
-  if (opt.gpu)
-    for (int b : {256, 128, 64, 32})
-      if (g.split_chunks % b == 0) {
-        gpu_block = b;
-        break;
-      }
-  gpu_tid = nullptr;
+  // Threads sharing the merge (a GPU block): thread t merges chunks t, t + threads, ... in
+  // order, then the threads' states are merged.
+  row_threads = split_merge_threads(g.split_chunks);
   base.clear();
   begin_function(name);
   reg.clear();
@@ -237,10 +216,10 @@ void KernelEmitter::emit_r_loops(size_t d, const std::function<void(int)> &body,
 // Values stored once per row: reductions with buffers, and pointwise values of the row shape.
 void KernelEmitter::store_row_roots() {
   BasicBlock *skip = nullptr;
-  if (gpu_block && !g.row_roots.empty()) {  // every thread holds the row's results; one stores
+  if (row_threads && !g.row_roots.empty()) {  // every thread holds the row's results; one stores
     BasicBlock *st = BasicBlock::Create(C, "row_store", F);
     skip = BasicBlock::Create(C, "row_stored", F);
-    B.CreateCondBr(B.CreateICmpEQ(gpu_lane_first(), B.getInt64(0)), st, skip);
+    B.CreateCondBr(B.CreateICmpEQ(thread_in_row(), B.getInt64(0)), st, skip);
     B.SetInsertPoint(st);
   }
   for (size_t k = 0; k < g.row_roots.size(); ++k) {
@@ -261,7 +240,7 @@ void KernelEmitter::store_row_roots() {
 }
 
 void KernelEmitter::emit_prefetch_next_row() {
-  if (opt.gpu || n_outer == 0 || dims.size() != n_outer + 1) return;  // one collapsed reduced dim only
+  if (!prefetches_next_row() || n_outer == 0 || dims.size() != n_outer + 1) return;  // one collapsed reduced dim only
   for (size_t k = 0; k < pats.size(); ++k) {
     const Pattern &pt = pats[k];
     bool is_store = pt.store || std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
@@ -308,7 +287,7 @@ void KernelEmitter::emit_row_body() {
   if (!g.roots.empty()) {
     rflat = B.getInt64(0);
     prefetch_next_row = true;
-    emit_r_loops(n_outer, [this](int l) { emit_body(l); }, opt.gpu ? 4 : 1);  // GPU: 4 stores in flight
+    emit_r_loops(n_outer, [this](int l) { emit_body(l); }, store_pass_copies());
     rflat = nullptr;
   }
   prefetch_next_row = false;
@@ -342,181 +321,127 @@ State tree(IRBuilder<> &B, State s, const std::function<State(const State &, con
 
 }  // namespace
 
-// GPU block per row: each thread's state (all lanes of every component) merged across the
-// block. A butterfly of warp shuffles leaves the warp's merge in every lane; lane 0 of each
-// warp parks it in shared memory; after a barrier every thread merges the warps' states in
-// warp order (so all threads agree on the result bit for bit), and a second barrier frees the
-// shared slots for the next reduction.
-std::vector<Value *> KernelEmitter::block_merge(std::vector<Value *> s, const MergeFn &merge2, const PackFn &pack,
-                                                const UnpackFn &unpack) {
-  llvm::Type *i32 = B.getInt32Ty(), *i64 = B.getInt64Ty();
-  auto shfl = [&](Value *v, int off) -> Value * {
-    auto one = [&](Value *x) {
-      return B.CreateIntrinsic(Intrinsic::nvvm_shfl_sync_bfly_i32, {},
-                               {B.getInt32(-1), x, B.getInt32(off), B.getInt32(0x1f)});
-    };
-    llvm::Type *vt = v->getType();
-    unsigned bits = vt->getPrimitiveSizeInBits();
-    if (bits == 64) {
-      Value *x = B.CreateBitCast(v, i64);
-      Value *lo = one(B.CreateTrunc(x, i32)), *hi = one(B.CreateTrunc(B.CreateLShr(x, 32), i32));
-      return B.CreateBitCast(B.CreateOr(B.CreateZExt(lo, i64), B.CreateShl(B.CreateZExt(hi, i64), 32)), vt);
-    }
-    if (bits == 32) return B.CreateBitCast(one(B.CreateBitCast(v, i32)), vt);
-    return B.CreateTrunc(one(B.CreateZExt(v, i32)), vt);
-  };
-  for (int off = 16; off >= 1; off /= 2) {
-    std::vector<Value *> o;
-    for (Value *v : s) o.push_back(shfl(v, off));
-    s = merge2(s, o);
-  }
-  constexpr int kMaxWarps = 32, kMaxComps = 4;
-  GlobalVariable *sm = M.getNamedGlobal("dynamo_block_states");
-  auto *at = ArrayType::get(i64, kMaxWarps * kMaxComps);
-  if (!sm) {
-    sm = new GlobalVariable(M, at, false, GlobalValue::InternalLinkage, UndefValue::get(at), "dynamo_block_states",
-                            nullptr, GlobalValue::NotThreadLocal, 3);
-    sm->setAlignment(Align(8));
-  }
-  Value *tid = gpu_lane_first();
-  Value *warp = B.CreateLShr(tid, 5);
-  BasicBlock *wr = BasicBlock::Create(C, "park", F), *parked = BasicBlock::Create(C, "parked", F);
-  B.CreateCondBr(B.CreateICmpEQ(B.CreateAnd(tid, 31), B.getInt64(0)), wr, parked);
-  B.SetInsertPoint(wr);
-  for (size_t k = 0; k < s.size(); ++k) {
-    Value *idx = B.CreateAdd(B.CreateMul(warp, B.getInt64(kMaxComps)), B.getInt64((int64_t)k));
-    B.CreateStore(pack(s[k]), B.CreateInBoundsGEP(at, sm, {B.getInt64(0), idx}));
-  }
-  B.CreateBr(parked);
-  B.SetInsertPoint(parked);
-  B.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
-  std::vector<Value *> res;
-  for (int w = 0; w < gpu_block / 32; ++w) {
-    std::vector<Value *> sw;
-    for (size_t k = 0; k < s.size(); ++k) {
-      Value *p = B.CreateInBoundsGEP(at, sm, {B.getInt64(0), B.getInt64(w * kMaxComps + (int64_t)k)});
-      sw.push_back(unpack(B.CreateLoad(i64, p), s[k]->getType()));
-    }
-    res = w == 0 ? sw : merge2(res, sw);
-  }
-  B.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
-  return res;
-}
-
-void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
-  const Inst &in = t.insts[t.def[r]];
-  const int32_t x = in.args[0].value;
-  const DType xdt = t.types[x].dtype, rdt = t.types[r].dtype;
-  const Op op = in.op;
-  const bool index = op == Op::argmax || op == Op::argmin;
-  const bool welford = op == Op::var || op == Op::std;
-  // Float sums: a cascade. Blocks of 16 unrolled steps add plainly into block sums (one add per
-  // vector); each block sum is then Kahan-added into the lane's total; partial blocks go straight
-  // into the compensated totals. Rounding errors of the short blocks are independent, so the
-  // relative error stays at float32's final rounding, as ATen's cascade sum.
-  const bool kahan = (op == Op::sum || op == Op::mean) && is_float(xdt);
-  DType adt = xdt;  // accumulator / comparison dtype
-  if ((op == Op::sum || op == Op::prod) && !is_float(xdt)) adt = DType::I64;
-  // Welford in float32 drifts over millions of elements; like ATen, accumulate it in double.
-  if (welford) adt = DType::F64;
-  const bool fl = is_float(adt);
-  int64_t extent = 1;
-  for (int64_t d : g.rdims) extent *= g.domain[d];
-  // var/std of a row of up to 2^16 elements: shifted sums instead of Welford. With K the row's
-  // first element (0 if not finite), S1 = sum(x - K) and S2 = sum((x - K)^2) in float64 give
-  // M2 = S2 - S1^2 / n. Since K is one of the data, n (K - mean)^2 <= n M2, so the cancellation
-  // costs at most a factor n: relative error <= n^1.5 * 2^-53 < 2^-29 here -- and no division
-  // per element, which is what makes Welford compute-bound in layer norm.
-  const bool shifted = welford && split == Split::None && extent > 0 && extent <= 65536;
-
-  auto ty = [&](DType d, int l) -> llvm::Type * {
-    int keep = L;
-    L = l;
-    llvm::Type *r2 = vec_ty(d);
-    L = keep;
-    return r2;
-  };
-  auto konst = [&](DType d, double v, int l) {
-    int keep = L;
-    L = l;
-    Value *c = cst(d, v).v;
-    L = keep;
-    return c;
-  };
-  double init = 0;
-  switch (op) {
-    case Op::prod: init = 1; break;
-    case Op::amax: case Op::argmax: init = fl ? -INFINITY : (double)INT64_MIN; break;
-    case Op::amin: case Op::argmin: init = fl ? INFINITY : (double)INT64_MAX; break;
-    default: break;
-  }
-  auto init_of = [&](DType d, int l) -> Value * {
-    if (!fl && (op == Op::amax || op == Op::argmax || op == Op::amin || op == Op::argmin)) {
-      llvm::Type *st = scalar_ty(adt);
-      bool mx = op == Op::amax || op == Op::argmax;
-      Value *c = adt == DType::Bool ? ConstantInt::get(st, mx ? 0 : 1)
-                 : mx ? ConstantInt::get(st, APInt::getSignedMinValue(st->getIntegerBitWidth()))
-                      : ConstantInt::get(st, APInt::getSignedMaxValue(st->getIntegerBitWidth()));
-      return l == 1 ? c : B.CreateVectorSplat(l, c);
-    }
-    return konst(d, init, l);
-  };
-
-  // State: [acc, comp|m2|idx] per width (vector lanes, scalar tail), plus welford counts.
-  // Float amax/amin accumulate with one x86 max/min that keeps a NaN already in the
-  // accumulator, plus a per-lane "saw NaN" mask for NaN inputs (3 instructions per vector
-  // instead of llvm.maximum's 6); the mask turns the lane into NaN when the state is read.
-  const bool nan_mask = fl && (op == Op::amax || op == Op::amin);
-  struct Acc {
+// -- reductions as accumulator families --
+//
+// A reduction keeps a state per vector accumulator (each unrolled copy) and one for the scalar
+// tail, in allocas (Slots). init() makes the empty part's state, step() folds one element (or
+// vector of them) in, read() gives a state as values, merge(p, q) combines the states of two
+// disjoint parts, p's elements first (copies pairwise, vector lanes as a tree, the threads
+// sharing a row in thread order, the chunks of a split reduction in chunk order), end() turns
+// the merged state into the family's final form, and finish() gives the result. The walk over
+// the row, the merge order and the split-reduction storage are the emitter's (emit_reduction);
+// every target uses the same families.
+struct KernelEmitter::Accumulator {
+  struct Slots {
     Value *a = nullptr, *b = nullptr, *n = nullptr, *nan = nullptr;
   };
-  constexpr int kCopies = 4;  // independent vector accumulators: hides the add/max latency
-  // Welford's float64 state is already two vectors per lane group and has its own latency
-  // slack; four copies of it (plus a fused producer's constants) would spill registers.
-  const int copies = shifted ? 2 : welford ? 1 : kCopies;
-  Acc vs[kCopies], ss;
-  auto make = [&](Acc &s, int l) {
-    s.a = alloca_at_entry(ty(adt, l));
-    B.CreateStore(init_of(adt, l), s.a);
-    if (kahan || welford) {
-      s.b = alloca_at_entry(ty(adt, l));
-      B.CreateStore(konst(adt, 0, l), s.b);
-    }
-    if (index) {
-      s.b = alloca_at_entry(ty(DType::I64, l));
-      Value *mx = B.getInt64(INT64_MAX);
-      B.CreateStore(l == 1 ? mx : B.CreateVectorSplat(l, mx), s.b);
-    }
-    if (welford && !shifted) {
-      s.n = alloca_at_entry(B.getInt64Ty());
-      B.CreateStore(B.getInt64(0), s.n);
-    }
-    if (nan_mask) {
-      llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
-      s.nan = alloca_at_entry(mt);
-      B.CreateStore(Constant::getNullValue(mt), s.nan);
-    }
-  };
-  for (int c = 0; c < copies; ++c) make(vs[c], lanes);
-  make(ss, 1);
+  KernelEmitter &e;
+  IRBuilder<> &B;
+  const Op op;
+  const DType adt;  // accumulator and comparison dtype
+  const bool fl;
+  const int64_t extent;  // elements per row
+  Accumulator(KernelEmitter &e, Op op, DType adt, int64_t extent)
+      : e(e), B(e.B), op(op), adt(adt), fl(is_float(adt)), extent(extent) {}
+  virtual ~Accumulator() = default;
+  virtual int copies() const { return 4; }  // independent vector accumulators: hide the step's latency
+  virtual int components() const { return 1; }
+  virtual void init(Slots &s, int l) = 0;
+  virtual void begin(int32_t) {}  // before the walk over the row (given the reduction's input)
+  virtual void step(Slots &s, Value *x, int l) = 0;  // e.rflat: the element's flat index
+  virtual State read(const Slots &s, int l) = 0;
+  virtual State merge(const State &p, const State &q) = 0;
+  virtual State end(State all) { return all; }
+  virtual EVal finish(const State &all) = 0;
+  virtual Value *mean(const State &) { return nullptr; }  // var/std: the row's mean, from the same state
+  virtual const Blocking *blocking() { return nullptr; }
 
-  // better(x, xi) over (v, vi): the argmax/argmin order with NaN first and ties to the lower index.
-  auto better = [&](Value *xv, Value *xi, Value *v, Value *vi) -> Value * {
-    bool mx = op == Op::argmax;
-    Value *gt, *eq;
-    if (fl) {
-      gt = mx ? B.CreateFCmpOGT(xv, v) : B.CreateFCmpOLT(xv, v);
-      Value *xn = fisnan(xv), *vn = fisnan(v);
-      gt = B.CreateOr(gt, B.CreateAnd(xn, B.CreateNot(vn)));
-      eq = B.CreateOr(B.CreateFCmpOEQ(xv, v), B.CreateAnd(xn, vn));
-    } else {
-      bool u = adt == DType::Bool;
-      gt = mx ? (u ? B.CreateICmpUGT(xv, v) : B.CreateICmpSGT(xv, v)) : (u ? B.CreateICmpULT(xv, v) : B.CreateICmpSLT(xv, v));
-      eq = B.CreateICmpEQ(xv, v);
+  llvm::Type *ty(DType d, int l) const {
+    int keep = e.L;
+    e.L = l;
+    llvm::Type *r = e.vec_ty(d);
+    e.L = keep;
+    return r;
+  }
+  Value *konst(DType d, double v, int l) const {
+    int keep = e.L;
+    e.L = l;
+    Value *c = e.cst(d, v).v;
+    e.L = keep;
+    return c;
+  }
+  Value *fresh(llvm::Type *type, Value *v) {  // an alloca holding v
+    Value *p = e.alloca_at_entry(type);
+    B.CreateStore(v, p);
+    return p;
+  }
+  llvm::Type *scalar() const { return e.scalar_ty(adt); }
+  Value *row_extent() { return e.size_f(extent, scalar()); }
+};
+
+// Float sum and mean: a cascade. Blocks of 16 unrolled steps add plainly into block sums (one
+// add per vector); each block sum is then Kahan-added into the lane's total; partial blocks go
+// straight into the compensated totals. Rounding errors of the short blocks are independent,
+// so the relative error stays at float32's final rounding, as ATen's cascade sum.
+struct KernelEmitter::CompensatedSum final : Accumulator {
+  using Accumulator::Accumulator;
+  Slots *vector_slots = nullptr;  // the copies' totals, which the block sums fold into
+  Value *block[4] = {};
+  Blocking cascade;
+  void init(Slots &s, int l) override {
+    s.a = fresh(ty(adt, l), konst(adt, 0, l));
+    s.b = fresh(ty(adt, l), konst(adt, 0, l));  // the compensation
+  }
+  void begin(int32_t) override {
+    for (Value *&p : block) p = e.alloca_at_entry(ty(adt, e.lanes));
+  }
+  // total (a, c) += x; the compensation is dropped at inf/NaN (as ATen's sum)
+  void add(const Slots &s, Value *xv, int l) {
+    llvm::Type *at = ty(adt, l);
+    Value *a = B.CreateLoad(at, s.a), *c = B.CreateLoad(at, s.b);
+    Value *y = B.CreateFSub(xv, c);
+    Value *tt = B.CreateFAdd(a, y);
+    Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
+    Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
+    B.CreateStore(tt, s.a);
+    B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
+  }
+  void step(Slots &s, Value *xv, int l) override {
+    if (e.in_block) {  // inside a cascade block: one plain add
+      Value *p = block[e.copy_index];
+      B.CreateStore(B.CreateFAdd(B.CreateLoad(ty(adt, l), p), xv), p);
+      return;
     }
-    return B.CreateOr(gt, B.CreateAnd(eq, B.CreateICmpSLT(xi, vi)));
-  };
-  auto combine = [&](Value *a, Value *b) -> Value * {
+    add(s, xv, l);
+  }
+  State read(const Slots &s, int l) override {
+    llvm::Type *t1 = ty(adt, l);
+    Value *va = B.CreateLoad(t1, s.a);
+    return {B.CreateFSub(va, B.CreateLoad(t1, s.b))};
+  }
+  State merge(const State &p, const State &q) override { return {B.CreateFAdd(p[0], q[0])}; }
+  EVal finish(const State &all) override {
+    Value *total = all[0];
+    if (op == Op::mean) total = B.CreateFDiv(total, row_extent());
+    return {total, adt};
+  }
+  // The blocks fold into the copies' totals (vector_slots: set by emit_reduction).
+  const Blocking *blocking() override {
+    cascade = {16,
+               [this] {
+                 for (Value *p : block) B.CreateStore(konst(adt, 0, e.lanes), p);
+               },
+               [this] {
+                 for (int c = 0; c < 4; ++c) add(vector_slots[c], B.CreateLoad(ty(adt, e.lanes), block[c]), e.lanes);
+               }};
+    return &cascade;
+  }
+};
+
+// Integer sums, products, integer and bool min/max: one combining op, exact in any order.
+struct KernelEmitter::Fold final : Accumulator {
+  using Accumulator::Accumulator;
+  Value *combine(Value *a, Value *b) {
     switch (op) {
       case Op::prod: return fl ? B.CreateFMul(a, b) : B.CreateMul(a, b);
       case Op::amax:
@@ -527,46 +452,256 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
                   : B.CreateBinaryIntrinsic(adt == DType::Bool ? Intrinsic::umin : Intrinsic::smin, a, b);
       default: return fl ? B.CreateFAdd(a, b) : B.CreateAdd(a, b);
     }
-  };
+  }
+  void init(Slots &s, int l) override {
+    Value *c;
+    if (!fl && (op == Op::amax || op == Op::amin)) {
+      llvm::Type *st = scalar();
+      bool mx = op == Op::amax;
+      c = adt == DType::Bool ? ConstantInt::get(st, mx ? 0 : 1)
+          : mx ? ConstantInt::get(st, APInt::getSignedMinValue(st->getIntegerBitWidth()))
+               : ConstantInt::get(st, APInt::getSignedMaxValue(st->getIntegerBitWidth()));
+      if (l > 1) c = B.CreateVectorSplat(l, c);
+    } else {
+      c = konst(adt, op == Op::prod ? 1 : 0, l);
+    }
+    s.a = fresh(ty(adt, l), c);
+  }
+  void step(Slots &s, Value *xv, int l) override {
+    Value *a = B.CreateLoad(ty(adt, l), s.a);
+    B.CreateStore(combine(a, xv), s.a);
+  }
+  State read(const Slots &s, int l) override { return {B.CreateLoad(ty(adt, l), s.a)}; }
+  State merge(const State &p, const State &q) override { return {combine(p[0], q[0])}; }
+  EVal finish(const State &all) override {
+    Value *v0 = all[0];
+    if (op == Op::mean) v0 = B.CreateFDiv(v0, row_extent());
+    return {v0, adt};
+  }
+};
 
-  // How states are read back and merged (copies lane-wise, lanes as a tree, chunks in order).
-  L = 1;
-  llvm::Type *st = scalar_ty(adt);
-  auto load_state = [&](const Acc &a, int l) -> State {
+// Float amax/amin: one x86 max/min that keeps a NaN already in the accumulator, plus a per-lane
+// "saw NaN" mask for NaN inputs (3 instructions per vector instead of llvm.maximum's 6); the
+// mask turns the lane into NaN when the state is read.
+struct KernelEmitter::MinMaxNan final : Accumulator {
+  using Accumulator::Accumulator;
+  llvm::Type *mask_ty(int l) const {
+    return l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
+  }
+  void init(Slots &s, int l) override {
+    s.a = fresh(ty(adt, l), konst(adt, op == Op::amax ? -INFINITY : INFINITY, l));
+    s.nan = fresh(mask_ty(l), Constant::getNullValue(mask_ty(l)));
+  }
+  void step(Slots &s, Value *xv, int l) override {  // maxps(x, a) = x > a ? x : a: a NaN accumulator stays
+    Value *a = B.CreateLoad(ty(adt, l), s.a);
+    Value *take = op == Op::amax ? B.CreateFCmpOGT(xv, a) : B.CreateFCmpOLT(xv, a);
+    B.CreateStore(B.CreateSelect(take, xv, a), s.a);
+    B.CreateStore(B.CreateOr(B.CreateLoad(mask_ty(l), s.nan), e.fisnan(xv)), s.nan);
+  }
+  State read(const Slots &s, int l) override {
+    Value *va = B.CreateLoad(ty(adt, l), s.a);
+    return {B.CreateSelect(B.CreateLoad(mask_ty(l), s.nan), konst(adt, NAN, l), va)};
+  }
+  State merge(const State &p, const State &q) override {
+    return {B.CreateBinaryIntrinsic(op == Op::amax ? Intrinsic::maximum : Intrinsic::minimum, p[0], q[0])};
+  }
+  EVal finish(const State &all) override { return {all[0], adt}; }
+};
+
+// argmax/argmin: (best value, its flat index), NaN first and ties to the lower index.
+struct KernelEmitter::ArgBest final : Accumulator {
+  using Accumulator::Accumulator;
+  int components() const override { return 2; }
+  // better(x, xi) over (v, vi)
+  Value *better(Value *xv, Value *xi, Value *v, Value *vi) {
+    bool mx = op == Op::argmax;
+    Value *gt, *eq;
+    if (fl) {
+      gt = mx ? B.CreateFCmpOGT(xv, v) : B.CreateFCmpOLT(xv, v);
+      Value *xn = e.fisnan(xv), *vn = e.fisnan(v);
+      gt = B.CreateOr(gt, B.CreateAnd(xn, B.CreateNot(vn)));
+      eq = B.CreateOr(B.CreateFCmpOEQ(xv, v), B.CreateAnd(xn, vn));
+    } else {
+      bool u = adt == DType::Bool;
+      gt = mx ? (u ? B.CreateICmpUGT(xv, v) : B.CreateICmpSGT(xv, v)) : (u ? B.CreateICmpULT(xv, v) : B.CreateICmpSLT(xv, v));
+      eq = B.CreateICmpEQ(xv, v);
+    }
+    return B.CreateOr(gt, B.CreateAnd(eq, B.CreateICmpSLT(xi, vi)));
+  }
+  void init(Slots &s, int l) override {
+    bool mx = op == Op::argmax;
+    Value *c;
+    if (!fl) {
+      llvm::Type *st = scalar();
+      c = adt == DType::Bool ? ConstantInt::get(st, mx ? 0 : 1)
+          : mx ? ConstantInt::get(st, APInt::getSignedMinValue(st->getIntegerBitWidth()))
+               : ConstantInt::get(st, APInt::getSignedMaxValue(st->getIntegerBitWidth()));
+      if (l > 1) c = B.CreateVectorSplat(l, c);
+    } else {
+      c = konst(adt, mx ? -INFINITY : INFINITY, l);
+    }
+    s.a = fresh(ty(adt, l), c);
+    Value *none = B.getInt64(INT64_MAX);
+    s.b = fresh(ty(DType::I64, l), l == 1 ? none : B.CreateVectorSplat(l, none));
+  }
+  void step(Slots &s, Value *xv, int l) override {
+    Value *a = B.CreateLoad(ty(adt, l), s.a);
+    Value *vi = B.CreateLoad(ty(DType::I64, l), s.b);
+    Value *xi = e.rflat;
+    if (l > 1) {
+      std::vector<Constant *> iota;
+      for (int k = 0; k < l; ++k) iota.push_back(B.getInt64(k));
+      xi = B.CreateAdd(B.CreateVectorSplat(l, e.rflat), ConstantVector::get(iota));
+    }
+    Value *bt = better(xv, xi, a, vi);
+    B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
+    B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
+  }
+  State read(const Slots &s, int l) override {
+    Value *va = B.CreateLoad(ty(adt, l), s.a);
+    return {va, B.CreateLoad(ty(DType::I64, l), s.b)};
+  }
+  State merge(const State &p, const State &q) override {
+    Value *bt = better(q[0], q[1], p[0], p[1]);
+    return {B.CreateSelect(bt, q[0], p[0]), B.CreateSelect(bt, q[1], p[1])};
+  }
+  EVal finish(const State &all) override { return {all[1], DType::I64}; }
+};
+
+// var/std: Welford's (count, mean, M2) in float64 (in float32 it drifts over millions of
+// elements; ATen accumulates it in double too); every lane has seen the same count. Parts
+// combine by Chan et al.'s formula.
+struct KernelEmitter::Welford : Accumulator {
+  int64_t correction;
+  Welford(KernelEmitter &e, Op op, int64_t extent, int64_t correction)
+      : Accumulator(e, op, DType::F64, extent), correction(correction) {}
+  int copies() const override { return 1; }  // two float64 vectors per lane group already; more would spill
+  int components() const override { return 3; }
+  void init(Slots &s, int l) override {
+    s.a = fresh(ty(adt, l), konst(adt, 0, l));
+    s.b = fresh(ty(adt, l), konst(adt, 0, l));
+    s.n = fresh(B.getInt64Ty(), B.getInt64(0));
+  }
+  void step(Slots &s, Value *xv, int l) override {
+    llvm::Type *at = ty(adt, l);
+    Value *a = B.CreateLoad(at, s.a);
+    Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
+    B.CreateStore(n, s.n);
+    Value *rn = B.CreateFDiv(ConstantFP::get(scalar(), 1.0), B.CreateSIToFP(n, scalar()));
+    Value *m2 = B.CreateLoad(at, s.b);
+    Value *delta = B.CreateFSub(xv, a);
+    Value *mean = B.CreateFAdd(a, B.CreateFMul(delta, e.splat(rn)));
+    B.CreateStore(mean, s.a);
+    B.CreateStore(B.CreateFAdd(m2, B.CreateFMul(delta, B.CreateFSub(xv, mean))), s.b);
+  }
+  State read(const Slots &s, int l) override {
     llvm::Type *t1 = ty(adt, l);
-    Value *va = B.CreateLoad(t1, a.a);
-    if (kahan) return {B.CreateFSub(va, B.CreateLoad(t1, a.b))};
-    if (shifted) return {va, B.CreateLoad(t1, a.b)};
-    if (welford) {
-      Value *n = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), a.n), st);
-      return {l == 1 ? n : B.CreateVectorSplat(l, n), va, B.CreateLoad(t1, a.b)};
+    Value *va = B.CreateLoad(t1, s.a);
+    Value *n = B.CreateSIToFP(B.CreateLoad(B.getInt64Ty(), s.n), scalar());
+    return {l == 1 ? n : B.CreateVectorSplat(l, n), va, B.CreateLoad(t1, s.b)};
+  }
+  State merge(const State &p, const State &q) override {
+    Value *n = B.CreateFAdd(p[0], q[0]);
+    Value *zero = Constant::getNullValue(n->getType());
+    Value *ratio = B.CreateSelect(B.CreateFCmpOGT(n, zero), B.CreateFDiv(q[0], n), zero);
+    Value *delta = B.CreateFSub(q[1], p[1]);
+    Value *m = B.CreateFAdd(p[1], B.CreateFMul(delta, ratio));
+    Value *m2 = B.CreateFAdd(B.CreateFAdd(p[2], q[2]), B.CreateFMul(B.CreateFMul(delta, delta), B.CreateFMul(p[0], ratio)));
+    return {n, m, m2};
+  }
+  EVal finish(const State &all) override {
+    llvm::Type *st = scalar();
+    Value *nc = B.CreateFSub(all[0], ConstantFP::get(st, (double)correction));
+    Value *den = B.CreateSelect(B.CreateFCmpOGT(nc, ConstantFP::get(st, 0.0)), nc, ConstantFP::get(st, 0.0));
+    Value *var = B.CreateFDiv(all[2], den);
+    return {op == Op::std ? B.CreateUnaryIntrinsic(Intrinsic::sqrt, var) : var, adt};
+  }
+  // the mean of nothing is NaN (0 / 0), not Welford's initial 0
+  Value *mean(const State &all) override { return extent == 0 ? (Value *)ConstantFP::get(scalar(), NAN) : all[1]; }
+};
+
+// var/std of a row of up to 2^16 elements (not split): shifted sums instead of Welford. With K
+// the row's first element (0 if not finite), S1 = sum(x - K) and S2 = sum((x - K)^2) in float64
+// give M2 = S2 - S1^2 / n. Since K is one of the data, n (K - mean)^2 <= n M2, so the
+// cancellation costs at most a factor n: relative error <= n^1.5 * 2^-53 < 2^-29 here -- and no
+// division per element, which is what makes Welford compute-bound in layer norm. end() gives
+// Welford's (n, mean, M2), so finish() and mean() are Welford's.
+struct KernelEmitter::ShiftedSums final : Welford {
+  using Welford::Welford;
+  Value *shift = nullptr;  // K
+  int copies() const override { return 2; }
+  void init(Slots &s, int l) override {
+    s.a = fresh(ty(adt, l), konst(adt, 0, l));
+    s.b = fresh(ty(adt, l), konst(adt, 0, l));
+  }
+  void begin(int32_t x) override {  // K: the row's first element
+    e.L = 1;
+    e.memo.clear();
+    e.hoisted.clear();
+    e.jidx = B.getInt64(0);
+    Value *k0 = e.cast(e.value(x, e.identity()), adt).v;
+    Value *finite = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, k0), konst(adt, INFINITY, 1));
+    shift = B.CreateSelect(finite, k0, konst(adt, 0, 1));
+  }
+  void step(Slots &s, Value *xv, int l) override {
+    llvm::Type *at = ty(adt, l);
+    Value *a = B.CreateLoad(at, s.a);
+    Value *d = B.CreateFSub(xv, l == 1 ? shift : B.CreateVectorSplat(l, shift));
+    B.CreateStore(B.CreateFAdd(a, d), s.a);
+    B.CreateStore(B.CreateIntrinsic(Intrinsic::fma, {at}, {d, d, B.CreateLoad(at, s.b)}), s.b);
+  }
+  State read(const Slots &s, int l) override {
+    llvm::Type *t1 = ty(adt, l);
+    Value *va = B.CreateLoad(t1, s.a);
+    return {va, B.CreateLoad(t1, s.b)};
+  }
+  State merge(const State &p, const State &q) override { return {B.CreateFAdd(p[0], q[0]), B.CreateFAdd(p[1], q[1])}; }
+  State end(State all) override {
+    llvm::Type *st = scalar();
+    Value *n = row_extent();
+    Value *m2 = B.CreateFSub(all[1], B.CreateFDiv(B.CreateFMul(all[0], all[0]), n));
+    m2 = B.CreateSelect(B.CreateFCmpOLT(m2, ConstantFP::get(st, 0.0)), ConstantFP::get(st, 0.0), m2);
+    return {n, B.CreateFAdd(shift, B.CreateFDiv(all[0], n)), m2};
+  }
+};
+
+std::unique_ptr<KernelEmitter::Accumulator> KernelEmitter::accumulator_for(const Inst &in, int64_t extent) {
+  const Op op = in.op;
+  const DType xdt = t.types[in.args[0].value].dtype;
+  switch (op) {
+    case Op::var: case Op::std: {
+      int64_t corr = reduce_info(t, in).correction;
+      if (split == Split::None && extent > 0 && extent <= 65536) return std::make_unique<ShiftedSums>(*this, op, extent, corr);
+      return std::make_unique<Welford>(*this, op, extent, corr);
     }
-    if (index) return {va, B.CreateLoad(ty(DType::I64, l), a.b)};
-    if (nan_mask) {
-      llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
-      va = B.CreateSelect(B.CreateLoad(mt, a.nan), konst(adt, NAN, l), va);
-    }
-    return {va};
-  };
-  auto merge2 = [&](const State &p, const State &q) -> State {
-    if (kahan) return {B.CreateFAdd(p[0], q[0])};
-    if (shifted) return {B.CreateFAdd(p[0], q[0]), B.CreateFAdd(p[1], q[1])};
-    if (welford) {  // Chan et al.: combine (n, mean, M2) of two disjoint parts
-      Value *n = B.CreateFAdd(p[0], q[0]);
-      Value *zero = Constant::getNullValue(n->getType());
-      Value *ratio = B.CreateSelect(B.CreateFCmpOGT(n, zero), B.CreateFDiv(q[0], n), zero);
-      Value *delta = B.CreateFSub(q[1], p[1]);
-      Value *m = B.CreateFAdd(p[1], B.CreateFMul(delta, ratio));
-      Value *m2 = B.CreateFAdd(B.CreateFAdd(p[2], q[2]), B.CreateFMul(B.CreateFMul(delta, delta), B.CreateFMul(p[0], ratio)));
-      return {n, m, m2};
-    }
-    if (index) {
-      Value *bt = better(q[0], q[1], p[0], p[1]);
-      return {B.CreateSelect(bt, q[0], p[0]), B.CreateSelect(bt, q[1], p[1])};
-    }
-    return {combine(p[0], q[0])};
-  };
-  int ncomp = kahan ? 1 : welford ? 3 : index ? 2 : 1;
+    case Op::argmax: case Op::argmin: return std::make_unique<ArgBest>(*this, op, xdt, extent);
+    case Op::amax: case Op::amin:
+      if (is_float(xdt)) return std::make_unique<MinMaxNan>(*this, op, xdt, extent);
+      return std::make_unique<Fold>(*this, op, xdt, extent);
+    case Op::sum: case Op::mean:
+      if (is_float(xdt)) return std::make_unique<CompensatedSum>(*this, op, xdt, extent);
+      return std::make_unique<Fold>(*this, op, DType::I64, extent);
+    case Op::prod: return std::make_unique<Fold>(*this, op, is_float(xdt) ? xdt : DType::I64, extent);
+    default: fail(ErrorCode::Internal, std::string("no accumulator for ") + op_info(op).name);
+  }
+}
+
+void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
+  const Inst &in = t.insts[t.def[r]];
+  const int32_t x = in.args[0].value;
+  int64_t extent = 1;
+  for (int64_t d : g.rdims) extent *= g.domain[d];
+  std::unique_ptr<Accumulator> acc = accumulator_for(in, extent);
+  const DType adt = acc->adt;
+  using Slots = Accumulator::Slots;
+  constexpr int kMaxCopies = 4;
+  const int copies = acc->copies();
+  Slots vs[kMaxCopies], ss;  // per unrolled vector copy; the scalar tail
+  for (int c = 0; c < copies; ++c) acc->init(vs[c], lanes);
+  acc->init(ss, 1);
+
+  L = 1;
+  const int ncomp = acc->components();
   auto part_ptr = [&](Value *chunk, int comp) {  // split reductions: [chunk][reduction][4] x 8 bytes
     Value *basep = B.CreateLoad(B.getPtrTy(), slot_addr(g.split_slot));
     Value *idx = B.CreateAdd(B.CreateMul(chunk, B.getInt64((int64_t)g.reductions.size() * 4)),
@@ -584,112 +719,46 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
     if (want->isFloatTy()) return B.CreateFPTrunc(B.CreateBitCast(bits, B.getDoubleTy()), want);
     return B.CreateTrunc(bits, want);
   };
+  MergeFn merge2 = [&](const State &a, const State &b) { return acc->merge(a, b); };
   State all;
   if (split == Split::Merge) {
     std::vector<llvm::Type *> types;
-    State proto = load_state(ss, 1);
+    State proto = acc->read(ss, 1);
     for (Value *v : proto) types.push_back(v->getType());
-    if (gpu_block) {
-      for (int c = 0; c < g.split_chunks / gpu_block; ++c) {
-        Value *chunk = B.CreateAdd(gpu_lane_first(), B.getInt64((int64_t)c * gpu_block));
-        State st_c;
-        for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(chunk, k)), types[k]));
+    auto chunk_state = [&](Value *chunk) {
+      State st_c;
+      for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(chunk, k)), types[k]));
+      return st_c;
+    };
+    if (row_threads) {
+      for (int c = 0; c < g.split_chunks / row_threads; ++c) {
+        State st_c = chunk_state(B.CreateAdd(thread_in_row(), B.getInt64((int64_t)c * row_threads)));
         all = c == 0 ? st_c : merge2(all, st_c);
       }
-      all = block_merge(all, merge2, pack, unpack);
+      all = merge_row_threads(all, merge2, pack, unpack);
     } else {
       for (int c = 0; c < g.split_chunks; ++c) {
-        State st_c;
-        for (int k = 0; k < ncomp; ++k) st_c.push_back(unpack(B.CreateLoad(B.getInt64Ty(), part_ptr(B.getInt64(c), k)), types[k]));
+        State st_c = chunk_state(B.getInt64(c));
         all = c == 0 ? st_c : merge2(all, st_c);
       }
     }
   } else {
     std::vector<Value *> saved = outer_off;
     rflat = B.getInt64(0);
-    Value *shift = nullptr;  // shifted sums: K, the row's first element
-    if (shifted) {
-      L = 1;
-      memo.clear();
-      hoisted.clear();
-      jidx = B.getInt64(0);
-      Value *k0 = cast(value(x, identity()), adt).v;
-      Value *finite = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, k0), konst(adt, INFINITY, 1));
-      shift = B.CreateSelect(finite, k0, konst(adt, 0, 1));
-    }
-    // Kahan step: total (a, c) += x; the compensation is dropped at inf/NaN (as ATen's sum).
-    auto kahan_add = [&](const Acc &s, Value *xv, int l) {
-      llvm::Type *at = ty(adt, l);
-      Value *a = B.CreateLoad(at, s.a), *c = B.CreateLoad(at, s.b);
-      Value *y = B.CreateFSub(xv, c);
-      Value *tt = B.CreateFAdd(a, y);
-      Value *cn = B.CreateFSub(B.CreateFSub(tt, a), y);
-      Value *fin = B.CreateFCmpOLT(B.CreateUnaryIntrinsic(Intrinsic::fabs, tt), konst(adt, INFINITY, l));
-      B.CreateStore(tt, s.a);
-      B.CreateStore(B.CreateSelect(fin, cn, konst(adt, 0, l)), s.b);
-    };
-    Value *blk_acc[kCopies] = {};
-    Blocking blocking{16,
-                      [&] {
-                        for (Value *p : blk_acc) B.CreateStore(konst(adt, 0, lanes), p);
-                      },
-                      [&] {
-                        for (int c = 0; c < kCopies; ++c) kahan_add(vs[c], B.CreateLoad(ty(adt, lanes), blk_acc[c]), lanes);
-                      }};
-    if (kahan)
-      for (Value *&p : blk_acc) p = alloca_at_entry(ty(adt, lanes));
+    acc->begin(x);
+    auto *ca = dynamic_cast<CompensatedSum *>(acc.get());
+    if (ca) ca->vector_slots = vs;
     emit_r_loops(n_outer, [&](int l) {
       L = l;
       memo.clear();
-      Acc &s = l == 1 && !gpu_copies ? ss : vs[copy_index];
-      Value *xv = cast(value(x, identity()), adt).v;
-      llvm::Type *at = ty(adt, l);
-      if (kahan && in_block) {  // inside a cascade block: one plain add
-        Value *p = blk_acc[copy_index];
-        B.CreateStore(B.CreateFAdd(B.CreateLoad(at, p), xv), p);
-        return;
-      }
-      Value *a = B.CreateLoad(at, s.a);
-      if (kahan) {
-        kahan_add(s, xv, l);
-      } else if (shifted) {
-        Value *d = B.CreateFSub(xv, l == 1 ? shift : B.CreateVectorSplat(l, shift));
-        B.CreateStore(B.CreateFAdd(a, d), s.a);
-        B.CreateStore(B.CreateIntrinsic(Intrinsic::fma, {at}, {d, d, B.CreateLoad(at, s.b)}), s.b);
-      } else if (welford) {  // Welford: every lane has seen the same count
-        Value *n = B.CreateAdd(B.CreateLoad(B.getInt64Ty(), s.n), B.getInt64(1));
-        B.CreateStore(n, s.n);
-        Value *rn = B.CreateFDiv(ConstantFP::get(scalar_ty(adt), 1.0), B.CreateSIToFP(n, scalar_ty(adt)));
-        Value *m2 = B.CreateLoad(at, s.b);
-        Value *delta = B.CreateFSub(xv, a);
-        Value *mean = B.CreateFAdd(a, B.CreateFMul(delta, splat(rn)));
-        B.CreateStore(mean, s.a);
-        B.CreateStore(B.CreateFAdd(m2, B.CreateFMul(delta, B.CreateFSub(xv, mean))), s.b);
-      } else if (index) {
-        Value *vi = B.CreateLoad(ty(DType::I64, l), s.b);
-        Value *xi = rflat;
-        if (l > 1) {
-          std::vector<Constant *> iota;
-          for (int k = 0; k < l; ++k) iota.push_back(B.getInt64(k));
-          xi = B.CreateAdd(B.CreateVectorSplat(l, rflat), ConstantVector::get(iota));
-        }
-        Value *bt = better(xv, xi, a, vi);
-        B.CreateStore(B.CreateSelect(bt, xv, a), s.a);
-        B.CreateStore(B.CreateSelect(bt, xi, vi), s.b);
-      } else if (nan_mask) {  // maxps(x, a) = x > a ? x : a: a NaN accumulator stays
-        Value *take = op == Op::amax ? B.CreateFCmpOGT(xv, a) : B.CreateFCmpOLT(xv, a);
-        B.CreateStore(B.CreateSelect(take, xv, a), s.a);
-        llvm::Type *mt = l == 1 ? (llvm::Type *)B.getInt1Ty() : FixedVectorType::get(B.getInt1Ty(), l);
-        B.CreateStore(B.CreateOr(B.CreateLoad(mt, s.nan), fisnan(xv)), s.nan);
-      } else {
-        B.CreateStore(combine(a, xv), s.a);
-      }
-    }, copies, kahan ? &blocking : nullptr);
+      Slots &s = l == 1 && !thread_copies ? ss : vs[copy_index];
+      acc->step(s, cast(value(x, identity()), adt).v, l);
+    }, copies, acc->blocking());
     outer_off = saved;
     rflat = nullptr;
 
     std::vector<State> parts;
-    for (int c = 0; c < copies; ++c) parts.push_back(load_state(vs[c], lanes));
+    for (int c = 0; c < copies; ++c) parts.push_back(acc->read(vs[c], lanes));
     while (parts.size() > 1) {  // pairwise
       std::vector<State> next;
       for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(merge2(parts[k], parts[k + 1]));
@@ -697,40 +766,17 @@ void KernelEmitter::emit_reduction(int32_t r, int32_t also_mean) {
       parts = next;
     }
     State v = lanes > 1 ? tree(B, parts[0], merge2) : parts[0];
-    all = merge2(v, load_state(ss, 1));
-    if (gpu_block) all = block_merge(all, merge2, pack, unpack);
-    if (shifted) {  // to Welford's (n, mean, M2)
-      Value *n = size_f(extent, st);
-      Value *m2 = B.CreateFSub(all[1], B.CreateFDiv(B.CreateFMul(all[0], all[0]), n));
-      m2 = B.CreateSelect(B.CreateFCmpOLT(m2, ConstantFP::get(st, 0.0)), ConstantFP::get(st, 0.0), m2);
-      all = {n, B.CreateFAdd(shift, B.CreateFDiv(all[0], n)), m2};
-    }
+    all = merge2(v, acc->read(ss, 1));
+    if (row_threads) all = merge_row_threads(all, merge2, pack, unpack);
+    all = acc->end(all);
   }
   if (split == Split::Partial) {
     for (int k = 0; k < ncomp; ++k) B.CreateStore(pack(all[k]), part_ptr(split_chunk, k));
     return;
   }
-  EVal res;
-  if (kahan) {
-    Value *total = all[0];
-    if (op == Op::mean) total = B.CreateFDiv(total, size_f(extent, st));
-    res = {total, adt};
-  } else if (welford) {
-    int64_t corr = reduce_info(t, in).correction;
-    Value *nc = B.CreateFSub(all[0], ConstantFP::get(st, (double)corr));
-    Value *den = B.CreateSelect(B.CreateFCmpOGT(nc, ConstantFP::get(st, 0.0)), nc, ConstantFP::get(st, 0.0));
-    Value *var = B.CreateFDiv(all[2], den);
-    res = {op == Op::std ? B.CreateUnaryIntrinsic(Intrinsic::sqrt, var) : var, adt};
-  } else if (index) {
-    res = {all[1], DType::I64};
-  } else {
-    Value *v0 = all[0];
-    if (op == Op::mean) v0 = B.CreateFDiv(v0, size_f(extent, st));
-    res = {v0, adt};
-  }
-  reg[r] = cast(res, rdt);
-  if (welford && also_mean >= 0)  // the mean of nothing is NaN (0 / 0), not Welford's initial 0
-    reg[also_mean] = cast({extent == 0 ? (Value *)ConstantFP::get(st, NAN) : all[1], adt}, t.types[also_mean].dtype);
+  reg[r] = cast(acc->finish(all), t.types[r].dtype);
+  if (also_mean >= 0)  // a mean of the same input, from this var/std's state
+    reg[also_mean] = cast({acc->mean(all), adt}, t.types[also_mean].dtype);
 }
 
 }  // namespace dynamo::jit::detail

@@ -73,7 +73,7 @@ std::string launch_shape(const gpu::Program &prog) {
            (g.act == gpu::Gemm::Relu ? " + relu" : g.act == gpu::Gemm::GeluTanh ? " + gelu" : "");
       continue;
     }
-    const jit::GpuKernel &k = prog.kernels[(size_t)l.index];
+    const gpu::GpuKernel &k = prog.kernels[(size_t)l.index];
     s += k.block_threads ? std::to_string(k.items) + " rows x block " + std::to_string(k.block_threads)
                          : std::to_string(k.items) + " items";
   }
@@ -92,7 +92,7 @@ Result run_case(const std::shared_ptr<gpu::Device> &dev, const Case &c, const st
   double t1 = now_ms();
   gpu::Loaded loaded(dev, prog);
   double t2 = now_ms();
-  for (const jit::GpuKernel &k : prog.kernels) res.rows |= k.block_threads > 0;
+  for (const gpu::GpuKernel &k : prog.kernels) res.rows |= k.block_threads > 0;
 
   Buffers bufs{dev.get(), {}};
   std::vector<uint64_t> slots((size_t)p.num_slots, 0);
