@@ -238,8 +238,10 @@ PtxEmitter::State PtxEmitter::merge_row_threads(State s, const MergeFn &merge2, 
 // The .entry wrapper: for (i = global id; i < n; i += grid size) status |= k(slots, i, i + 1),
 // or with per_block, for (i = block id; i < n; i += grid blocks) (the whole block on item i).
 // threads: the block size it is launched with, declared as .maxntid so that ptxas keeps the
-// registers per thread within what a block of that size can have.
-void emit_entry(Module &M, Function *k, const std::string &name, bool per_block, int threads) {
+// registers per thread within what a block of that size can have. after_exit: the kernel runs
+// after a side exit's check, and does nothing when the status word is set (the run has left
+// through the exit, or a kernel before it failed).
+void emit_entry(Module &M, Function *k, const std::string &name, bool per_block, int threads, bool after_exit) {
   LLVMContext &C = M.getContext();
   IRBuilder<> B(C);
   auto *fty = FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt64Ty(), B.getPtrTy()}, false);
@@ -253,15 +255,21 @@ void emit_entry(Module &M, Function *k, const std::string &name, bool per_block,
   BasicBlock *body = BasicBlock::Create(C, "body", e), *bad = BasicBlock::Create(C, "bad", e);
   BasicBlock *next = BasicBlock::Create(C, "next", e), *done = BasicBlock::Create(C, "done", e);
   B.SetInsertPoint(entry);
+  if (after_exit) {
+    BasicBlock *go = BasicBlock::Create(C, "go", e);
+    B.CreateCondBr(B.CreateICmpNE(B.CreateLoad(B.getInt32Ty(), e->getArg(2)), B.getInt32(0)), done, go);
+    B.SetInsertPoint(go);
+  }
   auto sreg = [&](Intrinsic::ID id) { return B.CreateZExt(B.CreateIntrinsic(id, {}, {}), B.getInt64Ty()); };
   Value *tid = sreg(Intrinsic::nvvm_read_ptx_sreg_tid_x), *ntid = sreg(Intrinsic::nvvm_read_ptx_sreg_ntid_x);
   Value *ctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_ctaid_x), *nctaid = sreg(Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
   Value *start = per_block ? ctaid : B.CreateAdd(B.CreateMul(ctaid, ntid), tid);
   Value *stride = per_block ? nctaid : B.CreateMul(nctaid, ntid);
+  BasicBlock *start_bb = B.GetInsertBlock();
   B.CreateBr(head);
   B.SetInsertPoint(head);
   PHINode *i = B.CreatePHI(B.getInt64Ty(), 2);
-  i->addIncoming(start, entry);
+  i->addIncoming(start, start_bb);
   B.CreateCondBr(B.CreateICmpSLT(i, e->getArg(1)), body, done);
   B.SetInsertPoint(body);
   Value *st = B.CreateCall(k, {e->getArg(0), i, B.CreateAdd(i, B.getInt64(1))});
@@ -272,6 +280,35 @@ void emit_entry(Module &M, Function *k, const std::string &name, bool per_block,
   B.SetInsertPoint(next);
   i->addIncoming(B.CreateAdd(i, stride), next);
   B.CreateBr(head);
+  B.SetInsertPoint(done);
+  B.CreateRetVoid();
+}
+
+// The side-exit check, launched by the host at each exit's step (gpu::Loaded) with one thread:
+//   .entry <fn>_exit_check(u8 *cond, i32 expected, i32 code, i32 *status)
+// when the guard's condition is not `expected` and nothing has set the status word yet, it
+// writes `code` there (Program::kExitStatus + the exit); the kernels after it then do nothing
+// (emit_entry's after_exit) and the host reads the word once, at the end of the run.
+void emit_exit_check(Module &M, const std::string &name) {
+  LLVMContext &C = M.getContext();
+  IRBuilder<> B(C);
+  auto *fty = FunctionType::get(B.getVoidTy(), {B.getPtrTy(), B.getInt32Ty(), B.getInt32Ty(), B.getPtrTy()}, false);
+  Function *e = Function::Create(fty, Function::ExternalLinkage, name, M);
+  e->setCallingConv(CallingConv::PTX_Kernel);
+  e->addFnAttr(Attribute::NoUnwind);
+  M.getOrInsertNamedMetadata("nvvm.annotations")
+      ->addOperand(MDNode::get(C, {ValueAsMetadata::get(e), MDString::get(C, "maxntidx"),
+                                   ConstantAsMetadata::get(B.getInt32(1))}));
+  BasicBlock *entry = BasicBlock::Create(C, "entry", e), *take = BasicBlock::Create(C, "take", e);
+  BasicBlock *done = BasicBlock::Create(C, "done", e);
+  B.SetInsertPoint(entry);
+  Value *c = B.CreateICmpNE(B.CreateLoad(B.getInt8Ty(), e->getArg(0)), B.getInt8(0));
+  Value *fails = B.CreateICmpNE(B.CreateZExt(c, B.getInt32Ty()), e->getArg(1));
+  Value *unset = B.CreateICmpEQ(B.CreateLoad(B.getInt32Ty(), e->getArg(3)), B.getInt32(0));
+  B.CreateCondBr(B.CreateAnd(fails, unset), take, done);
+  B.SetInsertPoint(take);
+  B.CreateStore(e->getArg(2), e->getArg(3));
+  B.CreateBr(done);
   B.SetInsertPoint(done);
   B.CreateRetVoid();
 }
@@ -312,8 +349,12 @@ std::string lower_ptx(const jit::Trace &t, const jit::Plan &p, const std::string
   if (opt.row_block && (opt.row_block < 32 || opt.row_block > 1024 || opt.row_block % 32))
     fail(ErrorCode::Unsupported, "DYNAMO_GPU_ROW_BLOCK must be a multiple of 32 in [32, 1024]");
   if (opt.unroll < 0 || opt.unroll > 16) fail(ErrorCode::Unsupported, "DYNAMO_GPU_UNROLL must be in [0, 16]");
+  bool after_exit = false;  // a side exit's check runs before the kernels that follow it
   for (const jit::Step &s : p.steps) {
-    if (s.kind == jit::Step::Extern) continue;
+    if (s.kind == jit::Step::Extern) {
+      after_exit = after_exit || p.externs[(size_t)s.index].is_exit;
+      continue;
+    }
     PtxEmitter ke(*mod, t, p, s.index, opt);
     std::string kname = fn_name + "_k" + std::to_string(s.index);
     Function *k = ke.emit(kname + "_body");
@@ -322,8 +363,8 @@ std::string lower_ptx(const jit::Trace &t, const jit::Plan &p, const std::string
     if (Function *part = ke.partial()) {  // a split reduction: partial states, then the merge
       part->addFnAttr(Attribute::NoUnwind);
       int pb = ke.partial_block_threads(), mb = ke.block_threads();
-      emit_entry(*mod, part, kname + "_part", pb > 0, pb > 0 ? pb : kGpuThreads);
-      emit_entry(*mod, k, kname, mb > 0, mb > 0 ? mb : kGpuThreads);
+      emit_entry(*mod, part, kname + "_part", pb > 0, pb > 0 ? pb : kGpuThreads, after_exit);
+      emit_entry(*mod, k, kname, mb > 0, mb > 0 ? mb : kGpuThreads, after_exit);
       if (kernels) {
         kernels->push_back({kname + "_part", p.groups[s.index].split_chunks, ke.partial_block_threads(), -1,
                             ke.can_fail(), s.index});
@@ -331,9 +372,14 @@ std::string lower_ptx(const jit::Trace &t, const jit::Plan &p, const std::string
       }
       continue;
     }
-    emit_entry(*mod, k, kname, ke.block_threads() > 0, ke.block_threads() > 0 ? ke.block_threads() : kGpuThreads);
+    emit_entry(*mod, k, kname, ke.block_threads() > 0, ke.block_threads() > 0 ? ke.block_threads() : kGpuThreads,
+               after_exit);
     if (kernels)
       kernels->push_back({kname, ke.items(), ke.block_threads(), p.groups[s.index].optional_slot, ke.can_fail(), s.index});
+  }
+  if (after_exit) {
+    emit_exit_check(*mod, fn_name + "_exit_check");
+    if (kernels) kernels->push_back({fn_name + "_exit_check", 1, 0, -1, false, -1, true});
   }
 
   bool needs_libdevice = false;

@@ -96,7 +96,10 @@ Program compile_program(const jit::Trace &t, const jit::Plan &p, const std::stri
   g.num_slots = p.num_slots;
   g.scratch_bytes = p.scratch_bytes;
   g.scratch_bytes.resize((size_t)p.num_slots, 0);
-  for (const GpuKernel &k : g.kernels) g.can_fail = g.can_fail || k.can_fail;
+  for (size_t k = 0; k < g.kernels.size(); ++k) {
+    g.can_fail = g.can_fail || g.kernels[k].can_fail;
+    if (g.kernels[k].exit_check) g.exit_check = (int32_t)k;
+  }
   std::vector<char> dropped(p.groups.size(), 0);
   fuse_activations(t, p, g, dropped);
   // Products' results: device memory of their own, or the output the plan would copy them to.
@@ -158,7 +161,7 @@ void Loaded::release() noexcept {
 
 Loaded::~Loaded() { release(); }
 
-int32_t Loaded::launch(std::vector<uint64_t> slots) {
+void Loaded::enqueue(std::vector<uint64_t> &slots) {
   if ((int32_t)slots.size() != prog_.num_slots)
     jit::fail(jit::ErrorCode::Runtime, "GPU program: " + std::to_string(slots.size()) + " slots given, " +
                                                    std::to_string(prog_.num_slots) + " expected");
@@ -171,20 +174,25 @@ int32_t Loaded::launch(std::vector<uint64_t> slots) {
     dev_->copy_to_device(slot_table_, slots.data(), sizeof(uint64_t) * slots.size());
     uploaded_ = slots;
   }
+  bool unread = false;  // an exit check ran since the host last read the status word
   for (const Program::Launch &step : prog_.order) {
     if (step.kind == Program::Launch::Gemm) {  // a matrix product, on the same stream between the kernels
+      if (unread) {  // a product cannot skip itself: leave before it if an exit was taken
+        dev_->synchronize();
+        int32_t st = 0;
+        dev_->copy_to_host(&st, status_, sizeof st);
+        if (st != DYNAMO_RT_OK) return;
+        unread = false;
+      }
       blas_->run((size_t)step.index, slots);
       continue;
     }
-    if (step.kind == Program::Launch::Exit) {  // the host reads the condition once the steps before it ran
+    if (step.kind == Program::Launch::Exit) {  // the check sets the status word if the exit is taken
       const Program::ExitStep &x = prog_.exits[(size_t)step.index];
-      dev_->synchronize();
-      uint8_t c = 0;
-      dev_->copy_to_host(&c, slots[(size_t)x.cond.slot] + (uint64_t)x.cond.offset, 1);
-      if ((c != 0) != x.expected) {
-        last_slots_ = std::move(slots);
-        return step.index;
-      }
+      uint64_t cond = slots[(size_t)x.cond.slot] + (uint64_t)x.cond.offset, status = status_;
+      int32_t expected = x.expected ? 1 : 0, code = Program::kExitStatus + step.index;
+      dev_->launch(functions_[(size_t)prog_.exit_check], 1, 1, {&cond, &expected, &code, &status});
+      unread = true;
       continue;
     }
     size_t ki = (size_t)step.index;
@@ -203,34 +211,34 @@ int32_t Loaded::launch(std::vector<uint64_t> slots) {
     uint64_t table = slot_table_, status = status_;
     dev_->launch(functions_[ki], grid, block, {&table, &items, &status});
   }
-  return -1;
 }
 
 int32_t Loaded::run(std::vector<uint64_t> slots, TakenExit *exit) {
-  if (prog_.can_fail) dev_->zero(status_, sizeof(int32_t));  // (else no kernel can set it: no memset, no read)
-  int32_t taken = launch(std::move(slots));
-  if (taken >= 0) {  // copies of the live values, out of the memory the next run reuses
-    const Program::ExitStep &x = prog_.exits[(size_t)taken];
-    if (!exit) jit::fail(jit::ErrorCode::Internal, "a side exit was taken with nowhere to put it");
-    exit->id = x.id;
-    exit->values.clear();
-    for (const Program::ExitStep::Live &l : x.live) {
-      int64_t n = 1;
-      for (int64_t d : l.sizes) n *= d;
-      size_t bytes = (size_t)n * (size_t)jit::dtype_bytes(l.dtype);
-      uint64_t d = dev_->acquire(bytes);
-      exit->values.push_back({d, bytes});
-      dev_->copy_on_device(d, last_slots_[(size_t)l.view.slot] + (uint64_t)l.view.offset * (uint64_t)jit::dtype_bytes(l.dtype),
-                           bytes);
-    }
-  }
+  // The status word: set by a kernel that fails or an exit check that leaves (else no memset, no read).
+  const bool word = prog_.can_fail || !prog_.exits.empty();
+  if (word) dev_->zero(status_, sizeof(int32_t));
+  enqueue(slots);
   dev_->synchronize_run();
-  if (prog_.can_fail) {
-    int32_t st = 0;
-    dev_->copy_to_host(&st, status_, sizeof st);
-    if (st != DYNAMO_RT_OK) return st;
+  if (!word) return DYNAMO_RT_OK;
+  int32_t st = 0;
+  dev_->copy_to_host(&st, status_, sizeof st);
+  if (st < Program::kExitStatus || st >= Program::kExitStatus + (int32_t)prog_.exits.size()) return st;
+  // A side exit: copies of its live values (as they were at its step: nothing after it ran),
+  // out of the memory the next run reuses.
+  const Program::ExitStep &x = prog_.exits[(size_t)(st - Program::kExitStatus)];
+  if (!exit) jit::fail(jit::ErrorCode::Internal, "a side exit was taken with nowhere to put it");
+  exit->id = x.id;
+  exit->values.clear();
+  for (const Program::ExitStep::Live &l : x.live) {
+    int64_t n = 1;
+    for (int64_t d : l.sizes) n *= d;
+    size_t bytes = (size_t)n * (size_t)jit::dtype_bytes(l.dtype);
+    uint64_t d = dev_->acquire(bytes);
+    exit->values.push_back({d, bytes});
+    dev_->copy_on_device(d, slots[(size_t)l.view.slot] + (uint64_t)l.view.offset * (uint64_t)jit::dtype_bytes(l.dtype), bytes);
   }
-  return taken >= 0 ? DYNAMO_RT_SIDE_EXIT : DYNAMO_RT_OK;
+  dev_->synchronize();
+  return DYNAMO_RT_SIDE_EXIT;
 }
 
 }  // namespace dynamo::gpu

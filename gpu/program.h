@@ -22,13 +22,18 @@ inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, j
 struct Program {
   std::string arch;                        // "sm_90"
   std::string ptx;
-  std::vector<GpuKernel> kernels;     // launch order
+  std::vector<GpuKernel> kernels;     // in step order (the exit check last)
   int32_t num_inputs = 0, num_outputs = 0, num_slots = 0;
   std::vector<int64_t> scratch_bytes;      // by slot (0: the caller's)
   bool can_fail = false;                   // a kernel may set the status word
   std::vector<Gemm> gemms;                 // matrix products (cuBLASLt), by the plan's order
-  // A side exit (the guard op): after the steps before it, the host reads the condition; when it
-  // is not `expected` the run stops there and the live values are copied out.
+  // A side exit (the guard op): at its step the host launches the exit check
+  // (kernels[exit_check]) on the condition, which sets the status word to kExitStatus + the
+  // exit's index when the condition is not `expected`; the kernels after it then do nothing, a
+  // product after it is not enqueued (the host reads the word before it), and at the end of
+  // the run the host reads the word once and copies the exit's live values out.
+  static constexpr int32_t kExitStatus = 0x100;  // (never a DYNAMO_RT_* code; run() maps it)
+  int32_t exit_check = -1;                 // kernels[exit_check]: the check (-1: no exits)
   struct ExitStep {
     int32_t id = -1;
     bool expected = true;
@@ -80,9 +85,8 @@ class Loaded {
   // programs without exits).
   int32_t run(std::vector<uint64_t> slots, TakenExit *exit = nullptr);
   // Launches without waiting or reading the status (benchmarks: time many runs, then sync),
-  // except that a side exit waits to read its condition. Returns the index in Program::exits of
-  // the exit taken, or -1.
-  int32_t launch(std::vector<uint64_t> slots);
+  // except that a product after a side exit's check waits to read the status word first.
+  void launch(std::vector<uint64_t> slots) { enqueue(slots); }
   Device &device() { return *dev_; }
 
  private:
@@ -94,7 +98,9 @@ class Loaded {
   std::vector<uint64_t> scratch_;  // by slot
   std::vector<uint64_t> uploaded_;  // the slot table as last copied to the device
   std::unique_ptr<BlasLt> blas_;    // the products' descriptors (none without products)
-  std::vector<uint64_t> last_slots_;  // the slot table of a run that left at a side exit
+  // Fills slots (scratch, aliases, guard values), uploads the table when it changed and enqueues
+  // the steps; stops before a product when a side exit was taken (or a kernel failed).
+  void enqueue(std::vector<uint64_t> &slots);
   void release() noexcept;
 };
 

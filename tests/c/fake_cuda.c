@@ -1,6 +1,7 @@
 /* fake_cuda.c -- a stand-in for libcuda.so.1 on machines without NVIDIA's driver, to test how
  * dynamo loads the driver (versioned names, missing entry points, no device, one device) and
- * drives it (module load, launch shapes, memory). It runs no kernels. FAKE_CUDA_DEVICES: number
+ * drives it (module load, launch shapes, memory). It runs no kernels but the side-exit check
+ * (see cuLaunchKernel). FAKE_CUDA_DEVICES: number
  * of devices (default 1). Built twice: with -DFAKE_CUDA_OLD it lacks cuMemAlloc_v2, like a
  * driver older than the API dynamo uses. */
 #include <stdint.h>
@@ -28,9 +29,11 @@ CUresult cuCtxSetCurrent(void *c) { g_current = c; return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = g_current; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)0x2; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+static int g_stream_syncs;
+int fake_cuda_stream_syncs(void) { return g_stream_syncs; }  /* waits for the stream, for tests */
+CUresult cuStreamSynchronize(void *s) { (void)s; ++g_stream_syncs; return 0; }
 /* Modules "load" when the image is PTX with an .entry (FAKE_CUDA_BAD_PTX=1: refused, with a
- * JIT log); functions are their names; launches run nothing and are appended to a log that
+ * JIT log); functions are their names; launches run nothing (but the exit check) and are appended to a log that
  * tests read with fake_cuda_log(). Device memory is host memory, so copies are memcpy. */
 static char g_log[1 << 16];
 const char *fake_cuda_log(void) { return g_log; }
@@ -50,11 +53,26 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   *f = strdup(name);
   return 0;
 }
+/* One kernel is run: the side-exit check (gpu/lower_ptx.cpp emit_exit_check), whose whole body
+ * is "if (*cond != expected && *status == 0) *status = code", so that the device's exit path
+ * (status word, live values copied out) can be tested here; every other kernel does nothing. */
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned h,
                         void *s, void **p, void **x) {
   NEED_CONTEXT();
   (void)b; (void)c; (void)e; (void)g; (void)h; (void)s; (void)x;
   size_t at = strlen(g_log);
+  if (ends_with((const char *)f, "_exit_check")) {
+    const uint8_t *cond = (const uint8_t *)(uintptr_t)*(unsigned long long *)p[0];
+    int32_t expected = *(int32_t *)p[1], code = *(int32_t *)p[2];
+    int32_t *status = (int32_t *)(uintptr_t)*(unsigned long long *)p[3];
+    if ((*cond != 0) != expected && *status == 0) *status = code;
+    snprintf(g_log + at, sizeof g_log - at, "%s grid=%u block=%u code=%d\n", (const char *)f, a, d, code);
+    return 0;
+  }
   snprintf(g_log + at, sizeof g_log - at, "%s grid=%u block=%u n=%lld\n", (const char *)f, a, d, *(long long *)p[1]);
   return 0;
 }

@@ -465,17 +465,34 @@ static void test_side_exits_on_the_device(void **state) {
   args[0].kind = args[1].kind = DYNAMO_ARG_TENSOR;
   args[0].u.tensor = &tc;
   args[1].u.tensor = &tx;
+  /* The guard is decided on the device: the exit check is launched at the guard's step, between
+   * the kernel before it and the one after it, and the host waits once per run (no wait at the
+   * guard) and reads the status word once. */
+  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  void (*counts)(int *, int *, int *, int *, int *);
+  int (*stream_syncs)(void);
+  *(void **)&counts = dlsym(h, "fake_cuda_counts");
+  *(void **)&stream_syncs = dlsym(h, "fake_cuda_stream_syncs");
+  assert_non_null(counts);
+  assert_non_null(stream_syncs);
   cond = 1;
+  assert_ok(dynamo_entry_run(e, args, 2, &ty, 1));  /* warm */
   g_clear();
+  int a0, f0, m0, r0, c0, a1, f1, m1, r1, c1;
+  counts(&a0, &f0, &m0, &r0, &c0);
+  int s0 = stream_syncs();
   assert_ok(dynamo_entry_run(e, args, 2, &ty, 1));
-  int passed_launches = 0;
-  for (const char *l = g_log(); (l = strchr(l, '\n')); ++l) ++passed_launches;
+  counts(&a1, &f1, &m1, &r1, &c1);
+  assert_int_equal(r1 - r0, 1);                      /* the status word, once */
+  assert_int_equal(m1 - m0, 1);                      /* cleared once */
+  assert_int_equal((c1 - c0) + (stream_syncs() - s0), 1);  /* one wait, at the end */
+  const char *log = g_log();
+  const char *check = strstr(log, "_exit_check grid=1 block=1 code=256");
+  assert_non_null(check);
+  assert_true(check > strchr(log, '\n'));           /* after the kernel before the guard */
+  assert_non_null(strchr(check, '\n') ? strstr(strchr(check, '\n'), "_k") : NULL);  /* and before the one after it */
   cond = 0;
-  g_clear();
   assert_status_msg(dynamo_entry_run(e, args, 2, &ty, 1), DYNAMO_EXIT, "side exit 0");
-  int exit_launches = 0;
-  for (const char *l = g_log(); (l = strchr(l, '\n')); ++l) ++exit_launches;
-  assert_true(exit_launches < passed_launches);  /* what follows the guard did not run */
   assert_int_equal(dynamo_entry_exit_count(e, 0), 1);
   int32_t id = -1;
   size_t n = 0;

@@ -138,6 +138,34 @@ void test_model_blocks(void **) {
   for (const char *text : {block_encoder_f32(), block_mlp_f32(), block_encoder_bf16()}) check_trace(text);
 }
 
+// A side exit: the exit check entry (one thread: reads the condition, sets the status word),
+// and the kernels after the guard start by reading the status word and leave when it is set;
+// the kernel before the guard does not.
+void test_side_exit_check(void **) {
+  const char *text = "trace @ex {\n  %0 = input bool[] \n  %1 = input f32[1024]\n  %2 = exp(%1)\n"
+                     "  %3 = guard(%0, true, 0, %2) : bool[]\n  %4 = mul(%2, %2)\n  %5 = sum(%4, [], false)\n"
+                     "  return %2, %4, %5\n}\n";
+  check_trace(text);
+  dynamo_status st;
+  std::string ptx = to_ptx(text, &st);
+  assert_int_equal(st, DYNAMO_OK);
+  assert_non_null(strstr(ptx.c_str(), ".entry dynamo_ex_exit_check("));
+  // each .entry's first global load: the status word only in the kernels after the guard
+  int after = 0, before = 0;
+  for (size_t at = ptx.find(".entry "); at != std::string::npos; at = ptx.find(".entry ", at + 1)) {
+    size_t end = ptx.find(".entry ", at + 1);
+    std::string body = ptx.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    std::string name = body.substr(7, body.find('(') - 7);
+    if (name.find("exit_check") != std::string::npos) continue;
+    size_t ld = body.find("ld.global");  // the slot table's pointers are u64; the status word is u32
+    bool reads_status = ld != std::string::npos && body.compare(ld, 13, "ld.global.u32") == 0;
+    (name == "dynamo_ex_k0" ? before : after) += reads_status;
+    if (name == "dynamo_ex_k0") assert_false(reads_status);
+  }
+  assert_int_equal(before, 0);
+  assert_true(after >= 2);  // the product's kernel and the split sum's two
+}
+
 void test_refusals_and_no_device(void **) {
   dynamo_status st;
   to_ptx("trace @cs {\n  %0 = input f32[8,3]\n"
@@ -184,6 +212,7 @@ int main() {
       cmocka_unit_test(test_every_pointwise_op),
       cmocka_unit_test(test_reductions_and_norms),
       cmocka_unit_test(test_model_blocks),
+      cmocka_unit_test(test_side_exit_check),
       cmocka_unit_test(test_refusals_and_no_device),
   };
   return cmocka_run_group_tests_name("ptx", tests, nullptr, nullptr);

@@ -94,6 +94,12 @@ inline const std::vector<Case> &cases() {
        "trace @column_sums {\n  %0 = input f32[1024,300]\n  %1 = sum(%0, [0], false)\n  %2 = var(%0, [0], 1, false)\n"
        "  return %1, %2\n}\n",
        1e-5, 1e-5, false},
+      // A side exit that is not taken: the exit check runs between the kernels, those after it
+      // read the status word first (a condition computed on the device, false for these inputs).
+      {"side_exit_kept",
+       "trace @side_exit_kept {\n  %0 = input f32[300,257]\n  %1 = amax(%0, [], false)\n  %2 = gt(%1, 100.0)\n"
+       "  %3 = guard(%2, false, 0, %0) : bool[]\n  %4 = exp(%0)\n  %5 = sum(%4, [1], false)\n  return %4, %5\n}\n",
+       1e-5, 1e-6, false},
       {"long_rows_welford",
        "trace @long_rows_welford {\n  %0 = input f32[4,100000]\n  %1 = var(%0, [1], 1, false)\n"
        "  %2 = mean(%0, [1], false)\n  return %1, %2\n}\n",
