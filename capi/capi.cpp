@@ -556,10 +556,10 @@ dynamo_status dynamo_entry_check_guards(const dynamo_entry *entry, const dynamo_
 thread_local runtime::Exit t_exit;
 
 static dynamo_status run_entry(const dynamo_entry *entry, const dynamo_arg *args, size_t nargs, const DLTensor *outs,
-                               size_t nouts) {
+                               size_t nouts, DLManagedTensor **handed = nullptr) {
   std::string msg;
   t_exit.clear();
-  dynamo_status s = entry->e->run(args, nargs, outs, nouts, entry->engine->pool.get(), &msg, &t_exit);
+  dynamo_status s = entry->e->run(args, nargs, outs, nouts, entry->engine->pool.get(), &msg, &t_exit, handed);
   if (s != DYNAMO_OK) return set_error(s, msg);
   return DYNAMO_OK;
 }
@@ -795,6 +795,10 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
       o.shape = const_cast<int64_t *>(ty.sizes.data());
       continue;
     }
+    if (!E.gpu_device && E.plan.output_extern_slot[k] >= 0 && ty.numel() > 0) {  // the extern's own tensor, no copy
+      o.shape = const_cast<int64_t *>(ty.sizes.data());
+      continue;
+    }
     auto p = std::make_unique<OwnedOutput>();
     for (int d = 0; d < o.ndim; ++d) p->shape[d] = ty.sizes[d];
     size_t bytes = (size_t)ty.numel() * (size_t)((o.dtype.bits + 7) / 8);
@@ -817,10 +821,12 @@ dynamo_status dynamo_entry_run_alloc(dynamo_entry *entry, const dynamo_arg *args
     p->m.deleter = owned_output_deleter;
     held[k] = std::move(p);
   }
-  dynamo_status s = run_entry(entry, args, nargs, outs.data(), nouts);
+  std::vector<DLManagedTensor *> handed(nouts, nullptr);
+  dynamo_status s = run_entry(entry, args, nargs, outs.data(), nouts, handed.data());
   if (s != DYNAMO_OK) return s;
   for (size_t k = 0; k < nouts; ++k)
     if (held[k]) out_tensors[k] = &held[k].release()->m;
+    else if (handed[k]) out_tensors[k] = handed[k];
   return DYNAMO_OK;
   API_END
 }

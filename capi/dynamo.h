@@ -267,7 +267,10 @@ DYNAMO_API dynamo_status dynamo_entry_run(dynamo_entry *entry, const dynamo_arg 
  * DLManagedTensor (contiguous, CPU, 64-byte aligned) owned by the caller: release it with
  * out_tensors[k]->deleter(out_tensors[k]) (it may outlive the entry, frame and engine). Its
  * memory returns to the engine's buffer pool, so a later call reuses it instead of taking
- * fresh pages from the kernel. A kDLCUDA engine returns device memory instead (freed by the
+ * fresh pages from the kernel; an output that is an extern op's result (a product, a
+ * convolution, any LibTorch call) in a trace without side exits is instead the tensor LibTorch
+ * made, handed over without a copy (its deleter releases it to LibTorch's allocator). A
+ * kDLCUDA engine returns device memory instead (freed by the
  * deleter; the device stays open while one is held). For an output that aliases an input (dynamo_entry_output_alias)
  * out_tensors[k] is set to NULL and the caller makes the view. On failure (and on DYNAMO_EXIT)
  * every out_tensors[k] is NULL (a count above 65536 is not taken on trust: then only as many

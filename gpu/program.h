@@ -17,7 +17,7 @@ namespace dynamo::gpu {
 // Whole-tensor reductions are cut into this many chunks on the GPU (a block each; a few per
 // multiprocessor), then merged by one block.
 constexpr int32_t kSplitChunks = 512;
-inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, jit::PlanOptions{kSplitChunks}); }
+inline jit::Plan plan_for_gpu(const jit::Trace &t) { return jit::plan_trace(t, jit::PlanOptions{kSplitChunks, false}); }
 
 struct Program {
   std::string arch;                        // "sm_90"

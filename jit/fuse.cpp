@@ -441,6 +441,20 @@ struct Planner {
         for (Root &r : rs)
           if (r.slot == slot && r.value == v) r.optional = true;
     }
+    // Outputs that are an extern's result (contiguous memory of their own, never written again).
+    p.output_extern_slot.assign(p.num_outputs, -1);
+    bool exits = false;
+    for (const Inst &in : t.insts) exits = exits || in.op == Op::guard;
+    std::set<int32_t> seen;
+    for (int32_t k = 0; k < p.num_outputs && !exits && opt.extern_outputs; ++k) {
+      int32_t v = t.outputs[k], slot = p.num_inputs + k;
+      if (!seen.insert(v).second || p.output_alias[k].input >= 0) continue;  // (a repeat keeps its copy)
+      if (op_info(t.insts[t.def[v]].op).kind != OpKind::EXTERN || !p.buffer_backed[v]) continue;
+      p.output_extern_slot[k] = p.views[v].slot;
+      for (auto &rs : roots_at)
+        for (Root &r : rs)
+          if (r.slot == slot && r.value == v) r.optional = true;
+    }
   }
 
   // In-place writes are deferred to the end of the trace, except that the ones before a side

@@ -108,12 +108,20 @@ struct Plan {
   std::vector<int32_t> scalar_slot;         // scalar inputs: their slot
   std::vector<int32_t> mutated_inputs;      // input slots written by copy_ (checked for aliasing)
   std::vector<OutputAlias> output_alias;    // by output
+  // Per output: the slot of the extern result it is (its copy into the output runs only when
+  // the caller passed a buffer: a CPU dynamo_entry_run_alloc hands out the extern's own tensor
+  // instead), or -1. Only in traces without side exits (a side trace given the root's outputs
+  // would not know).
+  std::vector<int32_t> output_extern_slot;
 };
 
 struct PlanOptions {
   // Whole-tensor reductions of 2^18+ elements are cut into this many partial reductions
   // (CPU: a few per thread; GPU: a few per multiprocessor, gpu::kSplitChunks).
   int32_t split_chunks = 32;
+  // Plan::output_extern_slot (CPU: the runtime can hand out an extern's own tensor; the GPU
+  // program writes a product's result straight into the output instead).
+  bool extern_outputs = true;
 };
 
 // Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),

@@ -546,6 +546,22 @@ const uint64_t *arg_version(const runtime::RunContext *ctx, const jit::ExternSte
   return &reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
 }
 
+}  // namespace
+
+DLManagedTensor *dynamo::runtime::hand_out_extern_result(const runtime::RunContext &ctx, const void *data) {
+  for (const std::shared_ptr<void> &k : ctx.keep) {
+    const at::Tensor &t = *static_cast<const at::Tensor *>(k.get());  // (keep holds only tensors)
+    if (t.data_ptr() != data) continue;
+    bool is_bool = t.scalar_type() == at::kBool;
+    DLManagedTensor *m = at::toDLPack(is_bool ? t.view(at::kByte) : t);
+    if (is_bool) m->dl_tensor.dtype = {DYNAMO_DL_BOOL, 8, 1};  // the C API's bool
+    return m;
+  }
+  return nullptr;
+}
+
+namespace {
+
 // The guard op: passes (result = the condition) or takes the side exit with copies of the
 // live values, which outlive the call's scratch memory.
 int32_t run_guard(runtime::RunContext *ctx, void **slots, const jit::ExternStep &e) {

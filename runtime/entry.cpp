@@ -166,7 +166,7 @@ bool byte_range(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
 }  // namespace
 
 dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                         BufferPool *pool, std::string *msg, Exit *exit) const {
+                         BufferPool *pool, std::string *msg, Exit *exit, DLManagedTensor **handed) const {
   const jit::Plan &p = plan;
   if (nouts != (size_t)p.num_outputs) {
     *msg = "expected " + std::to_string(p.num_outputs) + " output(s), got " + std::to_string(nouts);
@@ -216,6 +216,7 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     }
     if (!o.data && ty.numel() > 0) {
       if (p.output_alias[k].input >= 0) continue;  // copy elided: the caller makes the view
+      if (handed && !gpu && p.output_extern_slot[k] >= 0) continue;  // the extern's tensor is handed out
       *msg = pre + "data pointer is NULL (allowed only for outputs that alias an input)";
       return DYNAMO_ERR_INVALID_ARGUMENT;
     }
@@ -354,7 +355,18 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   }
   if (pool) pool->release(arena_buf); else free(arena_buf.data);
   switch (rc) {
-    case DYNAMO_RT_OK: return DYNAMO_OK;
+    case DYNAMO_RT_OK:
+      for (size_t k = 0; handed && k < nouts; ++k) {
+        if (outs[k].data || p.output_extern_slot[k] < 0 || trace.types[trace.outputs[k]].numel() == 0) continue;
+        handed[k] = hand_out_extern_result(ctx, slots[p.output_extern_slot[k]]);
+        if (!handed[k]) {
+          for (size_t j = 0; j < k; ++j)
+            if (handed[j] && handed[j]->deleter) handed[j]->deleter(handed[j]), handed[j] = nullptr;
+          *msg = "output " + std::to_string(k) + ": the extern result it is was not kept";
+          return DYNAMO_ERR_INTERNAL;
+        }
+      }
+      return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_SIDE_EXIT: {

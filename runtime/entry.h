@@ -79,8 +79,12 @@ struct Entry {
   // Runs with already-checked guards; returns a status and sets *msg on failure. Scratch
   // memory comes from pool (may be null: plain allocation). DYNAMO_EXIT: a side exit was
   // taken; its id and live values go to *exit (freed if exit is null), outputs are not written.
+  // handed (CPU; dynamo_entry_run_alloc): an output whose plan.output_extern_slot is set may be
+  // passed with data NULL; handed[k] then receives the extern's own result tensor (the caller
+  // owns it; no copy is made). Set only when the call returns DYNAMO_OK.
   dynamo_status run(const dynamo_arg *args, size_t nargs, const DLTensor *outs, size_t nouts,
-                    BufferPool *pool, std::string *msg, Exit *exit = nullptr) const;
+                    BufferPool *pool, std::string *msg, Exit *exit = nullptr,
+                    DLManagedTensor **handed = nullptr) const;
 };
 
 // Compiles a verified trace into an entry (throws jit::Error).
@@ -93,6 +97,9 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
 
 // LibTorch side (aten_extern.cpp).
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p);
+// The extern result of this call whose memory starts at `data`, as a DLPack tensor sharing it
+// (nullptr when the call kept no such tensor).
+DLManagedTensor *hand_out_extern_result(const RunContext &ctx, const void *data);
 // The measured choices of an entry's convolution and product steps, for a later process:
 // "<step>=<choice>" separated by spaces (conv: onednn | aten; product: own | blas), steps still
 // timing left out. set_entry_choices applies such a text; false with *why for a malformed one
