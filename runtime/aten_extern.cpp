@@ -550,8 +550,12 @@ const uint64_t *arg_version(const runtime::RunContext *ctx, const jit::ExternSte
 
 DLManagedTensor *dynamo::runtime::hand_out_extern_result(const runtime::RunContext &ctx, const void *data) {
   for (const std::shared_ptr<void> &k : ctx.keep) {
-    const at::Tensor &t = *static_cast<const at::Tensor *>(k.get());  // (keep holds only tensors)
+    at::Tensor t = *static_cast<const at::Tensor *>(k.get());  // (keep holds only tensors)
     if (t.data_ptr() != data) continue;
+    // A result that is a view of memory the call only borrowed (an input, an output buffer,
+    // the scratch arena: tensors made by from_blob, whose storage has no allocator context) would
+    // dangle once the call returns: that one is copied.
+    if (!t.storage().data_ptr().get_context()) t = t.clone(at::MemoryFormat::Contiguous);
     bool is_bool = t.scalar_type() == at::kBool;
     DLManagedTensor *m = at::toDLPack(is_bool ? t.view(at::kByte) : t);
     if (is_bool) m->dl_tensor.dtype = {DYNAMO_DL_BOOL, 8, 1};  // the C API's bool

@@ -98,7 +98,8 @@ std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev
 // LibTorch side (aten_extern.cpp).
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p);
 // The extern result of this call whose memory starts at `data`, as a DLPack tensor sharing it
-// (nullptr when the call kept no such tensor).
+// (a copy when it is a view of memory the call borrowed: an input, an output, scratch; nullptr
+// when the call kept no such tensor).
 DLManagedTensor *hand_out_extern_result(const RunContext &ctx, const void *data);
 // The measured choices of an entry's convolution and product steps, for a later process:
 // "<step>=<choice>" separated by spaces (conv: onednn | aten; product: own | blas), steps still

@@ -77,3 +77,21 @@ def test_a_trace_with_a_side_exit_keeps_its_copy():
         want, got = with_a_branch(a, b_pos), f(a, b_pos)
         for g, w in zip(got, want):
             assert torch.allclose(g, w, atol=1e-5)
+
+
+def views_of_computed(x):
+    y = x * 2
+    return y.diagonal(), y.unfold(0, 2, 1), torch.chunk(y, 2)[1]
+
+
+def test_results_that_view_computed_tensors_stay_after_later_calls():
+    # (a LibTorch view of memory the call only borrowed -- an input, an output, scratch -- is
+    # copied before it is handed out: that memory is reused by the next call)
+    f = dynamo.optimize(views_of_computed)
+    x = torch.randn(6, 6)
+    got = [f(x) for _ in range(3)][-1]
+    kept = [g.clone() for g in got]
+    for _ in range(5):
+        f(torch.randn(6, 6))
+    for g, k, w in zip(got, kept, views_of_computed(x)):
+        assert torch.equal(g, k) and torch.allclose(g, w)
