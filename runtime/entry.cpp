@@ -353,20 +353,22 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     BlasHold hold(stats.num_externs > 0);  // LibTorch's products on this thread, see openblas.h
     rc = fn(slots, &ctx);
   }
+  // Extern results handed out as outputs, before the scratch goes back to the pool (a result
+  // that views scratch is copied out of it first).
+  for (size_t k = 0; rc == DYNAMO_RT_OK && handed && k < nouts; ++k) {
+    if (outs[k].data || p.output_extern_slot[k] < 0 || trace.types[trace.outputs[k]].numel() == 0) continue;
+    handed[k] = hand_out_extern_result(ctx, slots[p.output_extern_slot[k]]);
+    if (!handed[k]) {
+      for (size_t j = 0; j < k; ++j)
+        if (handed[j] && handed[j]->deleter) handed[j]->deleter(handed[j]), handed[j] = nullptr;
+      if (pool) pool->release(arena_buf); else free(arena_buf.data);
+      *msg = "output " + std::to_string(k) + ": the extern result it is was not kept";
+      return DYNAMO_ERR_INTERNAL;
+    }
+  }
   if (pool) pool->release(arena_buf); else free(arena_buf.data);
   switch (rc) {
-    case DYNAMO_RT_OK:
-      for (size_t k = 0; handed && k < nouts; ++k) {
-        if (outs[k].data || p.output_extern_slot[k] < 0 || trace.types[trace.outputs[k]].numel() == 0) continue;
-        handed[k] = hand_out_extern_result(ctx, slots[p.output_extern_slot[k]]);
-        if (!handed[k]) {
-          for (size_t j = 0; j < k; ++j)
-            if (handed[j] && handed[j]->deleter) handed[j]->deleter(handed[j]), handed[j] = nullptr;
-          *msg = "output " + std::to_string(k) + ": the extern result it is was not kept";
-          return DYNAMO_ERR_INTERNAL;
-        }
-      }
-      return DYNAMO_OK;
+    case DYNAMO_RT_OK: return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_SIDE_EXIT: {
