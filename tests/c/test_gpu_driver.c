@@ -96,6 +96,17 @@ static void bind_launch_log(void) {
   assert_non_null(g_log);
 }
 
+/* The stand-in driver's call counts (fake_cuda_counts: allocs, frees, memsets, reads, context waits). */
+typedef void (*counts_fn)(int *, int *, int *, int *, int *);
+static counts_fn bind_counts(void) {
+  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(h);
+  counts_fn counts;
+  *(void **)&counts = dlsym(h, "fake_cuda_counts");
+  assert_non_null(counts);
+  return counts;
+}
+
 struct run_job {
   dynamo_entry *e;
   dynamo_arg *args;
@@ -211,11 +222,7 @@ static void test_what_a_call_costs(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
   if (!c || strcmp(c, "one") != 0) { print_message("needs the one-device stand-in (GPU_CASE=one)\n"); return; }
-  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(h);
-  void (*counts)(int *, int *, int *, int *, int *);
-  *(void **)&counts = dlsym(h, "fake_cuda_counts");
-  assert_non_null(counts);
+  void (*counts)(int *, int *, int *, int *, int *) = bind_counts();
 
   dynamo_engine *eng = NULL;
   dynamo_frame *f = NULL;
@@ -435,10 +442,11 @@ static void test_products_through_cublaslt(void **state) {
   assert_ok(dynamo_engine_destroy(eng));
 }
 
-/* Side exits on the device: after the steps before the guard, the host reads the condition; a
- * failing guard stops the run there (the kernels after it are not launched) and hands its live
- * values out as device tensors copied from the run's memory. The condition here is an input
- * (the stand-in runs no kernels, but its device memory is host memory). */
+/* Side exits on the device: at the guard's step the exit check (the one kernel the stand-in
+ * runs, on its host memory) sets the status word when the condition fails; the kernels after it
+ * skip themselves on the device (test_ptx checks that code), the host reads the word once at
+ * the end and hands the live values out as device tensors copied from the run's memory. The
+ * condition here is an input. */
 static void test_side_exits_on_the_device(void **state) {
   (void)state;
   const char *c = getenv("GPU_CASE");
@@ -468,12 +476,9 @@ static void test_side_exits_on_the_device(void **state) {
   /* The guard is decided on the device: the exit check is launched at the guard's step, between
    * the kernel before it and the one after it, and the host waits once per run (no wait at the
    * guard) and reads the status word once. */
-  void *h = dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  void (*counts)(int *, int *, int *, int *, int *);
+  void (*counts)(int *, int *, int *, int *, int *) = bind_counts();
   int (*stream_syncs)(void);
-  *(void **)&counts = dlsym(h, "fake_cuda_counts");
-  *(void **)&stream_syncs = dlsym(h, "fake_cuda_stream_syncs");
-  assert_non_null(counts);
+  *(void **)&stream_syncs = dlsym(dlopen(getenv("DYNAMO_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD), "fake_cuda_stream_syncs");
   assert_non_null(stream_syncs);
   cond = 1;
   assert_ok(dynamo_entry_run(e, args, 2, &ty, 1));  /* warm */
