@@ -1,7 +1,9 @@
 # The commands a person types. The real build is CMakeLists.txt; this file only sequences it.
-PYTHON ?= /usr/bin/python3
+# The project's Python: .venv/ made from requirements.txt by scripts/setup-python.sh.
+VENV   ?= .venv
+PYTHON ?= $(CURDIR)/$(VENV)/bin/python
 BUILD  ?= build
-PREFIX ?= /usr/local
+PREFIX ?= $(CURDIR)/$(VENV)
 JOBS   ?= 2
 MAKEFLAGS += --no-print-directory
 # bash with pipefail: `ctest | grep` must fail when ctest fails.
@@ -14,6 +16,7 @@ all: build
 
 deps:
 	@bash scripts/setup-deps.sh
+	@VENV=$(VENV) bash scripts/setup-python.sh requirements.txt
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
@@ -110,13 +113,13 @@ demo: build
 # Every torchvision classification/segmentation/detection model (random weights, 64x64, batch 1),
 # torch.nn's transformer/attention/LSTM blocks and torchaudio's models and transforms, eager vs.
 # dynamo.optimize: WRONG / LEAKED / ok per model, fallbacks, speedups and their geomeans, a bar
-# chart in $(BUILD)/zoo.png; fails on any WRONG or LEAKED. Installs torchvision/torchaudio first
-# (scripts/setup-models.sh). About 15 minutes on two cores; MODELS=resnet18,swin_t runs only those;
+# chart in $(BUILD)/zoo.png; fails on any WRONG or LEAKED. Installs requirements-zoo.txt into the
+# venv first. About 15 minutes on two cores; MODELS=resnet18,swin_t runs only those;
 # ZOO_ARGS="--family nn,audio" (or --calls, --size, --timeout, --mode hook, --json, --png '').
 MODELS ?=
 ZOO_ARGS ?=
 zoo: build
-	@bash scripts/setup-models.sh
+	@VENV=$(VENV) bash scripts/setup-python.sh requirements.txt requirements-zoo.txt
 	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py \
 	  --png $(BUILD)/zoo.png $(if $(MODELS),--models $(MODELS)) $(ZOO_ARGS)
 

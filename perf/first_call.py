@@ -2,7 +2,7 @@
 the first --calls calls (call 1 records and compiles; the next one or two time each convolution
 and matrix product both ways), the native compile time, and eager's calls for comparison.
 
-    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 /usr/bin/python3 perf/first_call.py resnet50
+    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/first_call.py resnet50
     (DYNAMO_CACHE_DIR=off for a cold compile every time; run twice with the default cache to see a
     second process, which runs the trace stored by the first; DYNAMO_TRACE_STORE=0 records it again
     with the compile cache warm)
@@ -10,8 +10,16 @@ and matrix product both ways), the native compile time, and eager's calls for co
 import argparse
 import time
 
+import os
+import sys
+
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
+
+torchvision_ops.ensure()
+import torchvision  # noqa: E402
 
 import dynamo
 

@@ -66,7 +66,7 @@ Every model runs in its own child process (`--run-one NAME --family F`, which ca
 to debug one model), so that a timeout or a crash costs only that model. The exit status is 1
 when any model is WRONG or LEAKED. --json writes {"eager", "calls", "results", "geomean"}.
 
-    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 /usr/bin/python3 perf/models.py \
+    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/models.py \
         [--models resnet18,swin_t] [--family classification,detection,nn,audio] [--calls 8] \
         [--size 64] [--timeout 900] [--mode module|hook] [--json results.json] [--png zoo.png]
 """
@@ -89,6 +89,10 @@ TRANSFORMERS = ("vit_", "swin_", "maxvit_")  # the classification models that ar
 THREADS = 2  # torch's threads in every process of the zoo (eager and dynamo alike)
 DEFAULT_CALLS = 8
 FAMILY_CALLS = {"detection": 6}  # the slow family: fewer calls keep the whole zoo near 15 minutes
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
+
+torchvision_ops.ensure()
 RESULT_TAG = "@result "
 PHASE_TAG = "@phase "
 

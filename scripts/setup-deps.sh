@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages dynamo builds and tests with; idempotent, skips what is present.
-# With arguments, installs those packages instead (scripts/setup-models.sh).
+# Installs the Debian packages of dynamo's native side (LLVM, SLEEF, oneDNN, cmocka, DLPack, the
+# compilers); idempotent, skips what is present. With arguments, installs those packages instead.
+# Python and its packages (torch and the LibTorch the library builds against) are not Debian's:
+# scripts/setup-python.sh puts them in .venv/.
 set -euo pipefail
 
 PKGS=(
   cmake make g++ pkg-config
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libffi-dev libxml2-dev libcurl4-openssl-dev
-  libtorch-dev python3-torch python3-pytest python3-hypothesis python3-numpy python3-dev pybind11-dev
-  libsleef-dev libcmocka-dev libdlpack-dev
-  libopenblas0-pthread libdnnl-dev libjemalloc2
-  python3-networkx
+  libsleef-dev libcmocka-dev libdlpack-dev libdnnl-dev libjemalloc2
 )
 
 if [ $# -gt 0 ]; then PKGS=("$@"); fi

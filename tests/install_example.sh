@@ -21,10 +21,10 @@ else
   echo "pkg-config not installed: skipped the pkg-config build"
 fi
 
-# The Python package as /usr/bin/python3 sees it after `make install`, from another directory:
+# The Python package as the project's Python sees it after `make install`, from another directory:
 # it must find the installed library and both extensions without the source tree.
 cd "$tmp"
-env -u DYNAMO_LIBRARY PYTHONPATH="$tmp/prefix/lib/python3.11/dist-packages" "${PYTHON:-/usr/bin/python3}" - <<'PY'
+env -u DYNAMO_LIBRARY PYTHONPATH="$tmp/prefix/lib/python3.11/site-packages" "${PYTHON:?the project Python (.venv/bin/python)}" - <<'PY'
 import torch, dynamo
 from dynamo import frontend, hook
 assert dynamo.__file__.startswith(__import__("os").getcwd()), dynamo.__file__

@@ -1,6 +1,6 @@
 """An ordinary PyTorch inference script (it does not import dynamo). Run it with the JIT on:
 
-    PYTHONPATH=python_shim /usr/bin/python3 -m dynamo --report examples/python/score_batches.py
+    PYTHONPATH=python_shim .venv/bin/python -m dynamo --report examples/python/score_batches.py
 
 It scores random batches with a small classifier, computes calibration statistics, and prints
 a checksum that must be the same with and without the JIT.

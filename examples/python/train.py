@@ -1,6 +1,6 @@
 """An ordinary PyTorch training script (it does not import dynamo). Run it with the JIT on:
 
-    PYTHONPATH=python_shim /usr/bin/python3 -m dynamo --report examples/python/train.py
+    PYTHONPATH=python_shim .venv/bin/python -m dynamo --report examples/python/train.py
 
 It trains a small transformer classifier on random token sequences for 20 steps with AdamW and
 prints the loss of each step; the losses must be the same with and without the JIT (within

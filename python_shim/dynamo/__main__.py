@@ -1,4 +1,4 @@
-"""python3 -m dynamo [--report] SCRIPT.py [ARGS...]
+"""python -m dynamo [--report] SCRIPT.py [ARGS...]
 
 Runs an unmodified script with the JIT on: every Python function it calls with tensors (or
 nn.Modules) may be recorded and compiled (the `with dynamo.optimize():` frame hook). With
@@ -11,7 +11,7 @@ import sys
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m dynamo",
+    p = argparse.ArgumentParser(prog="python -m dynamo",
                                 description="Run a PyTorch script with the dynamo JIT on.")
     p.add_argument("--report", action="store_true", help="print what was compiled and what fell back")
     p.add_argument("--nopython", action="store_true", help="raise instead of falling back to eager")

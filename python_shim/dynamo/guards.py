@@ -59,9 +59,11 @@ def same_float(x, c):
 def torch_state():
     """The global torch state a recorded trace depends on, as one comparable tuple: grad mode,
     default dtype, CPU and CUDA autocast (enabled, dtype), deterministic algorithms."""
-    return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_autocast_cpu_enabled(),
-            torch.get_autocast_cpu_dtype(), torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype(),
-            _deterministic())
+    return (torch.is_grad_enabled(), torch.get_default_dtype(), _autocast_on("cpu"), _autocast_dtype("cpu"),
+            _autocast_on("cuda"), _autocast_dtype("cuda"), _deterministic())
+
+
+_autocast_on, _autocast_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
 
 
 # torch.are_deterministic_algorithms_enabled() without its Python wrapper (torch_state() runs in

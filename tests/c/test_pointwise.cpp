@@ -282,7 +282,12 @@ static void test_special_values(void **state) {
     std::vector<Value> ins = {Value::tensor(x)}, two = {Value::tensor(x), Value::tensor(y)};
     for (const auto &[op, ref] : unary_refs()) {
       std::string what = op + " special " + check::dtype_text(dt);
-      bad += !check_case(what, ins, {"%r = " + op + "(%0)"}, [&, r = ref] { return r({x}); });
+      // torch 2.13's vectorized float32 erf-GELU answers NaN at +inf (and inf at 3.4e38) where its
+      // own scalar loop and its float64 kernel answer inf: the reference is the float64 one.
+      bool via_double = op == "gelu" && dt == at::kFloat;
+      bad += !check_case(what, ins, {"%r = " + op + "(%0)"}, [&, r = ref] {
+        return via_double ? r({x.to(at::kDouble)}).to(at::kFloat) : r({x});
+      });
     }
     for (const auto &[op, ref] : binary_refs()) {
       std::string what = op + " special " + check::dtype_text(dt);

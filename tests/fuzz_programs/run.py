@@ -1,6 +1,6 @@
 """Program fuzzer driver: random programs (gen.py) run eagerly and through dynamo.optimize, compared call by call.
 
-    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 /usr/bin/python3 tests/fuzz_programs/run.py \\
+    PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python tests/fuzz_programs/run.py \\
         [--programs N] [--seed S] [--save DIR] [--stop-on-first] [--module|--function] [--time-limit SECONDS]
         [--no-shrink] [--no-fork] [--max-classes-per-kind K]
 

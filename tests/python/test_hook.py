@@ -1,4 +1,4 @@
-"""`with dynamo.optimize():` (the PEP 523 frame hook) and `python3 -m dynamo SCRIPT.py`: frames
+"""`with dynamo.optimize():` (the PEP 523 frame hook) and `python -m dynamo SCRIPT.py`: frames
 started inside the block are compiled without touching the code, results equal eager's, and the
 hook leaves no trace once the block ends."""
 import os
