@@ -484,7 +484,7 @@ class OptimizedFunction(TraceTree, BackOff):
             bump("code_shared")
         self._add_root(c, rec, interp)
         if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
-            c.size_fixed = dict(interp.size_fixed)
+            c.size_fixed = {**rec.size_fixed, **interp.size_fixed}
             c.dynamic_marks = dict(rec.input_marks)
             self._join_family(c, interp.size_read)
         if storable and self._recording_where is not None:

@@ -97,8 +97,10 @@ def _optimizer_step(code, bound):
 
 
 def _is_optimizer_step(code, bound):
-    return code.co_name == "step" and bound and type(bound[0]) in training.COVERED and \
-        code.co_filename == inspect.getfile(type(bound[0]))
+    """The frame is the body of a covered optimizer's step (under torch's decorators; AdamW's is
+    Adam's)."""
+    return code.co_name == "step" and bool(bound) and type(bound[0]) in training.COVERED and \
+        getattr(inspect.unwrap(type(bound[0]).step), "__code__", None) is code
 
 
 def _handle(fn, bound):

@@ -31,6 +31,7 @@ import operator
 import re
 import sys
 import types
+import weakref
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -95,9 +96,16 @@ _READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__
                  "replace"}
 
 # The bytecodes the interpreter runs: those of its _op_ handlers (_HANDLERS, after the class) and
-# the ones it skips; plain generators (genexprs) but not `yield from` (SEND); try/except/finally
+# the ones it skips; generators (genexprs, `yield`, `yield from` driven by next()); try/except/finally
 # and with blocks through the exception table; imports of modules already loaded.
 _SKIPPED = frozenset(("NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "CACHE"))
+
+# Reads of torch's dispatch-mode stack, answered without the recorder's own mode (_mode_read).
+_MODE_READERS = {f for f in (getattr(torch._C, "_len_torch_dispatch_stack", None),
+                             getattr(torch.utils._python_dispatch, "_get_current_dispatch_mode", None),
+                             getattr(torch.utils._python_dispatch, "_get_current_dispatch_mode_stack", None),
+                             getattr(torch.utils._python_dispatch, "is_in_torch_dispatch_mode", None))
+                 if f is not None}
 
 # torch functions (not ATen ops, so not recorded) that change global state: they end the trace
 # and run for real (torch.manual_seed, torch.set_default_dtype, torch.use_deterministic_algorithms).
@@ -520,6 +528,15 @@ class Interpreter(SizeFlow):
             return (None, None)
         if _is_torch_callable(fn) and _GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""):
             return self._opaque(fnp, args, kwargs, f"torch.{fn.__name__}() changes torch's global state")
+        if type(fn) is weakref.ReferenceType and not args and not kwargs:  # ref(): its referent, by source
+            r = fn()
+            if fsrc is None:
+                return (r, None)
+            src = Source(f"{fsrc.expr}()", fsrc)
+            self.touch(r, src)
+            return (r, src)
+        if fn in _MODE_READERS and self.recording:
+            return self._mode_read(fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
             return self._call_python(fn, fsrc, args, kwargs, None)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
@@ -544,9 +561,6 @@ class Interpreter(SizeFlow):
                                                    "(its position cannot be guarded)")
         if fn is isinstance and args and args[0][1] is not None and self.recording:  # o.__class__ = B
             self.guards.guard(Source(f"type({args[0][1].expr})", args[0][1]), type(args[0][0]))
-        if fn in _LINEAR and _mixed_bias(args, kwargs):
-            return self._opaque(fnp, args, kwargs, "linear with a bias of another dtype (recorded under the "
-                                                   "dispatch mode, torch 1.13 adds it out of place and promotes)")
         if fn in _FROM_DATA and self.recording:
             made = self._from_data(fn, args, kwargs)
             if made is not None:
@@ -744,6 +758,25 @@ class Interpreter(SizeFlow):
             self.rec.paused -= 1
         if stitched:
             raise StitchNow(r)
+        return (r, None)
+
+    def _mode_read(self, fn, args, kwargs):
+        """A read of torch's dispatch-mode stack (nn.MultiheadAttention asks whether make_fx is
+        tracing): answered as the program sees it, without the recorder's own mode, and guarded,
+        so that a later call under a mode of the program's records again."""
+        for v, s in list(args) + list(kwargs.values()):
+            self._touch_elements(v, s)
+        with self._outside_recorder():
+            r = fn(*[v for v, _ in args], **{n: v for n, (v, _) in kwargs.items()})
+        call = f"{self.guards.const_source(fn).expr}({', '.join(repr(v) for v, _ in args)}" \
+               f"{', ' if args and kwargs else ''}{', '.join(f'{n}={v!r}' for n, (v, _) in kwargs.items())})"
+        name = getattr(fn, "__name__", "a dispatch-mode read")
+        if type(r) in _BY_VALUE:
+            self.guards.guard_state(call, r, f"{name}() == {r!r}")
+        elif type(r) is list and not r:
+            self.guards.guard_state(f"len({call})", 0, f"{name}() is empty")
+        else:  # a mode of the program's is active: its own modes are not recorded through
+            self.abort(f"{name}() finds a dispatch mode of the program's", "python")
         return (r, None)
 
     def _outside_recorder(self):
@@ -1394,23 +1427,47 @@ class Interpreter(SizeFlow):
     def _op_FOR_ITER(self, f, ins):
         stack = f.stack
         push, pop = stack.append, stack.pop
-        it = stack[-1][0]
         try:
-            if isinstance(it, (_SourcedIter, _Generator)):
-                try:
-                    v, src = it.next_pair()
-                except StopIteration:
-                    if type(it) is _SourcedIter and it.src is not None and self.recording:
-                        # where the loop over a sourced list ended (it may have grown)
-                        self.guards.guard_state(f"len({it.src.expr})", it.i,
-                                                f"{it.src.expr} has {it.i} elements", src=it.src)
-                    raise
-                self.touch(v, src)
-                push((v, src))
-            else:
-                push((next(it), None))
+            push(self._next_pair(stack[-1][0]))
         except StopIteration:
             pop()
+            self._jump(f, ins.argval)
+
+    def _next_pair(self, it):
+        """The next (value, source) of an iterator the interpreter drives (FOR_ITER, SEND);
+        StopIteration at its end."""
+        if isinstance(it, (_SourcedIter, _Generator)):
+            try:
+                v, src = it.next_pair()
+            except StopIteration:
+                if type(it) is _SourcedIter and it.src is not None and self.recording:
+                    # where the loop over a sourced list ended (it may have grown)
+                    self.guards.guard_state(f"len({it.src.expr})", it.i,
+                                            f"{it.src.expr} has {it.i} elements", src=it.src)
+                raise
+            self.touch(v, src)
+            return (v, src)
+        return (next(it), None)
+
+    @_handles('GET_YIELD_FROM_ITER')
+    def _op_GET_YIELD_FROM_ITER(self, f, ins):  # `yield from x`: a generator stays itself, else iter(x)
+        v = f.stack[-1][0]
+        if not isinstance(v, (_Generator, types.GeneratorType)):
+            self._op_GET_ITER(f, ins)
+
+    @_handles('SEND')
+    def _op_SEND(self, f, ins):
+        """`yield from`'s step: the next value of the iterator under the value sent in (always None:
+        the generators the interpreter runs are driven by next()), or, at its end, its return
+        value in the iterator's place and a jump past the loop."""
+        stack = f.stack
+        sent = stack.pop()[0]
+        if sent is not None:
+            raise Abort("a value sent into a generator's `yield from`", "python")
+        try:
+            stack.append(self._next_pair(stack[-1][0]))
+        except StopIteration as e:
+            stack[-1] = e.value if isinstance(e.value, _Returned) else (e.value, None)
             self._jump(f, ins.argval)
 
     @_handles('JUMP_FORWARD', 'JUMP_BACKWARD', 'JUMP_BACKWARD_NO_INTERRUPT')
@@ -1942,17 +1999,6 @@ _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their ke
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
-_LINEAR = (torch.nn.functional.linear, torch._C._nn.linear)
-
-
-def _mixed_bias(args, kwargs):
-    """F.linear(x, w, b) with b of another dtype than x (eager: x's dtype, via an in-place add)."""
-    vals = [v for v, _ in args] + [v for _, (v, _) in sorted(kwargs.items())]
-    x = vals[0] if vals else None
-    b = kwargs["bias"][0] if "bias" in kwargs else (vals[2] if len(args) > 2 else None)
-    return isinstance(x, torch.Tensor) and isinstance(b, torch.Tensor) and b.dtype != x.dtype
-
-
 def _static_lookup(cls, name):
     """The attribute `name` as stored on class cls or a base (no descriptor called), or None."""
     for klass in cls.__mro__:
@@ -1980,6 +2026,12 @@ def _holds_generator(v, depth=0):
     if depth < 4 and isinstance(v, dict):
         return any(_holds_generator(e, depth + 1) for e in v.values())
     return False
+
+
+class _Returned(tuple):
+    """A generator frame's return (value, source) pair, carried by its StopIteration."""
+
+    __slots__ = ()
 
 
 class _Yielded:
@@ -2016,7 +2068,7 @@ class _Generator:
         if isinstance(r, _Yielded):
             return r.pair
         self.done = True
-        raise StopIteration
+        raise StopIteration(_Returned(r))  # the frame's (value, source), for `yield from`
 
     def __iter__(self):
         return self

@@ -117,6 +117,7 @@ class Recorder(TorchDispatchMode):
         #                         the tape's replay makes explicit: batch norm's running statistics)
         self.probe = None       # a size probe (probe.py): the FakeTensorMode its ops run under
         self._fakes = {}        # ... and there, id(real tensor) -> its fake twin
+        self.size_fixed = {}    # (value name, dim) -> why: sizes an op's choice depended on (aten::alias)
 
     # -- values --------------------------------------------------------------------------
     def _new(self):
@@ -450,6 +451,16 @@ class Recorder(TorchDispatchMode):
         name = schema.name
         overload = func._overloadname
         self.ops.append(name if overload == "default" else f"{name}.{overload}")
+        if func is _aten.alias.default and isinstance(args[0], torch.Tensor):
+            # torch's indexing gives an alias where a slice kept a whole dim (x[:, :6] of 4
+            # columns): its bound was compared with the size, which must stay what it was
+            why = "an index kept a whole dimension (aten::alias): its bound was compared with the size"
+            if self.probe is not None:
+                raise ProbeStop(why)
+            n = self.vals.get(id(args[0]))
+            if n is not None:
+                for d in range(args[0].dim()):
+                    self.size_fixed.setdefault((n, d), why)
         if func is _aten._local_scalar_dense.default:
             raise Abort("data-dependent value: a tensor's contents are read (.item(), bool(), int()) inside a call "
                         "the interpreter runs whole, where it cannot place a side exit", "data_dependent")

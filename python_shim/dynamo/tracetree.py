@@ -195,6 +195,11 @@ def _flatten_result(result, rec, input_index):
     same object), as eager returns it."""
     names = []
 
+    def add(n):  # the same tensor returned twice stays one output
+        if n not in names:
+            names.append(n)
+        return names.index(n)
+
     def walk(v):
         if isinstance(v, torch.Tensor) and id(v) in input_index:
             return ("I", input_index[id(v)])
@@ -204,13 +209,15 @@ def _flatten_result(result, rec, input_index):
                 raise Abort("returns a tensor that was not recorded", "result")
             base = _viewed_base(v, rec)
             if base is not None:  # a view: the trace returns its base, the call views it as eager did
-                n = rec.output_name(base)
-            if n not in names:  # the same tensor returned twice stays one tensor
-                names.append(n)
-            if base is not None:
-                return ("V", names.index(n), tuple(v.shape), tuple(v.stride()),
+                return ("V", add(rec.output_name(base)), tuple(v.shape), tuple(v.stride()),
                         v.storage_offset() - base.storage_offset())
-            return ("T", names.index(n))
+            perm = None if v.is_contiguous() else _memory_order(v)
+            if perm is not None:  # eager's layout: the trace returns it in memory order, the call permutes back
+                with rec:
+                    pn = rec.output_name(v.permute(perm))
+                if pn is not None:
+                    return ("P", add(pn), tuple(sorted(range(len(perm)), key=perm.__getitem__)))
+            return ("T", add(n))
         if type(v) in (tuple, list):
             return (type(v).__name__, [walk(x) for x in v])
         if type(v) in (dict, collections.OrderedDict):  # (segmentation models return an OrderedDict)
@@ -220,6 +227,16 @@ def _flatten_result(result, rec, input_index):
         raise Abort(f"returns a {type(v).__name__}", "result")
 
     return walk(result), names
+
+
+def _memory_order(v):
+    """The dims of a non-contiguous tensor v from outermost to innermost in memory, when v is a
+    permutation of a dense row-major tensor (a transposed result, channels-last, the layout
+    LibTorch's attention gives its output); None for any other layout."""
+    if v.layout != torch.strided or v.dim() < 2 or v.numel() < 2:
+        return None
+    perm = sorted(range(v.dim()), key=lambda d: (-v.stride(d), -v.shape[d]))
+    return perm if v.permute(perm).is_contiguous() else None
 
 
 def _viewed_base(v, rec):
@@ -247,6 +264,8 @@ def _rebuild(spec, outs, inputs):
         if not b.is_contiguous():
             b = b.contiguous()
         return b.as_strided(spec[2], spec[3], b.storage_offset() + spec[4])
+    if kind == "P":  # eager's dims from the memory order the trace wrote
+        return outs[spec[1]].permute(spec[2])
     if kind == "I":
         return inputs[spec[1]]
     if kind == "C":

@@ -9,7 +9,7 @@ replay (taped only in Tensor arguments, and a float only beside floating tensors
 promotes a 0-dim tensor as it does the number; elsewhere the call runs eagerly). With grad on, a branch on a tensor's
 value or a number read from one ends the trace (a cut, as at a stitch) instead of a side exit:
 the call goes on in a trace recorded from there, one per value, and autograd links the parts.
-functorch's AOTAutograd (`aot_function`, torch 1.13) traces the replay's joint forward and
+AOTAutograd (`torch._functorch.aot_autograd.aot_function`) traces the replay's joint forward and
 backward at the ATen level, splits them (`min_cut_rematerialization_partition` when networkx
 is installed, else `default_partition`) into a forward graph that also returns what the
 backward needs and a backward graph, and hands each FX graph to dynamo itself (`optimize`):
@@ -209,7 +209,7 @@ def _decompositions():
 
 
 def _partition():
-    from functorch.compile import default_partition, min_cut_rematerialization_partition
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
     try:
         import networkx  # noqa: F401 -- the min-cut partitioner needs it
         return min_cut_rematerialization_partition
@@ -223,7 +223,7 @@ class TrainedTrace(Compiled):
     def __init__(self, name, rec, gs, text, out_spec, names, inlined, inputs, optimize):
         """optimize: frontend.optimize, which compiles the two graphs (passed in: this module
         does not import the front end)."""
-        from functorch.compile import aot_function
+        from torch._functorch.aot_autograd import aot_function
         super().__init__(gs, text, None, out_spec, gs.tensor_inputs, rec.ops, inlined)
         refs = [rec.tape_ref(n) for n in names]
         if None in refs:
@@ -284,7 +284,7 @@ def _meta(t):
 
 # -- the optimizer step ---------------------------------------------------------------------
 # torch.optim's SGD, Adam and AdamW update each parameter with a few in-place ops; eager runs
-# them one by one, parameter after parameter (torch 1.13: `_single_tensor_*`). A parameter
+# them one by one, parameter after parameter (`_single_tensor_*`, or grouped by `foreach`). A parameter
 # group's update is written here as one Python function over lists of tensors, the same ops
 # in the same order, which dynamo records and compiles like any function: a trace whose
 # inputs are the parameters, gradients and state tensors, written in place. Numbers that
@@ -352,8 +352,8 @@ class OptimizedStep:
     def __call__(self, closure=None):
         if self.compiled(closure) is EAGER_STEP:
             return self.eager_step(closure) if closure is not None else self.eager_step()
-        if hasattr(self.optimizer, "_step_count"):  # what a scheduler's counting wrapper would do
-            self.optimizer._step_count += 1
+        if getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
+            self.optimizer._opt_called = True  # what a scheduler's wrapper of the step marks
         return None
 
     def compiled(self, closure=None):
@@ -371,8 +371,9 @@ class OptimizedStep:
             for p in params:
                 if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype or p.grad.device != p.device:
                     return self._eager("a sparse or complex gradient, or one of another dtype or device")
-            state = [self.optimizer.state.get(p) for p in params]
-            if any(not s for s in state):
+            state = [self.optimizer.state.get(p) or {} for p in params]
+            stateless = self.kind == "SGD" and g["momentum"] == 0  # (SGD keeps no state then)
+            if not stateless and any(not s for s in state):
                 return self._eager("the first step (torch's step creates the optimizer state)")
             if self.kind == "SGD" and g["momentum"] != 0 and any(s.get("momentum_buffer") is None for s in state):
                 return self._eager("a parameter without a momentum buffer yet")
@@ -413,10 +414,10 @@ def _unsupported_options(kind, g):
 
 def optimizer_of(method):
     """The optimizer whose step `method` is, when OptimizedStep covers it, else None: the bound
-    method, or the counting wrapper a learning-rate scheduler puts in its place (torch 1.13's
-    `with_counter`: a function holding a weak reference to the optimizer)."""
+    method, or the wrapper a learning-rate scheduler puts in its place (a function holding a weak
+    reference to the optimizer, marked `_wrapped_by_lr_sched`)."""
     obj = getattr(method, "__self__", None)
-    if obj is None and getattr(method, "_with_counter", False):
+    if obj is None and getattr(method, "_wrapped_by_lr_sched", False):
         for cell in getattr(method, "__closure__", None) or ():
             ref = cell.cell_contents
             if isinstance(ref, weakref.ref) and isinstance(ref(), torch.optim.Optimizer):

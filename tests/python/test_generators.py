@@ -161,3 +161,48 @@ def test_function_returning_a_genexpr_gives_a_working_generator():
         got = jit(xs)
         assert type(got).__name__ == "generator"
         assert same(list(got), list(f(xs)))
+
+
+def test_yield_from_generators_lists_and_return_values():
+    """`yield from` a generator (its return value handed back), a list and a genexpr, nested as
+    Module.named_modules recurses: recorded, native from the second call, eager's every call."""
+    def inner(x, n):
+        for i in range(n):
+            yield x * i
+        return x.sum()
+
+    def outer(x):
+        total = yield from inner(x, 3)
+        yield total
+        yield from [x + 1, x - 1]
+        yield from (x * k for k in range(2))
+
+    def f(x):
+        return sum(outer(x))
+    jit = dynamo.optimize(f)
+    for _ in range(4):
+        x = torch.randn(5)
+        assert same(jit(x), f(x))
+    assert native_runs() >= 3, dynamo.report()
+
+
+def test_modules_walk_in_a_forward_is_recorded():
+    """A forward that walks self.modules() (yield from inside named_modules), as
+    TransformerEncoderLayer's fast-path check does, and reads the hooks of each."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2))
+
+        def forward(self, x):
+            hooked = any(len(m._forward_hooks) for m in self.modules())
+            return self.b(self.a(x)) * (2 if hooked else 1)
+    net = Net()
+    jit = dynamo.optimize(net)
+    with torch.no_grad():
+        for k in range(4):
+            if k == 2:
+                net.b[1].register_forward_hook(lambda m, i, o: None)
+            x = torch.randn(3, 4)
+            assert same(jit(x), net(x)), k
+    assert native_runs() >= 1, dynamo.report()

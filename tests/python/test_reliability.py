@@ -68,7 +68,8 @@ def test_chunked_heads_with_batch_one():
         q = q.reshape(b, s, 4, d // 4).transpose(1, 2)
         k = k.reshape(b, s, 4, d // 4).transpose(1, 2)
         return q @ k.transpose(-2, -1)
-    run_steps(g, [None] * 3, lambda: (torch.randn(1, 3, 64), torch.randn(64, 192)))
+    # (w at the scale of an initialized layer: products of O(1) values, as float32 tolerances assume)
+    run_steps(g, [None] * 3, lambda: (torch.randn(1, 3, 64), torch.randn(64, 192) / 8))
 
 
 @pytest.mark.parametrize("layout", ["permuted", "transposed", "channels_last", "sliced"])
@@ -635,10 +636,22 @@ def test_copy_into_a_temporary_then_write_it():
     assert dynamo.counters()["native_runs"] == 2
 
 
+def raises_as_eager(fn, args, calls=3):
+    """fn raises on args in eager; dynamo.optimize(fn) raises the same error, on every call."""
+    opt = dynamo.optimize(fn)
+    for _ in range(calls):
+        a = args()
+        with pytest.raises(Exception) as want:
+            fn(*a)
+        with pytest.raises(type(want.value)) as got:
+            opt(*a)
+        assert str(got.value) == str(want.value)
+
+
 def test_linear_with_a_bias_of_another_dtype():
+    """Eager refuses a bias of another dtype (torch 1.13 promoted it); so does the compiled call."""
     w, b = torch.randn(4, 3), torch.randn(4, dtype=torch.float64)
-    run_steps(lambda x: torch.nn.functional.linear(x, w, b), [None] * 3,
-              lambda: (torch.randn(2, 3, 3, 3),), native=False)
+    raises_as_eager(lambda x: torch.nn.functional.linear(x, w, b), lambda: (torch.randn(2, 3, 3, 3),))
 
 
 def test_as_strided_that_keeps_the_elements_is_traced():
@@ -702,7 +715,9 @@ def test_side_trace_leaving_through_its_own_exit(monkeypatch):
         assert same(opt(x), fn(x))
 
 
-def test_torch_call_that_fails_only_under_the_recorder():
+def test_torch_call_that_raises_after_a_write():
+    """max_pool1d of a row shorter than its window raises (torch 1.13 gave an empty tensor): the
+    compiled call raises it too, after the same in-place write into its input."""
     def fn(x0, x2):
         x2.relu_()
         return torch.nn.functional.max_pool1d(torch.exp(x0), 2)
@@ -710,7 +725,11 @@ def test_torch_call_that_fails_only_under_the_recorder():
     for _ in range(3):
         x0, x2 = torch.randn(1, 1), torch.randn(1, 4)
         a, b = x2.clone(), x2.clone()
-        assert same(opt(x0, a), fn(x0, b)) and torch.equal(a, b)
+        with pytest.raises(RuntimeError) as want:
+            fn(x0, b)
+        with pytest.raises(RuntimeError) as got:
+            opt(x0, a)
+        assert str(got.value) == str(want.value) and torch.equal(a, b)
 
 
 def test_view_of_a_temporary_live_at_a_side_exit_stays_a_view():
@@ -744,3 +763,31 @@ def test_returned_view_written_through_still_aliases_its_base():
         want.append(fe(x))
     assert same(got, want) and same(wo, we)  # earlier results see later writes, as in eager
     assert dynamo.counters()["native_runs"] == 3
+
+
+def test_results_keep_eager_strides():
+    """A result eager lays out as a permutation of row-major (LibTorch attention's output, a
+    pointwise op on a transposed input) comes back with eager's strides, so the program's own
+    .view() of it works exactly where eager's does."""
+    def f(q, x):
+        o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, q, q)[0]
+        return o, o.permute(2, 0, 1, 3).view(7, 2, 32), x.t() * 2
+    opt = dynamo.optimize(f)
+    for _ in range(3):
+        q, x = torch.randn(2, 7, 4, 8).transpose(1, 2), torch.randn(5, 6)
+        got, want = opt(q, x), f(q, x)
+        assert same(got, want)
+        assert [t.stride() for t in got] == [t.stride() for t in want]
+    assert dynamo.counters()["native_runs"] >= 2, dynamo.report()
+
+
+def test_slice_that_keeps_a_whole_dim_does_not_generalize():
+    """x[:, :6] of 4 or 5 columns is torch's aten::alias (the bound was compared with the size):
+    at 8 columns the call keeps 6, as eager."""
+    def f(x):
+        return x[:, :6] * 3
+    opt = dynamo.optimize(f)
+    for n in (4, 5, 8, 10, 12, 3):
+        for _ in range(2):
+            x = torch.randn(2, n)
+            assert same(opt(x), f(x)), n
