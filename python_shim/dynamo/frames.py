@@ -16,13 +16,15 @@ NULL = object()  # CPython's NULL stack entry (pushed before a callable that is 
 
 
 def plain_class(cls):
-    """A Python class whose instances are made by object.__new__ and whose __init__ is Python
-    code (or object's): calling it can be interpreted, and an instance the call made can be
+    """A Python class whose instances are made by object.__new__ or a __new__ in Python, and whose
+    __init__ is Python code (or object's): calling it can be interpreted, and an instance the call made can be
     carried through a snapshot as its class and __dict__."""
     if not isinstance(cls, type) or type(cls) is not type or cls.__module__ == "builtins":
         return False
-    if cls.__new__ is not object.__new__ or issubclass(cls, (torch.Tensor, torch.nn.Module, BaseException)):
+    if issubclass(cls, (torch.Tensor, torch.nn.Module, BaseException)):
         return False
+    if cls.__new__ is not object.__new__ and not isinstance(cls.__new__, types.FunctionType):
+        return False  # (a __new__ in Python, as torch.no_grad's, is interpreted too)
     return cls.__init__ is object.__init__ or isinstance(cls.__init__, types.FunctionType)
 
 

@@ -615,6 +615,11 @@ class Interpreter(SizeFlow):
                                                     f"from outside the function")
         if _plain_class(fn):
             return self._instantiate(fn, args, kwargs)
+        if fn is object.__new__ and len(args) == 1 and not kwargs and _plain_class(args[0][0]):
+            obj = object.__new__(args[0][0])  # super().__new__(cls) in a __new__ of Python
+            self._mark_local(obj)
+            self.keep.append(obj)
+            return (obj, None)
         if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
                 id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
@@ -658,9 +663,14 @@ class Interpreter(SizeFlow):
     def _instantiate(self, cls, args, kwargs):
         """cls(*args) for a plain Python class (object.__new__, no metaclass): a new object of
         the call's own, its __init__ interpreted like any method."""
-        obj = object.__new__(cls)
-        self._mark_local(obj)
-        self.keep.append(obj)
+        if cls.__new__ is not object.__new__:  # a __new__ in Python: interpreted, as type.__call__ runs it
+            obj = self._call_python(cls.__new__, None, [(cls, None)] + list(args), kwargs, None)[0]
+            if not isinstance(obj, cls):  # (__init__ runs only on an instance of cls)
+                return (obj, None)
+        else:
+            obj = object.__new__(cls)
+            self._mark_local(obj)
+            self.keep.append(obj)
         init = cls.__init__
         if init is object.__init__:
             if args or kwargs:
