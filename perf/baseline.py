@@ -36,6 +36,8 @@ def blas():
     for p in libs:  # Debian's alternatives: /usr/lib/<triplet>/blas/libblas.so.3 is netlib's
         if os.path.basename(p).startswith("libblas.so") and "/blas/" in os.path.realpath(p):
             return "reference BLAS (netlib, slow: install libopenblas0-pthread)"
+    if torch.backends.mkl.is_available():  # (the torch wheel links MKL in statically)
+        return "MKL (inside libtorch_cpu)"
     return "unknown BLAS"
 
 

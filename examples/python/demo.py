@@ -131,8 +131,10 @@ def compare(name, eager_fn, fast_fn, *args):
     flat_g = got if isinstance(got, tuple) else (got,)
     err = max((g - w).abs().max().item() for g, w in zip(flat_g, flat_w))
     ok = all(g.shape == w.shape and torch.allclose(g, w, rtol=1e-4, atol=1e-4) for g, w in zip(flat_g, flat_w))
-    t_eager, setting = median_ms(lambda: eager_fn(*args)), "OpenBLAS's threads"
-    if baseline is not None and baseline.openblas_threads.available():
+    openblas = baseline is not None and baseline.openblas_threads.available()
+    t_eager = median_ms(lambda: eager_fn(*args))
+    setting = "OpenBLAS's threads" if openblas else f"{torch.get_num_threads()} threads"
+    if openblas:
         # A user's remedy for OpenBLAS's threads fighting ATen's spinning OpenMP threads on few
         # cores (OPENBLAS_NUM_THREADS=1): eager is timed that way too, and the faster counts.
         with baseline.openblas_threads(1):
@@ -180,8 +182,9 @@ def main():
             tuned = "glibc malloc, tuned as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 (freed memory kept)"
             line = line.replace(alloc, tuned)
         print("eager:", line)
-        print('(every "speedup vs eager" below is against eager PyTorch with this BLAS and allocator, its\n'
-              ' matrix products on OpenBLAS\'s threads or on one thread, whichever is faster)')
+        print('(every "speedup vs eager" below is against eager PyTorch with this BLAS and allocator'
+              + (', its\n matrix products on OpenBLAS\'s threads or on one thread, whichever is faster)'
+                 if baseline.openblas_threads.available() else ')'))
     else:
         blas = "unknown"
         print(f"eager: torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS and allocator unknown "
