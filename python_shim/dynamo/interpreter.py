@@ -661,8 +661,8 @@ class Interpreter(SizeFlow):
         return (t, src)
 
     def _instantiate(self, cls, args, kwargs):
-        """cls(*args) for a plain Python class (object.__new__, no metaclass): a new object of
-        the call's own, its __init__ interpreted like any method."""
+        """cls(*args) for a plain Python class (no metaclass; object.__new__ or a __new__ in Python,
+        interpreted): a new object of the call's own, its __init__ interpreted like any method."""
         if cls.__new__ is not object.__new__:  # a __new__ in Python: interpreted, as type.__call__ runs it
             obj = self._call_python(cls.__new__, None, [(cls, None)] + list(args), kwargs, None)[0]
             if not isinstance(obj, cls):  # (__init__ runs only on an instance of cls)
