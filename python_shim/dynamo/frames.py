@@ -28,6 +28,19 @@ def plain_class(cls):
     return cls.__init__ is object.__init__ or isinstance(cls.__init__, types.FunctionType)
 
 
+def dense_order(t):
+    """t's dims from innermost to outermost in memory when t is dense in that order (a
+    permutation of a row-major tensor: transposed, channels-last), else None. Size-1 dims count
+    wherever they stand."""
+    order = sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))
+    expect = 1
+    for d in order:
+        if t.shape[d] != 1 and t.stride(d) != expect:
+            return None
+        expect *= t.shape[d]
+    return order
+
+
 def is_torch_callable(fn):
     """A callable of torch's: a function or class of a torch module, a tensor's method, or a
     builtin of torch's C modules (the interpreter calls these for real; their ATen ops are

@@ -33,7 +33,7 @@ import time
 import torch
 
 from . import config
-from .frames import Abort, SizeUsed
+from .frames import Abort, SizeUsed, dense_order
 from .log import log
 
 
@@ -62,12 +62,9 @@ def _dense_strides(t, shape):
     """Strides for a tensor of `shape` laid out as t is (t dense in some dim order), or None."""
     if t.dim() == 0:
         return ()
-    order = sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))
-    expect = 1
-    for d in order:
-        if t.shape[d] != 1 and t.stride(d) != expect:
-            return None
-        expect *= t.shape[d]
+    order = dense_order(t)
+    if order is None:
+        return None
     out, step = [0] * t.dim(), 1
     for d in order:
         out[d] = step

@@ -16,7 +16,7 @@ import torch
 
 from . import _capi, config, native, snapshot
 from ._capi import DynamoError
-from .frames import Abort, NopythonError, StitchNow
+from .frames import Abort, NopythonError, StitchNow, dense_order
 from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
 from .interpreter import Interpreter, release
 from .log import enabled as log_enabled, log
@@ -235,8 +235,8 @@ def _memory_order(v):
     LibTorch's attention gives its output); None for any other layout."""
     if v.layout != torch.strided or v.dim() < 2 or v.numel() < 2:
         return None
-    perm = sorted(range(v.dim()), key=lambda d: (-v.stride(d), -v.shape[d]))
-    return perm if v.permute(perm).is_contiguous() else None
+    order = dense_order(v)
+    return None if order is None else order[::-1]
 
 
 def _viewed_base(v, rec):
