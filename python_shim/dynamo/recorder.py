@@ -1370,12 +1370,26 @@ def _linear(x, w, b):
     return y.view(*x.shape[:-1], w.shape[0])
 
 
+def _own_attention(*tensors):
+    """Whether dynamo::attention (runtime/attention.cpp: fused, online softmax, no score matrix in
+    memory) can stand for attention over these [batch, heads, rows, head size] tensors: float32 on
+    the CPU, one head size of at most 512, and no gradient to record (the op has no backward)."""
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 for t in tensors) and \
+        len({t.shape[-1] for t in tensors}) == 1 and tensors[0].shape[-1] <= 512 and \
+        not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
 def _native_mha(q, k, v, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
                 need_weights=True, average_attn_weights=True, mask_type=None):
     b, t, _ = q.shape
     dh = embed_dim // num_heads
     qkv = _linear(q, qkv_weight, qkv_bias).view(b, t, 3, num_heads, dh)
-    qh, kh, vh = (qkv[:, :, i].transpose(1, 2).reshape(b * num_heads, t, dh) for i in range(3))
+    heads = [qkv[:, :, i].transpose(1, 2) for i in range(3)]  # [b, heads, t, dh] views
+    if not need_weights and _own_attention(*heads):
+        attn = torch.ops.dynamo.attention(*heads, 1.0 / math.sqrt(dh), False)[0]  # laid out [b, t, heads, dh]
+        out = _linear(attn.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
+        return out, torch.empty(0, dtype=q.dtype)
+    qh, kh, vh = (h.reshape(b * num_heads, t, dh) for h in heads)
     scores = torch.bmm(qh / math.sqrt(dh), kh.transpose(1, 2))
     probs = torch.softmax(scores, dim=-1)
     attn = torch.bmm(probs, vh).view(b, num_heads, t, dh)
@@ -1412,11 +1426,23 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
     return x
 
 
+def _flash_covered(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """scaled_dot_product_attention's CPU flash kernel without dropout or a mask (causal or not)."""
+    return dropout_p == 0.0 and attn_mask is None and _own_attention(q, k, v)
+
+
+def _flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """(output, logsumexp) as ATen's CPU flash attention, from dynamo's own fused kernel."""
+    return torch.ops.dynamo.attention(q, k, v, scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
+                                      bool(is_causal))
+
+
 # op -> (whether the decomposition covers the call's arguments, the decomposition); calls it
 # does not cover are recorded as the fused op (an extern).
 _DECOMPOSITIONS = {}
 for _name, _covers, _fn in (("_transformer_encoder_layer_fwd", _layer_covered, _encoder_layer),
-                            ("_native_multi_head_attention", _mha_covered, _native_mha)):
+                            ("_native_multi_head_attention", _mha_covered, _native_mha),
+                            ("_scaled_dot_product_flash_attention_for_cpu", _flash_covered, _flash)):
     _op = getattr(_aten, _name, None)
     if _op is not None:
         _DECOMPOSITIONS[_op.default] = (_covers, _fn)

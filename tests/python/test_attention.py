@@ -1,0 +1,149 @@
+"""Attention through dynamo's own fused kernel (dynamo::attention, runtime/attention.cpp): the op
+against a float64 reference, and scaled_dot_product_attention, nn.MultiheadAttention and
+nn.TransformerEncoderLayer recorded into it (no LibTorch attention call), each call compared
+with eager."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dynamo
+from dynamo import native
+
+native.lib()  # registers dynamo::attention
+
+
+def reference(q, k, v, scale, causal):
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        s = s + torch.full(s.shape[-2:], float("-inf"), dtype=torch.double).triu(1)
+    return torch.softmax(s, -1) @ v.double(), torch.logsumexp(s, -1)
+
+
+def heads(layout, b, h, n, d):
+    """A [b, h, n, d] tensor laid out as asked: contiguous, [b, n, h, d] memory, or a strided
+    slice of a packed [b, n, 3, h, d] projection (nn.MultiheadAttention's q, k, v)."""
+    if layout == "contiguous":
+        return torch.randn(b, h, n, d)
+    if layout == "transposed":
+        return torch.randn(b, n, h, d).transpose(1, 2)
+    return torch.randn(b, n, 3, h, d)[:, :, 1].transpose(1, 2)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "packed"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,l,s,d", [(1, 1, 1, 1, 1), (2, 3, 7, 5, 8), (1, 8, 64, 64, 32), (1, 2, 33, 100, 80),
+                                       (1, 1, 1023, 7, 16), (1, 4, 200, 513, 128)])
+def test_the_op_matches_a_float64_reference_and_eagers_layout(b, h, l, s, d, causal, layout):
+    q, k, v = heads(layout, b, h, l, d), heads(layout, b, h, s, d), heads(layout, b, h, s, d)
+    out, lse = torch.ops.dynamo.attention(q, k, v, 1 / math.sqrt(d), causal)
+    want, want_lse = reference(q, k, v, 1 / math.sqrt(d), causal)
+    assert out.shape == want.shape and out.dtype == torch.float32 and lse.shape == (b, h, l)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-5, atol=2e-6)
+    eager, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=causal)
+    assert out.stride() == eager.stride() or h == 1 or l == 1  # (a size-1 dim's stride says nothing)
+
+
+def test_empty_and_keyless_attention():
+    q = torch.randn(2, 3, 0, 8)
+    out, lse = torch.ops.dynamo.attention(q, torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8), 0.5, False)
+    assert out.shape == (2, 3, 0, 8) and lse.shape == (2, 3, 0)
+    out, _ = torch.ops.dynamo.attention(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 0, 8), torch.randn(1, 1, 0, 8),
+                                        0.5, False)
+    assert out.isnan().all()  # softmax over no keys, as eager's math path
+
+
+def test_bad_inputs_are_refused_with_a_message():
+    x = torch.randn(1, 2, 4, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.dynamo.attention(x.double(), x.double(), x.double(), 1.0, False)
+    with pytest.raises(RuntimeError, match="head size"):
+        torch.ops.dynamo.attention(x, x, torch.randn(1, 2, 4, 16), 1.0, False)
+    with pytest.raises(RuntimeError, match=r"\[batch, heads"):
+        torch.ops.dynamo.attention(x[0], x[0], x[0], 1.0, False)
+
+
+def ops_of(fn, *args):
+    with torch.no_grad():
+        return dynamo.explain(fn, *args).traces[0].ops
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_records_the_own_kernel_and_matches_eager(causal):
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 2 + 1
+    q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
+    ops = ops_of(fn, q, k, v)
+    assert "dynamo::attention" in ops and not any("attention_for_cpu" in o or o == "aten::bmm" for o in ops), ops
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in (16, 16, 16, 7, 1, 64):
+            q, k, v = (torch.randn(2, 4, n, 8) for _ in range(3))
+            torch.testing.assert_close(fast(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
+    assert dynamo.counters()["native_runs"] >= 3
+
+
+def test_sdpa_with_a_mask_or_dropout_stays_eagers_kernel_and_correct():
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
+    mask = torch.randn(8, 8)
+    assert "dynamo::attention" not in ops_of(fn, q, k, v, mask)
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(q, k, v, mask), fn(q, k, v, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_multihead_attention_runs_the_own_kernel_at_every_length():
+    m = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+
+    def fn(x):
+        return m(x, x, x, need_weights=False)[0]
+    ops = ops_of(fn, torch.randn(1, 16, 64))
+    assert "dynamo::attention" in ops and "aten::softmax.int" not in ops and "aten::bmm" not in ops, ops
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in (16, 16, 16, 33, 7, 1, 128):
+            x = torch.randn(2, n, 64)
+            torch.testing.assert_close(fast(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_weights_asked_for_keep_the_softmax():
+    m = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
+
+    def fn(x):
+        return m(x, x, x)  # need_weights=True: the probabilities are an output
+    x = torch.randn(1, 9, 32)
+    assert "dynamo::attention" not in ops_of(fn, x)
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 9, 32)
+            for got, want in zip(fast(x), fn(x)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_encoder_layer_in_eval():
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    assert "dynamo::attention" in ops_of(layer, torch.randn(2, 10, 64))
+    fast = dynamo.optimize(layer)
+    with torch.no_grad():
+        for n in (10, 10, 10, 3):
+            x = torch.randn(2, n, 64)
+            torch.testing.assert_close(fast(x), layer(x), rtol=1e-4, atol=1e-5)
+
+
+def test_training_keeps_attention_differentiable():
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v).square().sum()
+    fast = dynamo.optimize(fn)
+    for _ in range(3):
+        q, k, v = (torch.randn(1, 2, 6, 4, requires_grad=True) for _ in range(3))
+        qe, ke, ve = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        fast(q, k, v).backward()
+        fn(qe, ke, ve).backward()
+        for a, b in ((q, qe), (k, ke), (v, ve)):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
