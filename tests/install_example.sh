@@ -35,3 +35,17 @@ assert torch.equal(f(x), torch.relu(x) * 2) and dynamo.counters()["native_runs"]
 assert frontend._fastcall() is not None and hook._load() is not None
 print("installed Python package: import, compile, native run, extensions: ok")
 PY
+
+# torch.compile finds backend="dynamo" through the installed package's entry point, without
+# `import dynamo` first.
+env -u DYNAMO_LIBRARY PYTHONPATH="$tmp/prefix/lib/python3.11/site-packages" "$PYTHON" - <<'PY'
+import sys, torch
+f = torch.compile(lambda x: torch.relu(x) * 2, backend="dynamo")
+x = torch.randn(10)
+for _ in range(3):
+    assert torch.equal(f(x), torch.relu(x) * 2)
+import dynamo
+assert dynamo.__file__.startswith(__import__("os").getcwd()), dynamo.__file__
+assert dynamo.counters()["native_runs"] >= 1, dynamo.counters()
+print("installed entry point: torch.compile(backend=\"dynamo\"): ok")
+PY

@@ -8,9 +8,14 @@
 dynamo.explain(fn, *args) shows what is compiled and why anything falls back;
 dynamo.counters() counts calls, native runs, recordings, aborts and compile time;
 dynamo.config holds the knobs; dynamo.native is the thin binding of the C API.
+torch.compile(model, backend="dynamo") runs PyTorch's own front end with dynamo's engine behind
+it (dynamo.backend is that backend function).
 """
 from ._capi import DynamoError, ABI_VERSION  # noqa: F401
 from . import config, native  # noqa: F401
 from .api import counters, disable, explain, mark_dynamic, optimize, report, reset  # noqa: F401
+from .compile_backend import backend, register as _register_backend  # noqa: F401
 
 __version__ = "0.1.0"
+
+_register_backend()
