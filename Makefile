@@ -36,11 +36,12 @@ test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(PYTHON) \
 	  -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS="$(ASAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(ASAN_FLAGS)" >/dev/null
-	@cmake --build build-asan -j$(JOBS) --target $(ASAN_TESTS) fake_cuda fake_cuda_old
+	@cmake --build build-asan -j$(JOBS) --target $(ASAN_TESTS) fake_cuda fake_cuda_old fake_cublaslt
 	@export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1; \
 	fail=0; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
 	  out=$$(build-asan/tests/$$t 2>&1) || { echo "$$out" | tail -40; fail=1; }; echo "$$out" | tail -2; done; \
-	out=$$(GPU_CASE=one DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so build-asan/tests/test_gpu_driver 2>&1) || \
+	out=$$(GPU_CASE=one FAKE_CUDA_DEVICES=1 DYNAMO_LIBCUDA=build-asan/tests/libfake_cuda.so \
+	  DYNAMO_LIBCUBLASLT=build-asan/tests/libfake_cublaslt.so build-asan/tests/test_gpu_driver 2>&1) || \
 	  { echo "$$out" | tail -40; fail=1; }; echo "$$out" | tail -1; \
 	[ $$fail = 0 ] && echo "test-asan: clean" || { echo "test-asan: FAILED"; exit 1; }
 
@@ -110,18 +111,20 @@ gpu-bundle: build
 demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
 
-# Every torchvision classification/segmentation/detection model (random weights, 64x64, batch 1),
-# torch.nn's transformer/attention/LSTM blocks and torchaudio's models and transforms, eager vs.
-# dynamo.optimize: WRONG / LEAKED / ok per model, fallbacks, speedups and their geomeans, a bar
-# chart in $(BUILD)/zoo.png; fails on any WRONG or LEAKED. Installs requirements-zoo.txt into the
-# venv first. About 15 minutes on two cores; MODELS=resnet18,swin_t runs only those;
-# ZOO_ARGS="--family nn,audio" (or --calls, --size, --timeout, --mode hook, --json, --png '').
+# The model zoo (perf/models.py): torchvision, timm and Hugging Face models and torch.nn blocks
+# (random weights, batch 1), each in its own process with cold caches: eager torch 2.13,
+# torch.compile (Inductor, weight freezing), dynamo.optimize and torch.compile(backend="dynamo"):
+# WRONG / LEAKED / ok, each side's ms, dynamo over eager and over torch.compile, both first calls,
+# geomeans per family, a chart in $(BUILD)/zoo.png (every result in zoo.json); fails on any WRONG or LEAKED. Installs
+# requirements-zoo.txt (timm, transformers) into the venv first. About 45 minutes on two cores
+# (Inductor's cold compiles are most of it); MODELS=resnet18,hf.bert runs only those;
+# ZOO_ARGS="--family timm,hf" (or --sides, --all-torchvision, --calls, --timeout, --json, ...).
 MODELS ?=
 ZOO_ARGS ?=
 zoo: build
 	@VENV=$(VENV) bash scripts/setup-python.sh requirements.txt requirements-zoo.txt
 	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py \
-	  --png $(BUILD)/zoo.png $(if $(MODELS),--models $(MODELS)) $(ZOO_ARGS)
+	  --png $(BUILD)/zoo.png --json $(BUILD)/zoo.json $(if $(MODELS),--models $(MODELS)) $(ZOO_ARGS)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

@@ -1,115 +1,180 @@
-"""The model zoo: every torchvision classification, segmentation and detection model, torch.nn's
-attention and recurrent blocks, and torchaudio's models and feature transforms, eager vs.
-dynamo.optimize, correctness first.
+"""The model zoo: eager PyTorch, torch.compile (Inductor) and dynamo side by side on torchvision,
+timm and Hugging Face models and torch.nn blocks, correctness first.
 
-For each torchvision model: random weights (weights=None, weights_backbone=None: nothing is
-downloaded; weight matrices initialized to zeros, like ViT's head, get random values too, or the
-output would be all zeros), eval mode, batch 1, torch.no_grad(); detection models keep every box
-(score threshold 0) and, but for SSD, work at the input's size instead of resizing to 800.
-Family nn: TransformerEncoderLayer (d_model 256, 8 heads, feed-forward 1024), a TransformerEncoder
-of 2 of them, TransformerDecoderLayer and MultiheadAttention on [1, 64, 256], LSTM (64 -> 128, 2
-layers) on [1, 32, 64], Transformer (d_model 128, 4 heads, 2 + 2 layers, feed-forward 256) on
-[1, 64, 128]; all batch_first. Family audio (torchaudio 0.13, random weights): Wav2Letter on a
-[1, 1, 8000] waveform, DeepSpeech on [1, 1, 50, 64] features, a small ConvTasNet on [1, 1, 4000],
-wav2vec2_base on [1, 8000], Conformer (80 features, 2 layers) on [1, 100, 80], MelSpectrogram and
-MFCC (16 kHz) on [1, 16000]. The zoo calls model(x): a block that takes several inputs or returns
-a tuple is wrapped in a one-input Module (decoders and nn.Transformer get x as target and memory,
-MultiheadAttention is self-attention without weights, LSTM and Conformer return their output only,
-Conformer's lengths tensor is built inside the call).
-The model and a deep copy are built; the copy goes through dynamo.optimize.
-Each of --calls calls (default 8; 6 for detection, the slowest family, so that the whole zoo
-takes about 15 minutes on two cores and a detection model's parts settle: their post-processing
-is left to CPython over the first calls, see dynamo.config.compile_parts) feeds both the same
-fresh random input (generated from the call's seed, cloned per side) and compares every output
-(nested tuples/lists/dicts of tensors):
-float tensors with allclose(rtol 1e-3, atol 1e-3 * max|eager output|), everything else exactly.
+Families (random weights, nothing downloaded; eval mode, batch 1, torch.no_grad()):
+- classification, segmentation, detection, video: torchvision's models at 64x64 (larger where a
+  model needs it; video clips 1x3x8x64x64). By default a chosen set per family (TORCHVISION) that
+  keeps the whole zoo under 45 minutes with torch.compile's cold compiles; --all-torchvision runs
+  every builder torchvision registers. Weight matrices initialized to zeros (ViT's head) get
+  random values, or the output would be all zeros. Detection models keep every box (score
+  threshold 0) and, but for SSD, work at the input's size instead of resizing to 800.
+- nn: torch.nn's attention and recurrent blocks (TransformerEncoderLayer, a TransformerEncoder of
+  2, TransformerDecoderLayer, MultiheadAttention, LSTM, Transformer), batch_first.
+- timm: TIMM's models across timm's families, at 64x64 (img_size=64 where a model takes one).
+- hf: Hugging Face transformers models built from small configs (HF below): encoders (BERT,
+  RoBERTa, DistilBERT, ALBERT), decoders (GPT-2, LLaMA with rotary embeddings and RMSNorm),
+  encoder-decoder (T5), vision (ViT) and speech (Whisper), use_cache=False, on 128 token ids.
+- audio: none. torchaudio is not on this machine's disk, and no torchaudio on PyPI loads its
+  library beside torch 2.13.0 (2.11.1, the newest, fails in its _torchaudio.so).
+The zoo calls model(x): a model taking several inputs or returning a tuple is wrapped in a
+one-input Module (decoders get x as target and memory, MultiheadAttention is self-attention
+without weights, LSTM returns its output only, T5 and Whisper decode the ids built in the call).
 
-Per model: status, largest error over the calls, largest |eager output|, native runs and traces
-(+ side traces) compiled (dynamo.counters() deltas), the first fallback reason (dynamo.report()),
-and the times. Calls rotate which side runs first; call 1 is left out of the comparison of
-speeds (dynamo records and compiles there). A model whose eager call takes under 20 ms
-(SAMPLE_S) has each later call timed as the mean of back-to-back calls on both sides, as many as
-fit 20 ms at that speed (at most 50; "repeat" in --json): a single sub-millisecond call measures
-mostly the timer and the scheduler. After the checked calls, a model under 1.5 s per eager call
-is timed again with each side alone (6 samples each: dynamo, eager, eager with 1-thread BLAS, a
-pause before each; "alone" in --json), and those samples are the ones compared: interleaved,
-each side starts while the other's threads still spin (OpenBLAS's after a product, OpenMP's
-after a parallel region), which costs whichever side runs next 10-20%. Eager is timed under every setting a user can pick
-(EAGER_SETTINGS): GNU OpenMP's default, whose threads spin after each parallel region and fight a
-threaded OpenBLAS for the cores (2-10x slower matrix products on two cores); OpenBLAS held to one
-thread (as OPENBLAS_NUM_THREADS=1), interleaved in the same process; and both again in a child
-process with OMP_WAIT_POLICY=passive (models with a native run only; --no-passive-eager skips
-it). eager ms: the fastest sample (calls 2..N, or the alone samples where a model has them)
-under the fastest setting, which "eager setting" names; dynamo ms: dynamo's fastest sample
-(dynamo runs with the defaults); speedup: best eager / dynamo ms (>1 means dynamo is faster);
-med ratio: eager's median (the lowest over its settings) / dynamo's median of the same samples
-(shown beside it because single calls swing 2x on a small machine); 1st call ms: dynamo's first call (recording, compiling, running); compile ms: the
-time spent compiling traces to native code over the whole run (dynamo.counters()'s
-compile_seconds: every trace and side trace, recording excluded), "(N cached)" where N traces
-were loaded from dynamo's disk cache instead (DYNAMO_CACHE_DIR=off times cold compiles).
+Sides (--sides): eager; compile: torch.compile(copy) with Inductor's defaults and
+torch._inductor.config.freezing = True (PyTorch's CPU inference recommendation); dynamo:
+dynamo.optimize(copy) (--mode hook: the call inside `with dynamo.optimize():` instead); backend:
+torch.compile(copy, backend="dynamo"), PyTorch's front end (TorchDynamo's FX graphs) with dynamo's
+engine behind it.
+Each model runs in its own child process with cold caches (DYNAMO_CACHE_DIR=off, an empty
+TORCHINDUCTOR_CACHE_DIR), THREADS threads for every side; side by side, in order:
+1. first calls: each side's first call (eager's too) on the first input, timed: dynamo records
+   and compiles there, torch.compile traces and compiles ("1st call");
+2. checked calls: --calls inputs (fresh random values each; the first is call 1's), every output
+   compared with eager's on the same input: float tensors with allclose(rtol 1e-3, atol 1e-3 *
+   max|eager output|), everything else exactly; a detection model's boxes that hang on tied
+   scores are held to what eager itself does under rounding-sized noise (_rounding_budget);
+3. timing, each side alone, after all sides passed 1 and 2: two rounds, the sides in turn (the
+   order reversed in the second, so that no side always runs first), each block a pause, 2
+   warm-up calls, then 4 samples, each the mean of back-to-back calls (as many as fill SAMPLE_S at
+   eager's speed, at most MAX_REPEAT). best = the fastest of a side's 8 samples, median = their
+   median.
+Steps 1 and 2 run eager, then dynamo, the backend and torch.compile, and the child prints the
+result after each, so that an Inductor compile over the timeout costs only its own column.
 
-At the end: the geomean speedup over the models that ran ok with a native run, overall and per
-group (convolutional: the classification CNNs; transformer: vit_*, swin_*, maxvit_* and the nn
-family; segmentation; detection; audio), and the models among them that dynamo makes slower.
---png writes a bar chart of those speedups (matplotlib; skipped with a note when it is missing).
-The header says what eager runs with (perf/baseline.py's describe(): BLAS, allocator, threads).
+Per model: dynamo's status, largest error, native runs and traces (dynamo.counters() deltas), the
+first fallback reason (dynamo.report()), each side's best and median ms, "vs eager" (eager best /
+dynamo best) and "vs compile" (torch.compile best / dynamo best; > 1 where dynamo is faster), both
+first calls, torch.compile's own status. At the end: geomeans of both ratios over the models that
+ran ok with a native run, overall and per family, first-call geomean (Inductor's over ours), and
+the models slower than torch.compile. --png draws both ratios as bars.
 
-Status: ok; WRONG (an output differs); LEAKED (dynamo raised, or the process died, where eager
-did not); eager-fails (building the model or the eager call raised: nothing to compare);
-skipped (over --timeout).
-
---mode hook calls the copy inside `with dynamo.optimize():` instead, so that the submodules'
-forwards compile on their own where the whole forward cannot (counters and fallbacks then cover
-every compiled frame).
-
-Every model runs in its own child process (`--run-one NAME --family F`, which can be run by hand
-to debug one model), so that a timeout or a crash costs only that model. The exit status is 1
-when any model is WRONG or LEAKED. --json writes {"eager", "calls", "results", "geomean"}.
+Status (dynamo's, and the backend's: both are our engine): ok; WRONG (an output differs from
+eager's); LEAKED (dynamo or the backend raised, or the process died in their call, where eager
+did not); eager-fails (building the model or an eager
+call raised: nothing to compare); skipped (over --timeout before dynamo's result). torch.compile's
+column: ok; differs (its output is not eager's within the tolerance: its times are shown, its
+ratio is not counted); fails (it raised); over time; off (not in --sides). The exit status is 1 when
+any model is WRONG or LEAKED. --json writes {"eager", "calls", "results", "geomean"}.
 
     PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/models.py \
-        [--models resnet18,swin_t] [--family classification,detection,nn,audio] [--calls 8] \
-        [--size 64] [--timeout 900] [--mode module|hook] [--json results.json] [--png zoo.png]
+        [--models resnet18,hf.bert] [--family classification,timm,hf] [--all-torchvision] \
+        [--sides eager,compile,dynamo] [--calls 4] [--size 64] [--timeout 900] [--mode module|hook] \
+        [--json results.json] [--png zoo.png]
+(`--run-one NAME --family F` runs one model's child by hand, to debug it.)
 """
 import argparse
 import copy
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
+from collections import namedtuple
 from collections.abc import Mapping
 
-FAMILIES = ("classification", "segmentation", "detection", "nn", "audio")
-GROUPS = ("convolutional", "transformer", "segmentation", "detection", "audio")
-TRANSFORMERS = ("vit_", "swin_", "maxvit_")  # the classification models that are no CNN
-THREADS = 2  # torch's threads in every process of the zoo (eager and dynamo alike)
-DEFAULT_CALLS = 8
-FAMILY_CALLS = {"detection": 6}  # the slow family: fewer calls keep the whole zoo near 15 minutes
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
 
 torchvision_ops.ensure()
+
+FAMILIES = ("classification", "segmentation", "detection", "video", "nn", "timm", "hf")
+SIDES = ("eager", "compile", "dynamo", "backend")  # eager always runs: the others are compared with it
+THREADS = 2  # torch's threads in every process of the zoo, every side alike
+DEFAULT_CALLS = 4
 RESULT_TAG = "@result "
 PHASE_TAG = "@phase "
 
-
 # ---------------------------------------------------------------------------------------------
-# Which models, built how, at which input size
+# Which models, built how, with which input
+
+# The default torchvision set: each architecture family once (its smallest common member), so that
+# torch.compile's cold compiles (20 s to minutes each on two cores) keep the zoo under 45 minutes.
+TORCHVISION = {
+    "classification": ("alexnet", "vgg11", "resnet18", "resnet50", "resnext50_32x4d", "densenet121",
+                       "squeezenet1_1", "googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_large",
+                       "shufflenet_v2_x1_0", "mnasnet1_0", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny",
+                       "vit_b_16", "swin_t"),
+    "segmentation": ("fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"),
+    "detection": ("fasterrcnn_mobilenet_v3_large_320_fpn", "ssdlite320_mobilenet_v3_large"),
+    "video": ("r3d_18", "r2plus1d_18"),
+}
+VIDEO_CLIP = (1, 3, 8, 64, 64)
+
+# timm: name -> keyword arguments of timm.create_model (img_size where the model is sized by it)
+TIMM = {name: {} for name in (
+    "resnet26d", "resnext26ts", "cspresnet50", "dla34", "hrnet_w18_small", "repvgg_a0", "efficientnet_b0",
+    "mobilenetv3_large_100", "mobilenetv4_conv_small", "ghostnet_100", "rexnet_100", "regnety_002",
+    "convnext_atto", "edgenext_xx_small", "fastvit_t8", "mobilevit_xxs", "poolformer_s12", "pvt_v2_b0")}
+TIMM.update({name: {"img_size": 64} for name in (
+    "vit_tiny_patch16_224", "deit_tiny_patch16_224", "levit_128s", "mixer_s16_224", "resmlp_12_224",
+    "coatnet_0_rw_224")})
+TIMM["eva02_tiny_patch14_224"] = {"img_size": 56}  # (rotary embeddings; 56 divides by its patch 14)
+TIMM_SIDE = {"eva02_tiny_patch14_224": 56}
 
 
-def _family_module(family):
-    """The torchvision module whose registered builders form a family."""
-    import torchvision.models as tvm
-    return {"classification": tvm, "segmentation": tvm.segmentation, "detection": tvm.detection}[family]
+def _hf_models():
+    """name -> (builder, input kind, input shape) for the hf family: small configs, random weights.
+    Input kinds: ids (token ids below 1000), image, features (Whisper's log-mel frames)."""
+    import transformers as T
+    wrap = _hf_wrappers()
+    enc = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    ids = (1, 128)
+
+    def model(config_cls, model_cls, wrapper=wrap["Output"], **kw):
+        return lambda: wrapper(model_cls(config_cls(**kw)))
+    return {
+        "hf.bert": (model(T.BertConfig, T.BertModel, **enc), "ids", ids),
+        "hf.roberta": (model(T.RobertaConfig, T.RobertaModel, **enc), "ids", ids),
+        "hf.distilbert": (model(T.DistilBertConfig, T.DistilBertModel, dim=128, n_layers=2, n_heads=4,
+                                hidden_dim=256), "ids", ids),
+        "hf.albert": (model(T.AlbertConfig, T.AlbertModel, embedding_size=64, **enc), "ids", ids),
+        "hf.gpt2": (model(T.GPT2Config, T.GPT2Model, n_embd=128, n_layer=2, n_head=4, use_cache=False), "ids", ids),
+        "hf.llama": (model(T.LlamaConfig, T.LlamaModel, num_key_value_heads=2, use_cache=False, **enc), "ids", ids),
+        "hf.t5": (model(T.T5Config, T.T5Model, wrap["SelfDecode"], d_model=128, d_ff=256, d_kv=32, num_layers=2,
+                        num_heads=4, use_cache=False), "ids", ids),
+        "hf.vit": (model(T.ViTConfig, T.ViTModel, image_size=64, patch_size=8, **enc), "image", (1, 3, 64, 64)),
+        "hf.whisper": (model(T.WhisperConfig, T.WhisperModel, wrap["Transcribe"], d_model=128, encoder_layers=2,
+                             decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                             encoder_ffn_dim=256, decoder_ffn_dim=256, num_mel_bins=80, max_source_positions=50,
+                             max_target_positions=64, use_cache=False), "features", (1, 80, 100)),
+    }
+
+
+def _hf_wrappers():
+    """One-input Modules around a transformers model: Output (model(x), its ModelOutput as is),
+    SelfDecode (encoder-decoder: the ids are both encoder and decoder input), Transcribe
+    (Whisper: 16 decoder ids built in the call)."""
+    import torch
+
+    class OneInput(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+    class Output(OneInput):
+        def forward(self, x):
+            return self.model(x)
+
+    class SelfDecode(OneInput):
+        def forward(self, x):
+            return self.model(input_ids=x, decoder_input_ids=x)
+
+    class Transcribe(OneInput):
+        def forward(self, x):
+            return self.model(input_features=x, decoder_input_ids=torch.arange(16).unsqueeze(0))
+
+    return {"Output": Output, "SelfDecode": SelfDecode, "Transcribe": Transcribe}
 
 
 def _wrappers():
-    """One-input Modules around blocks that take several inputs or return a tuple (the zoo calls
-    model(x)): SelfAttention, SelfDecode, OutputOnly, AllFrames."""
+    """One-input Modules around torch.nn blocks that take several inputs or return a tuple:
+    SelfAttention, SelfDecode, OutputOnly."""
     import torch
 
     class OneInput(torch.nn.Module):
@@ -132,18 +197,13 @@ def _wrappers():
         def forward(self, x):
             return self.block(x)[0]
 
-    class AllFrames(OneInput):
-        """A block taking (input, lengths), every frame valid: the lengths are built in the call."""
-        def forward(self, x):
-            return self.block(x, torch.tensor([x.shape[1]]))[0]
-
-    return SelfAttention, SelfDecode, OutputOnly, AllFrames
+    return SelfAttention, SelfDecode, OutputOnly
 
 
 def _nn_blocks():
     """name -> (builder, input shape) for the nn family: torch.nn's attention and recurrent blocks."""
     import torch.nn as nn
-    attend, decode, first, _ = _wrappers()
+    attend, decode, first = _wrappers()
     layer = dict(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True)
     small = dict(d_model=128, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=256,
                  batch_first=True)
@@ -157,42 +217,30 @@ def _nn_blocks():
     }
 
 
-def _audio_models():
-    """name -> (builder, input shape) for the audio family: torchaudio 0.13's models (random
-    weights) and feature transforms."""
-    import torchaudio
-    m, t = torchaudio.models, torchaudio.transforms
-    all_frames = _wrappers()[3]
-    tasnet = dict(enc_num_feats=128, msk_num_feats=64, msk_num_hidden_feats=128, msk_num_layers=4, msk_num_stacks=2)
-    conformer = dict(input_dim=80, num_heads=4, ffn_dim=128, num_layers=2, depthwise_conv_kernel_size=31)
-    return {
-        "torchaudio.Wav2Letter": (lambda: m.Wav2Letter(num_classes=40, input_type="waveform", num_features=1),
-                                  (1, 1, 8000)),
-        "torchaudio.DeepSpeech": (lambda: m.DeepSpeech(n_feature=64, n_class=40), (1, 1, 50, 64)),
-        "torchaudio.ConvTasNet": (lambda: m.ConvTasNet(num_sources=2, **tasnet), (1, 1, 4000)),
-        "torchaudio.wav2vec2_base": (m.wav2vec2_base, (1, 8000)),
-        "torchaudio.Conformer": (lambda: all_frames(m.Conformer(**conformer)), (1, 100, 80)),
-        "torchaudio.MelSpectrogram": (lambda: t.MelSpectrogram(sample_rate=16000, n_fft=400), (1, 16000)),
-        "torchaudio.MFCC": (lambda: t.MFCC(sample_rate=16000), (1, 16000)),
-    }
+def _family_module(family):
+    """The torchvision module whose registered builders form a family."""
+    import torchvision.models as tvm
+    return {"classification": tvm, "segmentation": tvm.segmentation, "detection": tvm.detection,
+            "video": tvm.video}[family]
 
 
-BLOCKS = {"nn": _nn_blocks, "audio": _audio_models}  # family -> its {name: (builder, input shape)}
+def family_names(family, all_torchvision=False):
+    """The names of a family's models, in the zoo's order."""
+    if family == "nn":
+        return list(_nn_blocks())
+    if family == "timm":
+        return ["timm." + n for n in TIMM]
+    if family == "hf":
+        return list(_hf_models())
+    if all_torchvision:
+        from torchvision.models import list_models as registered
+        return registered(module=_family_module(family))
+    return list(TORCHVISION[family])
 
 
-def list_models(families=FAMILIES):
-    """(name, family) for every model of the families: torchvision 0.14's registered builders,
-    then the nn and audio families' own."""
-    from torchvision.models import list_models as registered
-    return [(name, fam) for fam in families
-            for name in (BLOCKS[fam]() if fam in BLOCKS else registered(module=_family_module(fam)))]
-
-
-def group_of(name, family):
-    """The geomean group: convolutional, transformer, segmentation, detection or audio."""
-    if family == "classification":
-        return "transformer" if name.startswith(TRANSFORMERS) else "convolutional"
-    return "transformer" if family == "nn" else family
+def list_models(families=FAMILIES, all_torchvision=False):
+    """(name, family) for every model of the families."""
+    return [(name, fam) for fam in families for name in family_names(fam, all_torchvision)]
 
 
 def _maxvit_fits(s):
@@ -239,9 +287,10 @@ def _detection_kwargs(name, size):
 
 
 def builder_kwargs(name, family, size):
-    """Keyword arguments for a builder: random weights, nothing downloaded, sized for `size`."""
+    """Keyword arguments for a torchvision builder: random weights, nothing downloaded, sized for
+    `size`."""
     kw = {"weights": None}
-    if family != "classification":
+    if family in ("segmentation", "detection"):
         kw["weights_backbone"] = None  # the default would download ImageNet weights
     if family == "detection":
         kw.update(_detection_kwargs(name, size))
@@ -272,29 +321,47 @@ def _unzero(model):
     return model
 
 
+Input = namedtuple("Input", "kind shape note")  # kind: image, detection, ids, features
+
+
 def model_input(name, family, size):
-    """(image side or None, input shape, note): a batch of one image of the side the model takes
-    (the smallest >= size), or an nn/audio model's own input shape."""
-    if family in BLOCKS:
-        return None, BLOCKS[family]()[name][1], ""
+    """The model's input: a batch of one image of the side it takes (the smallest >= size), a
+    list of one image (detection), a video clip, or an nn/hf model's own input."""
+    if family == "nn":
+        return Input("image", _nn_blocks()[name][1], "")
+    if family == "hf":
+        _, kind, shape = _hf_models()[name]
+        return Input(kind, shape, "")
+    if family == "video":
+        return Input("image", VIDEO_CLIP, "")
+    if family == "timm":
+        side = TIMM_SIDE.get(name[len("timm."):], size)
+        return Input("image", (1, 3, side, side), f"{side}x{side}" if side != size else "")
     side, note = model_size(name, size)
-    return side, (1, 3, side, side), note or family_note(name, family)
+    return Input("detection" if family == "detection" else "image", (1, 3, side, side),
+                 note or family_note(name, family))
 
 
 def build_model(name, family, size):
     """The model in eval mode, with seeded random weights (none left all zero), built under
-    no_grad: a weight derived at build time (wav2vec2's weight_norm) is then no autograd
-    result, which copy.deepcopy refuses."""
+    no_grad: a weight derived at build time (weight_norm) is then no autograd result, which
+    copy.deepcopy refuses."""
     import torch
-    from torchvision.models import get_model_builder
     torch.manual_seed(0)
     with torch.no_grad():
-        if family in BLOCKS:
-            model = BLOCKS[family]()[name][0]()
+        if family == "nn":
+            model = _nn_blocks()[name][0]()
+        elif family == "hf":
+            model = _hf_models()[name][0]()
+        elif family == "timm":
+            import timm
+            model = timm.create_model(name[len("timm."):], pretrained=False, **TIMM[name[len("timm."):]])
         else:
-            model = get_model_builder(name)(**builder_kwargs(name, family, size))
+            from torchvision.models import get_model_builder
+            side = model_input(name, family, size).shape[-1]
+            model = get_model_builder(name)(**builder_kwargs(name, family, side))
             if family == "detection":
-                _spread_scores(model, size)
+                _spread_scores(model, side)
     return _unzero(model).eval()
 
 
@@ -343,13 +410,16 @@ def _spread_scores(model, size):
     return model
 
 
-def make_input(family, shape, seed):
-    """One call's input, the same for a seed: a list of one image in [0, 1] (detection), else a
-    standard normal tensor of the shape (images, sequences, waveforms, features)."""
+def make_input(kind, shape, seed):
+    """One call's input, the same for a seed: a list of one image in [0, 1] (detection), token ids
+    below 1000 (ids), else a standard normal tensor of the shape (images, clips, sequences,
+    features)."""
     import torch
     gen = torch.Generator().manual_seed(seed)
-    if family == "detection":
+    if kind == "detection":
         return [torch.rand(*shape[1:], generator=gen)]
+    if kind == "ids":
+        return torch.randint(0, 1000, shape, generator=gen)
     return torch.randn(*shape, generator=gen)
 
 
@@ -469,6 +539,7 @@ def compare(want, got, rtol=1e-3, atol_rel=1e-3):
     return err, scale
 
 
+
 # ---------------------------------------------------------------------------------------------
 # One model (the child process)
 
@@ -499,6 +570,23 @@ def _under_hook(model):
     return call
 
 
+def side_callable(side, model, mode="module"):
+    """What a side calls: the model (eager), dynamo's optimized copy, or torch.compile's with
+    Inductor's weight freezing on."""
+    if side == "dynamo":
+        import dynamo
+        return dynamo.optimize(model) if mode == "module" else _under_hook(model)
+    if side == "compile":
+        import torch
+        import torch._inductor.config as inductor
+        inductor.freezing = True
+        return torch.compile(model)
+    if side == "backend":
+        import torch
+        return torch.compile(model, backend="dynamo")
+    return model
+
+
 def _timed(fn, x):
     """(result, seconds) of fn(x)."""
     t0 = time.perf_counter()
@@ -507,202 +595,209 @@ def _timed(fn, x):
 
 
 # A call shorter than SAMPLE_S is timed as the mean of back-to-back calls (as timeit's autorange):
-# one sub-millisecond call is mostly timer and scheduler noise, and its fastest of 7 calls a
-# lottery. The number of calls per sample comes from eager's second call (its fastest setting) and
-# is the same on both sides (and in the passive-threads child); dynamo's first call (its
-# recording) is never repeated.
+# one sub-millisecond call is mostly timer and scheduler noise. The calls per sample come from
+# eager's second call and are the same on every side.
 SAMPLE_S = 0.02
 MAX_REPEAT = 50
-# Models whose first eager call takes under ALONE_BELOW_S are also timed with each side alone
-# (ModelRun._alone), ALONE_SAMPLES samples per side; those samples are the ones compared.
-ALONE_BELOW_S = 1.5
-ALONE_SAMPLES = 6
+WARM_CALLS = 2
+ALONE_SAMPLES = 8  # per side, over TIMING_ROUNDS blocks
+TIMING_ROUNDS = 2
 
 
-def repeats_for(first_eager_s):
-    """Calls per timed sample for a model whose first eager call took first_eager_s."""
-    if not first_eager_s or first_eager_s >= SAMPLE_S:
+def repeats_for(seconds):
+    """Calls per timed sample for a model whose call takes `seconds`."""
+    if not seconds or seconds >= SAMPLE_S:
         return 1
-    return max(1, min(MAX_REPEAT, int(SAMPLE_S / first_eager_s)))
+    return max(1, min(MAX_REPEAT, int(SAMPLE_S / seconds)))
 
 
 def _sampled(fn, x, repeat):
-    """(result of the first call, mean seconds per call over `repeat` calls), each call on its
-    own clone of x (cloned outside the timed part)."""
-    out, total = _timed(fn, clone_input(x))
-    for _ in range(repeat - 1):
+    """Mean seconds per call over `repeat` calls, each on its own clone of x (cloned outside the
+    timed part)."""
+    total = 0.0
+    for _ in range(repeat):
         total += _timed(fn, clone_input(x))[1]
-    return out, total / repeat
+    return total / repeat
 
 
-# The eager settings a user can pick, each timed per model: the keys of a result's per-call
-# seconds under each, and the names the table gives them. "spin": GNU OpenMP's default (threads
-# spin after each parallel region) with OpenBLAS's own threads; "1-thread BLAS": OpenBLAS held to
-# one thread (as OPENBLAS_NUM_THREADS=1), so that its products do not fight the spinning OpenMP
-# threads; "passive": OMP_WAIT_POLICY=passive (timed in a child process).
-EAGER_SETTINGS = (("eager_s", "spin"), ("eager_blas1_s", "1-thread BLAS"), ("eager_passive_s", "passive"),
-                  ("eager_passive_blas1_s", "passive, 1-thread BLAS"))
+OURS = ("dynamo", "backend")  # the sides whose answers are ours: a difference is WRONG
 
 
-def timing(eager_s, dynamo_s, settings=None, alone=None):
-    """The times the table shows, from each side's per-call seconds: best and median of calls
-    2..N (call 1 records and compiles), speedup (eager best / dynamo best) and median ratio
-    (eager median / dynamo median), both >1 where dynamo is faster, and dynamo's first call.
-    settings: {EAGER_SETTINGS key: per-call seconds} of eager's other settings; the baseline is
-    the setting with the fastest call (eager_setting names it; the median is the lowest of the
-    settings' medians). alone: {key: seconds per sample} timed with each side alone
-    (ModelRun._alone): those samples, all of them, stand for calls 2..N of the sides they have.
-    None where there are too few calls."""
-    alone = alone or {}
-    d = alone.get("dynamo_s") or dynamo_s[1:]
-    runs = {"eager_s": eager_s, **(settings or {})}
-    t = dict(eager_best=None, dynamo_best=None, eager_median=None, dynamo_median=None, speedup=None,
-             median_ratio=None, first_call_s=dynamo_s[0] if dynamo_s else None, eager_setting=None,
-             eager_by_setting={})
-    names = dict(EAGER_SETTINGS)
-    for key, times in runs.items():
-        later = alone.get(key) or times[1:]
-        if later:
-            t["eager_by_setting"][names[key]] = (min(later), statistics.median(later))
-    if t["eager_by_setting"] and d:
-        name, (best, _) = min(t["eager_by_setting"].items(), key=lambda kv: kv[1][0])
-        t.update(eager_best=best, eager_setting=name, dynamo_best=min(d), dynamo_median=statistics.median(d),
-                 eager_median=min(m for _, m in t["eager_by_setting"].values()))
-        t.update(speedup=t["eager_best"] / t["dynamo_best"], median_ratio=t["eager_median"] / t["dynamo_median"])
-    return t
+def _side_result():
+    return dict(status="ok", reason="", traceback="", first_s=None, calls=0, max_err=0.0, samples=[],
+                best=None, median=None)
 
 
 class ModelRun:
-    """Eager and dynamo side by side on one model; fills a result dict as it goes."""
+    """Eager, dynamo and torch.compile side by side on one model; fills a result dict as it goes
+    and hands it to `emit` after each compiled side."""
 
-    def __init__(self, name, family, size, calls, mode="module"):
-        self.size, self.shape, note = model_input(name, family, size)
-        self.family, self.calls, self.mode = family, calls, mode
-        self.repeat = 1  # calls per timed sample after the first (repeats_for)
-        self.dynamo_calls = 0  # calls of the optimized model (timed repeats included)
-        self.r = dict(name=name, family=family, group=group_of(name, family), size=self.size, shape=self.shape,
-                      note=note, status="ok", reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0,
-                      eager_s=[], eager_blas1_s=[], dynamo_s=[])
+    def __init__(self, name, family, size, calls, sides=SIDES, mode="module"):
+        self.inp = model_input(name, family, size)
+        self.family, self.size, self.mode = family, size, mode
+        self.sides = [s for s in ("dynamo", "backend", "compile") if s in sides]
+        self.inputs = [make_input(self.inp.kind, self.inp.shape, seed=1000 + k) for k in range(max(1, calls))]
+        self.want = []  # eager's output per input
+        self.budgets = {}  # input index -> _rounding_budget (detection)
+        self.repeat = 1
+        self.r = dict(name=name, family=family, shape=list(self.inp.shape), note=self.inp.note, status="ok",
+                      reason="", traceback="", max_err=0.0, max_abs=0.0, calls_done=0, counters={},
+                      backend_counters={}, fallback="", dynamo_calls=0, repeat=1, sides={"eager": _side_result()})
 
     def _fail(self, status, reason, tb=""):
         self.r.update(status=status, reason=reason, traceback=tb)
 
-    def _build(self):
-        """(eager model, optimized copy), or None after recording eager-fails."""
-        import dynamo
-        _phase("building the model")
-        try:
-            eager = build_model(self.r["name"], self.family, self.size)
-        except Exception as e:  # noqa: BLE001 -- any builder failure is the model's, not ours
-            self._fail("eager-fails", f"build: {type(e).__name__}: {e}", traceback.format_exc())
-            return None
-        jit = copy.deepcopy(eager)
-        return eager, (dynamo.optimize(jit) if self.mode == "module" else _under_hook(jit))
+    def _note(self, text):
+        self.r["note"] = (self.r["note"] + "; " if self.r["note"] else "") + text
 
-    def _side(self, k, which, fn, x):
-        """((output, seconds), None) of one side's call k, or (None, (reason, traceback))."""
-        _phase(f"{which} call {k + 1}" + (" (recording and compiling)" if which == "dynamo" and k == 0 else ""))
-        try:
-            if which == "dynamo":
-                self.dynamo_calls += self.repeat if k else 1
-            return _sampled(fn, x, self.repeat if k else 1), None
-        except Exception as e:  # noqa: BLE001 -- whatever the model raises is the finding
-            return None, (f"{which} call {k + 1}: {type(e).__name__}: {e}", traceback.format_exc())
+    def _eager_calls(self, model):
+        """Eager's output on every input (call 1 timed as its first call); False when eager raised."""
+        s = self.r["sides"]["eager"]
+        for k, x in enumerate(self.inputs):
+            _phase(f"eager call {k + 1}")
+            try:
+                out, t = _timed(model, clone_input(x))
+            except Exception as e:  # noqa: BLE001 -- whatever the model raises is the finding
+                reason = f"eager call {k + 1}: {type(e).__name__}: {e}"
+                self._fail("eager-fails", reason, traceback.format_exc())
+                s.update(status="fails", reason=reason)
+                return False
+            self.want.append(out)
+            s["calls"] = k + 1
+            if k == 0:
+                s["first_s"] = t
+            if k == min(1, len(self.inputs) - 1):
+                self.repeat = self.r["repeat"] = repeats_for(t)
+        return True
 
-    def _one_call(self, k, eager, jit):
-        """Call k on both sides with one input, and eager again with OpenBLAS on one thread (the
-        order rotates, so that no side always runs on a warm cache); False when the run must
-        stop: eager raised (eager-fails), or dynamo raised where eager did not (LEAKED)."""
-        x = make_input(self.family, self.shape, seed=1000 + k)
-        order = [("eager", eager), ("dynamo", jit)]
-        if openblas_threads.available():
-            order.append(("eager with 1-thread BLAS", lambda v: _with_blas1(eager, v)))
-        order = order[k % len(order):] + order[:k % len(order)]
-        done = dict((which, self._side(k, which, fn, x)) for which, fn in order)
-        (e, e_fail), (j, j_fail) = done["eager"], done["dynamo"]
-        if e_fail:
-            self._fail("eager-fails", *e_fail)
-        elif j_fail:
-            self._fail("LEAKED", *j_fail)
-        else:
-            e1 = done.get("eager with 1-thread BLAS", (None, None))[0]
-            self._account(k, e[0], j[0], e[1], j[1], e1[1] if e1 else None,
-                          lambda: _rounding_budget(eager, x, e[0]))
-        return not (e_fail or j_fail)
-
-    def _account(self, k, want, got, te, tj, te1=None, rounding_budget=None):
-        """Compares call k's outputs and keeps the error, scale and times. A detection model's
-        mismatch is held to what eager's own output does under rounding-sized noise
-        (rounding_budget(): how many boxes eager then puts elsewhere): the same number of
-        detections per image, and no more of them elsewhere than that; such a call is noted."""
-        r = self.r
-        r["calls_done"] = k + 1
-        if k < 2:  # from call 1 (cold), then from call 2: the fastest eager setting's call
-            self.repeat = r["repeat"] = repeats_for(min(te, te1 if te1 is not None else te))
-        r["eager_s"].append(te)
-        r["dynamo_s"].append(tj)
-        if te1 is not None:
-            r["eager_blas1_s"].append(te1)
+    def _check(self, k, got, eager):
+        """(max abs error, max |want|) of call k's output against eager's; raises Mismatch. A
+        detection model's boxes that differ are held to what eager's own output does under
+        rounding-sized noise (_rounding_budget): no more of them elsewhere than that."""
         try:
-            err, scale = compare(want, got)
+            return compare(self.want[k], got)
         except Mismatch as m:
-            err, scale = (m.args[1], m.args[2]) if len(m.args) == 3 else (math.inf, 0.0)
-            moved = _unmatched(got, want) if self.family == "detection" and rounding_budget is not None else None
-            budget = rounding_budget() if moved is not None else 0
-            if moved is not None and 0 < budget and moved <= budget:
-                err, scale = 0.0, 0.0
-                if "rounding-sized noise" not in r["note"]:
-                    r["note"] = (r["note"] + "; " if r["note"] else "") + \
-                        f"call {k + 1}: {moved} of the boxes differ ({m.args[0]}), where eager given " \
-                        f"rounding-sized noise moves up to {budget} (tied scores)"
-            elif r["status"] == "ok":
-                self._fail("WRONG", f"call {k + 1}: {m.args[0]}")
-        r["max_err"], r["max_abs"] = max(r["max_err"], err), max(r["max_abs"], scale)
+            moved = _unmatched(got, self.want[k]) if self.family == "detection" else None
+            if moved is None:
+                raise
+            if k not in self.budgets:
+                self.budgets[k] = _rounding_budget(eager, self.inputs[k], self.want[k])
+            if not 0 < moved <= self.budgets[k]:
+                raise
+            if "rounding-sized noise" not in self.r["note"]:
+                self._note(f"call {k + 1}: {moved} of the boxes differ ({m.args[0]}), where eager given "
+                           f"rounding-sized noise moves up to {self.budgets[k]} (tied scores)")
+            return 0.0, 0.0
 
-    def run(self):
-        """Builds, calls both sides, and returns the result dict with the times and dynamo's
-        counters."""
+    def _checked_calls(self, side, fn, eager):
+        """The side's call on every input, each compared with eager's output; False when it raised."""
+        s = self.r["sides"][side]
+        for k, x in enumerate(self.inputs):
+            _phase(f"{side} call {k + 1}" + (" (recording and compiling)" if k == 0 else ""))
+            try:
+                out, t = _timed(fn, clone_input(x))
+            except Exception as e:  # noqa: BLE001 -- whatever the side raises is the finding
+                reason = f"{side} call {k + 1}: {type(e).__name__}: {e}"
+                s.update(status="fails", reason=reason, traceback=traceback.format_exc())
+                if side in OURS:
+                    self._fail("LEAKED", reason, s["traceback"])
+                return False
+            if side == "dynamo":
+                self.r["dynamo_calls"] += 1
+                self.r["calls_done"] = k + 1
+            s["calls"] = k + 1
+            if k == 0:
+                s["first_s"] = t
+            try:
+                err, scale = self._check(k, out, eager)
+            except Mismatch as m:
+                err, scale = (m.args[1], m.args[2]) if len(m.args) == 3 else (math.inf, 0.0)
+                if s["status"] == "ok":
+                    s.update(status="differs", reason=f"call {k + 1}: {m.args[0]}")
+                if side in OURS and self.r["status"] == "ok":
+                    self._fail("WRONG", f"{side} call {k + 1}: {m.args[0]}")
+            s["max_err"] = max(s["max_err"], err)
+            if side == "dynamo":
+                self.r["max_err"], self.r["max_abs"] = max(self.r["max_err"], err), max(self.r["max_abs"], scale)
+        return True
+
+    def _count(self, side, before):
+        """Adds the dynamo counters' change since `before` to the side's (dynamo or backend)."""
+        import dynamo
+        after = dynamo.counters()
+        key = "counters" if side == "dynamo" else "backend_counters"
+        mine = self.r[key] or {k: 0 for k in after}
+        self.r[key] = {k: mine.get(k, 0) + after[k] - before[k] for k in after}
+
+    def _timing(self, live):
+        """Every side that passed its checked calls, timed alone: TIMING_ROUNDS rounds, the sides
+        in turn (the order reversed every other round, so that no side always comes first), each
+        block a pause, WARM_CALLS calls, then ALONE_SAMPLES / TIMING_ROUNDS samples of `repeat`
+        calls with no other side in between."""
+        import dynamo
+        x = make_input(self.inp.kind, self.inp.shape, seed=2000)
+        order = list(live)
+        for rnd in range(TIMING_ROUNDS):
+            for side in (order if rnd % 2 == 0 else order[::-1]):
+                fn, s = live.get(side), self.r["sides"][side]
+                if fn is None:
+                    continue
+                _phase(f"timing {side} alone (round {rnd + 1})")
+                time.sleep(0.2)
+                before = dynamo.counters()
+                try:
+                    for _ in range(WARM_CALLS):
+                        fn(clone_input(x))
+                    s["samples"] += [_sampled(fn, x, self.repeat) for _ in range(ALONE_SAMPLES // TIMING_ROUNDS)]
+                except Exception as e:  # noqa: BLE001 -- the checked calls passed: report it as the side's
+                    s.update(status="fails", reason=f"{side} timed call: {type(e).__name__}: {e}",
+                             traceback=traceback.format_exc(), samples=[])
+                    del live[side]
+                    if side in OURS:
+                        self._fail("LEAKED", s["reason"], s["traceback"])
+                if side in OURS:
+                    self._count(side, before)
+                if side == "dynamo":
+                    self.r["dynamo_calls"] += WARM_CALLS + ALONE_SAMPLES // TIMING_ROUNDS * self.repeat
+        for side in live:
+            s = self.r["sides"][side]
+            if s["samples"]:
+                s.update(best=min(s["samples"]), median=statistics.median(s["samples"]))
+
+    def run(self, emit):
+        """Builds, runs eager, then each compiled side (its first call, the checked calls),
+        emitting the result after each; then times every side that passed (_timing) and emits the
+        result again; returns it."""
         import dynamo
         import torch
         dynamo.reset()
-        before = dynamo.counters()
-        models = self._build()
-        if models is not None:
-            with torch.no_grad():
-                for k in range(self.calls):
-                    if not self._one_call(k, *models):
-                        break
-                if self.r["status"] == "ok" and self.r["eager_s"] and self.r["eager_s"][0] < ALONE_BELOW_S:
-                    self._alone(*models)
-        after = dynamo.counters()
-        self.r["counters"] = {k: after[k] - before[k] for k in after}
-        self.r["fallback"] = first_fallback(dynamo.report())
-        self.r["dynamo_calls"] = self.dynamo_calls
-        self.r.update(timing(self.r["eager_s"], self.r["dynamo_s"], {"eager_blas1_s": self.r["eager_blas1_s"]},
-                             self.r.get("alone")))
-        return self.r
-
-    def _alone(self, eager, jit):
-        """After the checked calls: ALONE_SAMPLES samples of each side timed back to back with no
-        other side in between (dynamo first, then eager and eager with 1-thread BLAS, a pause
-        before each), as a program runs one or the other: interleaved, each side's calls start
-        while the other's threads still spin (OpenBLAS's for up to ~0.1 s after a product, GNU
-        OpenMP's after each parallel region), which costs whichever runs next 10-20%."""
-        x = make_input(self.family, self.shape, seed=2000)
-        blocks = [("dynamo_s", jit), ("eager_s", eager)]
-        if openblas_threads.available():
-            blocks.append(("eager_blas1_s", lambda v: _with_blas1(eager, v)))
-        alone = {}
+        _phase("building the model")
         try:
-            for key, fn in blocks:
-                _phase(f"timing {key[:-2]} alone")
-                time.sleep(0.2)
-                alone[key] = [_sampled(fn, x, self.repeat)[1] for _ in range(ALONE_SAMPLES)]
-                if key == "dynamo_s":
-                    self.dynamo_calls += ALONE_SAMPLES * self.repeat
-        except Exception:  # noqa: BLE001 -- the checked calls passed; the interleaved times stand
-            return
-        self.r["alone"] = alone
+            eager = build_model(self.r["name"], self.family, self.size)
+            copies = {side: copy.deepcopy(eager) for side in self.sides}
+        except Exception as e:  # noqa: BLE001 -- any builder failure is the model's, not ours
+            self._fail("eager-fails", f"build: {type(e).__name__}: {e}", traceback.format_exc())
+            emit(self.r)
+            return self.r
+        with torch.no_grad():
+            if not self._eager_calls(eager):
+                emit(self.r)
+                return self.r
+            live = {"eager": eager}
+            for side in self.sides:
+                self.r["sides"][side] = _side_result()
+                before = dynamo.counters()
+                fn = side_callable(side, copies.pop(side), self.mode)
+                if self._checked_calls(side, fn, eager) and self.r["sides"][side]["status"] != "fails":
+                    live[side] = fn
+                if side in OURS:
+                    self._count(side, before)
+                if side == "dynamo":
+                    self.r["fallback"] = first_fallback(dynamo.report())
+                emit(self.r)
+            self._timing(live)
+        emit(self.r)
+        return self.r
 
 
 def _unmatched(a, b):
@@ -776,52 +871,17 @@ def setup_torch():
     torch.set_num_threads(THREADS)
 
 
-def _with_blas1(model, x):
-    with openblas_threads(1):
-        return model(x)
-
-
-def _perf_dir_on_path():
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-
-
-_perf_dir_on_path()
-from baseline import openblas_threads  # noqa: E402  -- perf/baseline.py, beside this file
-
-
 def eager_baseline():
-    """perf/baseline.py's describe() (BLAS, allocator, threads) of this process, whichever
-    directory it was started from."""
+    """perf/baseline.py's describe() (BLAS, allocator, threads) of this process."""
     from baseline import describe
     return describe()
 
 
-def run_one(name, family, size, calls, mode):
-    """The child's work: one model, its result printed as one tagged JSON line."""
+def run_one(name, family, size, calls, sides, mode):
+    """The child's work: one model, its result printed as a tagged JSON line after each side."""
     setup_torch()
-    print(RESULT_TAG + json.dumps(ModelRun(name, family, size, calls, mode).run()), flush=True)
-
-
-def run_eager_only(name, family, size, calls, repeat=1):
-    """A child that runs only the eager side (same inputs), with OpenBLAS's threads and with one
-    (alternating which goes first), calls after the first timed as the parent's were (repeat
-    calls per sample): {"eager_s": [...], "eager_blas1_s": [...]} as a tagged line."""
-    import torch
-    setup_torch()
-    run = ModelRun(name, family, size, calls)
-    model = build_model(name, family, run.size)
-    times = {"eager_s": [], "eager_blas1_s": []}
-    sides = [("eager_s", model), ("eager_blas1_s", lambda v: _with_blas1(model, v))]
-    with torch.no_grad():
-        for k in range(calls):
-            x = make_input(family, run.shape, seed=1000 + k)
-            for key, fn in (sides[::-1] if k % 2 else sides):
-                times[key].append(_sampled(fn, x, repeat if k else 1)[1])
-    if not openblas_threads.available():
-        times["eager_blas1_s"] = []
-    print(RESULT_TAG + json.dumps(times), flush=True)
+    ModelRun(name, family, size, calls, sides, mode).run(
+        lambda r: print(RESULT_TAG + json.dumps(r), flush=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -836,10 +896,10 @@ def _last_phase(stdout):
 
 def _empty_result(name, family, size, status, reason, tb=""):
     """A result for a model whose child gave none (timeout, crash)."""
-    side, shape, note = model_input(name, family, size)
-    return dict(name=name, family=family, group=group_of(name, family), size=side, shape=shape, note=note,
-                status=status, reason=reason, traceback=tb, max_err=None, max_abs=None, calls_done=0, counters={},
-                fallback="", eager_s=[], dynamo_s=[], **timing([], []))
+    inp = model_input(name, family, size)
+    return dict(name=name, family=family, shape=list(inp.shape), note=inp.note, status=status, reason=reason,
+                traceback=tb, max_err=None, max_abs=None, calls_done=0, counters={}, fallback="", dynamo_calls=0,
+                repeat=1, sides={})
 
 
 def _signal_name(rc):
@@ -852,73 +912,81 @@ def _signal_name(rc):
     return f"exit status {rc}"
 
 
-def _crash_result(name, family, size, rc, stdout, stderr):
-    """A child that ended without a result: LEAKED when it died inside a dynamo call."""
-    phase = _last_phase(stdout)
-    status = "LEAKED" if phase.startswith("dynamo") else "eager-fails"
-    return _empty_result(name, family, size, status, f"process died ({_signal_name(rc)}) in {phase}",
-                         (stderr or "")[-4000:])
+def _text(v):
+    return v.decode(errors="replace") if isinstance(v, bytes) else (v or "")
 
 
-def calls_for(family, calls):
-    """Calls per model: --calls, else the family's default (FAMILY_CALLS, else DEFAULT_CALLS)."""
-    return calls or FAMILY_CALLS.get(family, DEFAULT_CALLS)
-
-
-# OpenMP threads of eager PyTorch spin after each parallel region (GNU OpenMP's default); a
-# threaded OpenBLAS then fights them for the cores, which on a small machine makes eager's matrix
-# products 2-10x slower. OMP_WAIT_POLICY=passive avoids that for eager (and costs the JIT, whose
-# kernels are many short parallel regions): a user can set it, so eager is also timed with it.
-PASSIVE_ENV = {"OMP_WAIT_POLICY": "passive"}
-
-
-def eager_with_passive_threads(r, args):
-    """Times the eager side again in a child with OMP_WAIT_POLICY=passive (with OpenBLAS's
-    threads and with one) and makes the best of every eager setting the baseline of r's speedup
-    and median ratio."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--eager-only", r["name"], "--family", r["family"],
-           "--size", str(args.size), "--calls", str(calls_for(r["family"], args.calls)),
-           "--repeat", str(r.get("repeat", 1))]
+def _child(cmd, env, timeout):
+    """(stdout, stderr, return code or None on timeout) of a child run in its own process group,
+    which is killed whole on timeout (Inductor's compile workers with it)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or None,
-                           env=dict(os.environ, **PASSIVE_ENV))
+        out, err = p.communicate(timeout=timeout or None)
+        return out, err, p.returncode
     except subprocess.TimeoutExpired:
-        return
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-    if not lines:
-        return
-    child = json.loads(lines[-1][len(RESULT_TAG):])
-    r["eager_passive_s"], r["eager_passive_blas1_s"] = child["eager_s"], child.get("eager_blas1_s", [])
-    r.update(timing(r["eager_s"], r["dynamo_s"], {k: r.get(k, []) for k, _ in EAGER_SETTINGS[1:]},
-                    r.get("alone")))
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return _text(out), _text(err), None
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # compile workers left behind by a finished child
+        except ProcessLookupError:
+            pass
 
 
 def run_isolated(name, family, args):
-    """Runs one model in a child process under args.timeout; returns its result dict."""
+    """Runs one model in a child process under args.timeout, with cold caches; returns its result
+    dict (sides the child did not finish marked as over time or crashed)."""
+    cache = tempfile.mkdtemp(prefix="zoo-inductor-")
+    env = dict(os.environ, DYNAMO_CACHE_DIR="off", TORCHINDUCTOR_CACHE_DIR=cache)
     cmd = [sys.executable, os.path.abspath(__file__), "--run-one", name, "--family", family,
-           "--size", str(args.size), "--calls", str(calls_for(family, args.calls)), "--mode", args.mode]
+           "--size", str(args.size), "--calls", str(args.calls), "--mode", args.mode, "--sides", args.sides]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or None)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
-        r = _empty_result(name, family, args.size, "skipped",
-                          f"over the {args.timeout:g} s timeout in {_last_phase(out)}")
+        out, err, rc = _child(cmd, env, args.timeout)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    phase = _last_phase(out)
+    why = f"over the {args.timeout:g} s timeout in {phase}" if rc is None else \
+        f"process died ({_signal_name(rc)}) in {phase}"
+    lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_TAG)]
+    if lines:
+        r = json.loads(lines[-1][len(RESULT_TAG):])
+    elif rc is None:
+        r = _empty_result(name, family, args.size, "skipped", why)
     else:
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-        r = json.loads(lines[-1][len(RESULT_TAG):]) if lines else \
-            _crash_result(name, family, args.size, p.returncode, p.stdout, p.stderr)
-        if args.passive_eager and r["status"] == "ok" and r.get("speedup") and \
-                (r.get("counters") or {}).get("native_runs", 0) > 0:
-            eager_with_passive_threads(r, args)
-        if "native call path is unavailable" in (p.stderr or ""):
-            # (dynamo said so on the child's stderr, which the table does not show)
-            r["note"] = (r["note"] + "; " if r["note"] else "") + \
-                "dynamo ran without its native call path (_fastcall not built): its times are not representative"
-            print("zoo: warning: dynamo's native call path (build/python/_fastcall*.so) is missing; "
-                  "dynamo's times are milliseconds per call too slow", file=sys.stderr)
+        r = _empty_result(name, family, args.size, "LEAKED" if "dynamo" in phase else "eager-fails", why,
+                          err[-4000:])
+    chosen = args.sides.split(",")
+    for side in ("eager",) + SIDES:
+        if side not in r["sides"]:
+            r["sides"][side] = dict(_side_result(), status="off" if side not in chosen else
+                                    "over time" if rc is None else "fails", reason="" if side not in chosen else why)
+    if "native call path is unavailable" in err:
+        r["note"] = (r["note"] + "; " if r["note"] else "") + \
+            "dynamo ran without its native call path (_fastcall not built): its times are not representative"
     r["wall_s"] = time.perf_counter() - t0
     return r
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def ratios(r):
+    """A result's ratios, None where a side has no time (> 1: ours is faster): vs_eager (eager best
+    / dynamo best), vs_compile (torch.compile best / dynamo best, only where torch.compile's output
+    matched eager's), first_ratio (torch.compile's first call / dynamo's), backend_vs_compile
+    (torch.compile best / torch.compile(backend="dynamo") best)."""
+    s = r["sides"]
+    dyn, comp, back = s.get("dynamo", {}), s.get("compile", {}), s.get("backend", {})
+    ok = r["status"] == "ok"
+    comp_ok = ok and comp.get("status") == "ok"
+    return dict(vs_eager=_ratio(s["eager"].get("best"), dyn.get("best")) if ok else None,
+                vs_compile=_ratio(comp.get("best"), dyn.get("best")) if comp_ok else None,
+                first_ratio=_ratio(comp.get("first_s"), dyn.get("first_s")) if ok and comp.get("first_s") else None,
+                backend_vs_compile=_ratio(comp.get("best"), back.get("best")) if comp_ok else None)
 
 
 def _fmt(v, spec=".2g"):
@@ -933,21 +1001,25 @@ def _ms(seconds):
     return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
 
 
+def _s(seconds):
+    return "-" if seconds is None else f"{seconds:.1f}"
+
+
 def _x(ratio):
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def _compile_ms(c):
-    """The compile time, and how many traces came from the disk cache: '20.6 (1 cached)'."""
-    hits = c.get("cache_hits", 0)
-    return _ms(c.get("compile_seconds")) + (f" ({hits} cached)" if hits else "")
-
-
 def _native(r):
-    """Native runs / calls of the optimized model (timed repeats included; a model compiled in
-    parts has a run per part that ran natively)."""
+    """Native runs / calls of the optimized model (a model compiled in parts has a run per part
+    that ran natively)."""
     c = r.get("counters") or {}
     return f"{c.get('native_runs', 0)}/{r.get('dynamo_calls') or r['calls_done']}" if c else "-"
+
+
+def _backend_native(r):
+    """Native runs of torch.compile(backend="dynamo"): one per FX graph call that ran natively."""
+    c = r.get("backend_counters") or {}
+    return str(c.get("native_runs", 0)) if c else "-"
 
 
 def _why(r):
@@ -960,20 +1032,32 @@ def _why(r):
     return f"{misses} guard miss(es)" if misses else ""
 
 
-COLUMNS = ("model", "input", "status", "max err", "max |out|", "native", "traces", "eager ms", "eager setting",
-           "dynamo ms", "speedup", "med ratio", "1st call ms", "compile ms", "reason / first fallback")
+def _compile_status(r):
+    s = r["sides"].get("compile", {})
+    return s.get("status", "off") + (f": {s['reason']}" if s.get("reason") and s.get("status") != "ok" else "")
+
+
+COLUMNS = ("model", "input", "status", "max err", "native", "traces", "eager ms", "compile ms", "dynamo ms",
+           "vs eager", "vs compile", "backend ms", "backend native", "dynamo 1st ms", "compile 1st s", "torch.compile",
+           "reason / first fallback")
+
+
+def _cut(text, width):
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def table_row(r, width=90):
-    """One row of the results table (the reason cut to width)."""
+    """One row of the results table (reasons cut to width)."""
     c = r.get("counters") or {}
+    s = r["sides"]
+    q = ratios(r)
     traces = f"{c.get('traces_compiled', 0)}+{c.get('side_traces_compiled', 0)}" if c else "-"
-    why = _why(r).replace("\n", " ")
-    why = why if len(why) <= width else why[:width - 3] + "..."
-    return (r["name"], "x".join(map(str, r["shape"])), r["status"], _fmt(r.get("max_err")), _fmt(r.get("max_abs")),
-            _native(r), traces, _ms(r["eager_best"]), r.get("eager_setting") or "-",
-            _ms(r["dynamo_best"]), _x(r["speedup"]),
-            _x(r["median_ratio"]), _ms(r["first_call_s"]), _compile_ms(c), why)
+    return (r["name"], "x".join(map(str, r["shape"])), r["status"], _fmt(r.get("max_err")), _native(r), traces,
+            _ms(s["eager"].get("best")), _ms(s["compile"].get("best")), _ms(s["dynamo"].get("best")),
+            _x(q["vs_eager"]), _x(q["vs_compile"]), _ms(s["backend"].get("best")), _backend_native(r),
+            _ms(s["dynamo"].get("first_s")), _s(s["compile"].get("first_s")), _cut(_compile_status(r), 40),
+            _cut(_why(r), width))
 
 
 def print_table(results, out=sys.stdout):
@@ -986,10 +1070,12 @@ def print_table(results, out=sys.stdout):
 
 def progress_line(i, n, r):
     """The line printed as a model finishes."""
-    name, _, status, err, scale, native, traces, eager, setting, jit, speedup, *_, why = table_row(r, width=120)
-    return (f"[{i:>3}/{n}] {name:<36} {status:<11} err {err:<8} |out| {scale:<8} native {native:<5} "
-            f"traces {traces:<5} eager {eager:>6} ms ({setting:<22})  dynamo {jit:>6} ms {speedup:>7}  "
-            f"{r['wall_s']:6.1f} s  {why}")
+    name, _, status, err, native, _, eager, comp, jit, vs_e, vs_c, back, _, first, cfirst, cstat, why = \
+        table_row(r, 100)
+    return (f"[{i:>3}/{n}] {name:<38} {status:<11} err {err:<8} native {native:<6} eager {eager:>6} ms  "
+            f"compile {comp:>6} ms  dynamo {jit:>6} ms  vs eager {vs_e:>6}  vs compile {vs_c:>6}  "
+            f"backend {back:>6} ms  1st {first:>6} ms / {cfirst:>5} s  {r['wall_s']:5.0f} s  "
+            f"{'' if cstat == 'ok' else '[torch.compile ' + cstat + '] '}{why}")
 
 
 def summary_line(results):
@@ -997,35 +1083,57 @@ def summary_line(results):
     count = lambda s: sum(r["status"] == s for r in results)  # noqa: E731
     native = sum((r.get("counters") or {}).get("native_runs", 0) > 0 for r in results)
     extra = "".join(f", {s} {count(s)}" for s in ("eager-fails", "skipped") if count(s))
-    return (f"zoo: {len(results)} models, ok {count('ok')}, WRONG {count('WRONG')}, LEAKED {count('LEAKED')}, "
-            f"native in {native}{extra}")
+    text = f"zoo: {len(results)} models, ok {count('ok')}, WRONG {count('WRONG')}, LEAKED {count('LEAKED')}, " \
+           f"native in {native}{extra}"
+    for side, what in (("backend", "torch.compile(backend=\"dynamo\")"), ("compile", "torch.compile")):
+        seen = [r["sides"].get(side, {}).get("status") for r in results]
+        counts = ", ".join(f"{s} {seen.count(s)}" for s in ("ok", "differs", "fails", "over time") if seen.count(s))
+        if counts:
+            text += f"; {what}: {counts}"
+    return text
 
 
 def _timed_natively(results):
-    """The models the geomean covers: ok, with a native run and a speedup."""
-    return [r for r in results if r["status"] == "ok" and r["speedup"] is not None
+    """The models the geomeans cover: ok, with a native run and a time on both sides."""
+    return [r for r in results if r["status"] == "ok" and ratios(r)["vs_eager"] is not None
             and (r.get("counters") or {}).get("native_runs", 0) > 0]
 
 
 def _geomean(values):
+    values = [v for v in values if v]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def geomeans(results):
-    """{'all' and each group: (geomean speedup or None, models)} over the models timed natively."""
+    """{'all' and each family: {ratio key: (geomean or None, models)}} over the models timed
+    natively."""
     timed = _timed_natively(results)
-    speedups = lambda g: [r["speedup"] for r in timed if g in ("all", r["group"])]  # noqa: E731
-    return {g: (_geomean(speedups(g)), len(speedups(g))) for g in ("all",) + GROUPS}
+    out = {}
+    for g in ("all",) + FAMILIES:
+        rows = [ratios(r) for r in timed if g in ("all", r["family"])]
+        if rows or g == "all":
+            out[g] = {k: (_geomean([q[k] for q in rows]), sum(q[k] is not None for q in rows))
+                      for k in ("vs_eager", "vs_compile", "first_ratio", "backend_vs_compile")}
+    return out
 
 
 def geomean_lines(results):
-    """The geomean speedups (overall and per group) and the models dynamo makes slower."""
-    geo = ", ".join(f"{g} {_x(m)} ({n})" for g, (m, n) in geomeans(results).items())
+    """The geomeans (overall and per family) and the models slower than eager / torch.compile."""
+    lines = ["geomeans over the models ok with a native run (models): dynamo vs eager, dynamo vs torch.compile, "
+             "first call (torch.compile's / dynamo's), torch.compile(backend=\"dynamo\") vs torch.compile"]
+    for g, m in geomeans(results).items():
+        lines.append(f"  {g:<15} vs eager {_x(m['vs_eager'][0]):>6} ({m['vs_eager'][1]:>2})   "
+                     f"vs compile {_x(m['vs_compile'][0]):>6} ({m['vs_compile'][1]:>2})   "
+                     f"first call {_x(m['first_ratio'][0]):>7} ({m['first_ratio'][1]:>2})   "
+                     f"backend vs compile {_x(m['backend_vs_compile'][0]):>6} ({m['backend_vs_compile'][1]:>2})")
     timed = _timed_natively(results)
-    slower = sorted((r for r in timed if r["speedup"] < 1.0), key=lambda r: r["speedup"])
-    names = ", ".join(f"{r['name']} {_x(r['speedup'])}" for r in slower)
-    return [f"geomean speedup over the models ok with a native run (models): {geo}",
-            f"slower than eager: {len(slower)} of {len(timed)}" + (f": {names}" if slower else "")]
+    for key, what in (("vs_eager", "eager"), ("vs_compile", "torch.compile")):
+        slower = sorted((r for r in timed if ratios(r)[key] is not None and ratios(r)[key] < 1.0),
+                        key=lambda r: ratios(r)[key])
+        names = ", ".join(f"{r['name']} {_x(ratios(r)[key])}" for r in slower)
+        lines.append(f"slower than {what}: {len(slower)} of {sum(ratios(r)[key] is not None for r in timed)}"
+                     + (f": {names}" if slower else ""))
+    return lines
 
 
 def print_notes(results, out=sys.stdout):
@@ -1044,50 +1152,54 @@ def print_failures(results, out=sys.stdout):
                 print(r["traceback"].rstrip(), file=out)
 
 
-GROUP_COLOURS = dict(zip(GROUPS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+FAMILY_COLOURS = dict(zip(FAMILIES, ("tab:blue", "tab:cyan", "tab:red", "tab:olive", "tab:orange", "tab:green",
+                                     "tab:purple")))
 
 
-def _draw_speedups(ax, rows):
-    """One horizontal bar per result, from 1.0 to its speedup on a log axis, coloured by group."""
-    from matplotlib.patches import Patch
-    speedups = [r["speedup"] for r in rows]
-    lo, hi = min(speedups + [1.0]) / 1.2, max(speedups + [1.0]) * 1.2
+def _draw(ax, rows, key, label):
+    """One horizontal bar per result, from 1.0 to its ratio on a log axis, coloured by family."""
+    values = [ratios(r)[key] or 1.0 for r in rows]
+    lo, hi = min(values + [1.0]) / 1.2, max(values + [1.0]) * 1.2
     ticks = [2.0 ** k for k in range(-6, 7) if lo <= 2.0 ** k <= hi]
-    ax.barh(range(len(rows)), [v - 1.0 for v in speedups], left=1.0, color=[GROUP_COLOURS[r["group"]] for r in rows])
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r["name"] for r in rows], fontsize=7)
-    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.barh(range(len(rows)), [v - 1.0 for v in values], left=1.0,
+            color=[FAMILY_COLOURS[r["family"]] for r in rows])
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{t:g}x" for t in ticks])
     ax.minorticks_off()
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("speedup: eager best / dynamo best (> 1: dynamo is faster)")
-    present = [g for g in GROUPS if any(r["group"] == g for r in rows)]
-    ax.legend(handles=[Patch(color=GROUP_COLOURS[g], label=g) for g in present], loc="lower right", fontsize=8)
+    ax.set_xlabel(label, fontsize=8)
 
 
 def write_chart(path, results, eager):
-    """The speedups of the models timed natively as a bar chart, sorted, slowest at the bottom;
-    the title has the date, the eager baseline and the geomean."""
+    """dynamo vs eager and vs torch.compile per model timed natively, as two bar charts sharing
+    the model axis (sorted by the ratio to torch.compile); the title has the date, the baseline and
+    the geomeans."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
-        print("zoo: no chart: matplotlib is missing (apt-get install python3-matplotlib)")
+        print("zoo: no chart: matplotlib is missing (make deps installs it)")
         return
-    rows = sorted(_timed_natively(results), key=lambda r: r["speedup"])
+    rows = sorted(_timed_natively(results), key=lambda r: (ratios(r)["vs_compile"] or 0, ratios(r)["vs_eager"]))
     if not rows:
         print("zoo: no chart: no model ran ok with a native run")
         return
-    mean, n = geomeans(results)["all"]
-    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.16 * len(rows)))
-    _draw_speedups(ax, rows)
-    ax.set_title(f"dynamo model zoo, {time.strftime('%Y-%m-%d')}: geomean {_x(mean)} over {n} models\n"
-                 f"eager: {eager};\nthe fastest of OpenBLAS's threads or one, spinning or passive OpenMP threads",
-                 fontsize=9)
+    geo = geomeans(results)["all"]
+    fig, (left, right) = plt.subplots(1, 2, sharey=True, figsize=(12, 1.8 + 0.16 * len(rows)))
+    _draw(left, rows, "vs_eager", "eager best / dynamo best (> 1: dynamo is faster)")
+    _draw(right, rows, "vs_compile", "torch.compile best / dynamo best (> 1: dynamo is faster)")
+    left.set_yticks(range(len(rows)))
+    left.set_yticklabels([r["name"] for r in rows], fontsize=7)
+    left.set_ylim(-0.7, len(rows) - 0.3)
+    present = [f for f in FAMILIES if any(r["family"] == f for r in rows)]
+    right.legend(handles=[Patch(color=FAMILY_COLOURS[f], label=f) for f in present], loc="lower right", fontsize=8)
+    fig.suptitle(f"dynamo model zoo, {time.strftime('%Y-%m-%d')}: geomean {_x(geo['vs_eager'][0])} vs eager "
+                 f"({geo['vs_eager'][1]} models), {_x(geo['vs_compile'][0])} vs torch.compile "
+                 f"({geo['vs_compile'][1]})\n{eager}", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -1096,26 +1208,33 @@ def write_chart(path, results, eager):
 
 
 def write_json(path, eager, calls, results):
-    """Every result (full reasons, tracebacks, per-call seconds), the baseline, the calls per
-    family and the geomeans."""
-    geo = {g: dict(speedup=m, models=n) for g, (m, n) in geomeans(results).items()}
+    """Every result (full reasons, tracebacks, samples), the baseline, the calls and the geomeans."""
+    for r in results:
+        r.update(ratios(r))
+    geo = {g: {k: dict(geomean=v, models=n) for k, (v, n) in m.items()} for g, m in geomeans(results).items()}
     with open(path, "w") as f:
         json.dump(dict(eager=eager, calls=calls, results=results, geomean=geo), f, indent=1)
 
 
 def select(args):
-    """The (name, family) pairs to run, in registry order, filtered by --models / --family."""
+    """The (name, family) pairs to run, in the zoo's order, filtered by --models / --family."""
     families = [f for f in args.family.split(",") if f]
     for f in families:
+        if f == "audio":
+            sys.exit("models.py: no audio family: torchaudio cannot load beside torch 2.13.0 here (see --help)")
         if f not in FAMILIES:
             sys.exit(f"models.py: unknown family {f!r} (have {', '.join(FAMILIES)})")
-    chosen = list_models(families)
+    sides = args.sides.split(",")
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown or "eager" not in sides:
+        sys.exit(f"models.py: --sides takes eager (always) and any of compile, dynamo; got {args.sides!r}")
+    chosen = list_models(families, args.all_torchvision)
     if args.models:
         wanted = [m for m in args.models.split(",") if m]
-        known = dict(list_models())
-        unknown = [m for m in wanted if m not in known]
-        if unknown:
-            sys.exit(f"models.py: unknown model(s) {', '.join(unknown)}")
+        known = dict(list_models(FAMILIES, True))
+        missing = [m for m in wanted if m not in known]
+        if missing:
+            sys.exit(f"models.py: unknown model(s) {', '.join(missing)}")
         chosen = [(m, known[m]) for m in wanted]
     return chosen
 
@@ -1125,58 +1244,47 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="", help="comma-separated model names (default: all of --family)")
     p.add_argument("--family", default=",".join(FAMILIES), help="comma-separated: " + ", ".join(FAMILIES))
-    p.add_argument("--calls", type=int, default=0,
-                   help=f"calls per model, each with a fresh input (default {DEFAULT_CALLS}; "
-                        + ", ".join(f"{f} {n}" for f, n in FAMILY_CALLS.items()) + ")")
+    p.add_argument("--all-torchvision", action="store_true",
+                   help="every model torchvision registers (default: TORCHVISION's set)")
+    p.add_argument("--sides", default=",".join(SIDES), help="comma-separated: eager and any of compile, dynamo")
+    p.add_argument("--calls", type=int, default=DEFAULT_CALLS,
+                   help=f"checked calls per model, each with a fresh input (default {DEFAULT_CALLS})")
     p.add_argument("--size", type=int, default=64, help="image side (default 64; larger where a model needs it)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per model before it is skipped "
-                                                              "(default 900; 0: none)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600; 0: none)")
     p.add_argument("--mode", choices=("module", "hook"), default="module",
                    help="module: dynamo.optimize(model) (default); hook: the call runs inside "
                         "`with dynamo.optimize():`, so submodules compile where the forward cannot")
     p.add_argument("--json", default="", help="also write every result (full reasons, tracebacks) here")
-    p.add_argument("--png", default="", help="also draw the speedups here (default: no chart)")
-    p.add_argument("--no-passive-eager", dest="passive_eager", action="store_false",
-                   help="do not time eager again with OMP_WAIT_POLICY=passive")
+    p.add_argument("--png", default="", help="also draw the ratios here (default: no chart)")
     p.add_argument("--run-one", default="", help=argparse.SUPPRESS)  # the child process
-    p.add_argument("--eager-only", default="", help=argparse.SUPPRESS)  # the passive-threads child
-    p.add_argument("--repeat", type=int, default=1, help=argparse.SUPPRESS)  # ... its calls per sample
     return p.parse_args(argv)
-
-
-def _calls_text(calls):
-    """'8 calls each' with --calls, else the defaults: '8 calls each (detection 4)'."""
-    if calls:
-        return f"{calls} calls each"
-    return f"{DEFAULT_CALLS} calls each (" + ", ".join(f"{f} {n}" for f, n in FAMILY_CALLS.items()) + ")"
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.run_one:
-        run_one(args.run_one, args.family, args.size, calls_for(args.family, args.calls), args.mode)
-        return 0
-    if args.eager_only:
-        run_eager_only(args.eager_only, args.family, args.size, calls_for(args.family, args.calls), args.repeat)
+        run_one(args.run_one, args.family, args.size, args.calls, args.sides.split(","), args.mode)
         return 0
     chosen = select(args)
     setup_torch()
     eager = eager_baseline()
     results = []
-    print(f"zoo: {len(chosen)} models, {_calls_text(args.calls)}, images {args.size}x{args.size}, batch 1, "
-          f"random weights, eval, no_grad; {args.mode} mode; timeout {args.timeout:g} s", flush=True)
+    print(f"zoo: {len(chosen)} models, {args.calls} checked calls each, images {args.size}x{args.size}, batch 1, "
+          f"random weights, eval, no_grad; sides {args.sides}; {args.mode} mode; timeout {args.timeout:g} s; "
+          f"cold caches", flush=True)
     print(f"eager: {eager}", flush=True)
+    t0 = time.perf_counter()
     for i, (name, family) in enumerate(chosen, 1):
         results.append(run_isolated(name, family, args))
         print(progress_line(i, len(chosen), results[-1]), flush=True)
         if args.json:
-            write_json(args.json, eager, {f: calls_for(f, args.calls) for f in FAMILIES}, results)
+            write_json(args.json, eager, args.calls, results)
     print()
     print_table(results)
     print_notes(results)
     print_failures(results)
     print()
-    print(summary_line(results))
+    print(summary_line(results) + f"; {(time.perf_counter() - t0) / 60:.0f} minutes")
     print(*geomean_lines(results), sep="\n")
     if args.png:
         write_chart(args.png, results, eager)
