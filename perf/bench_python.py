@@ -13,9 +13,17 @@
   7. a Python number that changes every call (a scalar input of one trace);
   8. sizes that change between calls (size families): an encoder layer over 400 shapes, resnet18
      over batch sizes 1..16;
-  9. training steps (forward, loss, backward, optimizer step) of an MLP with SGD and an encoder
+  9. attention: scaled_dot_product_attention over [1, 12 heads, L, 64] and nn.MultiheadAttention
+     (768, 12 heads) self-attention at L = 128 and 512, eager (torch's CPU flash attention) vs.
+     torch.compile vs. dynamo (its own fused kernel, dynamo::attention);
+ 10. training steps (forward, loss, backward, optimizer step) of an MLP with SGD and an encoder
      layer with AdamW, eager vs. compiled, losses compared every step; in a child process
      (`bench_python.py --training`).
+
+Every case that a user could also hand to torch.compile gets its row: torch.compile with
+Inductor's defaults (torch._inductor.config.freezing = True for inference, as PyTorch's CPU guide
+recommends), its first call a cold compile (TORCHINDUCTOR_CACHE_DIR an empty directory per run);
+"vs compile" is torch.compile's time over dynamo's (> 1: dynamo is faster).
 
 The first line says what eager PyTorch runs with (BLAS, allocator: perf/baseline.py). Section 2
 also times eager in child processes (`bench_python.py --eager-only NAME`) under jemalloc (LD_PRELOAD)
@@ -34,7 +42,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from baseline import allocator, describe, jemalloc_env, openblas_threads  # noqa: E402
+from baseline import allocator, describe, jemalloc_env  # noqa: E402
 import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
 
 torchvision_ops.ensure()
@@ -152,6 +160,33 @@ def set_threads():
     torch.set_num_threads(max(torch.get_num_threads(), 2))
 
 
+def cold_inductor_cache():
+    """An empty TORCHINDUCTOR_CACHE_DIR for this process (removed at exit), unless one is set:
+    torch.compile's first calls are then cold compiles, as a user's first run."""
+    import atexit
+    import shutil
+    import tempfile
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        d = tempfile.mkdtemp(prefix="bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = d
+        atexit.register(shutil.rmtree, d, True)
+
+
+def inductor(fn, **kw):
+    """torch.compile(fn) with Inductor's defaults and weight freezing (used under no_grad only):
+    the peer a user would pick."""
+    import torch._inductor.config as config
+    config.freezing = True
+    return torch.compile(fn, **kw)
+
+
+def first_call_s(fn, args):
+    """Seconds of fn's first call (a compile for torch.compile)."""
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
 def large_inputs():
     torch.manual_seed(0)
     return torch.randn(LARGE), torch.randn(LARGE)
@@ -192,6 +227,7 @@ def main():
 
     torch.manual_seed(0)
     set_threads()
+    cold_inductor_cache()
     print(f"dynamo Python-level benchmarks: torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
     print("eager:", describe())
     ok = True
@@ -202,7 +238,11 @@ def main():
         fast(x, y)
         ok &= check("axpy", fast(x, y), axpy(x, y))
         e, j = per_call_us(axpy, (x, y), 20000), per_call_us(fast, (x, y), 20000)
-        print(f"   eager {e:6.2f} us/call   dynamo {j:6.2f} us/call   (target <= 5 us)")
+        peer = inductor(axpy)
+        ok &= check("axpy (torch.compile)", peer(x, y), axpy(x, y))
+        c = per_call_us(peer, (x, y), 20000)
+        print(f"   eager {e:6.2f} us/call   torch.compile {c:6.2f} us/call   dynamo {j:6.2f} us/call   "
+              f"(target <= 5 us)")
 
         print("\n2. the same kinds of functions on large tensors (2^22 float32 elements)")
         here = allocator()
@@ -238,7 +278,12 @@ def main():
                 if eg is not None:
                     best = min(best, eg)
                     cols += f" {eg:8.2f} ms (glibc tuned)"
-            print(f"   {name:10s} {cols}   dynamo {j:8.2f} ms   {best / j:6.1f}x vs best eager")
+            peer = inductor(fn)
+            peer(big_x, big_y)
+            ok &= check(name + " (torch.compile)", peer(big_x, big_y), fn(big_x, big_y))
+            c = median_ms(peer, (big_x, big_y))
+            print(f"   {name:10s} {cols}   torch.compile {c:8.2f} ms   dynamo {j:8.2f} ms   {best / j:6.1f}x vs best "
+                  f"eager, {c / j:5.2f}x vs compile")
 
         print("\n3. first call of a 20-op function (record + compile + run), [256, 512]")
         sx, sy = torch.randn(256, 512), torch.randn(256, 512)
@@ -264,8 +309,12 @@ def main():
         ops = len(dynamo.explain(twenty_ops, sx, sy).traces[0].ops)
         ok &= check("twenty_ops", fast(sx, sy), twenty_ops(sx, sy))
         e = median_ms(twenty_ops, (sx, sy))
+        peer = inductor(twenty_ops)
+        peer_first = first_call_s(peer, (sx, sy))
+        ok &= check("twenty_ops (torch.compile)", peer(sx, sy), twenty_ops(sx, sy))
         print(f"   {ops} ATen ops recorded; first call median {first_ms:.1f} ms (target <= 100 ms; from the "
-              f"trace store, as a later process runs it: {stored_ms:.1f} ms); later calls: eager {e:.3f} ms, "
+              f"trace store, as a later process runs it: {stored_ms:.1f} ms; torch.compile's cold first call "
+              f"{peer_first:.1f} s); later calls: eager {e:.3f} ms, torch.compile {median_ms(peer, (sx, sy)):.3f} ms, "
               f"dynamo {median_ms(fast, (sx, sy)):.3f} ms")
 
         print("\n4. transformer encoder block (dim 256, 4 heads, MLP 1024), batch 8 x 128 tokens")
@@ -277,15 +326,14 @@ def main():
         fast(xt)
         ok &= check("EncoderBlock", fast(xt), ref(xt))
         e, j = median_ms(ref, (xt,), 21), median_ms(fast, (xt,), 21)
-        e1 = None
-        if openblas_threads.available():  # eager as under OPENBLAS_NUM_THREADS=1 too
-            with openblas_threads(1):
-                e1 = median_ms(ref, (xt,), 21)
         c = dynamo.counters()
-        best = min(e, e1) if e1 is not None else e
-        one = f", OpenBLAS on 1 thread {e1:.2f} ms" if e1 is not None else ""
-        print(f"   eager {e:.2f} ms (OpenBLAS's threads{one})   dynamo {j:.2f} ms   {best / j:.2f}x vs best eager "
-              f"(target >= 1.3x); native runs {c['native_runs']}, aborts {c['aborts']}")
+        peer = inductor(copy.deepcopy(ref))
+        peer_first = first_call_s(peer, (xt,))
+        ok &= check("EncoderBlock (torch.compile)", peer(xt), ref(xt))
+        tc = median_ms(peer, (xt,), 21)
+        print(f"   eager {e:.2f} ms   torch.compile {tc:.2f} ms (first call {peer_first:.1f} s)   dynamo {j:.2f} ms   "
+              f"{e / j:.2f}x vs eager (target >= 1.3x), {tc / j:.2f}x vs compile; native runs {c['native_runs']}, "
+              f"aborts {c['aborts']}")
         if c["native_runs"] == 0:
             print(dynamo.explain(ref, xt))
 
@@ -317,7 +365,12 @@ def main():
         e = sum(median_ms(branchy, a) for a in inputs) / len(inputs)
         j = sum(median_ms(fast, a) for a in inputs) / len(inputs)
         c = dynamo.counters()
-        print(f"   branchy program (2 data-dependent branches), 4 inputs: eager {e:.2f} ms   dynamo {j:.2f} ms   {e / j:.2f}x "
+        peer = inductor(branchy)
+        for a in inputs:
+            ok &= check("branchy (torch.compile)", peer(*a), branchy(*a))
+        tc = sum(median_ms(peer, a) for a in inputs) / len(inputs)
+        print(f"   branchy program (2 data-dependent branches), 4 inputs: eager {e:.2f} ms   torch.compile {tc:.2f} ms "
+              f"(graph breaks at the branches)   dynamo {j:.2f} ms   {e / j:.2f}x vs eager, {tc / j:.2f}x vs compile "
               f"({c['side_traces_compiled']} side traces; exits resumed in the interpreter while timing: "
               f"{c['exits_resumed'] - resumed})")
 
@@ -334,8 +387,11 @@ def main():
         t_st, t_plain = per_call_us(st, (a, b), 5000), per_call_us(plain, (a, b), 5000)
         c = dynamo.counters()
         interpreted = c["interpreted_runs"] - c0["interpreted_runs"] + c["exits_resumed"] - c0["exits_resumed"]
+        peer = inductor(stitched)
+        ok &= check("stitch (torch.compile)", peer(a, b), stitched(a, b))
         print(f"   stitched {t_st:6.2f} us/call   without the call {t_plain:6.2f} us/call   stitch point "
-              f"{t_st - t_plain:5.2f} us   eager {per_call_us(stitched, (a, b), 5000):.2f} us  "
+              f"{t_st - t_plain:5.2f} us   eager {per_call_us(stitched, (a, b), 5000):.2f} us   torch.compile "
+              f"{per_call_us(peer, (a, b), 5000):.2f} us (it traces the helper)  "
               f"(stitches {c['stitches']}, interpreted while timing: {interpreted})")
 
         print("\n7. a Python number that changes every call: softmax(x * scale) over 50 scales, [256, 1024]")
@@ -356,7 +412,13 @@ def main():
         e = min(sweep(scaled_softmax) for _ in range(5))
         j = min(sweep(fast) for _ in range(5))
         c = dynamo.counters()
-        print(f"   eager {e:7.2f} us/call   dynamo {j:7.2f} us/call   {e / j:.2f}x   (traces compiled "
+        peer = inductor(scaled_softmax)
+        t0 = time.perf_counter()
+        ok &= all(check("scaled_softmax (torch.compile)", peer(xs, s), scaled_softmax(xs, s)) for s in scales)
+        peer_first = time.perf_counter() - t0
+        tc = min(sweep(peer) for _ in range(5))
+        print(f"   eager {e:7.2f} us/call   torch.compile {tc:7.2f} us/call (its first sweep {peer_first:.1f} s)   "
+              f"dynamo {j:7.2f} us/call   {e / j:.2f}x vs eager, {tc / j:.2f}x vs compile   (traces compiled "
               f"{c['traces_compiled']}, eager fallbacks {c['eager_runs']}; each scale is a scalar input)")
 
         print("\n8. sizes that change between calls: nn.TransformerEncoderLayer(256, 4 heads, ff 1024), "
@@ -371,25 +433,59 @@ def main():
         except ImportError:
             torchvision = None
         if torchvision is None:
-            print("   (resnet18 over batch sizes: torchvision is not installed; scripts/setup-models.sh)")
+            print("   (resnet18 over batch sizes: torchvision is not installed; make deps installs it)")
         else:
             print("   torchvision resnet18, 64x64 images, batch sizes 1..16")
             torch.manual_seed(0)
             net = torchvision.models.resnet18().eval()
             ok &= size_sweep(("resnet18", "batch size"), net, [torch.randn(b, 3, 64, 64) for b in range(1, 17)], 3)
 
-    print("\n9. training steps (grad on): forward, loss, backward and the optimizer step; eager vs. the forward "
+    with torch.no_grad():
+        ok &= attention_section()
+
+    print("\n10. training steps (grad on): forward, loss, backward and the optimizer step; eager vs. the forward "
           "and backward compiled and the optimizer step compiled (dynamo.optimize(opt.step); training.py);\n"
-          "   in a fresh process (after sections 1-8 both sides ran 1.3-1.6x slower here)", flush=True)
+          "   in a fresh process (after sections 1-9 both sides ran 1.3-1.6x slower here)", flush=True)
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--training"], timeout=900)
     ok &= r.returncode == 0
     if not ok:
         sys.exit(1)
 
 
-def training_section():
-    """Section 9, in its own process (main() runs it so)."""
+def attention_section():
+    """Section 9."""
     import dynamo
+    import torch.nn.functional as F
+    print("\n9. attention, batch 1 (eager: torch's CPU flash attention; dynamo: its own fused kernel)")
+    ok = True
+    for n in (128, 512):
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 12, n, 64) for _ in range(3))
+
+        def sdpa(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+        mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).eval()
+
+        def self_attention(x):
+            return mha(x, x, x, need_weights=False)[0]
+        x = torch.randn(1, n, 768)
+        for name, fn, args in ((f"scaled_dot_product_attention [1, 12, {n}, 64]", sdpa, (q, k, v)),
+                               (f"nn.MultiheadAttention(768, 12 heads), {n} tokens", self_attention, (x,))):
+            dynamo.reset()
+            fast, peer = dynamo.optimize(fn), inductor(fn)
+            fast(*args)
+            ok &= check(name, fast(*args), fn(*args)) & check(name + " (torch.compile)", peer(*args), fn(*args))
+            own = "dynamo::attention" in dynamo.explain(fn, *args).traces[0].ops
+            e, c, j = median_ms(fn, args, 15), median_ms(peer, args, 15), median_ms(fast, args, 15)
+            print(f"   {name:48s} eager {e:7.3f} ms   torch.compile {c:7.3f} ms   dynamo {j:7.3f} ms   "
+                  f"{e / j:5.2f}x vs eager, {c / j:5.2f}x vs compile" + ("" if own else "   (NOT the own kernel)"))
+    return ok
+
+
+def training_section():
+    """Section 10, in its own process (main() runs it so)."""
+    import dynamo
+    cold_inductor_cache()
     torch.manual_seed(0)
     set_threads()
     ok = True
@@ -402,7 +498,7 @@ def training_section():
         enc = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=p, batch_first=True)
         ok &= train_steps(f"nn.TransformerEncoderLayer(256, 4 heads, ff 1024, dropout {p}), batch 8 x 64 tokens, "
                           "AdamW", enc, torch.randn(8, 64, 256), torch.randn(8, 64, 256),
-                          lambda p: torch.optim.AdamW(p, lr=1e-3))
+                          lambda p: torch.optim.AdamW(p, lr=1e-3), same_masks=p == 0.0)
     try:
         import torchvision
     except ImportError:
@@ -416,26 +512,30 @@ def training_section():
                               + ("config.training_batch_norm = True: compiled whole" if whole else
                                  "by default: batch norm in training mode eager, the rest compiled apart"),
                               net, torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,)),
-                              lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), compare_steps=4)
+                              lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), compare_steps=4, peer=not whole)
         finally:
             dynamo.config.training_batch_norm = False
     sys.exit(0 if ok else 1)
 
 
-def train_steps(name, model, x, target, make_opt, steps=20, compare_steps=None):
-    """Section 9: `steps` training steps of model (an optimized copy) beside eager on the same
+def train_steps(name, model, x, target, make_opt, steps=20, compare_steps=None, same_masks=True, peer=True):
+    """Section 10: `steps` training steps of model (an optimized copy) beside eager on the same
     data; losses compared every step; time per step (the fastest of the later steps, each side's
-    steps run in a block), eager also with OpenBLAS on one thread; the first step's time."""
+    steps run in a block); the first steps' time. Then torch.compile's steps (the model and
+    opt.step compiled, as PyTorch's tutorials do), its losses compared too where it draws the
+    same dropout masks as eager (same_masks; Inductor draws its own); peer=False leaves it out."""
     import dynamo
     import torch.nn.functional as F
     dynamo.reset()
     eager, jit = model, dynamo.optimize(copy.deepcopy(model))
+    peer_model = torch.compile(copy.deepcopy(model))
     loss_of = (lambda y: F.cross_entropy(y, target)) if target.dtype == torch.int64 else \
         (lambda y: F.mse_loss(y, target))
 
     def runner(m, compiled):
         opt = make_opt(m.parameters())
-        update = dynamo.optimize(opt.step) if compiled else opt.step  # each group's update one trace
+        update = {"dynamo": lambda: dynamo.optimize(opt.step),  # each group's update one trace
+                  "compile": lambda: torch.compile(opt.step)}.get(compiled, lambda: opt.step)()
         count = [0]
 
         def step():
@@ -448,15 +548,19 @@ def train_steps(name, model, x, target, make_opt, steps=20, compare_steps=None):
             return loss.item()
         return step
 
-    e_step, j_step = runner(eager, False), runner(jit, True)
-    e_losses, j_losses, first, e_first = [], [], 0.0, 0.0
+    e_step, j_step = runner(eager, None), runner(jit, "dynamo")
+    c_step = runner(peer_model, "compile") if peer else (lambda: float("nan"))
+    e_losses, j_losses, c_losses, first, e_first, c_first = [], [], [], 0.0, 0.0, 0.0
     ok = True
     for _ in range(4):  # recording; then AOTAutograd and both graphs' recordings and compiles; timings
         t0 = time.perf_counter()
         j_losses.append(j_step())
         t1 = time.perf_counter()
         e_losses.append(e_step())
-        first, e_first = first + (t1 - t0) * 1e3, e_first + (time.perf_counter() - t1) * 1e3
+        t2 = time.perf_counter()
+        c_losses.append(c_step())
+        t3 = time.perf_counter()  # (torch.compile's first steps: its compiles, cold)
+        first, e_first, c_first = first + (t1 - t0) * 1e3, e_first + (t2 - t1) * 1e3, c_first + (t3 - t2)
 
     def block(fn, n=steps):
         ts, out = [], []
@@ -468,27 +572,27 @@ def train_steps(name, model, x, target, make_opt, steps=20, compare_steps=None):
 
     e, el = block(e_step)
     j, jl = block(j_step)
-    e1 = 1e30
-    if openblas_threads.available():
-        with openblas_threads(1):
-            e1, el1 = block(e_step, steps // 2)
-            _, jl1 = block(j_step, steps // 2)  # (keeps the two models' steps alike)
-        el += el1
-        jl += jl1
+    tc, cl = block(c_step)
     e_losses += el
     j_losses += jl
+    c_losses += cl
     n = compare_steps or len(e_losses)
-    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(j_losses[:n], e_losses[:n]))
-    if worst > 1e-3:
-        print(f"   WRONG: {name}: losses differ by {worst:.2e} (relative)")
+
+    def worst(losses):
+        return max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses[:n], e_losses[:n]))
+    if worst(j_losses) > 1e-3:
+        print(f"   WRONG: {name}: losses differ by {worst(j_losses):.2e} (relative)")
         ok = False
+    peer_losses = "not run here" if not peer else \
+        f"losses within {worst(c_losses):.1e} of eager's" if same_masks else "its own dropout masks"
     c = dynamo.counters()
-    best = min(e, e1)
-    one = f", OpenBLAS on 1 thread {e1:.2f}" if e1 < 1e30 else ""
-    print(f"   {name}:\n     eager {e:.2f} ms/step (OpenBLAS's threads{one})   dynamo {j:.2f} ms/step   "
-          f"{best / j:.2f}x vs best eager; first 4 steps {first:.0f} ms (eager {e_first:.0f}); losses equal over {n} steps "
-          f"(largest relative difference {worst:.1e}); backward traces {c['backward_traces_compiled']}, native "
-          f"backward runs {c['backward_native_runs']}")
+    peer_text = f"torch.compile {tc:.2f} ms/step   " if peer else "torch.compile: above   "
+    vs_peer = f", {tc / j:.2f}x vs compile" if peer else ""
+    print(f"   {name}:\n     eager {e:.2f} ms/step   {peer_text}dynamo {j:.2f} ms/step   "
+          f"{e / j:.2f}x vs eager{vs_peer}; first 4 steps {first:.0f} ms (eager {e_first:.0f}"
+          + (f", torch.compile {c_first:.1f} s" if peer else "") + f"); losses equal over {n} steps (largest relative difference "
+          f"{worst(j_losses):.1e}; torch.compile: {peer_losses}); backward traces {c['backward_traces_compiled']}, "
+          f"native backward runs {c['backward_native_runs']}")
     return ok
 
 
@@ -523,18 +627,17 @@ def size_sweep(name_what, model, inputs, reps):
     for _ in range(2):  # warm eager's per-shape state too
         sweep(eager)
     c0 = dynamo.counters()
-    e, e1, j = 1e30, 1e30, 1e30
-    one = openblas_threads.available()
+    e, j = 1e30, 1e30
     for _ in range(reps):
         e, j = min(e, sweep(eager)), min(j, sweep(fast))
-        if one:  # eager as under OPENBLAS_NUM_THREADS=1 (its threads fight ATen's on few cores)
-            with openblas_threads(1):
-                e1 = min(e1, sweep(eager))
     c = dynamo.counters()
-    best = min(e, e1)
-    one_text = f", OpenBLAS on 1 thread {e1:6.3f}" if one else ""
-    print(f"   later calls: eager {e:6.3f} ms/call (OpenBLAS's threads{one_text})   dynamo {j:6.3f} ms/call   "
-          f"{best / j:.2f}x vs best eager   "
+    peer = inductor(copy.deepcopy(eager))
+    t0 = time.perf_counter()
+    ok = ok and all(check(name + " (torch.compile)", peer(x), eager(x)) for x in inputs)  # (its compiles)
+    peer_first = time.perf_counter() - t0
+    tc = min(sweep(peer) for _ in range(reps))
+    print(f"   later calls: eager {e:6.3f} ms/call   torch.compile {tc:6.3f} ms/call (its first sweep "
+          f"{peer_first:.1f} s)   dynamo {j:6.3f} ms/call   {e / j:.2f}x vs eager, {tc / j:.2f}x vs compile   "
           f"({(c['native_runs'] - c0['native_runs']) * 100 // max(1, c['calls'] - c0['calls'])}% native)")
     llvm = c_first["traces_compiled"] + c_first["size_instances"] - c_first["code_shared"]
     print(f"   first call of each {what}: {first:.1f} ms; traces recorded {c_first['traces_compiled']} (size probes "
