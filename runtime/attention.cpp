@@ -6,10 +6,12 @@
 // (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp); results differ by rounding only.
 //
 // Layout: K is packed once per call as K^T per (batch, head) (head size x keys, keys padded to
-// the block), V as keys x head size (padded to the block), both zero-padded; the query block is
+// the block), V as keys x head size (padded to the block), both zero-padded; each query tile is
 // copied with the scale folded in. The score tile (QB rows x KB keys) is a register-blocked
-// product like runtime/gemm.cpp's micro-kernel; exp is a vectorized polynomial (|rel err| < 2e-7
-// on the range softmax uses). Compiled for AVX-512, AVX2 and the baseline (target_clones).
+// product like runtime/gemm.cpp's micro-kernel; a work item is TILES tiles (24 queries), which
+// take each key block in turn while its K^T and V rows are in the L1 cache. exp is a vectorized
+// polynomial (|rel err| < 2e-7 on the range softmax uses). Compiled for AVX-512, AVX2 and the
+// baseline (target_clones).
 // (vexp is always inlined into the target_clones bodies: the AVX-512 vector ABI note does not apply)
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -26,8 +28,10 @@
 namespace {
 
 constexpr int QB = 6;    // query rows per block (the score tile's rows)
-constexpr int KB = 32;   // keys per block (the score tile's columns: two 16-float vectors)
+constexpr int KB = 64;   // keys per block (the score tile's columns: KV 16-float vectors)
+constexpr int KV = KB / 16;
 constexpr int DB = 32;   // output columns per register tile of the P x V product
+constexpr int TILES = 4; // query tiles that share each key block (while it is in the L1 cache)
 constexpr int64_t kMaxHead = 512;
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
@@ -73,19 +77,22 @@ struct Problem {
   float scale;
   bool causal;
   int64_t Sp, Dp;                   // keys padded to KB, head size padded to DB
-  const float *kt, *vp;             // packed: per (b, h) K^T [D, Sp] and V [Sp, Dp]
+  const float *kt, *vp;             // packed: per (b, h) K^T [D, Sp], and V [Sp, Dp] unless v_direct
+  bool v_direct;                    // V read in place (rows of unit stride, D a multiple of DB)
 };
 
-// K^T and V of head bh into the packed buffers (zero-padded).
+// K^T (and V unless it is read in place) of head bh into the packed buffers (zero-padded).
 void pack_head(const Problem &p, int64_t bh, float *kt, float *vp) {
   int64_t b = bh / p.H, h = bh % p.H;
   const float *k = p.k + b * p.ks[0] + h * p.ks[1];
   const float *v = p.v + b * p.vs[0] + h * p.vs[1];
-  for (int64_t d = 0; d < p.D; ++d) {
-    float *row = kt + d * p.Sp;
-    for (int64_t j = 0; j < p.S; ++j) row[j] = k[j * p.ks[2] + d * p.ks[3]];
-    std::fill(row + p.S, row + p.Sp, 0.0f);
-  }
+  for (int64_t j0 = 0; j0 < p.S; j0 += 16)  // 16 keys at a time: their rows read once, in order
+    for (int64_t d = 0; d < p.D; ++d) {
+      float *row = kt + d * p.Sp;
+      for (int64_t j = j0; j < std::min<int64_t>(p.S, j0 + 16); ++j) row[j] = k[j * p.ks[2] + d * p.ks[3]];
+    }
+  for (int64_t d = 0; d < p.D; ++d) std::fill(kt + d * p.Sp + p.S, kt + (d + 1) * p.Sp, 0.0f);
+  if (p.v_direct) return;
   for (int64_t j = 0; j < p.Sp; ++j) {
     float *row = vp + j * p.Dp;
     if (j < p.S) {
@@ -97,101 +104,139 @@ void pack_head(const Problem &p, int64_t bh, float *kt, float *vp) {
   }
 }
 
-// One block of up to QB query rows [i0, i0 + rows) of head bh.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void query_block(const Problem &p, int64_t bh, int64_t i0, int rows) {
-  int64_t b = bh / p.H, h = bh % p.H;
-  const float *kt = p.kt + bh * p.D * p.Sp;
-  const float *vp = p.vp + bh * p.Sp * p.Dp;
-  const float *q = p.q + b * p.qs[0] + h * p.qs[1];
-  float qb[kMaxHead * QB];  // the block's queries times the scale, d-major: qb[d * QB + r]
-  for (int64_t d = 0; d < p.D; ++d)
-    for (int r = 0; r < QB; ++r)
-      qb[d * QB + r] = r < rows ? q[(i0 + r) * p.qs[2] + d * p.qs[3]] * p.scale : 0.0f;
-  alignas(64) float acc[QB][kMaxHead];  // output accumulators, rescaled as the row max grows
+// The running state of one tile of up to QB query rows: the queries times the scale, d-major
+// (q[d * QB + r]), the output accumulators (rescaled as a row's max grows), row max and sum.
+struct Tile {
+  int64_t i0;
+  int rows;
+  float q[kMaxHead * QB];
+  alignas(64) float acc[QB][kMaxHead];
   float m[QB], l[QB];
-  for (int r = 0; r < QB; ++r) {
-    m[r] = -std::numeric_limits<float>::infinity();
-    l[r] = 0.0f;
-    std::fill(acc[r], acc[r] + p.Dp, 0.0f);
-  }
-  // causal: query i sees keys j <= i (top-left aligned, as ATen)
-  int64_t keys = p.causal ? std::min<int64_t>(p.S, i0 + rows) : p.S;
-  for (int64_t j0 = 0; j0 < keys; j0 += KB) {
-    v16 s[QB][2];
+};
+
+// Key block [j0, j0 + KB) into tile t: its scores (a QB x KB register tile), the online softmax
+// update, and acc += P x V of the block.
+__attribute__((always_inline)) inline void tile_step(const Problem &p, Tile &t, const float *kt, const float *vp,
+                                                    int64_t vrs, int64_t j0, int64_t keys) {
+  v16 s[QB][KV];
 #pragma GCC unroll 6
-    for (int r = 0; r < QB; ++r) s[r][0] = s[r][1] = v16{};
-    for (int64_t d = 0; d < p.D; ++d) {
-      v16 k0 = *reinterpret_cast<const v16 *>(kt + d * p.Sp + j0);
-      v16 k1 = *reinterpret_cast<const v16 *>(kt + d * p.Sp + j0 + 16);
+  for (int r = 0; r < QB; ++r)
+#pragma GCC unroll 4
+    for (int u = 0; u < KV; ++u) s[r][u] = v16{};
+  for (int64_t d = 0; d < p.D; ++d) {
+    v16 k[KV];
+#pragma GCC unroll 4
+    for (int u = 0; u < KV; ++u) memcpy(&k[u], kt + d * p.Sp + j0 + 16 * u, sizeof(v16));
+#pragma GCC unroll 6
+    for (int r = 0; r < QB; ++r) {
+      float a = t.q[d * QB + r];
+#pragma GCC unroll 4
+      for (int u = 0; u < KV; ++u) s[r][u] += a * k[u];
+    }
+  }
+  alignas(64) float pr[QB][KB];  // the block's probabilities (unnormalized)
+  for (int r = 0; r < t.rows; ++r) {
+    float *sr = pr[r];
+    memcpy(sr, s[r], sizeof s[r]);
+    int64_t last = p.causal ? std::min<int64_t>(p.S, t.i0 + r + 1) : p.S;  // keys [j0, last) count
+    if (j0 + KB > last)  // the last block, or the causal diagonal: keys past `last` are masked
+      for (int64_t c = std::max<int64_t>(0, last - j0); c < KB; ++c) sr[c] = -std::numeric_limits<float>::infinity();
+    v16 x[KV];
+    memcpy(x, sr, sizeof x);
+    v16 top = x[0];
+#pragma GCC unroll 4
+    for (int u = 1; u < KV; ++u) top = top > x[u] ? top : x[u];
+    float mx = t.m[r];
+    for (int c = 0; c < 16; ++c) mx = std::max(mx, top[c]);
+    if (mx == -std::numeric_limits<float>::infinity()) {  // every key masked so far (causal, later tile)
+      std::fill(sr, sr + KB, 0.0f);
+      continue;
+    }
+    float corr = mx == t.m[r] ? 1.0f : std::exp(t.m[r] - mx);  // exp(-inf) = 0 on the first keys
+    v16 both{};
+#pragma GCC unroll 4
+    for (int u = 0; u < KV; ++u) {
+      x[u] = vexp(x[u] - mx);
+      both += x[u];
+    }
+    memcpy(sr, x, sizeof x);
+    float sum = 0.0f;
+    for (int c = 0; c < 16; ++c) sum += both[c];
+    t.l[r] = t.l[r] * corr + sum;
+    t.m[r] = mx;
+    if (corr != 1.0f)
+      for (int64_t d = 0; d < p.Dp; ++d) t.acc[r][d] *= corr;
+  }
+  for (int r = t.rows; r < QB; ++r) std::fill(pr[r], pr[r] + KB, 0.0f);
+  int kc = (int)std::min<int64_t>(KB, keys - j0);
+  for (int64_t d0 = 0; d0 < p.Dp; d0 += DB) {  // acc[:, d0:d0+DB] += P x V[j0:j0+kc, d0:d0+DB]
+    v16 o[QB][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < QB; ++r) o[r][0] = o[r][1] = v16{};
+    for (int c = 0; c < kc; ++c) {
+      v16 w0, w1;
+      memcpy(&w0, vp + (j0 + c) * vrs + d0, sizeof w0);
+      memcpy(&w1, vp + (j0 + c) * vrs + d0 + 16, sizeof w1);
 #pragma GCC unroll 6
       for (int r = 0; r < QB; ++r) {
-        float a = qb[d * QB + r];
-        s[r][0] += a * k0;
-        s[r][1] += a * k1;
+        float a = pr[r][c];
+        o[r][0] += a * w0;
+        o[r][1] += a * w1;
       }
     }
-    alignas(64) float pr[QB][KB];  // this block's probabilities (unnormalized)
-    for (int r = 0; r < rows; ++r) {
-      v16 x0 = s[r][0], x1 = s[r][1];
-      int64_t last = p.causal ? std::min<int64_t>(p.S, i0 + r + 1) : p.S;  // keys [j0, last) count
-      if (j0 + KB > last) {  // the last block, or the causal diagonal: keys past `last` are masked
-        float *sr = pr[r];
-        memcpy(sr, &x0, sizeof x0);
-        memcpy(sr + 16, &x1, sizeof x1);
-        for (int64_t c = std::max<int64_t>(0, last - j0); c < KB; ++c) sr[c] = -std::numeric_limits<float>::infinity();
-        memcpy(&x0, sr, sizeof x0);
-        memcpy(&x1, sr + 16, sizeof x1);
-      }
-      v16 top = x0 > x1 ? x0 : x1;
-      float mx = m[r];
-      for (int c = 0; c < 16; ++c) mx = std::max(mx, top[c]);
-      float corr = mx == m[r] ? 1.0f : std::exp(m[r] - mx);  // exp(-inf) = 0 on the first block
-      v16 e0 = vexp(x0 - mx), e1 = vexp(x1 - mx);
-      memcpy(pr[r], &e0, sizeof e0);
-      memcpy(pr[r] + 16, &e1, sizeof e1);
-      v16 both = e0 + e1;
-      float sum = 0.0f;
-      for (int c = 0; c < 16; ++c) sum += both[c];
-      l[r] = l[r] * corr + sum;
-      m[r] = mx;
-      if (corr != 1.0f)
-        for (int64_t d = 0; d < p.Dp; ++d) acc[r][d] *= corr;
+    for (int r = 0; r < t.rows; ++r) {
+      v16 a0, a1;
+      memcpy(&a0, t.acc[r] + d0, sizeof a0);
+      memcpy(&a1, t.acc[r] + d0 + 16, sizeof a1);
+      a0 += o[r][0];
+      a1 += o[r][1];
+      memcpy(t.acc[r] + d0, &a0, sizeof a0);
+      memcpy(t.acc[r] + d0 + 16, &a1, sizeof a1);
     }
-    for (int r = rows; r < QB; ++r) std::fill(pr[r], pr[r] + KB, 0.0f);
-    int kc = (int)std::min<int64_t>(KB, keys - j0);
-    for (int64_t d0 = 0; d0 < p.Dp; d0 += DB) {  // acc[:, d0:d0+DB] += P x V[j0:j0+kc, d0:d0+DB]
-      v16 o[QB][2];
-#pragma GCC unroll 6
-      for (int r = 0; r < QB; ++r) o[r][0] = o[r][1] = v16{};
-      for (int c = 0; c < kc; ++c) {
-        const float *vrow = vp + (j0 + c) * p.Dp + d0;
-        v16 w0 = *reinterpret_cast<const v16 *>(vrow);
-        v16 w1 = *reinterpret_cast<const v16 *>(vrow + 16);
-#pragma GCC unroll 6
-        for (int r = 0; r < QB; ++r) {
-          float a = pr[r][c];
-          o[r][0] += a * w0;
-          o[r][1] += a * w1;
-        }
-      }
-      for (int r = 0; r < rows; ++r) {
-        v16 a0, a1;
-        memcpy(&a0, acc[r] + d0, sizeof a0);
-        memcpy(&a1, acc[r] + d0 + 16, sizeof a1);
-        a0 += o[r][0];
-        a1 += o[r][1];
-        memcpy(acc[r] + d0, &a0, sizeof a0);
-        memcpy(acc[r] + d0 + 16, &a1, sizeof a1);
-      }
+  }
+}
+
+// Query rows [i0, i0 + rows) of head bh (rows <= QB * TILES), as up to TILES tiles that take each
+// key block in turn while it is in the L1 cache.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void query_group(const Problem &p, int64_t bh, int64_t i0, int64_t rows) {
+  int64_t b = bh / p.H, h = bh % p.H;
+  const float *kt = p.kt + bh * p.D * p.Sp;
+  const float *vp = p.v_direct ? p.v + b * p.vs[0] + h * p.vs[1] : p.vp + bh * p.Sp * p.Dp;
+  const int64_t vrs = p.v_direct ? p.vs[2] : p.Dp;
+  const float *q = p.q + b * p.qs[0] + h * p.qs[1];
+  Tile tiles[TILES];
+  int nt = (int)((rows + QB - 1) / QB);
+  for (int ti = 0; ti < nt; ++ti) {
+    Tile &t = tiles[ti];
+    t.i0 = i0 + ti * QB;
+    t.rows = (int)std::min<int64_t>(QB, i0 + rows - t.i0);
+    for (int64_t d = 0; d < p.D; ++d)
+      for (int r = 0; r < QB; ++r)
+        t.q[d * QB + r] = r < t.rows ? q[(t.i0 + r) * p.qs[2] + d * p.qs[3]] * p.scale : 0.0f;
+    for (int r = 0; r < QB; ++r) {
+      t.m[r] = -std::numeric_limits<float>::infinity();
+      t.l[r] = 0.0f;
+      std::fill(t.acc[r], t.acc[r] + p.Dp, 0.0f);
+    }
+  }
+  for (int64_t j0 = 0; j0 < p.S; j0 += KB) {
+    for (int ti = 0; ti < nt; ++ti) {
+      Tile &t = tiles[ti];
+      // causal: query i sees keys j <= i (top-left aligned, as ATen)
+      int64_t keys = p.causal ? std::min<int64_t>(p.S, t.i0 + t.rows) : p.S;
+      if (j0 < keys) tile_step(p, t, kt, vp, vrs, j0, keys);
     }
   }
   float *out = p.out + b * p.os[0] + h * p.os[1];
-  for (int r = 0; r < rows; ++r) {
-    float inv = 1.0f / l[r];
-    float *orow = out + (i0 + r) * p.os[2];
-    for (int64_t d = 0; d < p.D; ++d) orow[d * p.os[3]] = acc[r][d] * inv;
-    p.lse[bh * p.L + i0 + r] = m[r] + std::log(l[r]);
+  for (int ti = 0; ti < nt; ++ti) {
+    const Tile &t = tiles[ti];
+    for (int r = 0; r < t.rows; ++r) {
+      float inv = 1.0f / t.l[r];
+      float *orow = out + (t.i0 + r) * p.os[2];
+      for (int64_t d = 0; d < p.D; ++d) orow[d * p.os[3]] = t.acc[r][d] * inv;
+      p.lse[bh * p.L + t.i0 + r] = t.m[r] + std::log(t.l[r]);
+    }
   }
 }
 
@@ -250,17 +295,18 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor &q, const at::
   p.scale = (float)scale, p.causal = causal;
   p.Sp = round_up(p.S, KB), p.Dp = round_up(p.D, DB);
   int64_t heads = p.B * p.H;
-  std::vector<float> packed((size_t)(heads * (p.D * p.Sp + p.Sp * p.Dp)));
+  p.v_direct = p.vs[3] == 1 && p.D == p.Dp;
+  std::vector<float> packed((size_t)(heads * (p.D * p.Sp + (p.v_direct ? 0 : p.Sp * p.Dp))));
   float *kt = packed.data(), *vp = packed.data() + heads * p.D * p.Sp;
   p.kt = kt, p.vp = vp;
   at::parallel_for(0, heads, 1, [&](int64_t b, int64_t e) {
     for (int64_t bh = b; bh < e; ++bh) pack_head(p, bh, kt + bh * p.D * p.Sp, vp + bh * p.Sp * p.Dp);
   });
-  int64_t blocks = (p.L + QB - 1) / QB;
-  at::parallel_for(0, heads * blocks, 1, [&](int64_t b, int64_t e) {
+  const int64_t group = QB * TILES, groups = (p.L + group - 1) / group;
+  at::parallel_for(0, heads * groups, 1, [&](int64_t b, int64_t e) {
     for (int64_t w = b; w < e; ++w) {
-      int64_t bh = w / blocks, i0 = (w % blocks) * QB;
-      query_block(p, bh, i0, (int)std::min<int64_t>(QB, p.L - i0));
+      int64_t bh = w / groups, i0 = (w % groups) * group;
+      query_group(p, bh, i0, std::min<int64_t>(group, p.L - i0));
     }
   });
   return {out, lse};
