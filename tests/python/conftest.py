@@ -75,8 +75,6 @@ TORCH_213_XFAIL = {
     "test_training.py::test_transformer_encoder_block_with_its_default_dropout":
         "torch 2.13: MultiheadAttention's output is transposed, and dropout's bernoulli_ into a non-contiguous "
         "tensor is not traced (its random numbers follow memory order)",
-    "test_scatter_folding.py::test_nn_lstm_matches_eager":
-        "torch 2.13: nn.LSTM runs aten::mkldnn_rnn_layer on the CPU, whose results the recorder does not take yet",
 }
 
 

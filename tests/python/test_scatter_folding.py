@@ -81,3 +81,19 @@ def test_nn_lstm_matches_eager(tmp_path, monkeypatch):
     lstm = nn.LSTM(6, 10, 2, batch_first=True).eval()
     steps = compare(lambda x: lstm(x)[0], lambda: (torch.randn(1, 9, 6),), tmp_path, monkeypatch)
     assert "slice_scatter" not in steps
+
+
+def test_nn_lstm_variants_match_eager_on_every_call():
+    """torch 2.x runs nn.LSTM on the CPU as one aten::mkldnn_rnn_layer per layer and direction,
+    recorded as the cells it computes: both directions, no biases, 3 layers, other lengths."""
+    for kw in (dict(bidirectional=True), dict(bias=False), dict(num_layers=3, batch_first=False)):
+        dynamo.reset()
+        lstm = nn.LSTM(6, 10, **kw).eval()
+        jit = dynamo.optimize(lambda x: lstm(x))
+        with torch.no_grad():
+            for steps in (9, 9, 9, 1, 5):
+                x = torch.randn(steps, 2, 6)
+                (got, (h, c)), (want, (he, ce)) = jit(x), lstm(x)
+                for a, b in ((got, want), (h, he), (c, ce)):
+                    assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a - b).abs().max()
+        assert dynamo.counters()["native_runs"] >= 2, (kw, dynamo.report())
