@@ -29,7 +29,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop
+from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop, dense_order
 
 _aten = torch.ops.aten
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -710,6 +710,22 @@ class Recorder(TorchDispatchMode):
             self.vals.pop(id(v), None)
             self.poison[id(v)] = why
 
+    def _seeded_in_memory_order(self, fn, vals, dst, perm):
+        """A random op written in place (bernoulli_: dropout's mask) into dst, which is dense in
+        the dim order perm (outermost first) but not contiguous (dropout on a transposed attention
+        output): eager draws the numbers in dst's memory order, while the functional op (and an
+        extern's operands) go in logical order; so the trace draws them over dst permuted into
+        memory order and permutes the result back. Returns the result's name."""
+        shape = [dst.shape[d] for d in perm]
+        ptype = f"{DTYPE_NAMES[dst.dtype]}[{','.join(str(s) for s in shape)}]"
+        src, drawn, res = self._new(), self._new(), self._new()
+        self.lines.append(f"  {src} = permute({self._operand(dst)}, [{','.join(str(d) for d in perm)}]) : {ptype}")
+        ops = ", ".join([src] + [self._operand(v) for v in vals[1:]])
+        self.lines.append(f"  {drawn} = extern {_sig(fn)}({ops}) : {ptype}")
+        inverse = [perm.index(d) for d in range(dst.dim())]
+        self.lines.append(f"  {res} = permute({drawn}, [{','.join(str(d) for d in inverse)}]) : {type_text(dst)}")
+        return res
+
     def _record_inplace(self, func, vals, dst):
         """x.add_(y) -> %t = add(x, y); x = copy_(x, %t) on inputs; a rebinding on temporaries.
         A write through views of x (x[:, 1:3] = y, x[0].mul_(2), x.view(-1)[:5].add_(1)) is rebuilt
@@ -736,13 +752,19 @@ class Recorder(TorchDispatchMode):
             fn = _functional(func)
             if fn is None:
                 raise Abort(f"{name}: no functional form", "write")
+            order = None
             if fn in _SEEDED_FUNCTIONAL.values():
                 if not dst.is_contiguous():
-                    raise Abort(f"{name} into a non-contiguous tensor: its random numbers would land elsewhere",
-                                "write")
+                    order = dense_order(dst)
+                    if order is None:
+                        raise Abort(f"{name} into a tensor that is no permutation of a dense one: its random "
+                                    "numbers would land elsewhere", "write")
                 vals = _with_defaults(func, vals)
             fn, vals = self._scalar_args(fn, vals, None, check=False)
-            res = self._extern(fn, vals, [None], types=type_text(dst))[0]
+            if order is None:
+                res = self._extern(fn, vals, [None], types=type_text(dst))[0]
+            else:
+                res = self._seeded_in_memory_order(fn, vals, dst, order[::-1])
         new, cur = res, dst
         while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
             parent, vf, vv = self.view_of[id(cur)]

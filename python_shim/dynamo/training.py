@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from ._capi import DynamoError
+from .frames import dense_order
 from .log import log
 from .recorder import TapeRef
 from .registry import bump
@@ -113,6 +114,9 @@ def _writes_unsupported(rec):
     return None
 
 
+_SEEDED_INPLACE = (torch.ops.aten.bernoulli_.float, torch.ops.aten.bernoulli_.Tensor)
+
+
 def _replay(tape, out_refs):
     """The function of the trace's input tensors that runs the tape's ops and returns the
     tensors out_refs name, then the new values of the inputs the tape writes in place
@@ -148,6 +152,12 @@ def _replay(tape, out_refs):
             elif slots is not None:
                 out = _functional(func)(*args, **kw)
                 cur[slots[0]] = out
+            elif func in _SEEDED_INPLACE and not args[0].is_contiguous() and dense_order(args[0]) is not None:
+                # dropout's mask drawn in place into a transposed tensor: eager draws in memory
+                # order, the functional form AOTAutograd makes of it in logical order; drawn in
+                # place through the view that is contiguous, both agree
+                func(args[0].permute(dense_order(args[0])[::-1]), *args[1:], **kw)
+                out = args[0]
             else:
                 out = func(*args, **kw)
             for j, o in enumerate(out if isinstance(out, (tuple, list)) else (out,)):

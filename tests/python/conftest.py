@@ -72,9 +72,6 @@ TORCH_213_XFAIL = {
     "test_shared_code.py::test_views_slices_and_broadcasts":
         "torch 2.13 move: a result returned in eager's transposed layout (a permute after its producer) "
         "keeps the trace from sharing machine code across sizes",
-    "test_training.py::test_transformer_encoder_block_with_its_default_dropout":
-        "torch 2.13: MultiheadAttention's output is transposed, and dropout's bernoulli_ into a non-contiguous "
-        "tensor is not traced (its random numbers follow memory order)",
 }
 
 

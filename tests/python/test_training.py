@@ -847,3 +847,42 @@ def test_resnet18_loss_curve_over_20_steps(name, batch_norm_training):
         assert abs(j - e) / abs(e) <= max(1e-5, 10 * envelope), (k, j, e, envelope)
     assert eager[-1] < 0.5 * eager[0]  # (it learns: the comparison is over a real curve)
     assert dynamo.counters()["traces_compiled"] >= 1  # the optimizer step
+
+
+def test_dropout_into_a_transposed_tensor_draws_eagers_masks():
+    """Dropout's bernoulli_ into a transposed tensor draws in memory order in eager, its
+    functional form (AOTAutograd's graph, an extern's operand) in logical order: the mask is drawn
+    through the view that is contiguous, with grad and without, on every call."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return F.dropout(self.l(x).transpose(0, 1), 0.5, training=True) * 3
+    for no_grad in (False, True):
+        dynamo.reset()
+        torch.manual_seed(0)
+        seeded_side_by_side(M(), lambda: torch.randn(3, 5, 8), steps=4, no_grad=no_grad)
+        assert dynamo.counters()["native_runs"] >= 2, dynamo.report()
+
+
+def test_functional_bernoulli_of_a_transposed_tensor():
+    """aten::bernoulli.p (not in place) gives a contiguous result drawn in logical order."""
+    aten = torch.ops.aten
+
+    def g(x):
+        t = aten.transpose.int(x, 0, 1)
+        b = aten.bernoulli.p(aten.empty_like.default(t), 0.5)
+        return t * b, b
+    jit = dynamo.optimize(g)
+    with torch.no_grad():
+        for k in range(4):
+            x = torch.randn(3, 5, 8)
+            torch.manual_seed(k)
+            want = g(x)
+            torch.manual_seed(k)
+            got = jit(x)
+            for a, b in zip(got, want):
+                assert torch.equal(a, b)
+    assert dynamo.counters()["native_runs"] >= 2
