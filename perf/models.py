@@ -833,14 +833,16 @@ def _unmatched(a, b):
 def _rounding_budget(eager, x, want):
     """How many of a detection model's boxes at input x hang on rounding: the most detections
     that eager itself puts elsewhere when its input, or its score layers' outputs, get relative
-    noise of 1e-6 (far above a compiled model's rounding, 1e-13..1e-8 here), over six such runs;
+    noise of 1e-6 (far above a compiled model's rounding, 1e-13..1e-8 here), over 16 such runs
+    (6 measured too few: fasterrcnn_mobilenet_v3_large_320_fpn's scores tie to 1 ulp in runs of
+    ten, and a compiled call moved one box more than the six runs had);
     0 for a well-conditioned output. Random weights over a 64x64 image make many proposals pool
     the same features: their scores tie exactly or to 1e-7, which of them top-k and NMS keep is
     the last bit's (any other summation order, such as a compiled GEMM's row blocks, changes it),
     and NMS cascades a different pick into other boxes kept or suppressed."""
     import torch
     budget = 0
-    for seed in (7, 8, 9):
+    for seed in range(7, 15):
         gen = torch.Generator().manual_seed(seed)
 
         def noise(t):

@@ -1459,34 +1459,19 @@ def _flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=Non
                                       bool(is_causal))
 
 
-_MKLDNN_LSTM = 2  # aten::mkldnn_rnn_layer's mode for an LSTM (ideep's rnn_kind)
-
-
 def _rnn_layer_covered(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size, num_layers,
                        has_biases, bidirectional, batch_first, train):
-    """One direction of one LSTM layer in inference, float32, no packed sequence."""
-    return mode == _MKLDNN_LSTM and not train and not batch_sizes and input.dim() == 3 and \
-        input.dtype == torch.float32 and not (torch.is_grad_enabled() and input.requires_grad)
+    """One layer and direction in inference (no workspace to keep), no packed sequence."""
+    return not train and not batch_sizes and input.dim() == 3 and \
+        not (torch.is_grad_enabled() and any(t.requires_grad for t in (input, w_ih, w_hh, hx, cx)))
 
 
-def _rnn_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size, num_layers,
-               has_biases, bidirectional, batch_first, train):
-    """aten::mkldnn_rnn_layer (how torch 2.x runs nn.LSTM on the CPU, one call per layer and
-    direction, time-major input [steps, batch, features]) as the LSTM cell it computes: the input
-    projection of every step at once, then per step the recurrent product, the gates (input,
-    forget, cell, output), the new cell and hidden state. (output, h, c, no workspace)."""
-    steps = input.shape[0]
-    gates_in = _linear(input, w_ih, b_ih if has_biases else None)
-    h, c = hx, cx
-    outs = [None] * steps
-    for t in (reversed(range(steps)) if reverse else range(steps)):
-        gates = gates_in[t] + _linear(h, w_hh, b_hh if has_biases else None)
-        # (slices: inside a decomposition a composite op such as chunk arrives whole)
-        i, f, g, o = (gates[:, k * hidden_size:(k + 1) * hidden_size] for k in range(4))
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outs[t] = h
-    return torch.stack(outs), h, c, None
+def _rnn_layer(*args):
+    """aten::mkldnn_rnn_layer (how torch 2.x runs nn.LSTM on the CPU: one call per layer and
+    direction, oneDNN's fused LSTM) as dynamo::rnn_layer (runtime/rnn.cpp): the same call without
+    its fourth result, the workspace, which inference leaves undefined and a trace cannot name.
+    (output, h, c, no workspace)."""
+    return (*torch.ops.dynamo.rnn_layer(*args), None)
 
 
 # op -> (whether the decomposition covers the call's arguments, the decomposition); calls it

@@ -85,7 +85,8 @@ def test_nn_lstm_matches_eager(tmp_path, monkeypatch):
 
 def test_nn_lstm_variants_match_eager_on_every_call():
     """torch 2.x runs nn.LSTM on the CPU as one aten::mkldnn_rnn_layer per layer and direction,
-    recorded as the cells it computes: both directions, no biases, 3 layers, other lengths."""
+    recorded as dynamo::rnn_layer (the same oneDNN call without the workspace a trace cannot
+    name): both directions, no biases, 3 layers, other lengths."""
     for kw in (dict(bidirectional=True), dict(bias=False), dict(num_layers=3, batch_first=False)):
         dynamo.reset()
         lstm = nn.LSTM(6, 10, **kw).eval()
