@@ -64,6 +64,7 @@ any model is WRONG or LEAKED. --json writes {"eager", "calls", "results", "geome
 """
 import argparse
 import copy
+import functools
 import json
 import math
 import os
@@ -146,28 +147,36 @@ def _hf_models():
     }
 
 
+@functools.cache
+def _one_input():
+    """The base of the zoo's wrappers: a Module holding the wrapped model or block as .block."""
+    import torch
+
+    class OneInput(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+    return OneInput
+
+
 def _hf_wrappers():
     """One-input Modules around a transformers model: Output (model(x), its ModelOutput as is),
     SelfDecode (encoder-decoder: the ids are both encoder and decoder input), Transcribe
     (Whisper: 16 decoder ids built in the call)."""
     import torch
-
-    class OneInput(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
+    OneInput = _one_input()
 
     class Output(OneInput):
         def forward(self, x):
-            return self.model(x)
+            return self.block(x)
 
     class SelfDecode(OneInput):
         def forward(self, x):
-            return self.model(input_ids=x, decoder_input_ids=x)
+            return self.block(input_ids=x, decoder_input_ids=x)
 
     class Transcribe(OneInput):
         def forward(self, x):
-            return self.model(input_features=x, decoder_input_ids=torch.arange(16).unsqueeze(0))
+            return self.block(input_features=x, decoder_input_ids=torch.arange(16).unsqueeze(0))
 
     return {"Output": Output, "SelfDecode": SelfDecode, "Transcribe": Transcribe}
 
@@ -175,12 +184,7 @@ def _hf_wrappers():
 def _wrappers():
     """One-input Modules around torch.nn blocks that take several inputs or return a tuple:
     SelfAttention, SelfDecode, OutputOnly."""
-    import torch
-
-    class OneInput(torch.nn.Module):
-        def __init__(self, block):
-            super().__init__()
-            self.block = block
+    OneInput = _one_input()
 
     class SelfAttention(OneInput):
         """MultiheadAttention's output for query, key and value x, without the weights."""
