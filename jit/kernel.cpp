@@ -153,6 +153,17 @@ Value *KernelEmitter::size(int64_t v) {
   return eb.CreateLoad(B.getInt64Ty(), eb.CreateConstInBoundsGEP1_64(B.getPtrTy(), slots, idx));
 }
 
+// The L lane offsets {0, c, 2c, ...} of a strided access whose step is `step` (size(c)): constants
+// when sizes are compiled in, else the step read from the table times {0, 1, 2, ...} (a stride
+// that follows from a size must not be a constant, or the code would differ from size to size).
+Value *KernelEmitter::lane_offsets(int64_t c, Value *step) {
+  std::vector<Constant *> lane;
+  bool constant = !sizes_as_data() || c == 0 || c == 1;
+  for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(constant ? l * c : l));
+  Value *k = ConstantVector::get(lane);
+  return constant ? k : B.CreateMul(B.CreateVectorSplat(L, step), k);
+}
+
 Value *KernelEmitter::size_f(int64_t v, llvm::Type *fty) {
   if (!sizes_as_data()) return ConstantFP::get(fty, (double)v);
   Value *n = size(v);
@@ -335,13 +346,11 @@ void KernelEmitter::emit_body(int lanes_now) {
     EVal v = cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
     int64_t c = pt.coef.back();
-    Value *off = B.CreateAdd(B.CreateAdd(outer_off[root_pat[r]], B.getInt64(pt.offset)),
-                             B.CreateMul(jidx, c == 0 || c == 1 || L > 1 ? B.getInt64(c) : size(c)));
+    Value *step = c == 0 || c == 1 ? B.getInt64(c) : size(c);
+    Value *off = B.CreateAdd(B.CreateAdd(outer_off[root_pat[r]], B.getInt64(pt.offset)), B.CreateMul(jidx, step));
     Value *sv = to_memory(v.v, pt.dt);
     if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
-      std::vector<Constant *> lane;
-      for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(l * c));
-      Value *idx = B.CreateAdd(B.CreateVectorSplat(L, off), ConstantVector::get(lane));
+      Value *idx = B.CreateAdd(B.CreateVectorSplat(L, off), lane_offsets(c, step));
       Value *ptrs = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], idx);
       decorate(B.CreateMaskedScatter(sv, ptrs, Align(dtype_bytes(pt.dt))), true);
       continue;
@@ -371,10 +380,8 @@ EVal KernelEmitter::load(int32_t k) {
     decorate(ld, false);
     v = ld;
   } else {
-    std::vector<Constant *> lane;
-    for (int l = 0; l < L; ++l) lane.push_back(B.getInt64(l * c));
-    Value *idx = B.CreateAdd(B.CreateVectorSplat(L, B.CreateAdd(off, B.CreateMul(jidx, B.getInt64(c)))),
-                             ConstantVector::get(lane));
+    Value *step = c == 0 ? B.getInt64(0) : size(c);
+    Value *idx = B.CreateAdd(B.CreateVectorSplat(L, B.CreateAdd(off, B.CreateMul(jidx, step))), lane_offsets(c, step));
     Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], idx);
     auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)));
     decorate(ld, false);

@@ -144,6 +144,7 @@ class KernelEmitter {
   Instruction *param_ip = nullptr;                   // the entry block's first non-size instruction
   Value *size(int64_t v);
   Value *size_f(int64_t v, llvm::Type *fty);         // the same number as a float of type fty
+  Value *lane_offsets(int64_t c, Value *step);       // {0, c, 2c, ...} for L lanes, c read as data when sizes are
   MDNode *scope_read = nullptr, *scope_write = nullptr;
 
   // Per inner-loop body:

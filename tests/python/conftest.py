@@ -63,23 +63,3 @@ def matches_eager(jit, eager, make_input, calls, rtol=1e-5, atol=1e-8):
             x = make_input()
             got, want = jit(x), eager(x)
             assert torch.allclose(got, want, rtol=rtol, atol=atol), (got - want).abs().max()
-
-
-# Tests that fail only because of the move from torch 1.13 to 2.13 (issue 38), each marked
-# xfail(strict=True) with its reason: a test that starts passing fails the run until it is taken
-# off this list. Keys: "file::test" (every parametrization) or "file::test[param]".
-TORCH_213_XFAIL = {
-    "test_shared_code.py::test_views_slices_and_broadcasts":
-        "torch 2.13 move: a result returned in eager's transposed layout (spec P: a permute kernel after its "
-        "producer) makes the lowered module differ between sizes, so no machine code is shared (0 of 3; "
-        "3 of 3 when that result is made contiguous); the plans are alike, the LLVM modules are not",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        base = os.path.basename(str(item.fspath))
-        reason = (TORCH_213_XFAIL.get(f"{base}::{item.name}")
-                  or TORCH_213_XFAIL.get(f"{base}::{getattr(item, 'originalname', item.name)}"))
-        if reason:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
