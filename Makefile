@@ -55,11 +55,12 @@ test-asan: deps
 FUZZ_SECONDS ?= 60
 FUZZ_TIMEOUT ?= 10
 FUZZ_FLAGS := -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined
+FUZZ_CXX := clang++-19
 fuzz: build
-	@command -v clang++ >/dev/null || { echo "fuzz: clang++ not installed (Debian: clang, libclang-rt-dev)"; exit 1; }
-	@clang++ $(FUZZ_FLAGS) -Ijit tests/fuzz/fuzz_trace.cpp jit/ir.cpp jit/text.cpp jit/verify.cpp \
+	@bash scripts/setup-deps.sh clang-19 libclang-rt-19-dev
+	@$(FUZZ_CXX) $(FUZZ_FLAGS) -Ijit tests/fuzz/fuzz_trace.cpp jit/ir.cpp jit/text.cpp jit/verify.cpp \
 	  jit/passes.cpp jit/decompose.cpp -o $(BUILD)/fuzz_trace
-	@for t in run compile; do clang++ $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_$$t.cpp \
+	@for t in run compile; do $(FUZZ_CXX) $(FUZZ_FLAGS) -Icapi tests/fuzz/fuzz_$$t.cpp \
 	  -o $(BUILD)/fuzz_$$t -L$(BUILD) -ldynamo -Wl,-rpath,$(CURDIR)/$(BUILD) || exit 1; done
 	@export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 DYNAMO_CACHE_DIR=off; fail=0; for t in trace run compile; do \
 	  seeds=$$t; dict=; [ $$t = run ] || { seeds=trace; dict=-dict=$(CURDIR)/tests/fuzz/dict/trace.dict; }; \

@@ -736,6 +736,9 @@ class Recorder(TorchDispatchMode):
         dname = self.vals.get(id(dst))
         if dname is None:
             raise Abort(self.poison.get(id(dst)) or f"{name} writes into a tensor of unknown origin", "write")
+        if func in _INPLACE_VIEWS:
+            self._inplace_view(func, _INPLACE_VIEWS[func], vals, dst)
+            return
         if name == "aten::copy_":  # the source, broadcast and cast to the destination
             res = self._operand(vals[1])
             src = vals[1]
@@ -812,6 +815,24 @@ class Recorder(TorchDispatchMode):
         self._retake_views(base, f"a view of a tensor that {name} wrote into afterwards (this kind of view is "
                                  "not traced after a write)")
 
+    def _inplace_view(self, func, fn, vals, dst):
+        """x.squeeze_(0), x.unsqueeze_(1), x.t_(), x.transpose_(0, 1) (torch's matmul of a vector
+        squeezes its product so): the tensor becomes a view of its own memory under a new shape,
+        no value changes. Recorded as that view, bound to x. Only on a temporary that is no view
+        and has none: an input's new shape would be a change the caller sees, and the view
+        relations of x (which later writes follow) would be of its old shape."""
+        name = func._schema.name
+        if self.vals.get(id(dst)) in self.input_names:
+            raise Abort(f"{name} changes the shape of an input in place (the caller's tensor)", "write")
+        if id(dst) in self.view_of or self.views.get(id(dst)):
+            raise Abort(f"{name} changes the shape of a tensor that is a view or has views", "write")
+        text = self._view_text(fn, vals, dst)
+        if text is None:
+            raise Abort(f"{name}: an in-place view of a kind not traced", "write")
+        res = self._new()
+        self.lines.append(f"  {res} = {text} : {type_text(dst)}")
+        self._bind(dst, res)
+
     def _view_text(self, func, v, out):
         """IR text of a view op (without result type), or None for non-views."""
         x = lambda: self._operand(v[0])  # noqa: E731
@@ -826,8 +847,8 @@ class Recorder(TorchDispatchMode):
             return f"view({x()}, {shape})"
         if func is _aten.expand.default:
             return f"expand({x()}, {shape})"
-        if func is _aten.t.default:
-            return f"transpose({x()}, 0, 1)" if v[0].dim() == 2 else f"view({x()}, {shape})"
+        if func is _aten.t.default:  # (out's rank: v[0] may be the tensor t_ transposed already)
+            return f"transpose({x()}, 0, 1)" if out.dim() == 2 else f"view({x()}, {shape})"
         if func is _aten.transpose.int:
             return f"transpose({x()}, {v[1]}, {v[2]})"
         if func is _aten.permute.default:
@@ -1080,6 +1101,14 @@ def _restrides_in_place(func, args, kwargs):
     if offset is not None and offset != x.storage_offset():
         return False
     return all(st == xs for n, st, xs in zip(size, stride, x.stride()) if n > 1)
+
+
+# In-place view ops (metadata only: the tensor becomes a view of its own memory) and the view op
+# each stands for; Recorder._inplace_view.
+_INPLACE_VIEWS = {getattr(_aten, a).__getattr__(b): getattr(_aten, c).__getattr__(d) for a, b, c, d in (
+    ("squeeze_", "default", "squeeze", "default"), ("squeeze_", "dim", "squeeze", "dim"),
+    ("unsqueeze_", "default", "unsqueeze", "default"), ("t_", "default", "t", "default"),
+    ("transpose_", "default", "transpose", "int"), ("detach_", "default", "detach", "default"))}
 
 
 def _written_args(func):

@@ -71,10 +71,11 @@ def tokens(text, owners=None):
     cur, slot = [], 0
     for line in text.splitlines(keepends=True):
         ms = list(_INT.finditer(line))
-        if not ms:
-            cur.append(line)
-            continue
         op = _OP.search(line)
+        if not ms:  # (a rank-0 input has no number, but it is a slot all the same)
+            cur.append(line)
+            slot += bool(op and op.group(2) == "input" and not op.group(1))
+            continue
         name = op.group(2) if op else ""
         is_input = name == "input" and not op.group(1)
         eq = line.find(" = ")

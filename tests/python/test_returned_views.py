@@ -48,3 +48,52 @@ def test_a_view_of_an_input_stays_right():
     for _ in range(3):
         x = torch.randn(3, 4)
         assert torch.equal(f(x), x.t())
+
+
+def test_in_place_view_ops_change_the_shape_as_in_eager():
+    """squeeze_, unsqueeze_, t_, transpose_ on a temporary (torch's vector @ matrix squeezes
+    its product in place): the compiled result has eager's shape, not the pre-op one."""
+    w = torch.randn(7, 4)
+
+    def vec_mat(x):
+        return x @ w
+
+    def chain(x):
+        y = x * 2
+        y.unsqueeze_(0)
+        y.t_()
+        return y + 1, y
+
+    def swap(x):
+        y = x.exp()
+        y.transpose_(0, 1)
+        z = y * 3
+        z.unsqueeze_(-1)
+        z.squeeze_(-1)
+        return z
+
+    def of_a_view(x):  # a view's shape changed in place: left to eager (its writes follow the old shape)
+        z = (x * 3).unsqueeze(-1)
+        z.squeeze_(-1)
+        return z
+
+    def on_input(x):  # changes the caller's tensor: left to eager, whose result it must match
+        x.unsqueeze_(0)
+        return x * 2
+
+    cases = [(vec_mat, lambda: torch.randn(7)), (chain, lambda: torch.randn(5)), (swap, lambda: torch.randn(3, 6)),
+             (on_input, lambda: torch.randn(4)), (of_a_view, lambda: torch.randn(3, 6))]
+    for fn, make in cases:
+        f = dynamo.optimize(fn)
+        for _ in range(3):
+            x = make()
+            x2 = x.clone()
+            want, got = fn(x2), f(x)
+            want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+            for w_, g in zip(want, got):
+                assert g.shape == w_.shape, fn.__name__
+                assert [s for s, n in zip(g.stride(), g.shape) if n > 1] == \
+                    [s for s, n in zip(w_.stride(), w_.shape) if n > 1], fn.__name__
+                torch.testing.assert_close(g, w_)
+            assert x.shape == x2.shape, fn.__name__
+    assert dynamo.counters()["native_runs"] >= 6

@@ -238,3 +238,30 @@ def test_cat_and_views_over_the_varying_dim():
 
     c = sweep(f, lambda n: (torch.randn(4, n), torch.randn(4, 3)), [2, 6, 9, 21])
     assert c["eager_runs"] == 0
+
+
+def test_a_rank_0_input_before_the_varying_one():
+    """A 0-dim tensor input has no number in its IR line; it is a slot all the same, so the
+    sizes of the inputs after it are theirs (they were taken for the one before: an instance
+    bound its variables to the wrong tensor, or raised IndexError)."""
+
+    def f(s, x, y):
+        return x * s + y.sum(), (s * 2).floor()
+
+    c = sweep(f, lambda n: (torch.tensor(1.5), torch.randn(n, 8), torch.randn(3, n)), [3, 4, 5, 7, 9])
+    assert c["size_instances"] >= 2, c
+
+
+def test_a_rank_0_input_and_a_passed_through_one():
+    """(the fuzzer's program: the traced op reads only the 0-dim input, the others are returned)"""
+
+    def f(s, a, b):
+        torch.floor(s)
+        return b, {"k": [a]}
+
+    opt = dynamo.optimize(f)
+    for n in [4, 5, 4, 6, 7]:
+        args = (torch.randn(()), torch.randn(n, 1, dtype=torch.float64), torch.randn(1, 8, 1).transpose(-1, -2))
+        got, want = opt(*args), f(*args)
+        assert got[0] is args[2] or torch.equal(got[0], want[0])
+        assert torch.equal(got[1]["k"][0], want[1]["k"][0])
