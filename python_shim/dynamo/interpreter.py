@@ -574,9 +574,10 @@ class Interpreter(SizeFlow):
             except DataDependentStep as e:  # torch.unique, nms: a stitch step (see the recorder)
                 why = str(e)
             except Exception as e:  # noqa: BLE001 -- judged by running it as eager does
-                # Under a Python dispatch mode torch 1.13's composite ops take other paths, which can
-                # fail where eager's do not (F.max_pool1d of a too-short row gives an empty tensor in
-                # eager): the call runs again outside the recorder, raising only if eager raises.
+                # A call that raised under the recorder (its dispatch mode, a recorder decomposition)
+                # is judged by eager: it runs again outside the recorder, raising only if eager
+                # raises. (torch 1.13's composite ops took other paths under a dispatch mode; 2.13's
+                # take eager's, so this now guards against the recorder's own failures only.)
                 name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a torch call")
                 why = f"{name} raised under the recorder ({type(e).__name__}: {e})"
             finally:
@@ -790,9 +791,10 @@ class Interpreter(SizeFlow):
         return (r, None)
 
     def _outside_recorder(self):
-        """A context without the recorder's dispatch mode. An active Python dispatch mode makes
-        torch 1.13's composite ops take their "tensor subclass" branches (F.linear adds its bias
-        out of place, promoting the dtype), so calls not recorded run without it."""
+        """A context without the recorder's dispatch mode, for calls not recorded: they run
+        exactly as in eager, and what they ask of torch's mode stack (make_fx tracing?) is the
+        program's answer. (torch 1.13's composite ops also took other, "tensor subclass" paths
+        under any Python dispatch mode; 2.13's do not.)"""
         if _current_mode() is self.rec:
             return _pop_mode_temporarily()
         return contextlib.nullcontext()

@@ -137,10 +137,6 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 def wrap_managed(ptr):
     """A torch tensor owning an engine-allocated DLManagedTensor (no copy); when the tensor dies
     its memory returns to the engine's buffer pool."""
-    dt = ctypes.cast(ptr, ctypes.POINTER(_capi.DLManagedTensor)).contents.dl_tensor.dtype
-    if dt.code == _capi.DYNAMO_DL_BOOL:  # torch 1.13's from_dlpack has no kDLBool: bytes, then view
-        dt.code, dt.bits = 1, 8          # kDLUInt, 8 bits (the same bytes: 0 or 1)
-        return torch.utils.dlpack.from_dlpack(_capsule_new(ptr, b"dltensor", None)).view(torch.bool)
     return torch.utils.dlpack.from_dlpack(_capsule_new(ptr, b"dltensor", None))
 
 

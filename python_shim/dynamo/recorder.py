@@ -8,7 +8,7 @@ runs for real, and is written down with its operands resolved to trace values:
   * tensors produced by recorded ops are trace values;
   * Python numbers, and zero-dim tensors of unknown origin (numbers ATen's argument parser
     wrapped: `x + 1`), become literals. A literal cannot fill a Tensor argument of an extern
-    (torch 1.13 hands wrapped numbers to the mode as plain Python numbers), so such an op is
+    (torch hands wrapped numbers to the mode as plain Python numbers), so such an op is
     called through its Scalar overload (`floor_divide.Scalar`), or else the number becomes a
     0-dim tensor made by `aten::scalar_tensor`; either replacement is run once while recording
     and must give exactly eager's outputs (values, dtype, shape);
@@ -537,7 +537,7 @@ class Recorder(TorchDispatchMode):
             # statistics' update explicit (training.py); the trace text may not run without it
             self.train_only = self.train_only or hidden
             hidden = None
-        why = hidden or _bool_scalar(func, vals, outs)
+        why = hidden
         if why is not None:
             raise Abort(why, "write" if "write" in why else "op_arguments")
         orig = func
@@ -655,7 +655,7 @@ class Recorder(TorchDispatchMode):
         nums = {}
         for i, v in enumerate(vals):
             if i < len(schema.arguments) and _kind(schema.arguments[i].type)[0] == "TensorType":
-                # torch 1.13 hands wrapped numbers to __torch_dispatch__ as Python numbers
+                # torch hands wrapped numbers to __torch_dispatch__ as Python numbers
                 if self._wrapped(v):
                     v = v.item()
                 if isinstance(v, complex):
@@ -1364,27 +1364,14 @@ def _same_arg(x, y):
     return not x.has_default_value() or x.default_value == y.default_value
 
 
-def _bool_scalar(func, vals, outs):
-    """torch 1.13 turns a Python bool given to a Scalar (or wrapped-number) argument of an op
-    called from Python into an int, so ops that take their dtype from it (torch.full(s, True),
-    bool_tensor + True) give int64 while recording where eager and the compiled code give bool.
-    Why that may have happened here, or None."""
-    if not any(o.dtype == torch.int64 for o in outs):
-        return None  # True and 1 are the same number: only the dtype can differ
-    for a, v in zip(func._schema.arguments, vals):
-        if isinstance(v, bool) and _kind(a.type)[0] in ("NumberType", "TensorType"):
-            return (f"{_sig(func)}: a Python bool as argument '{a.name}' (torch 1.13 dispatches it from Python as "
-                    "an int: the recorded result type can differ from eager's)")
-    return None
-
-
 def _config():
     from . import config
     return config
 
 
 def _hidden_write(func, vals):
-    """Why an op writes tensors its schema does not mark as written (torch 1.13), or None."""
+    """Why an op writes tensors its schema does not mark as written (batch norm's running
+    statistics, unmarked in torch 2.13's schema as in 1.13's), or None."""
     name = func._schema.name
     stats = None
     if name == "aten::native_batch_norm" and len(vals) > 5 and vals[5]:
