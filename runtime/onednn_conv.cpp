@@ -169,13 +169,22 @@ struct OnednnConv {
       pr[k] = (o - 1) * a.stride[k] + ek - in - a.padding[k];
     }
     auto any = [](const memory::dims &d) { return memory::desc(d, memory::data_type::f32, tag::any); };
-    memory::dims wd = weight_desc(a.w, a.groups).dims();
     memory::desc bias_md = a.b.defined() ? memory::desc({a.w.size(0)}, memory::data_type::f32, tag::a) : memory::desc();
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, any(dims_of(a.x.sizes())), any(wd),
-                                      bias_md, any(out_sizes), strides, dil, pl, pr);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    // oneDNN 3.x (Debian 13's libdnnl-dev) dropped the operation descriptor: the primitive
+    // descriptor takes its fields directly. 2.x (Debian 12's) builds it from one.
+#if DNNL_VERSION_MAJOR >= 3
+    memory::dims wd = weight_desc(a.w, a.groups).get_dims();
+    pd = dnnl::convolution_forward::primitive_desc(cpu_engine(), dnnl::prop_kind::forward_inference, alg,
+                                                   any(dims_of(a.x.sizes())), any(wd), bias_md, any(out_sizes),
+                                                   strides, dil, pl, pr, attr);
+#else
+    memory::dims wd = weight_desc(a.w, a.groups).dims();
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, any(dims_of(a.x.sizes())), any(wd),
+                                      bias_md, any(out_sizes), strides, dil, pl, pr);
     pd = dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+#endif
     prim = dnnl::convolution_forward(pd);
     src_user = plain_desc(a.x);
     dst_user = memory::desc(out_sizes, memory::data_type::f32, sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
