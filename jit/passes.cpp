@@ -22,9 +22,11 @@ std::string cse_key(const Inst &in) {
 bool pure_extern(const Inst &in) {
   if (in.op != Op::extern_) return false;
   // ...and allocations nothing reads (nn.TransformerEncoderLayer's fast path makes an empty
-  // tensor it never uses).
+  // tensor it never uses), and products: attention written out leaves its q @ k^T unread once
+  // the recorder put dynamo::attention in place of the product with the values.
   static const char *const pure[] = {"aten::slice_scatter", "aten::select_scatter", "aten::empty.memory_format",
-                                     "aten::zeros", "aten::ones", "aten::empty_like", "aten::zeros_like"};
+                                     "aten::zeros", "aten::ones", "aten::empty_like", "aten::zeros_like",
+                                     "aten::bmm", "aten::mm"};
   for (const char *p : pure)
     if (in.callee == p) return true;
   return false;

@@ -25,6 +25,7 @@ everything else an `extern aten::op.overload(...)` that the compiler either lowe
 own fused code (jit/decompose.cpp) or calls in LibTorch.
 """
 import math
+import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -81,6 +82,7 @@ class Recorder(TorchDispatchMode):
         self.keep = []          # tensors kept alive so that ids stay unique while recording
         self.device = None      # torch.device of the CUDA inputs (None: a CPU trace)
         self.view_of = {}       # id(view) -> (parent tensor, the op that made it, its argument values)
+        self.made = {}          # id(tensor) -> how an op of _PROVENANCE made it (_note_made; weak references)
         self.views = {}         # id(tensor) -> the views taken of it (tensors)
         self.poison = {}        # id(tensor) -> why it cannot be used (a creation op left out of the trace)
         self.pairs = set()      # id(complex tensor) whose trace value is its real view (float pairs)
@@ -323,6 +325,11 @@ class Recorder(TorchDispatchMode):
             writes = _WRITERS[func] = _written_args(func)
         if writes and (self.effect is None or self.tape is not None and not self.effect_indirect):
             self._note_effect(func, args, kwargs)
+        if func is _aten.bmm.default and not self.paused and self.abort_reason is None and self.cut is None:
+            parts = self._softmax_attention(*args)
+            if parts is not None:
+                with self:  # recorded as dynamo::attention and a reshape
+                    return _attention_as_bmm(*parts)
         decomposition = _DECOMPOSITIONS.get(func)
         if decomposition is not None and not self.paused and self.abort_reason is None and self.cut is None and \
                 decomposition[0](*args, **kwargs):
@@ -343,11 +350,95 @@ class Recorder(TorchDispatchMode):
             return out
         if self.tape is not None:
             self._tape(func, args, kwargs, out)
+        if func in _PROVENANCE:
+            self._note_made(func, args, out)
         try:
             self._record(func, args, kwargs, out)
         except Abort as e:
             self.abort(str(e), e.kind)
         return out
+
+    # -- attention written out: softmax(q @ k^T * scale) @ v ------------------------------------
+    def _note_made(self, func, args, out):
+        if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
+            self.made[id(out)] = (weakref.ref(out), func, weakref.ref(args[0]),
+                                  tuple(a for a in args[1:] if not isinstance(a, torch.Tensor)),
+                                  [weakref.ref(a) for a in args[1:] if isinstance(a, torch.Tensor)])
+
+    def _made_by(self, t):
+        """(op, its first argument, its other non-tensor arguments, its other tensor arguments) of
+        the op of _PROVENANCE that made tensor t while recording, or None."""
+        e = self.made.get(id(t))
+        if e is None or e[0]() is not t:
+            return None
+        src, others = e[2](), [r() for r in e[4]]
+        if src is None or any(o is None for o in others):
+            return None
+        return e[1], src, e[3], others
+
+    def _heads_of(self, t, rank=4):
+        """The [B, H, R, C] tensor whose elements t ([B*H, R, C], how torch's matmul hands a batched
+        product to bmm) holds: back through its reshape, contiguous copy and same-shape expand."""
+        for _ in range(8):
+            m = self._made_by(t)
+            if t.dim() == rank and (m is None or m[0] not in (_aten.clone.default, _aten.expand.default)):
+                return t
+            if m is None:
+                return None
+            f, src = m[0], m[1]
+            if f in (_aten.clone.default, _aten.expand.default):
+                if tuple(src.shape) != tuple(t.shape):
+                    return None
+            elif f in _BATCH_RESHAPES:
+                if not (src.dim() == 4 and t.dim() == 3 and src.shape[0] * src.shape[1] == t.shape[0] and
+                        tuple(src.shape[2:]) == tuple(t.shape[1:])):
+                    return None
+            else:
+                return None
+            t = src
+        return None
+
+    def _softmax_attention(self, a, b):
+        """bmm(a, b) as the end of attention written out -- a the softmax over the last dim of
+        (q @ k^T) times or divided by a number, b the values, all [B, H, rows, head size] tensors
+        batched by torch's matmul -- as (q, k, v, scale, result shape) for dynamo::attention
+        (runtime/attention.cpp: online softmax, no score matrix), or None. The product and
+        softmax recorded before stay in the trace where something else reads them; DCE drops
+        them where nothing does."""
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 3 and b.dim() == 3):
+            return None
+        p, v = self._heads_of(a), self._heads_of(b)
+        if p is None or v is None:
+            return None
+        m = self._made_by(p)
+        if m is None or m[0] is not _aten._softmax.default or m[2][:1] not in ((-1,), (3,)) or m[2][1:2] != (False,):
+            return None
+        s, scale = m[1], 1.0
+        m = self._made_by(s)
+        if m is not None and m[0] in (_aten.div.Tensor, _aten.mul.Tensor) and not m[3] and len(m[2]) == 1 and \
+                type(m[2][0]) in (int, float) and m[2][0] != 0:
+            s, scale = m[1], (1.0 / m[2][0] if m[0] is _aten.div.Tensor else float(m[2][0]))
+        m = self._made_by(s)
+        if m is None or m[0] not in _BATCH_RESHAPES or m[1].dim() != 3 or s.dim() != 4:
+            return None
+        m = self._made_by(m[1])
+        if m is None or m[0] is not _aten.bmm.default:
+            return None
+        q, kt = self._heads_of(m[1]), self._heads_of(m[3][0])
+        if q is None or kt is None:
+            return None
+        m = self._made_by(kt)
+        if m is None or not (m[0] is _aten.transpose.int and sorted(d % 4 for d in m[2][:2]) == [2, 3] or
+                             m[0] is _aten.permute.default and [d % 4 for d in m[2][0]] == [0, 1, 3, 2]):
+            return None
+        k = m[1]
+        B, H, L, D = q.shape
+        if tuple(k.shape) != (B, H, k.shape[2], D) or tuple(v.shape[:3]) != (B, H, k.shape[2]) or \
+                tuple(s.shape) != (B, H, L, k.shape[2]) or tuple(a.shape) != (B * H, L, k.shape[2]):
+            return None
+        if not all(self.known(t) for t in (q, k, v)) or not _own_attention(q, k, v):
+            return None
+        return q, k, v, scale, (B * H, L, v.shape[3])
 
     def _probe_call(self, func, args, kwargs):
         """In a size probe: func run on fake tensors (shapes, dtypes and strides without data) --
@@ -1488,6 +1579,18 @@ def _rnn_layer(*args):
     its fourth result, the workspace, which inference leaves undefined and a trace cannot name.
     (output, h, c, no workspace)."""
     return (*torch.ops.dynamo.rnn_layer(*args), None)
+
+
+def _attention_as_bmm(q, k, v, scale, shape):
+    """softmax(q @ k^T * scale) @ v by dynamo::attention, in the [B*H, L, D] shape of the bmm it replaces."""
+    return torch.ops.dynamo.attention(q, k, v, scale, False)[0].reshape(shape)
+
+
+_BATCH_RESHAPES = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
+# Ops whose results Recorder._note_made remembers: the parts of attention written out.
+_PROVENANCE = frozenset((_aten.bmm.default, _aten._softmax.default, _aten.div.Tensor, _aten.mul.Tensor,
+                         _aten.clone.default, _aten.expand.default, _aten.transpose.int, _aten.permute.default)
+                        + _BATCH_RESHAPES)
 
 
 # op -> (whether the decomposition covers the call's arguments, the decomposition); calls it

@@ -14,6 +14,14 @@ from dynamo import native
 native.lib()  # registers dynamo::attention
 
 
+@pytest.fixture(autouse=True, params=["own", "aten"])
+def kernel(request, monkeypatch):
+    """Every test with dynamo's kernel (on any CPU) and with what the op runs on a CPU without
+    AVX-512, ATen's flash kernel (runtime/attention.cpp, own_kernel)."""
+    monkeypatch.setenv("DYNAMO_ATTENTION", request.param)
+    return request.param
+
+
 def reference(q, k, v, scale, causal):
     s = (q.double() @ k.double().transpose(-1, -2)) * scale
     if causal:
@@ -147,3 +155,84 @@ def test_training_keeps_attention_differentiable():
         fn(qe, ke, ve).backward()
         for a, b in ((q, qe), (k, ke), (v, ve)):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+# -- attention written out: softmax(q @ k^T / c) @ v (the demo's EncoderBlock, timm, GPT-2 style) --
+
+def written_out(q, k, v, how="div"):
+    s = q @ k.transpose(-2, -1)
+    s = s / math.sqrt(q.shape[-1]) if how == "div" else s * (1 / math.sqrt(q.shape[-1])) if how == "mul" else s
+    return torch.softmax(s, dim=-1) @ v
+
+
+def block(x, heads=4, how="div", perm=False):
+    b, t, c = x.shape
+    q, k, v = ((x * (i + 1)).view(b, t, heads, c // heads).transpose(1, 2) for i in range(3))
+    if perm:
+        s = (q @ k.permute(0, 1, 3, 2)) * (1 / math.sqrt(c // heads))
+        y = s.softmax(-1) @ v
+    else:
+        y = written_out(q, k, v, how)
+    return y.transpose(1, 2).reshape(b, t, c) + 1
+
+
+@pytest.mark.parametrize("how", ["div", "mul", "none", "permute"])
+def test_attention_written_out_runs_the_own_kernel(how):
+    """The bmm of the probabilities and the values is recorded as dynamo::attention; the product
+    and softmax before it, read by nothing else, are dropped: no LibTorch call is left."""
+    def fn(x):
+        return block(x, how="div" if how == "permute" else how, perm=how == "permute")
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        e = dynamo.explain(fn, x)
+    assert "dynamo::attention" in e.traces[0].ops, e.traces[0].ops
+    assert e.traces[0].stats.num_externs == 1, str(e)  # the attention kernel only
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for n in (16, 16, 7, 7, 1, 1, 64, 64):  # (the block computes with the sizes: a trace each)
+            x = torch.randn(2, n, 32)
+            torch.testing.assert_close(fast(x), fn(x), rtol=1e-5, atol=1e-5)
+    assert dynamo.counters()["native_runs"] >= 3
+
+
+def test_attention_written_out_in_the_demos_encoder_block():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+    from demo import EncoderBlock
+    m = EncoderBlock(64, 4, 128).eval()
+    x = torch.randn(2, 24, 64)
+    with torch.no_grad():
+        assert "dynamo::attention" in dynamo.explain(m, x).traces[0].ops
+        fast = dynamo.optimize(m)
+        for _ in range(3):
+            x = torch.randn(2, 24, 64)
+            torch.testing.assert_close(fast(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_written_out_that_does_not_fit_stays_bmm_and_correct():
+    """A mask added to the scores, softmax over another dim, the probabilities returned too,
+    keys broadcast over the batch, float64, grad needed: each computed as written, like eager."""
+    q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
+    mask = torch.randn(8, 8)
+    cases = {
+        "mask": (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / 2 + mask, -1) @ v, (q, k, v), False),
+        "dim": (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / 2, -2) @ v, (q, k, v), False),
+        "probs": (lambda q, k, v: (lambda p: (p @ v, p))(torch.softmax(q @ k.transpose(-2, -1), -1)), (q, k, v),
+                  True),
+        "broadcast": (lambda q, k, v: written_out(q, k[:1], v[:1]), (q, k, v), False),
+        "float64": (written_out, (q.double(), k.double(), v.double()), False),
+    }
+    for name, (fn, args, fused) in cases.items():
+        with torch.no_grad():
+            ops = dynamo.explain(fn, *args).traces[0].ops
+        assert ("dynamo::attention" in ops) == fused, (name, ops)
+        fast = dynamo.optimize(fn)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(fast(*args), fn(*args), rtol=1e-5, atol=1e-6)
+    q.requires_grad_()
+    assert "dynamo::attention" not in dynamo.explain(written_out, q, k, v).traces[0].ops
+    fast = dynamo.optimize(written_out)
+    for _ in range(3):
+        torch.testing.assert_close(fast(q, k, v), written_out(q, k, v), rtol=1e-5, atol=1e-6)
