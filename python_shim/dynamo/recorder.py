@@ -361,20 +361,29 @@ class Recorder(TorchDispatchMode):
     # -- attention written out: softmax(q @ k^T * scale) @ v ------------------------------------
     def _note_made(self, func, args, out):
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
-            self.made[id(out)] = (weakref.ref(out), func, weakref.ref(args[0]),
+            # A view's version counter becomes its base's only after the mode returns (autograd's
+            # view handling is above it): a view is checked through its base's counter instead.
+            view = bool(func._schema.returns) and func._schema.returns[0].alias_info is not None
+            tensors = [args[0]] + [a for a in args[1:] if isinstance(a, torch.Tensor)]
+            self.made[id(out)] = (weakref.ref(out), func, [weakref.ref(a) for a in tensors],
                                   tuple(a for a in args[1:] if not isinstance(a, torch.Tensor)),
-                                  [weakref.ref(a) for a in args[1:] if isinstance(a, torch.Tensor)])
+                                  [None if view else _version(out)] + [_version(t) for t in tensors])
 
     def _made_by(self, t):
         """(op, its first argument, its other non-tensor arguments, its other tensor arguments) of
-        the op of _PROVENANCE that made tensor t while recording, or None."""
+        the op of _PROVENANCE that made tensor t while recording, or None -- also None when t or
+        an argument was written in place since (its version counter moved: `w.masked_fill_(m,
+        -inf)` after `w = q @ k^T` makes w other values than the product), or cannot tell."""
         e = self.made.get(id(t))
         if e is None or e[0]() is not t:
             return None
-        src, others = e[2](), [r() for r in e[4]]
-        if src is None or any(o is None for o in others):
+        tensors = [r() for r in e[2]]
+        if any(a is None for a in tensors):
             return None
-        return e[1], src, e[3], others
+        now = [None if e[4][0] is None else _version(t)] + [_version(x) for x in tensors]
+        if None in now[1:] or now != e[4]:
+            return None
+        return e[1], tensors[0], e[3], tensors[1:]
 
     def _heads_of(self, t, rank=4):
         """The [B, H, R, C] tensor whose elements t ([B*H, R, C], how torch's matmul hands a batched
@@ -1579,6 +1588,15 @@ def _rnn_layer(*args):
     its fourth result, the workspace, which inference leaves undefined and a trace cannot name.
     (output, h, c, no workspace)."""
     return (*torch.ops.dynamo.rnn_layer(*args), None)
+
+
+def _version(t):
+    """t's version counter (moves at every in-place write into its memory), or None where torch
+    keeps none (inference tensors)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 def _attention_as_bmm(q, k, v, scale, shape):

@@ -236,3 +236,36 @@ def test_attention_written_out_that_does_not_fit_stays_bmm_and_correct():
     fast = dynamo.optimize(written_out)
     for _ in range(3):
         torch.testing.assert_close(fast(q, k, v), written_out(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_written_out_with_a_write_in_between_is_not_fused():
+    """Scores masked in place (GPT-2 style), or q changed after its product: the values the
+    softmax and the second product read are no longer q @ k^T's, so nothing is fused."""
+    mask = torch.ones(8, 8).triu(1).bool()
+
+    def masked(q, k, v):
+        w = q @ k.transpose(-2, -1)
+        w = w / 2
+        w.masked_fill_(mask, float("-inf"))
+        return torch.softmax(w, -1) @ v
+
+    def q_changed(q, k, v):
+        q = q * 1
+        w = q @ k.transpose(-2, -1)
+        q.add_(1)
+        return torch.softmax(w, -1) @ v, q
+
+    def scores_changed(q, k, v):
+        w = q @ k.transpose(-2, -1)
+        p = torch.softmax(w * 0.5, -1)
+        w.zero_()  # (after the softmax read it: fusing would be right, but any write into a
+        return p @ v  # tensor of the chain is taken to change it)
+
+    for fn, fused in ((masked, False), (q_changed, False), (scores_changed, False)):
+        q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
+        with torch.no_grad():
+            assert ("dynamo::attention" in dynamo.explain(fn, q, k, v).traces[0].ops) == fused, fn.__name__
+            fast = dynamo.optimize(fn)
+            for _ in range(3):
+                q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
+                torch.testing.assert_close(fast(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-6)
