@@ -122,8 +122,9 @@ def _replay(tape, out_refs):
     tensors out_refs name, then the new values of the inputs the tape writes in place
     (_written_slots): those writes are made functional, so that AOTAutograd is handed a pure
     function and the writes are ours to apply (torch 1.13's AOTAutograd took no input writes;
-    2.13's would, but a pure function keeps its graph free of them), batch norm's running statistics updated as eager's
-    kernel does (momentum times the batch's mean and unbiased variance)."""
+    2.13's would, but a pure function keeps its graph free of them), batch norm's running
+    statistics updated as eager's kernel does (momentum times the batch's mean and unbiased
+    variance)."""
     from .recorder import _functional
     written = _written_slots(tape)
 
