@@ -39,6 +39,30 @@ from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _fl
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 
 
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+
+
+def _program_frames(e):
+    """The traceback of exception e without dynamo's own frames (those of this package), so that
+    a program's exception reads as under eager. Raised in code the recording interpreter ran, it
+    has none of the program's frames: their places (interpreter._note_program_frame) are added to
+    the exception as a note, once."""
+    kept = []
+    t = e.__traceback__
+    while t is not None:
+        if not t.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            kept.append(t)
+        t = t.tb_next
+    places = getattr(e, "_dynamo_program_frames", None)
+    if places and not getattr(e, "_dynamo_noted", False):
+        e._dynamo_noted = True
+        e.add_note("raised where dynamo ran the program's code itself (most recent call last):\n" + "\n".join(
+            f'  File "{file}", line {line}, in {name}' for file, line, name in reversed(places)))
+    for a, b in zip(kept, kept[1:] + [None]):
+        a.tb_next = b
+    return kept[0] if kept else None
+
+
 def _store_choices_at_exit():
     """A process that ends before a stored trace's 3rd native run still leaves what its steps
     chose (a short script's next run then skips the timing calls too)."""
@@ -128,7 +152,11 @@ class OptimizedFunction(TraceTree, BackOff):
             args = (self.owner,) + args
         elif self.bound is not None:
             args = (self.bound,) + args
-        return self.call(self.fn, args, kwargs, in_frame=False)
+        try:
+            return self.call(self.fn, args, kwargs, in_frame=False)
+        except BaseException as e:  # the program's own (ours never get here): shown as eager shows it
+            e.__traceback__ = _program_frames(e)
+            raise
 
     def call(self, fn, args, kwargs, in_frame):
         """One call of fn (a function object of this code). in_frame: called from the frame
@@ -316,6 +344,7 @@ class OptimizedFunction(TraceTree, BackOff):
             log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
         t0 = time.perf_counter()
         rng = torch.get_rng_state()
+        raised = None
         try:
             with rec, native.blas_one_thread():
                 result = interp.run(fn, args, kwargs)
@@ -324,7 +353,10 @@ class OptimizedFunction(TraceTree, BackOff):
             return self._through_stitch(rec, gs, interp, s.value, None, fn, args, kwargs)
         except Exception as e:  # noqa: BLE001 -- the program's own exception, or ours
             torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
-            return self._recording_raised(e, rec, interp, rng, fn, args, kwargs, in_frame)
+            raised = e
+        if raised is not None:  # (handled outside the except block: an eager re-run that raises
+            #                      the program's exception raises it alone, not "during handling of")
+            return self._recording_raised(raised, rec, interp, rng, fn, args, kwargs, in_frame)
         log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         try:
             return self._compile(rec, gs, interp, result)

@@ -207,6 +207,18 @@ def _has_hooks(m):
                 getattr(mm, "_global_backward_hooks", None))
 
 
+def _note_program_frame(e, f):
+    """Keeps on exception e the program's place in frame f as e leaves it (innermost first):
+    the traceback of an exception raised in code this interpreter ran has only dynamo's frames,
+    and the front end shows these instead (frontend._program_frames)."""
+    ins = f.dec.insts[f.ip - 1]
+    line = ins.positions.lineno if getattr(ins, "positions", None) else None
+    try:
+        e.__dict__.setdefault("_dynamo_program_frames", []).append((f.code.co_filename, line, f.code.co_name))
+    except (AttributeError, TypeError):  # (an exception without a __dict__: its place is not kept)
+        pass
+
+
 class _Frame:
     __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec")
 
@@ -816,6 +828,7 @@ class Interpreter(SizeFlow):
             except Exception as e:  # noqa: BLE001 -- the program's exception, for its handler
                 h = f.dec.handler_at(f.dec.insts[f.ip - 1].offset) if f.dec.handlers else None
                 if h is None:
+                    _note_program_frame(e, f)
                     raise
                 del f.stack[h[3]:]
                 if h[4]:

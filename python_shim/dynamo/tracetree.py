@@ -428,6 +428,7 @@ class TraceTree:
             bump("interpreted_runs")
             env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
             rng = torch.get_rng_state()
+            raised = None
             try:
                 with rec, native.blas_one_thread():
                     # Inputs in the order native linking needs: the parent's, then the live values.
@@ -441,11 +442,14 @@ class TraceTree:
                 return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
             except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
                 torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
+                raised = e
+            if raised is not None:  # (outside the except block: see frontend._record)
                 effect = interp.effect or rec.effect
                 release(rec, interp)
-                self._side_aborted(snap, f"recording failed inside dynamo: {type(e).__name__}: {e}", "internal")
-                if effect is not None or isinstance(e, NopythonError):
-                    raise
+                self._side_aborted(snap, f"recording failed inside dynamo: {type(raised).__name__}: {raised}",
+                                   "internal")
+                if effect is not None or isinstance(raised, NopythonError):
+                    raise raised
                 torch.set_rng_state(rng)
                 bump("exits_resumed")
                 return self._resume(c, snap, fn, args, kwargs, values)
