@@ -12,10 +12,15 @@ torch.compile(model, backend="dynamo") runs PyTorch's own front end with dynamo'
 it (dynamo.backend is that backend function).
 """
 from ._capi import DynamoError, ABI_VERSION  # noqa: F401
+from .frames import NopythonError  # noqa: F401
 from . import config, native  # noqa: F401
 from .api import counters, disable, explain, mark_dynamic, optimize, report, reset  # noqa: F401
 from .compile_backend import backend, register as _register_backend  # noqa: F401
 
 __version__ = "0.1.0"
+
+if native.load_error() is not None:  # said once, here: optimized functions then run eagerly
+    import sys as _sys
+    print(f"{native.load_error()} dynamo.optimize runs everything eagerly.", file=_sys.stderr)
 
 _register_backend()

@@ -7,7 +7,7 @@ import types
 
 import torch
 
-from . import config, reasons
+from . import config, native, reasons
 from .log import log
 from .registry import bump
 from .tracetree import Attempt
@@ -64,7 +64,8 @@ class BackOff:
         then after four times as many each time (a path that failed on the first calls, as
         an empty batch, may be recordable later; the cost is one recording per try). A function
         the user disabled never comes back."""
-        if self.disabled_reason == "dynamo.disable" or getattr(self.fn, "_dynamo_disable", False):
+        if self.disabled_reason == "dynamo.disable" or getattr(self.fn, "_dynamo_disable", False) or \
+                native.load_error() is not None:
             return False
         if self._left_at is None:  # left just now: note the config and when to try again
             self._left_at = (self.calls, _config_key(), config.retry_after * 4 ** self._comebacks)

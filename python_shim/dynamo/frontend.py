@@ -103,6 +103,8 @@ class OptimizedFunction(TraceTree, BackOff):
         self._abort_base = 0      # aborts before the last try (abort_limit counts those after)
         self._recording_where = None
         self.name = getattr(fn, "__qualname__", "fn")
+        if native.load_error() is not None:  # (said at import) for good: see backoff._comes_back
+            self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
         functools.update_wrapper(self, fn)
         registry.register(self)
 
@@ -145,7 +147,9 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def _fallback(self, why):
         if self.nopython:
-            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.name}: {why}")
+            code = getattr(self.fn, "__code__", None)
+            at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.name}{at}: {why}")
 
     def __call__(self, *args, **kwargs):
         if self.owner is not None:

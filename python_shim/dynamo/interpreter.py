@@ -287,7 +287,8 @@ class Interpreter(SizeFlow):
         if self.probe is not None:
             raise ProbeStop(reason)
         if self.nopython and self.rec.abort_reason is None:  # raise before the step is run
-            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}: {reason}")
+            at = f" at {snapshot.where(self.frames[-1], full=True)}" if self.frames else ""
+            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.nopython}{at}: {reason}")
         self.rec.abort(reason, kind)
 
     def _note_abort(self):

@@ -28,6 +28,21 @@ def lib():
     return _lib
 
 
+_load_error = None
+
+
+def load_error():
+    """None when libdynamo loads, else why it does not (tried once: `import dynamo` says it on
+    stderr, and every optimized function then runs eagerly)."""
+    global _load_error
+    if _lib is None and _load_error is None:
+        try:
+            lib()
+        except ImportError as e:
+            _load_error = str(e)
+    return _load_error
+
+
 def _check(status):
     if status != 0:
         L = lib()

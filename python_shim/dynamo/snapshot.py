@@ -505,11 +505,11 @@ def run_step(snap, fn, args, kwargs, live):
 # Taking a snapshot: the interpreter's frames as they are now
 
 
-def where(f):
-    """'file:line' of the bytecode interpreter frame f last started."""
+def where(f, full=False):
+    """'file:line' of the bytecode interpreter frame f last started (full: the file's path)."""
     ins = f.dec.insts[f.ip - 1]
     line = ins.positions.lineno if getattr(ins, "positions", None) else "?"
-    return f"{f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
+    return f"{f.code.co_filename if full else f.code.co_filename.rsplit('/', 1)[-1]}:{line}"
 
 
 def take(interp, f, resume_ip, guard, stack=None, kw_names=None):

@@ -361,19 +361,23 @@ class OptimizedStep:
                 self.update.attempts.append(Attempt(f"torch's own step ran: {why}"))
         return EAGER_STEP
 
-    def __call__(self, closure=None):
-        if self.compiled(closure) is EAGER_STEP:
-            return self.eager_step(closure) if closure is not None else self.eager_step()
+    def __call__(self, *args, **kwargs):
+        if self.compiled(*args, **kwargs) is EAGER_STEP:
+            return self.eager_step(*args, **kwargs)
         if getattr(self.optimizer.step, "_wrapped_by_lr_sched", False):
             self.optimizer._opt_called = True  # what a scheduler's wrapper of the step marks
         return None
 
-    def compiled(self, closure=None):
+    def compiled(self, closure=None, *more, **kwargs):
         """The step through the compiled updates (None), or EAGER_STEP where torch's own step
-        must run (the caller runs it)."""
+        must run (the caller runs it, with the same arguments): a closure, or any argument the
+        compiled update does not know (torch's own step takes it, or raises as eager does)."""
         self.steps += 1
         if closure is not None:
             return self._eager("a closure (it re-evaluates the model)")
+        if more or kwargs:
+            return self._eager("step called with arguments other than closure: "
+                               + ", ".join([repr(type(a).__name__) for a in more] + sorted(kwargs)))
         groups = []
         for g in self.optimizer.param_groups:
             why = _unsupported_options(self.kind, g)
