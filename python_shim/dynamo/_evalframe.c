@@ -2,7 +2,9 @@
  *
  * While a handler is installed, every new Python frame of this interpreter comes here first
  * (CPython 3.11: the interpreter then also stops inlining Python-to-Python calls, so each call
- * passes through). Frames we never want (generators and coroutines, class bodies and module code,
+ * passes through). Only a thread inside enter() (a `with` block it entered) hands its frames to
+ * the handler; other threads' run as before. Frames we never want (generators and coroutines,
+ * class bodies and module code,
  * code objects the handler marked with skip(), frames started while the handler itself runs)
  * go straight to CPython's own evaluator. For the others the handler is called as
  *     handler(function, args)
@@ -29,9 +31,10 @@ static PyObject *handler = NULL;   /* strong reference, NULL when not installed 
 static PyObject *skip_codes = NULL; /* set of code objects never handed to the handler */
 static PyObject *skip_sentinel = NULL;
 static _Thread_local int in_handler = 0;
+static _Thread_local int entered = 0; /* `with` blocks this thread is inside (enter/leave) */
 
 static int wanted(_PyInterpreterFrame *frame, int throwflag) {
-  if (handler == NULL || in_handler || throwflag) return 0;
+  if (handler == NULL || !entered || in_handler || throwflag) return 0;
   if (frame->f_func == NULL || frame->f_locals != NULL) return 0; /* module code, class bodies */
   PyCodeObject *code = frame->f_code;
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) return 0;
@@ -115,6 +118,20 @@ static PyObject *clear_skips(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject *enter(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  ++entered;
+  Py_RETURN_NONE;
+}
+
+static PyObject *leave(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  if (entered > 0) --entered;
+  Py_RETURN_NONE;
+}
+
 static PyObject *get_handler(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
@@ -126,6 +143,8 @@ static PyObject *get_handler(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"set_handler", set_handler, METH_O, "set_handler(callable or None) -> previous handler or None"},
     {"get_handler", get_handler, METH_NOARGS, "the installed handler, or None"},
+    {"enter", enter, METH_NOARGS, "enter(): this thread's new frames go to the handler (nests)"},
+    {"leave", leave, METH_NOARGS, "leave(): undoes one enter() of this thread"},
     {"skip", skip, METH_O, "skip(code): frames of this code object always run in CPython"},
     {"clear_skips", clear_skips, METH_NOARGS, "forget every skip()"},
     {NULL, NULL, 0, NULL},

@@ -21,7 +21,9 @@ from . import _ext, frontend, training
 _ev = None
 _lock = threading.Lock()
 _by_code = {}   # code object -> OptimizedFunction (one per code; closures share it, guarded)
-_stack = []     # (previous handler, options) of the active `with` blocks
+_blocks = threading.local()  # .options: the options of the `with` blocks this thread is inside
+_open = 0       # `with` blocks open in all threads (the handler is installed while any is)
+_outer = None   # the handler before the first block opened
 _steps = weakref.WeakKeyDictionary()  # optimizer -> training.OptimizedStep (its steps under the hook)
 
 
@@ -89,7 +91,7 @@ def _optimizer_step(code, bound):
     opt = bound[0]
     st = _steps.get(opt)
     if st is None:
-        opts = _stack[-1][1] if _stack else {}
+        opts = _options()
         st = _steps[opt] = training.OptimizedStep(opt, frontend.optimize, nopython=opts.get("nopython", False))
     args, kwargs = _split(code, bound)
     r = st.compiled(*args[1:], **kwargs)
@@ -114,7 +116,7 @@ def _handle(fn, bound):
             return _ev.SKIP
         if not _has_tensor(bound):
             return _ev.SKIP
-        opts = _stack[-1][1] if _stack else {}
+        opts = _options()
         of = frontend.OptimizedFunction(fn, nopython=opts.get("nopython", False))
         _by_code[code] = of
     elif not _has_tensor(bound):
@@ -128,9 +130,16 @@ def _handle(fn, bound):
     return result
 
 
+def _options():
+    """The options of the innermost `with dynamo.optimize(...)` block of this thread."""
+    stack = getattr(_blocks, "options", None)
+    return stack[-1] if stack else {}
+
+
 class OptimizeContext:
     """What `dynamo.optimize(**options)` returns: a decorator, and a `with` block that installs
-    the frame hook for the code running inside it (any thread of this interpreter)."""
+    the frame hook for the code the entering thread runs inside it (other threads' code runs
+    as before; a thread of its own enters a block of its own)."""
 
     def __init__(self, **options):
         self.options = options
@@ -139,16 +148,27 @@ class OptimizeContext:
         return frontend.optimize(fn, **self.options)
 
     def __enter__(self):
+        global _open, _outer
         ev = _load()
         with _lock:
-            prev = ev.set_handler(_handle)
-            _stack.append((prev, self.options))
+            if _open == 0:
+                _outer = ev.set_handler(_handle)
+            _open += 1
+        if getattr(_blocks, "options", None) is None:
+            _blocks.options = []
+        _blocks.options.append(self.options)
+        ev.enter()
         return self
 
     def __exit__(self, *exc):
+        global _open, _outer
+        _ev.leave()
+        _blocks.options.pop()
         with _lock:
-            prev, _ = _stack.pop()
-            _ev.set_handler(prev)
+            _open -= 1
+            if _open == 0:
+                _ev.set_handler(_outer)
+                _outer = None
         return False
 
 

@@ -147,3 +147,49 @@ def test_a_step_argument_torch_refuses_is_refused_as_eager_refuses_it():
     with pytest.raises(TypeError) as ours:
         dynamo.optimize(opt.step)(grad_scaler=None)
     assert str(ours.value) == str(eager.value)
+
+
+# -- 5: `with dynamo.optimize():` covers the thread that entered it ---------------------------------
+
+def test_a_with_block_compiles_only_the_thread_that_entered_it():
+    import threading
+
+    def other_threads_work(x):
+        return torch.relu(x) * 3
+
+    def mine(x):
+        return torch.tanh(x) + 1
+
+    seen = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def worker():
+        x = torch.randn(16)
+        started.set()
+        n = 0
+        while not stop.is_set() or n < 20:
+            assert torch.equal(other_threads_work(x), torch.relu(x) * 3)
+            n += 1
+        seen["calls"] = n
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
+    x = torch.randn(16)
+    with dynamo.optimize():
+        for _ in range(20):
+            assert torch.allclose(mine(x), torch.tanh(x) + 1)
+        stop.set()
+        t.join()
+    names = dynamo.report()
+    assert "mine" in names and "other_threads_work" not in names, names
+    assert dynamo.counters()["calls"] == 20 and dynamo.counters()["native_runs"] > 0
+
+    def in_its_own_block():  # a thread entering a block of its own is compiled in it
+        with dynamo.optimize():
+            for _ in range(5):
+                other_threads_work(torch.ones(8))
+    t = threading.Thread(target=in_its_own_block)
+    t.start()
+    t.join()
+    assert "other_threads_work" in dynamo.report()
