@@ -30,6 +30,10 @@ def main(argv=None):
     finally:
         if ns.report:
             print("\n== dynamo report ==\n" + dynamo.report(), file=sys.stderr)
+            if not dynamo.counters()["calls"]:
+                print("dynamo: nothing was compiled: no function of the script (nor an nn.Module called "
+                      "from its top level) ran with tensor or module arguments. Tensor code written at "
+                      "the top level itself runs in CPython: move it into a function.", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ fallbacks that let CPython run the frame itself.
 import inspect
 import importlib.util
 import os
+import sys
 import sysconfig
 import threading
 import weakref
@@ -59,6 +60,19 @@ def _user_code(code):
     if f.startswith("<"):
         return False
     return not os.path.realpath(f).startswith(_ROOTS)
+
+
+def _called_at_top_level(code, bound):
+    """A library module's forward (torch.nn's, timm's, ...) called from a script's top level,
+    through nn.Module.__call__: no function of the program holds it, so it is compiled as a
+    function of its own. (Decided on its first frame: one first met inside the program's
+    functions is left to them.)"""
+    if code.co_name != "forward" or not bound or not isinstance(bound[0], torch.nn.Module):
+        return False
+    f = sys._getframe(2)  # (1: _handle; 2: the caller of the new frame)
+    while f is not None and not _user_code(f.f_code) and not f.f_code.co_filename.startswith("<"):
+        f = f.f_back
+    return f is not None and f.f_code.co_name == "<module>"
 
 
 def _has_tensor(v, depth=0):
@@ -111,7 +125,8 @@ def _handle(fn, bound):
         return _optimizer_step(code, bound)
     of = _by_code.get(code)
     if of is None:
-        if not _user_code(code) or code.co_name in _NEVER or getattr(fn, "_dynamo_disable", False):
+        if not _user_code(code) and not _called_at_top_level(code, bound) or code.co_name in _NEVER or \
+                getattr(fn, "_dynamo_disable", False):
             _ev.skip(code)
             return _ev.SKIP
         if not _has_tensor(bound):

@@ -193,3 +193,36 @@ def test_a_with_block_compiles_only_the_thread_that_entered_it():
     t.start()
     t.join()
     assert "other_threads_work" in dynamo.report()
+
+
+# -- 4: `python -m dynamo` on a script that calls a module at its top level -------------------------
+
+def _run_script(tmp_path, text):
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim"))
+    return subprocess.run([sys.executable, "-m", "dynamo", "--report", str(script)], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_python_m_dynamo_compiles_a_module_called_at_the_top_level(tmp_path):
+    r = _run_script(tmp_path, "import torch\n"
+                              "torch.manual_seed(0)\n"
+                              "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))\n"
+                              "x = torch.randn(4, 8)\n"
+                              "want = net(x)\n"
+                              "with torch.no_grad():\n"
+                              "    for i in range(20):\n"
+                              "        y = net(x)\n"
+                              "assert torch.allclose(y, want), (y, want)\n"
+                              "print('ok')\n")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("counters:")][0]
+    native = int(line.split("native_runs=")[1].split(",")[0])
+    assert native >= 15, r.stderr
+
+
+def test_python_m_dynamo_says_why_nothing_was_compiled(tmp_path):
+    r = _run_script(tmp_path, "import torch\nx = torch.randn(8)\nfor i in range(5):\n    x = torch.relu(x) + 1\nprint('ok')\n")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    assert "nothing was compiled" in r.stderr and "move it into a function" in r.stderr, r.stderr
