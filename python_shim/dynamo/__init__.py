@@ -19,8 +19,20 @@ from .compile_backend import backend, register as _register_backend  # noqa: F40
 
 __version__ = "0.1.0"
 
-if native.load_error() is not None:  # said once, here: optimized functions then run eagerly
-    import sys as _sys
-    print(f"{native.load_error()} dynamo.optimize runs everything eagerly.", file=_sys.stderr)
+
+def _say_setup_problems():
+    """Said once, at import, on stderr: a library that cannot load (optimized functions then run
+    eagerly), misspelt DYNAMO_ variables, unknown $DYNAMO_LOG categories."""
+    import os
+    import sys
+    from . import log
+    if native.load_error() is not None:
+        print(f"{native.load_error()} dynamo.optimize runs everything eagerly.", file=sys.stderr)
+    for line in config.misspelt_environment(os.environ):
+        print(line, file=sys.stderr)
+    log.enabled("traces")  # (checks $DYNAMO_LOG now)
+
+
+_say_setup_problems()
 
 _register_backend()

@@ -25,8 +25,14 @@ _CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops
                  "compile_parts", "abort_limit", "cache_limit", "size_variants", "hotexit")
 
 
+_key = (-1, None)  # (config._version, the knobs then): read again only after a setting changed
+
+
 def _config_key():
-    return tuple(getattr(config, n) for n in _CONFIG_KNOBS)
+    global _key
+    if _key[0] != config._version:
+        _key = (config._version, tuple(getattr(config, n) for n in _CONFIG_KNOBS))
+    return _key[1]
 
 
 def _call_state(args):
@@ -58,25 +64,36 @@ def _call_state(args):
 class BackOff:
     """The abort policy of an optimized function (a base of frontend.OptimizedFunction)."""
 
+    def _eager_from_now(self, until):
+        """Calls before `until` go straight to CPython (OptimizedFunction.call's first test) while
+        dynamo.config stays as it is: when nothing is compiled, nopython is off and a module's
+        parts are set up already (what the full path would do on each such call)."""
+        if not self.compiled and not self.nopython and (self.owner is None or self.parts is not None) and \
+                not self.state_fallbacks:
+            self._fast_eager = (until, config._version)
+
     def _comes_back(self):
         """Whether a function left to CPython is recorded again on this call: after a change of
         dynamo.config (what failed may now work), or once config.retry_after calls went by, and
         then after four times as many each time (a path that failed on the first calls, as
         an empty batch, may be recordable later; the cost is one recording per try). A function
         the user disabled never comes back."""
+        never = float("inf")
         if self.disabled_reason == "dynamo.disable" or getattr(self.fn, "_dynamo_disable", False) or \
                 native.load_error() is not None:
+            self._eager_from_now(never)
             return False
         if self._left_at is None:  # left just now: note the config and when to try again
             self._left_at = (self.calls, _config_key(), config.retry_after * 4 ** self._comebacks)
             return False
         at, key, gap = self._left_at
         if key == _config_key() and (not gap or self.calls < at + gap):
+            self._eager_from_now(at + gap if gap else never)
             return False
         log("aborts", f"{self.name}: recorded again after {self.calls - at} calls in CPython"
                       f"{' (dynamo.config changed)' if key != _config_key() else ''}")
         self._comebacks += key == _config_key()
-        self.disabled_reason, self._left_at = None, None
+        self.disabled_reason, self._left_at, self._fast_eager = None, None, None
         self.retry_at = 0
         self._abort_base = len([a for a in self.attempts if a.compiled is None])
         return True

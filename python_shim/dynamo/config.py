@@ -75,7 +75,16 @@ training_batch_norm
                statistics, but measured 0.66-0.74x eager's speed per step on 2 cores (its
                compiled backward is slower than eager's: docs/PERFORMANCE.md). False (default):
                such calls run eagerly and a model's other parts compile apart.
+
+Setting a name that is not one of these raises AttributeError with the list of the valid ones (a
+misspelt knob would otherwise change nothing, silently).
 """
+import difflib
+import sys
+import types
+
+LOG_CATEGORIES = ("traces", "guards", "exits", "recompiles", "aborts", "perf", "store")
+
 hot_threshold = 1
 cache_limit = 8
 size_variants = 512
@@ -96,3 +105,64 @@ dynamic = None
 size_probes = True
 training = True
 training_batch_norm = False
+
+_SETTINGS = tuple(n for n, v in list(globals().items())
+                  if not n.startswith("_") and n not in ("LOG_CATEGORIES", "difflib", "sys", "types"))
+assert all(not callable(getattr(sys.modules[__name__], n)) for n in _SETTINGS)
+_version = 0  # bumped by every setting (backoff.py compares the knobs only after a change)
+
+
+def unknown(name, valid, what):
+    """The message refusing `name`, which is not among `valid`: the closest spelling, the list."""
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{what} has no {name!r}{hint}; valid: {', '.join(valid)}"
+
+
+def check_log(value):
+    """config.log: None, or categories of LOG_CATEGORIES (or "all")."""
+    if value is None:
+        return
+    if isinstance(value, str):
+        raise TypeError(f"dynamo.config.log takes a set of categories, e.g. {{{value!r}}}, not a string")
+    for c in value:
+        if c != "all" and c not in LOG_CATEGORIES:
+            raise ValueError(unknown(c, LOG_CATEGORIES + ("all",), "dynamo.config.log"))
+
+
+# The environment variables dynamo reads (README's table); a DYNAMO_ name close to one of these
+# is taken for a misspelling and said at import (others may be another tool's: left alone).
+ENVIRONMENT = ("DYNAMO_ATTENTION", "DYNAMO_CACHE_DIR", "DYNAMO_CACHE_MAX_MB", "DYNAMO_COMPILE_THREADS",
+               "DYNAMO_CONV", "DYNAMO_CONV_WINOGRAD", "DYNAMO_DUMP_DIR", "DYNAMO_FAULT", "DYNAMO_GEMM",
+               "DYNAMO_GPU_POOL_MB", "DYNAMO_GPU_ROW_BLOCK", "DYNAMO_GPU_TF32", "DYNAMO_GPU_UNROLL",
+               "DYNAMO_LIBCUBLASLT", "DYNAMO_LIBCUDA", "DYNAMO_LIBDEVICE", "DYNAMO_LIBRARY", "DYNAMO_LOG",
+               "DYNAMO_PERF_MAP", "DYNAMO_PRINT_CHOICES", "DYNAMO_SHARE_CODE", "DYNAMO_TRACE_STORE",
+               "DYNAMO_SOAK_CALLS", "DYNAMO_SOAK_CYCLES")
+
+
+def misspelt_environment(environ):
+    """Lines saying which DYNAMO_ variables of environ look like misspellings of ours."""
+    out = []
+    for name in sorted(n for n in environ if n.startswith("DYNAMO_") and n not in ENVIRONMENT):
+        close = difflib.get_close_matches(name, ENVIRONMENT, n=1, cutoff=0.8)
+        if close:
+            out.append(f"dynamo: environment variable {name} is not one dynamo reads (did you mean {close[0]}?); "
+                       "ignored")
+    return out
+
+
+class _Settings(types.ModuleType):
+    """This module's class: setting an unknown name is refused, log categories are checked."""
+
+    def __setattr__(self, name, value):
+        if not name.startswith("_"):
+            if name not in _SETTINGS:
+                raise AttributeError(unknown(name, _SETTINGS, "dynamo.config"))
+            if name == "log":
+                check_log(value)
+        super().__setattr__(name, value)
+        if not name.startswith("_"):
+            super().__setattr__("_version", self._version + 1)
+
+
+sys.modules[__name__].__class__ = _Settings

@@ -15,6 +15,7 @@ the recording (the call still completes in the interpreter), and the reason is k
 dynamo.explain and the --report of `python -m dynamo` (explain.py).
 """
 import atexit
+import collections
 import copy
 import functools
 import sys
@@ -37,6 +38,7 @@ from .registry import bump
 from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _flatten_result, shape_key
 
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
+CHURN = 4          # recordings in a row missed at one guard: the value changes every call
 
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
@@ -61,6 +63,25 @@ def _program_frames(e):
     for a, b in zip(kept, kept[1:] + [None]):
         a.tb_next = b
     return kept[0] if kept else None
+
+
+def _churn_key(v):
+    """What _runs_away compares of a guarded value: a container's length, a number, else the
+    object's identity."""
+    if type(v) in (list, tuple, dict, collections.OrderedDict, torch.Size):
+        return len(v)
+    if type(v) in (int, float):
+        return v
+    return ("id", id(v))
+
+
+def _runs_away(keys):
+    """Numbers stepping by one nonzero amount (an arithmetic progression), or all different
+    objects: what a value that changes on every call shows over a few calls."""
+    if all(type(k) in (int, float) for k in keys):
+        steps = {b - a for a, b in zip(keys, keys[1:])}
+        return len(steps) == 1 and 0 not in steps
+    return len(set(keys)) == len(keys)
 
 
 def _store_choices_at_exit():
@@ -102,6 +123,8 @@ class OptimizedFunction(TraceTree, BackOff):
         self._comebacks = 0       # tries since (each waits 4x longer)
         self._abort_base = 0      # aborts before the last try (abort_limit counts those after)
         self._recording_where = None
+        self._fast_eager = None   # left to CPython with nothing compiled: (calls until a new try, config._version)
+        self._misses = []         # the guard that rejected the calls of the last recordings (_churns)
         self.name = getattr(fn, "__qualname__", "fn")
         if native.load_error() is not None:  # (said at import) for good: see backoff._comes_back
             self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
@@ -167,6 +190,10 @@ class OptimizedFunction(TraceTree, BackOff):
         hook, which runs the frame itself when we return EAGER instead of a result."""
         bump("calls")
         self.calls += 1
+        fast = self._fast_eager
+        if fast is not None and self.calls < fast[0] and fast[1] == config._version:
+            bump("eager_runs")  # (left to CPython with nothing compiled: no check to make)
+            return EAGER if in_frame else fn(*args, **kwargs)
         result = self._run_traces(self.compiled, fn, args, kwargs)
         if result is not MISS:
             return result
@@ -174,8 +201,9 @@ class OptimizedFunction(TraceTree, BackOff):
             bump("guard_misses")
             if log_enabled("guards"):
                 for i, c in enumerate(self.compiled):
-                    why = c.guards.first_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (native guards)"
-                    log("guards", f"{self.name}: trace {i} rejected the call: {why}")
+                    why = c.guards.explain_failure(args, kwargs, fn.__globals__, fn) or \
+                        "tensor metadata (checked natively)"
+                    log("guards", f"{self.name}: trace {i + 1} rejected the call: {why}")
         if self.compiled and self.disabled_reason is None:
             result = self._from_family(fn, args, kwargs) if self.families else MISS
             if result is MISS and self._probe_sizes(fn, args, kwargs):
@@ -210,7 +238,36 @@ class OptimizedFunction(TraceTree, BackOff):
             result = self._from_store(fn, args, kwargs)
             if result is not MISS:
                 return result
+        if self.compiled and self._churns(fn, args, kwargs):
+            return self._eager(fn, args, kwargs, in_frame)
         return self._record(fn, args, kwargs, in_frame)
+
+    def _churns(self, fn, args, kwargs):
+        """Before recording again after a miss: whether the newest trace rejected this call at the
+        guard that rejected the calls of the last CHURN recordings too, at values that run away
+        (a length or a number stepping by the same amount each time: a list appended to on every
+        call, a counter; or a new object each time): then every call would record. Values that
+        come and go (batch sizes, a flag) are left to the cache. The function is left to CPython
+        (it comes back as any function left, backoff.py), and the reason says which value."""
+        newest = self.compiled[-1]
+        gs = getattr(newest, "guards", None)
+        got = gs.failure(args, kwargs, fn.__globals__, fn) if gs is not None else None
+        self._misses = (self._misses + [got and (got[0], _churn_key(got[3]))])[-CHURN:]
+        if len(self._misses) < CHURN or None in self._misses or len({m[0] for m in self._misses}) != 1 or \
+                not _runs_away([m[1] for m in self._misses]):
+            return False
+        what = gs.explain_failure(args, kwargs, fn.__globals__, fn)
+        self.disabled_reason = (f"a value its traces depend on changes on every call -- {what} -- so every call "
+                                f"would record (it did {CHURN} times in a row); the function runs in CPython. "
+                                "Keep state that changes on every call (a list appended to, a step counter) out "
+                                "of the optimized function: e.g. return the value and append it in the caller")
+        self._misses = []
+        self.compiled, self.families = [], []  # (each held a value no later call will have)
+        self.attempts.append(Attempt(self.disabled_reason))
+        log("aborts", f"{self.name}: {self.disabled_reason}")
+        print(f"dynamo: {self.name}: {self.disabled_reason}", file=sys.stderr)
+        self._fallback(self.disabled_reason)
+        return True
 
     def _from_store(self, fn, args, kwargs):
         """Before recording: the traces an earlier process stored for this code (store.py) whose
@@ -239,7 +296,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 if gs is not None:
                     inputs = gs.compile()(args, kwargs, fn.__globals__, fn)
                     if inputs is None and log_enabled("store"):
-                        why = f"its guards reject this call: {gs.first_failure(args, kwargs, fn.__globals__, fn)}"
+                        why = f"its guards reject this call: {gs.explain_failure(args, kwargs, fn.__globals__, fn)}"
             except Exception as e:  # noqa: BLE001 -- a stored trace that does not load is dropped
                 if t in pending:
                     pending.remove(t)
@@ -800,6 +857,9 @@ class OptimizedFunction(TraceTree, BackOff):
         self.calls = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
+        if native.load_error() is not None:
+            self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
+        self._fast_eager, self._misses = None, []
         self.state_fallbacks = {}
         self.value_cuts = False
         self.stored = {}

@@ -25,6 +25,7 @@ recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed
 """
 import collections
 import math
+import re
 
 import torch
 
@@ -201,6 +202,57 @@ def _hoisted(checks, about, input_srcs):
         lines.append(f"if not ({spelled(src, check)}): return None")
     lines.append(f"return [{', '.join(spelled(s, s.expr) for s in input_srcs)}]")
     return lines
+
+
+def describe_value(v):
+    """A value as a guard's description words it: tensors by shape and dtype, plain values by
+    repr, containers by length, other objects by class."""
+    if isinstance(v, torch.Tensor):
+        return f"a tensor {tuple(v.shape)} {v.dtype}"
+    t = type(v)
+    if t in _BY_VALUE:
+        r = repr(v)
+        return r if len(r) <= 60 else r[:57] + "..."
+    if t in (tuple, list, torch.Size):
+        return f"{t.__name__} of {len(v)}"
+    if t is dict or t is collections.OrderedDict:
+        return f"{t.__name__} with keys {list(v)[:8]!r}"
+    return f"a {t.__qualname__} at {id(v):#x}"
+
+
+_PARTS = re.compile(r"^(a\[(\d+)\]|k\[('[^']*')\]|g\[('[^']*')\])")
+
+
+def readable(expr, fn=None, consts=None):
+    """Guard source expr in the program's words: a[1] -> the parameter's name, k['n'] -> n,
+    g['acts'] -> `acts (a global)`, a constant c14 -> what it is."""
+    m = _PARTS.match(expr)
+    rest = expr[m.end():] if m else expr
+    head = expr[:m.end()] if m else ""
+    if m and m.group(2) is not None:
+        code = getattr(fn, "__code__", None)
+        i = int(m.group(2))
+        if code is not None and i < code.co_argcount:
+            head = code.co_varnames[i]
+        elif code is not None and code.co_flags & 0x04:  # CO_VARARGS
+            head = f"{code.co_varnames[code.co_argcount + code.co_kwonlyargcount]}[{i - code.co_argcount}]"
+        else:
+            head = f"argument {i}"
+    elif m and m.group(3) is not None:
+        head = m.group(3)[1:-1]
+    elif m and m.group(4) is not None:
+        head = m.group(4)[1:-1]
+        rest += " (a global)" if not rest else ""
+    if consts:
+        def name_of(c):
+            obj = consts.get(c.group(0))
+            if obj is None:
+                return c.group(0)
+            return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+        rest = re.sub(r"\bc\d+\b", name_of, rest)
+        if not m:
+            head, rest = "", rest
+    return head + rest
 
 
 class GuardSet:
@@ -402,6 +454,40 @@ class GuardSet:
         gs.tensor_inputs = list(exported["tensor_inputs"])
         gs._fn = env["check"]
         return gs
+
+    def failure(self, a, k, g, f, x=None):
+        """(source expr, what it should be, what it is, the value found) of the first guard that
+        rejects these arguments, or None: what `explain_failure` words."""
+        env = dict(self._consts, **_HELPERS, a=a, k=k, g=g, f=f, x=x)
+        for c, src in zip(self._checks, self._about):
+            try:
+                ok = eval(c, env)  # noqa: S307 -- our own guard expressions
+            except Exception:  # noqa: BLE001 -- a guard that raises also rejects
+                ok = False
+            if ok:
+                continue
+            if src is None:
+                return (None, c, None, None)
+            want = next((desc for e, kind, desc in self.lines if e == src.expr), c)
+            value = None
+            try:
+                value = eval(src.expr, env)  # noqa: S307
+                found = describe_value(value)
+            except Exception as e:  # noqa: BLE001 -- the path itself is gone
+                found = f"nothing ({type(e).__name__}: {e})"
+            return (src.expr, want, found, value)
+        return None
+
+    def explain_failure(self, a, k, g, f, x=None):
+        """The first guard that rejects these arguments in the program's words -- `acts (a
+        global): expected a list of 5 elements, found a list of 6` -- or None."""
+        got = self.failure(a, k, g, f, x)
+        if got is None:
+            return None
+        expr, want, found, _ = got
+        if expr is None:
+            return f"the check {want} fails"
+        return f"{readable(expr, f, self._consts)}: expected {want}, found {found}"
 
     def first_failure(self, a, k, g, f, x=None):
         """The first guard that rejects these arguments (for logs), or None."""

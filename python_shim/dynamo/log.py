@@ -6,7 +6,7 @@ import sys
 
 from . import config
 
-CATEGORIES = ("traces", "guards", "exits", "recompiles", "aborts", "perf", "store")
+CATEGORIES = config.LOG_CATEGORIES
 
 
 _memo = (None, None, frozenset())  # (config.log, $DYNAMO_LOG) -> categories: checks on hot paths are cheap
@@ -21,6 +21,9 @@ def _enabled_set():
     if chosen is None:
         env = os.environ.get("DYNAMO_LOG", "")
         chosen = {c.strip() for c in env.split(",") if c.strip()}
+        for c in sorted(chosen - set(CATEGORIES) - {"all"}):  # said once per value of $DYNAMO_LOG
+            print("dynamo: DYNAMO_LOG " + config.unknown(c, CATEGORIES + ("all",), "category list") +
+                  " (ignored)", file=sys.stderr)
     chosen = set(chosen)
     result = frozenset(CATEGORIES) if "all" in chosen else frozenset(chosen & set(CATEGORIES))
     _memo = (key[0], key[1], result)

@@ -226,3 +226,91 @@ def test_python_m_dynamo_says_why_nothing_was_compiled(tmp_path):
     r = _run_script(tmp_path, "import torch\nx = torch.randn(8)\nfor i in range(5):\n    x = torch.relu(x) + 1\nprint('ok')\n")
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
     assert "nothing was compiled" in r.stderr and "move it into a function" in r.stderr, r.stderr
+
+
+# -- 2 and 7: a value that changes on every call does not make every call record -------------------
+
+class _Collects(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.acts = []
+
+    def forward(self, x):
+        h = torch.relu(x) * 2
+        self.acts.append(h)
+        return h + 1
+
+
+_GLOBAL_ACTS = []
+
+
+def _appends_to_a_global(x):
+    h = torch.relu(x) * 2
+    _GLOBAL_ACTS.append(h)
+    return h + 1
+
+
+def _appends_to_an_argument(x, acts):
+    h = torch.relu(x) * 2
+    acts.append(h)
+    return h + 1
+
+
+_STEP = {"n": 0}
+
+
+def _reads_a_counter(x):
+    _STEP["n"] += 1
+    return x * _STEP["n"]
+
+
+@pytest.mark.parametrize("case", ["global_list", "list_argument", "module_attribute", "counter"])
+def test_a_value_changing_on_every_call_stops_the_recordings_and_says_why(case, capfd):
+    x = torch.randn(32)
+    if case == "global_list":
+        eager, opt, name = _appends_to_a_global, dynamo.optimize(_appends_to_a_global), "_GLOBAL_ACTS"
+        args_e = args_o = (x,)
+    elif case == "list_argument":
+        eager, opt, name = _appends_to_an_argument, dynamo.optimize(_appends_to_an_argument), "acts"
+        args_e, args_o = (x, []), (x, [])
+    elif case == "module_attribute":
+        eager, opt, name = _Collects(), dynamo.optimize(_Collects()), "self.acts"
+        args_e = args_o = (x,)
+    else:
+        eager, opt, name = _reads_a_counter, dynamo.optimize(_reads_a_counter), "_STEP['n']"
+        args_e = args_o = (x,)
+    for i in range(60):
+        _STEP["n"] = i
+        got = opt(*args_o)
+        _STEP["n"] = i
+        assert torch.equal(got, eager(*args_e))
+    if case == "list_argument":
+        assert len(args_o[1]) == len(args_e[1]) == 60
+    c = dynamo.counters()
+    assert c["interpreted_runs"] <= 2 * 4 and c["eager_runs"] >= 50, c
+    said = dynamo.report()
+    assert "changes on every call" in said and name in said, said
+    assert said.count("changes on every call") >= 1 and "expected" in said and "found" in said
+    err = capfd.readouterr().err
+    assert err.count("so every call would record") == 1, err  # said once on stderr
+    _GLOBAL_ACTS.clear()
+
+
+def test_values_that_come_and_go_keep_their_traces():
+    """Numbers that change between calls but repeat (a loop count, a batch size) are cached, not
+    taken for a value that changes on every call."""
+    def f(x, n):
+        for _ in range(n):
+            x = torch.tanh(x) * 1.5
+        return x
+
+    opt = dynamo.optimize(f)
+    import random
+    rng = random.Random(3)
+    for _ in range(80):
+        n = rng.randint(1, 6)
+        x = torch.randn(rng.choice([3, 5, 8]), 4)
+        assert torch.allclose(opt(x, n), f(x, n))
+    assert "changes on every call" not in dynamo.report()
+    c = dynamo.counters()
+    assert c["native_runs"] + c["size_instances"] >= 50, c
