@@ -97,7 +97,7 @@ extern "C" float dynamo_truncdfbf2(double d) {
 
 // DYNAMO_DUMP_DIR=dir: each compiled module is written there as <fn>.trace (the trace),
 // <fn>.plan (its steps), <fn>.ll (as lowered), <fn>.opt.ll (after the pass pipeline) and <fn>.s
-// (host assembly), named by trace function. While it is set nothing is loaded from the disk
+// (host assembly), <fn> being the trace function's symbol (dynamo_trace_<frame>_<n>, capi.cpp). While it is set nothing is loaded from the disk
 // cache, so every trace is compiled (and dumped).
 const char *dump_dir() {
   const char *d = getenv("DYNAMO_DUMP_DIR");

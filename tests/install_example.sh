@@ -5,7 +5,15 @@ set -euo pipefail
 src=$1
 build=$2
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# `cmake --install` rewrites $build/install_manifest.txt, which `make uninstall` reads: the
+# manifest of a real install is put back afterwards (and a temporary one never left behind).
+manifest="$build/install_manifest.txt"
+if [ -f "$manifest" ]; then cp "$manifest" "$tmp/manifest.kept"; fi
+manifest_before=$(cat "$manifest" 2>/dev/null | sha1sum)
+put_back_manifest() {
+  if [ -f "$tmp/manifest.kept" ]; then cp "$tmp/manifest.kept" "$manifest"; else rm -f "$manifest"; fi
+}
+trap 'put_back_manifest; rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 cmake -S "$src/examples/c" -B "$tmp/example" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/example" >/dev/null
@@ -49,3 +57,10 @@ assert dynamo.__file__.startswith(__import__("os").getcwd()), dynamo.__file__
 assert dynamo.counters()["native_runs"] >= 1, dynamo.counters()
 print("installed entry point: torch.compile(backend=\"dynamo\"): ok")
 PY
+
+put_back_manifest
+if [ "$(cat "$manifest" 2>/dev/null | sha1sum)" != "$manifest_before" ]; then
+  echo "install_example: $manifest differs from before the temporary install" >&2
+  exit 1
+fi
+echo "install_manifest.txt as before the temporary install: ok"

@@ -1,5 +1,6 @@
 /* main.c -- a C program using the installed dynamo library: build a trace with the builder API,
- * compile it, check guards and run it on its own buffers. Build: see CMakeLists.txt here. */
+ * compile it, check guards and run it on its own buffers. Build (after `make install`): see
+ * CMakeLists.txt here. */
 #include <dynamo/dynamo.h>
 #include <math.h>
 #include <stdio.h>

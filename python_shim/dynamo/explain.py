@@ -16,16 +16,17 @@ def _exit_tree(c, indent):
     """Lines describing trace c's side exits and, under each, its side traces (recursively)."""
     lines = []
     for k, snap in enumerate(c.exits):
+        kind = "stitch trace" if snap.step is not None or snap.value_cut else "side trace"  # (as counted)
         state = (f"blacklisted ({snap.blacklisted})" if snap.blacklisted else
-                 f"linked natively to {len(snap.sides)} side trace(s)" if snap.linked else
-                 f"{len(snap.sides)} side trace(s), dispatched from Python" if snap.sides else
+                 f"linked natively to {len(snap.sides)} {kind}(s)" if snap.linked else
+                 f"{len(snap.sides)} {kind}(s), dispatched from Python" if snap.sides else
                  "resumes in the interpreter")
         taken = native.lib().dynamo_entry_exit_count(c.handle, k) if k < c.num_native_exits else snap.count
 
         lines.append(f"{indent}exit {k} at {snap.where} [{snap.guard}]: taken {taken} time(s), {state}")
         for side in snap.sides:
-            lines.append(f"{indent}  side trace: {side.summary()}" if side.training else
-                         f"{indent}  side trace: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
+            lines.append(f"{indent}  {kind}: {side.summary()}" if side.training else
+                         f"{indent}  {kind}: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
             lines.extend(_exit_tree(side, indent + "    "))
     return lines
 
@@ -104,7 +105,7 @@ def explain(fn, *args, **kwargs):
     if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
         for i, c in enumerate(live.compiled):
             if c.family is None:
-                e.live.append(f"  trace {i}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
+                e.live.append(f"  trace {i + 1}: {len(c.ops)} ATen op(s), {c.runs} run(s)")
                 e.live.extend(_size_lines(c, "    "))
                 e.live.extend(_exit_tree(c, "    "))
         e.live.extend(_family_lines(live))
@@ -142,6 +143,8 @@ def report():
     """Text summary of every optimized function alive now: compiled traces, fallbacks and why."""
     lines = []
     for f in registry.functions():
+        if not f.calls and not f.attempts:  # (not called since dynamo.reset())
+            continue
         code = getattr(f.fn, "__code__", None)
         where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
         own = [c for c in f.compiled if c.family is None]
@@ -150,15 +153,15 @@ def report():
         lines.append(f"{f.name}{where}: {f.calls} call(s), {len(own)} trace(s)"
                      f"{f' ({n_shared} sharing machine code: the same program at other sizes)' if n_shared else ''}"
                      f"{f' and {n_inst} size instance(s)' if n_inst else ''}, "
-                     f"{sum(c.runs for c in f.compiled)} native run(s)")
-        for c in f.compiled:
+                     f"{f.native_runs + sum(c.runs for c in f.compiled if c.training)} native run(s)")
+        for n, c in enumerate(f.compiled, 1):
             if c.family is not None:
                 continue
             if c.training:
-                lines.append(f"  {c.summary()}")
+                lines.append(f"  trace {n}: {c.summary()}")
                 lines.extend(_exit_tree(c, "    "))
                 continue
-            lines.append(f"  {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
+            lines.append(f"  trace {n}, {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
                          f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"
                          f"{', shared code' if c.stats.shared_code else ''}")
             lines.extend(_exit_tree(c, "    "))

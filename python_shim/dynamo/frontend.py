@@ -65,6 +65,19 @@ def _program_frames(e):
     return kept[0] if kept else None
 
 
+def _trace_name(of, side_of):
+    """How logs name a newly compiled trace (numbers from 1, as report() and explain() count):
+    root trace n, or the side or stitch trace of exit k of the trace it leaves from."""
+    if side_of is None:
+        return f"trace {len(of.compiled) + 1}"
+    parent, k = side_of
+    snap = parent.exits[k]
+    kind = "stitch trace after" if snap.step is not None or snap.value_cut else "side trace of"
+    root = parent.root if getattr(parent, "root", None) is not None else parent
+    n = next((i + 1 for i, c in enumerate(of.compiled) if c is root), "?")
+    return f"{kind} exit {k} (under trace {n})"
+
+
 def _churn_key(v):
     """What _runs_away compares of a guarded value: a container's length, a number, else the
     object's identity."""
@@ -111,6 +124,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self._warned_marks = False  # said once why dims marked dynamic got no size family
         self.attempts = []
         self.calls = 0
+        self.native_runs = 0      # calls that ended in native code (the counter's share of this function)
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         self.state_fallbacks = {}  # _call_state() -> (why, kind): recorded in that state, it aborted for it
@@ -137,7 +151,30 @@ class OptimizedFunction(TraceTree, BackOff):
         of = cls(type(m).forward, nopython=nopython, owner=m)
         m.forward = of
         m.__prepare_scriptable__ = of._plain_owner  # torch.jit.script asks the module for this
+        m.__getstate__ = of._plain_state            # pickle and torch.save: the plain module
+        m.__deepcopy__ = of._optimized_copy         # copy.deepcopy: an optimized module again
         return m
+
+    def _plain_state(self):
+        """The optimized module's pickled state (pickle and torch.save ask the module for it):
+        the plain module's, without dynamo's instance attributes, so that the file loads where
+        dynamo is not installed, as the module the user wrote (dynamo.optimize it again there)."""
+        state = type(self.owner).__getstate__(self.owner)
+        for name in _MODULE_ATTRS:
+            state.pop(name, None)
+        return state
+
+    def _optimized_copy(self, memo):
+        """copy.deepcopy of the optimized module: a deep copy of the plain module, optimized
+        afresh (its traces' guards would check the original's identity); this forward's copy
+        is the copy's forward."""
+        m = self.owner
+        twin = type(m).__new__(type(m))
+        memo[id(m)] = twin
+        twin.__setstate__(copy.deepcopy(self._plain_state(), memo))
+        type(self).install(twin, self.nopython)
+        memo[id(self)] = twin.__dict__["forward"]
+        return twin
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
@@ -548,7 +585,7 @@ class OptimizedFunction(TraceTree, BackOff):
                      interp.inlined, rec.exits)
         bump("compile_seconds", c.stats.compile_ms / 1e3)  # the native compile (guards were built meanwhile)
         c.mutates = rec.mutated
-        kind = f"side trace of exit {side_of[1]}" if side_of is not None else "trace"
+        kind = _trace_name(self, side_of)
         if c.stats.from_cache:
             bump("cache_hits")
         log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {c.stats.num_instructions} IR "
@@ -716,14 +753,14 @@ class OptimizedFunction(TraceTree, BackOff):
                 fam, why, runs = None, f"internal error: {type(e).__name__}: {e}", 0
             bump("size_probes", runs)
             if fam is None:
-                self._family_refused(c, f"size probes of trace {self.compiled.index(c)} found no family: {why}")
+                self._family_refused(c, f"size probes of trace {self.compiled.index(c) + 1} found no family: {why}")
                 return False
             why = _outside_marks(fam, c.dynamic_marks)
             if why is not None:
                 self._family_refused(c, why)
                 return False
             self.families.append(fam)
-            log("recompiles", f"{self.name}: size family from {runs} probes of trace {self.compiled.index(c)}: "
+            log("recompiles", f"{self.name}: size family from {runs} probes of trace {self.compiled.index(c) + 1}: "
                               f"{fam.describe()}; other sizes of it compile without a recording")
             return True
         return False
@@ -854,7 +891,7 @@ class OptimizedFunction(TraceTree, BackOff):
         self.compiled = []
         self.families = []
         self.attempts = []
-        self.calls = 0
+        self.calls = self.native_runs = 0
         self.retry_at = 0         # calls before which recording is not tried (back-off)
         self.disabled_reason = None
         if native.load_error() is not None:
@@ -1010,7 +1047,7 @@ def reset():
 
 
 # Instance attributes dynamo.optimize gives a module (both refer to its OptimizedFunction).
-_MODULE_ATTRS = ("forward", "__prepare_scriptable__")
+_MODULE_ATTRS = ("forward", "__prepare_scriptable__", "__getstate__", "__deepcopy__")
 
 
 def _is_global(of):

@@ -226,6 +226,8 @@ _PARTS = re.compile(r"^(a\[(\d+)\]|k\[('[^']*')\]|g\[('[^']*')\])")
 def readable(expr, fn=None, consts=None):
     """Guard source expr in the program's words: a[1] -> the parameter's name, k['n'] -> n,
     g['acts'] -> `acts (a global)`, a constant c14 -> what it is."""
+    if expr in ("a", "k"):
+        return "the positional arguments" if expr == "a" else "the keyword arguments"
     m = _PARTS.match(expr)
     rest = expr[m.end():] if m else expr
     head = expr[:m.end()] if m else ""
@@ -468,7 +470,8 @@ class GuardSet:
                 continue
             if src is None:
                 return (None, c, None, None)
-            want = next((desc for e, kind, desc in self.lines if e == src.expr), c)
+            want = next((desc for e, kind, desc in reversed(self.lines) if e == src.expr), c)  # (the last
+            #                                   says most: a scalar's value guard comes after its type's)
             value = None
             try:
                 value = eval(src.expr, env)  # noqa: S307

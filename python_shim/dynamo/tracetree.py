@@ -254,6 +254,20 @@ def _viewed_base(v, rec):
     return b if n is not None and n not in rec.input_names else None
 
 
+def _sides_miss(snap, fn, args, kwargs, values):
+    """', the newest trace recorded after exit snap rejected this call at <the guard, in the
+    program's words>' -- or '' when it has none, or only its tensors' metadata differ."""
+    for side in reversed(snap.sides):
+        gs = getattr(side, "guards", None)
+        try:
+            why = gs.explain_failure(args, kwargs, fn.__globals__, fn, values) if gs is not None else None
+        except Exception:  # noqa: BLE001 -- only the message depends on it
+            why = None
+        if why is not None:
+            return f" (the newest one recorded there rejects this call at {why})"
+    return ""
+
+
 def _rebuild(spec, outs, inputs):
     """The return value from its spec, the trace's outputs and the call's input tensors."""
     kind = spec[0]
@@ -340,6 +354,7 @@ class TraceTree:
             return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
         if not c.training:  # (a TrainedTrace's runs are counted by its graphs' own traces)
             bump("native_runs")
+            self.native_runs += 1
         if c.store_id is not None and c.runs in _CHOICES_AT:
             self._store_choices(c)
         result = _rebuild(c.out_spec, outs, inputs)
@@ -403,6 +418,7 @@ class TraceTree:
             if side.cut_id is not None:
                 return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
             bump("native_runs")
+            self.native_runs += 1
             return _rebuild(side.out_spec, outs, inputs)
         if snap.step is not None or snap.value_cut:  # taken every time: record its continuation at once
             if len(snap.sides) >= config.max_stitch_variants:
@@ -414,7 +430,7 @@ class TraceTree:
                 # the whole function (a detection model's post-processing: dozens of nms and
                 # unique steps): the root trace goes, as for a continuation that cannot be recorded.
                 self._side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
-                                         "stitches", "continuation")
+                                         f"stitches{_sides_miss(snap, fn, args, kwargs, values)}", "continuation")
         else:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
@@ -483,7 +499,7 @@ class TraceTree:
             f"the value read at {snap.where} (grad on: the trace ends there)"
         reason = (f"the trace after {what} was recorded "
                   f"{len(snap.sides)} times and none fits this call: it depends on values that change "
-                  f"between calls")
+                  f"between calls{_sides_miss(snap, fn, args, kwargs, values)}")
         if root in self.compiled:
             self.compiled.remove(root)
             self._aborted(reason, root.ops, root.inlined, kind="continuation")

@@ -314,3 +314,114 @@ def test_values_that_come_and_go_keep_their_traces():
     assert "changes on every call" not in dynamo.report()
     c = dynamo.counters()
     assert c["native_runs"] + c["size_instances"] >= 50, c
+
+
+# -- 7: messages in the program's words, settings checked, report() agreeing with counters() -------
+
+def test_a_guard_failure_names_the_parameter_and_both_values(capfd):
+    def f(x, flags, n_iter=2):
+        for _ in range(n_iter):
+            x = x * 2
+        return x + 1 if flags[1] else x - 1
+
+    opt = dynamo.optimize(f)
+    old = dynamo.config.log
+    dynamo.config.log = {"guards", "recompiles", "traces"}
+    try:
+        opt(torch.ones(3), [0, 1], n_iter=2)
+        opt(torch.ones(3), [0, 0], n_iter=2)
+        opt(torch.ones(3), [0, 0], n_iter=3)
+    finally:
+        dynamo.config.log = old
+    err = capfd.readouterr().err
+    assert "flags[1]: expected 1, found 0" in err, err
+    assert "n_iter: expected 2, found 3" in err, err
+    assert "a[1]" not in err and "k['n_iter']" not in err and not __import__("re").search(r"\bc\d+\b", err), err
+    # trace numbers agree between the log lines and the report
+    assert "compiled trace 1:" in err and "recording trace 2" in err and "compiled trace 2:" in err, err
+    assert "trace 1 rejected the call" in err and "trace 2 rejected the call" in err, err
+    said = dynamo.report()
+    assert "trace 1, compiled" in said and "trace 3, compiled" in said, said
+
+
+def test_unknown_settings_are_refused_with_the_valid_names():
+    with pytest.raises(AttributeError, match=r"hot_treshold.*did you mean 'hot_threshold'.*cache_limit"):
+        dynamo.config.hot_treshold = 5
+    with pytest.raises(ValueError, match=r"did you mean 'aborts'"):
+        dynamo.config.log = {"abort"}
+    with pytest.raises(TypeError, match="set of categories"):
+        dynamo.config.log = "traces"
+    assert dynamo.config.log is None and not hasattr(dynamo.config, "hot_treshold")
+    r = _python("import dynamo", DYNAMO_LOG="abort,traces", DYNAMO_LOGS="all",
+                DYNAMO_LIBRARY=os.path.join(ROOT, "build", "libdynamo.so.0"))
+    assert r.returncode == 0, r.stderr
+    assert "DYNAMO_LOG" in r.stderr and "'abort'" in r.stderr and "did you mean 'aborts'" in r.stderr, r.stderr
+    assert "DYNAMO_LOGS" in r.stderr and "did you mean DYNAMO_LOG?" in r.stderr, r.stderr
+
+
+def test_nopython_error_is_exported_and_says_where():
+    @dynamo.optimize(nopython=True)
+    def f(x):
+        print("side effect")
+        return x + 1
+
+    with pytest.raises(dynamo.NopythonError, match=r"test_first_day\.py:\d+: call to print"):
+        f(torch.ones(2))
+
+
+def test_report_agrees_with_counters_and_forgets_what_reset_forgot():
+    def f(x):
+        if x.sum() > 0:  # a side exit, taken by the negative calls
+            x = x + 1
+        print("", end="")  # a stitch
+        return x * 2
+
+    opt = dynamo.optimize(f)
+    for i in range(5):
+        opt(torch.ones(4))
+    for i in range(12):
+        opt(-torch.ones(4))
+    c = dynamo.counters()
+    said = dynamo.report()
+    head = said.splitlines()[0]
+    assert f"{c['calls']} call(s)" in head and f"{c['native_runs']} native run(s)" in head, (head, c)
+    sides = sum(1 for ln in said.splitlines() if ln.strip().startswith("side trace:"))
+    stitches = sum(1 for ln in said.splitlines() if ln.strip().startswith("stitch trace:"))
+    assert sides == c["side_traces_compiled"] and stitches == c["stitch_traces"], (said, c)
+    dynamo.reset()
+    assert not [ln for ln in dynamo.report().splitlines() if not ln.startswith("counters:")]
+
+
+# -- 9: torch.save of an optimized module saves the module the user wrote -------------------------
+
+def test_a_saved_optimized_module_loads_where_dynamo_is_not_installed(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.LayerNorm(5))
+    opt = dynamo.optimize(net)
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        for _ in range(3):
+            want = opt(x)
+    torch.save(opt, tmp_path / "model.pt")
+    torch.save(x, tmp_path / "x.pt")
+    torch.save(want, tmp_path / "want.pt")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DYNAMO_LIBRARY")}
+    r = subprocess.run([sys.executable, "-c",
+                        "import sys, torch\n"
+                        "m = torch.load(sys.argv[1] + '/model.pt', weights_only=False)\n"
+                        "try:\n"
+                        "    import dynamo\n"
+                        "    raise SystemExit('dynamo is importable here: the test proves nothing')\n"
+                        "except ImportError:\n"
+                        "    pass\n"
+                        "assert 'forward' not in m.__dict__, m.__dict__.keys()\n"
+                        "x, want = torch.load(sys.argv[1] + '/x.pt'), torch.load(sys.argv[1] + '/want.pt')\n"
+                        "with torch.no_grad():\n"
+                        "    torch.testing.assert_close(m(x), want)\n"
+                        "print('loaded and ran without dynamo')\n", str(tmp_path)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "without dynamo" in r.stdout, r.stdout + r.stderr
+    # the optimized module in this process goes on compiled, and a deep copy stays optimized
+    twin = __import__("copy").deepcopy(opt)
+    assert isinstance(twin.__dict__["forward"], dynamo.frontend.OptimizedFunction) and twin.forward.owner is twin
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), want)

@@ -273,7 +273,7 @@ def test_explain_and_log_name_the_variables(capfd):
     finally:
         config.log = old
     err = capfd.readouterr().err
-    assert "size family from" in err and "probes of trace 0" in err, err
+    assert "size family from" in err and "probes of trace 1" in err, err
     assert "s0 = a[0].size(0) >= 1; s1 = a[0].size(1) >= 1" in err, err
     assert "s0 = a[0].size(0) >= 1" in str(dynamo.explain(opt, torch.randn(4, 5)))
 
