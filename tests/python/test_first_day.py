@@ -425,3 +425,28 @@ def test_a_saved_optimized_module_loads_where_dynamo_is_not_installed(tmp_path):
     assert isinstance(twin.__dict__["forward"], dynamo.frontend.OptimizedFunction) and twin.forward.owner is twin
     with torch.no_grad():
         torch.testing.assert_close(twin(x), want)
+
+
+# -- 8: what the docs say is what the code does ----------------------------------------------------
+
+def test_dump_dir_files_are_named_as_the_readme_says(tmp_path, monkeypatch):
+    import glob
+    import re
+    monkeypatch.setenv("DYNAMO_DUMP_DIR", str(tmp_path))
+
+    def scaled_gelu(x):
+        return torch.nn.functional.gelu(x) * 3
+
+    f = dynamo.optimize(scaled_gelu)
+    f(torch.randn(40))
+    traces = glob.glob(str(tmp_path / "dynamo_trace_*_*.trace"))
+    assert len(traces) == 1, os.listdir(tmp_path)
+    stem = traces[0][:-len(".trace")]
+    for ext in (".plan", ".ll", ".opt.ll", ".s"):
+        assert os.path.exists(stem + ext), (ext, os.listdir(tmp_path))
+    first = open(traces[0]).readline()
+    assert first.startswith("trace @") and "scaled_gelu" in first, first
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    row = [ln for ln in readme.splitlines() if ln.startswith("| `DYNAMO_DUMP_DIR`")][0]
+    assert "dynamo_trace_<frame>_<n>" in row and all(e in row for e in ("`.plan`", "`.ll`", "`.opt.ll`", "`.s`"))
+    assert re.fullmatch(r"dynamo_trace_\d+_\d+", os.path.basename(stem))
