@@ -152,6 +152,10 @@ class BackOff:
         bump(f"abort_{kind}")
         log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
         snap.aborts.append(reason)
+        if kind == "nothing" and snap.step is None:  # (a branch: what follows it is plain Python)
+            snap.blacklisted = ("no tensor operations follow it, so there is nothing to compile: the rest of "
+                                "such calls runs in dynamo's interpreter, which costs little without tensor work")
+            return
         # A stitch's continuation is recorded from the same state on every call: what failed
         # once fails again, so one failure decides (a branch's side trace may see other values).
         if len(snap.aborts) >= (1 if snap.step is not None else config.abort_limit):

@@ -15,6 +15,22 @@ CO_GENERATOR = 0x20  # code flag: a generator function's body
 NULL = object()  # CPython's NULL stack entry (pushed before a callable that is not a method)
 
 
+class ItemRead:
+    """The source of a Python number read from a recorded float tensor (t.item(), float(t)) whose
+    exit is not made yet: while the number only moves (locals, the value stack) or meets a
+    number in a comparison, the trace guards the comparison's outcome instead of the number
+    (interpreter._compare_item: `while err > tol` with err read by .item() each iteration). Any
+    other use makes the number's own value exit there (interpreter._settle_items); a snapshot
+    taken meanwhile carries it as the read of the live tensor (snapshot.encode)."""
+
+    __slots__ = ("t", "conv", "expr", "base")
+
+    def __init__(self, t, conv):
+        self.t, self.conv = t, conv
+        self.expr = f"<{conv}() of a tensor, not guarded yet>"  # (never a guard's source)
+        self.base = None
+
+
 def plain_class(cls):
     """A Python class whose instances are made by object.__new__ or a __new__ in Python, and whose
     __init__ is Python code (or object's): calling it can be interpreted, and an instance the call made can be

@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 from . import config, snapshot
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
-from .frames import plain_class as _plain_class
+from .frames import ItemRead, plain_class as _plain_class
 from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
 from .recorder import Recorder
 from .sizeflow import SizeFlow
@@ -66,6 +66,13 @@ _SCALAR_ARG = re.compile(r"[ak]\[(\d+|'[A-Za-z_][A-Za-z_0-9]*')\]\Z")
 # + - * / (and += ...) between a tensor and the number: exactly one ATen op with it as an operand
 _SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
 # bytecodes that move or drop stack values without reading them
+# Bytecodes that only move a deferred number read (frames.ItemRead) or compare it (COMPARE_OP,
+# which decides itself): any other settles it first (Interpreter._settle_items).
+_ITEM_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME",
+               "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP", "JUMP_FORWARD",
+               "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP"}
+_FLIPPED = [operator.gt, operator.ge, operator.eq, operator.ne, operator.lt, operator.le]  # b op a as a op' b
+
 _SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
                  "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
                  "BINARY_OP", "CALL", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE"}
@@ -261,6 +268,7 @@ class Interpreter(SizeFlow):
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
         self._cell_src = {}       # id(cell) -> source of its contents
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
+        self.deferred_reads = 0   # pairs holding a frames.ItemRead (numbers whose exit is not made yet)
         self.effect = None        # the first effect outside the call (it cannot be run again after it)
         self.nopython = False     # the function's name under nopython=True: an abort raises NopythonError
         from . import config
@@ -303,7 +311,7 @@ class Interpreter(SizeFlow):
         """v was read from src: guard it (and register tensors as inputs). scalar_ok: a load onto
         the value stack, where a Python number argument may become a scalar input (tracked in
         self.scalars, its value guarded only by a use that depends on it: settle_scalar)."""
-        if src is None or not self.recording:
+        if src is None or not self.recording or type(src) is ItemRead:  # (an ItemRead: guarded at its use)
             return
         if type(v) in (float, int):
             if src.expr in self.scalars:
@@ -857,6 +865,8 @@ class Interpreter(SizeFlow):
             op = ins.opname
             if self.scalars:
                 self._settle_stack(f, op)
+            if self.deferred_reads and op not in _ITEM_MOVES:
+                self._settle_items(f)
             if op in ("NOP", "RESUME", "PRECALL", "EXTENDED_ARG"):
                 continue
             handler = handlers.get(op)
@@ -1168,6 +1178,11 @@ class Interpreter(SizeFlow):
         stack = f.stack
         push, pop = stack.append, stack.pop
         arg = ins.arg
+        if self.deferred_reads and (type(stack[-1][1]) is ItemRead or type(stack[-2][1]) is ItemRead):
+            done = self._compare_item(f, arg)
+            if done is not None:
+                push(done)
+                return
         b = pop()
         a = pop()
         self._pin(a, b)
@@ -1831,6 +1846,9 @@ class Interpreter(SizeFlow):
         if self._cut_for_grad():  # the trace ends here: the number is read after it
             self._value_cut(f, f.ip, t, conv, f"{conv}() of a tensor (recorded: {raw!r})")
             return (value, None)
+        if conv in ("item", "float") and t.is_floating_point() and type(value) is float:
+            self.deferred_reads += 1  # (its exit is made where it is used: _settle_items, _compare_item)
+            return (value, ItemRead(t, conv))
         try:
             snap, live, index = snapshot.take(self, f, f.ip, f"{conv}() of a tensor == {raw!r}")
         except NoSnapshot as e:
@@ -1842,6 +1860,61 @@ class Interpreter(SizeFlow):
         snap.frames[-1].stack.append(("item", index[id(t)], conv))
         self.rec.value_exit(t, raw, live, snap)
         return (value, None)
+
+    def _settle_items(self, f):
+        """Before a bytecode of frame f that uses (not only moves) a deferred number read on the
+        stack: its value exit is made here, with a snapshot that runs this bytecode again with
+        the number read anew from its tensor; from here the trace relies on the value, as an
+        exit made at the read would have."""
+        for v, src in list(f.stack):
+            if type(src) is ItemRead:
+                self._item_exit(f, src, v)
+
+    def _item_exit(self, f, src, v):
+        if not self.recording:
+            self._forget_read(src)
+            return
+        try:  # (taken while src is pending: the snapshot reads the number anew from its tensor)
+            snap, live, _ = snapshot.take(self, f, f.ip - 1, f"{src.conv}() of a tensor == {v!r}")
+        except NoSnapshot as e:
+            self._forget_read(src)
+            self.abort(f"data-dependent value: {e}", "data_dependent")
+            return
+        self._forget_read(src)
+        self.rec.value_exit(src.t, v, live, snap)
+
+    def _forget_read(self, src):
+        """Every pair holding deferred read src, in every frame, is a plain number from here."""
+        for fr in self.frames:
+            for where in (fr.locals, fr.stack):
+                for i, p in enumerate(where):
+                    if p[1] is src:
+                        where[i] = (p[0], None)
+        self.deferred_reads = sum(1 for fr in self.frames for where in (fr.locals, fr.stack)
+                                  for p in where if type(p[1]) is ItemRead)
+
+    def _compare_item(self, f, arg):
+        """COMPARE_OP on a deferred number read and a Python number: the comparison is recorded on
+        the tensor (in float64, as Python compares the float) and the trace guards its outcome,
+        which repeats from call to call where the number does not (a convergence test). Returns
+        the pair to push, or None when the comparison does not qualify (then settled, and
+        compared as usual)."""
+        stack = f.stack
+        a, b = stack[-2], stack[-1]
+        mine, other = (a, b) if type(a[1]) is ItemRead else (b, a)
+        plain_number = type(other[0]) is float or (type(other[0]) is int and abs(other[0]) < 2 ** 53)
+        if type(other[1]) is ItemRead or not plain_number or not self.recording or self.probe is not None or \
+                not self.rec.known(mine[1].t) or self._cut_for_grad():
+            self._settle_items(f)
+            return None
+        if other[1] is not None and other[1].expr in self.scalars:
+            self.settle_scalar(other)
+        del stack[-2:]
+        t = mine[1].t
+        wide = t if t.dtype == torch.float64 else t.to(torch.float64)
+        op = _COMPARE[arg] if mine is a else _FLIPPED[arg]
+        outcome = op(wide, other[0])
+        return self._tensor_value(outcome, "bool")
 
     def _cut_for_grad(self):
         """Whether a branch on or a read of a tensor's value ends the trace (a cut) instead of

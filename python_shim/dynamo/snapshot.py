@@ -35,7 +35,7 @@ import types
 import torch
 
 from .frames import CO_GENERATOR, NULL as _NULL, NoSnapshot, ResumeFailed, SourcedIter as _SourcedIter
-from .frames import plain_class as _plain_class
+from .frames import ItemRead, plain_class as _plain_class
 from .guards import EXIT, FUNC, Source
 
 
@@ -153,6 +153,11 @@ def encode(interp, x, src, live, live_index):
             live_index[id(x)] = len(live)
             live.append(x)
         return ("live", live_index[id(x)])
+    if type(src) is ItemRead:  # a number read from a live tensor, its exit not made yet
+        if id(src.t) not in live_index:
+            live_index[id(src.t)] = len(live)
+            live.append(src.t)
+        return ("item", live_index[id(src.t)], src.conv)
     if src is not None and not src.expr.startswith("x["):
         return ("src", src.expr)
     # (a value a side trace read as x[i] -- a stitch's result -- is encoded by what it is: the
@@ -393,7 +398,11 @@ def _decode_pair(spec, env, live, interp):
             v = _convert(live[spec[1]], spec[2])
         finally:
             interp.rec.paused -= 1
-        interp.touch(live[spec[1]], EXIT.item(spec[1]))
+        t = live[spec[1]]
+        interp.touch(t, EXIT.item(spec[1]))
+        if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t):
+            interp.deferred_reads += 1  # (guarded where it is used, as at the read: interpreter._compare_item)
+            return v, ItemRead(t, spec[2])
         interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
         return v, None
     elif kind == "bound":

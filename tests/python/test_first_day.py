@@ -450,3 +450,67 @@ def test_dump_dir_files_are_named_as_the_readme_says(tmp_path, monkeypatch):
     row = [ln for ln in readme.splitlines() if ln.startswith("| `DYNAMO_DUMP_DIR`")][0]
     assert "dynamo_trace_<frame>_<n>" in row and all(e in row for e in ("`.plan`", "`.ll`", "`.opt.ll`", "`.s`"))
     assert re.fullmatch(r"dynamo_trace_\d+_\d+", os.path.basename(stem))
+
+
+# -- 10: a loop that runs until a tensor condition holds ---------------------------------------------
+
+def _newton_item(a, tol=1e-5):
+    x = a.clone()
+    err = 1.0
+    while err > tol:  # err: a number read by .item() each iteration
+        nx = x - (x * x * x - a) / (3 * x * x)
+        err = ((nx - x).abs() / nx.abs()).max().item()
+        x = nx
+    return x
+
+
+def _newton_tensor(a, tol=1e-5):
+    x = a.clone()
+    while True:
+        nx = x - (x * x * x - a) / (3 * x * x)
+        if not ((nx - x).abs() > tol * nx.abs()).any():  # a branch on a tensor
+            return nx
+        x = nx
+
+
+@pytest.mark.parametrize("fn", [_newton_item, _newton_tensor])
+def test_a_convergence_loop_runs_native_for_every_iteration_count(fn):
+    import random
+    rng = random.Random(0)
+    inputs = [torch.rand(64) * 10 ** rng.uniform(0, 8) + 1 for _ in range(12)]  # 5 to 45 iterations
+    opt = dynamo.optimize(fn)
+    for _ in range(4):
+        for a in inputs:
+            assert torch.equal(opt(a), fn(a))
+    c = dynamo.counters()
+    # one recording serves every call: the trace's exits guard each comparison's outcome (which
+    # repeats), not the number compared (which never does); a call that converges sooner leaves
+    # at its last comparison, where only `return` is left
+    assert c["interpreted_runs"] <= 3 and c["native_runs"] + c["side_exits"] >= c["calls"] - 2, c
+    assert "of a tensor == 0." not in dynamo.report() and "of a tensor == 1." not in dynamo.report()
+
+
+def test_a_number_read_by_item_is_still_guarded_where_its_value_matters():
+    def f(x, y):
+        s = x.abs().max().item()
+        if s > 0.5:              # compared: guarded by the outcome
+            y = y * s            # used as a number: guarded by its value (an exit here)
+        print("", end="")        # a stitch while it is live
+        return y + s, round(s, 3)
+
+    opt = dynamo.optimize(f)
+    for scale in (1.0, 1.0, 2.0, 0.1, 3.0, 0.2, 1.0, 5.0, 0.3, 2.0):
+        x, y = torch.randn(8) * scale, torch.randn(8)
+        got, want = opt(x, y), f(x, y)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
+
+
+def test_comparing_two_numbers_read_by_item():
+    def f(x, y):
+        a, b = x.max().item(), y.max().item()
+        return x * 2 if a > b else y * 3
+
+    opt = dynamo.optimize(f)
+    for i in range(12):
+        x, y = torch.randn(5), torch.randn(5)
+        assert torch.equal(opt(x, y), f(x, y))
