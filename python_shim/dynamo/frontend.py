@@ -25,15 +25,14 @@ import types
 
 import torch
 
-from . import config, native, probe, reasons, registry, sizes, store, tracetree, training
+from . import config, native, probe, reasons, recording, registry, sizes, store, tracetree, training
 from ._capi import DynamoError
 from . import backoff
 from .backoff import AUTOGRAD, BackOff, _call_state
 from .frames import Abort, NopythonError, StitchNow
-from .guards import TORCH_STATE_TEXT, GuardSet, torch_state
-from .interpreter import Interpreter, release, unsupported_reason
+from .guards import GuardSet
+from .interpreter import release, unsupported_reason
 from .log import enabled as log_enabled, log
-from .recorder import Recorder
 from .registry import bump
 from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _flatten_result, shape_key
 
@@ -118,7 +117,6 @@ class OptimizedFunction(TraceTree, BackOff):
         self.bound = bound        # the object of an optimized bound method (optimizer.step), passed first
         self.nopython = nopython
         self._dropped = None      # the limits under which a trace found no room: no more recordings
-        self._call_key = None     # shape_key of the call being recorded or loaded from the store
         self.compiled = []
         self.families = []        # sizes.Family: traces serving other sizes without a recording
         self._warned_marks = False  # said once why dims marked dynamic got no size family
@@ -136,7 +134,6 @@ class OptimizedFunction(TraceTree, BackOff):
         self._left_at = None      # left to CPython: (calls then, config then, calls until a new try)
         self._comebacks = 0       # tries since (each waits 4x longer)
         self._abort_base = 0      # aborts before the last try (abort_limit counts those after)
-        self._recording_where = None
         self._fast_eager = None   # left to CPython with nothing compiled: (calls until a new try, config._version)
         self._misses = []         # the guard that rejected the calls of the last recordings (_churns)
         self.name = getattr(fn, "__qualname__", "fn")
@@ -224,45 +221,67 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def call(self, fn, args, kwargs, in_frame):
         """One call of fn (a function object of this code). in_frame: called from the frame
-        hook, which runs the frame itself when we return EAGER instead of a result."""
+        hook, which runs the frame itself when we return EAGER instead of a result. In order:
+        the compiled traces; traces made without a recording (size families and probes, the
+        trace store); the policy (backoff.py: why not record now); a recording."""
         bump("calls")
         self.calls += 1
         fast = self._fast_eager
         if fast is not None and self.calls < fast[0] and fast[1] == config._version:
-            bump("eager_runs")  # (left to CPython with nothing compiled: no check to make)
-            return EAGER if in_frame else fn(*args, **kwargs)
+            return self._eager(fn, args, kwargs, in_frame)  # (left to CPython, nothing to check)
         result = self._run_traces(self.compiled, fn, args, kwargs)
+        if result is MISS and self.compiled:
+            self._missed(fn, args, kwargs)
+            if self.disabled_reason is None:
+                result = self._from_sizes(fn, args, kwargs)
         if result is not MISS:
             return result
-        if self.compiled:
-            bump("guard_misses")
-            if log_enabled("guards"):
-                for i, c in enumerate(self.compiled):
-                    why = c.guards.explain_failure(args, kwargs, fn.__globals__, fn) or \
-                        "tensor metadata (checked natively)"
-                    log("guards", f"{self.name}: trace {i + 1} rejected the call: {why}")
-        if self.compiled and self.disabled_reason is None:
-            result = self._from_family(fn, args, kwargs) if self.families else MISS
-            if result is MISS and self._probe_sizes(fn, args, kwargs):
-                result = self._from_family(fn, args, kwargs)
-            if result is not MISS:
-                return result
+        if self._left_to_cpython(args):
+            return self._eager(fn, args, kwargs, in_frame)
+        result = self._from_store(fn, args, kwargs) if store.enabled() else MISS
+        if result is not MISS:
+            return result
+        if self.compiled and self._churns(fn, args, kwargs):
+            return self._eager(fn, args, kwargs, in_frame)
+        return self._record(fn, args, kwargs, in_frame)
+
+    def _missed(self, fn, args, kwargs):
+        """Every compiled trace rejected the call: counted, and said per trace under DYNAMO_LOG=guards."""
+        bump("guard_misses")
+        if log_enabled("guards"):
+            for i, c in enumerate(self.compiled):
+                why = c.guards.explain_failure(args, kwargs, fn.__globals__, fn) or "tensor metadata (checked natively)"
+                log("guards", f"{self.name}: trace {i + 1} rejected the call: {why}")
+
+    def _from_sizes(self, fn, args, kwargs):
+        """The call through a size family's instance (a family made now by size probes if none
+        serves it yet), or MISS."""
+        result = self._from_family(fn, args, kwargs) if self.families else MISS
+        if result is MISS and self._probe_sizes(fn, args, kwargs):
+            result = self._from_family(fn, args, kwargs)
+        return result
+
+    def _left_to_cpython(self, args):
+        """The policy before a recording: True when this call runs in CPython instead -- the
+        function was left to CPython (and does not come back now), it aborted before in this
+        call's state, it is backing off after an abort, it is not hot yet, or its cache is full.
+        A module left to CPython has its parts compiled apart (backoff.py)."""
+        split = self.parts is None and self.owner is not None
         if self.disabled_reason is not None and not self._comes_back():
             self._fallback(self.disabled_reason)
-            if self.parts is None and self.owner is not None:
+            if split:
                 self._compile_parts()
-            return self._eager(fn, args, kwargs, in_frame)
-        if self.state_fallbacks:  # it aborted for the call's state: eager until that state changes
-            seen = self.state_fallbacks.get(_call_state(args))
-            if seen is not None:
-                self._fallback(seen[0])
-                if seen[1] != "autograd" and self.parts is None and self.owner is not None:
-                    self._compile_parts()  # (grad mode would stop the parts as well)
-                return self._eager(fn, args, kwargs, in_frame)
+            return True
+        seen = self.state_fallbacks.get(_call_state(args)) if self.state_fallbacks else None
+        if seen is not None:  # it aborted for the call's state: eager until that state changes
+            self._fallback(seen[0])
+            if seen[1] != "autograd" and split:
+                self._compile_parts()  # (grad mode would stop the parts as well)
+            return True
         if self.calls < self.retry_at:  # backing off after an abort
-            if self.parts is None and self.owner is not None:
+            if split:
                 self._compile_parts()  # what failed once mostly fails again: the parts start now
-            return self._eager(fn, args, kwargs, in_frame)
+            return True
         if self.calls < config.hot_threshold or self._cache_full():
             if self._cache_full() and not getattr(self, "_warned", False):
                 self._warned = True
@@ -270,14 +289,8 @@ class OptimizedFunction(TraceTree, BackOff):
                       f"{f', {config.size_variants} more sharing their code' if self._shared_count() else ''}); "
                       f"further variants run eagerly", file=sys.stderr)
             self._fallback("cache limit reached" if self.compiled else "not hot yet")
-            return self._eager(fn, args, kwargs, in_frame)
-        if store.enabled():
-            result = self._from_store(fn, args, kwargs)
-            if result is not MISS:
-                return result
-        if self.compiled and self._churns(fn, args, kwargs):
-            return self._eager(fn, args, kwargs, in_frame)
-        return self._record(fn, args, kwargs, in_frame)
+            return True
+        return False
 
     def _churns(self, fn, args, kwargs):
         """Before recording again after a miss: whether the newest trace rejected this call at the
@@ -346,15 +359,14 @@ class OptimizedFunction(TraceTree, BackOff):
             if t not in pending:  # another thread took it meanwhile
                 continue
             pending.remove(t)
-            self._call_key = shape_key(args)
-            c = self._compile_stored(t, gs, at)
+            c = self._compile_stored(t, gs, at, shape_key(args))
             if c is not None:
                 result = self._run_one(c, inputs, fn, args, kwargs)
                 if result is not _NEXT:
                     return result
         return MISS
 
-    def _compile_stored(self, t, gs, at):
+    def _compile_stored(self, t, gs, at, key):
         """A Compiled for stored trace t whose guards gs were bound for this process, or None."""
         try:
             entry = self._frame_for(None).compile(native.Trace(t["text"]))
@@ -367,7 +379,7 @@ class OptimizedFunction(TraceTree, BackOff):
             except DynamoError as e:  # then the steps time both ways again
                 log("store", f"{self.name}: stored choices not applied: {e.message}")
         c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
-        c.shape_key = self._call_key
+        c.shape_key = key
         c.mutates = t["mutates"]
         c.store_where, c.store_id, c.stored_choices = at, t["id"], t.get("choices", "")
         c.from_store = True
@@ -415,8 +427,7 @@ class OptimizedFunction(TraceTree, BackOff):
             raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
 
     def _record(self, fn, args, kwargs, in_frame=False):
-        self._call_key = shape_key(args)  # the new trace's dispatch key (tracetree._run_traces)
-        self._call_leaves = _leaf_shapes(args, kwargs)  # (size probes: which sizes a miss changed)
+        call = recording.CallFacts(shape_key(args), _leaf_shapes(args, kwargs))
         why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             self.disabled_reason = f"{self.name} uses {why}"
@@ -425,35 +436,24 @@ class OptimizedFunction(TraceTree, BackOff):
             bump("abort_python")
             self._fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
-        self._recording_where = None
         if store.enabled() and getattr(fn, "__code__", None) is not None:
             try:  # (the arguments as the call gets them: before it runs)
-                self._recording_where = store.where(fn.__code__, args, kwargs)
+                call.store_where = store.where(fn.__code__, args, kwargs)
             except Exception as e:  # noqa: BLE001 -- only later processes depend on it
                 log("store", f"{self.name}: no place in the trace store: {type(e).__name__}: {e}")
-        rec = Recorder(self.name.replace(".", "_").replace("<", "").replace(">", ""))
-        gs = GuardSet()
-        gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
-        interp = Interpreter(rec, gs)
-        interp.nopython = self.nopython and self.name
-        interp.value_cuts = self.value_cuts
+        rec, gs, interp = recording.start(self.name, nopython=self.nopython and self.name,
+                                          value_cuts=self.value_cuts, call=call)
         bump("interpreted_runs")
         if self.compiled:
             log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
         t0 = time.perf_counter()
         rng = torch.get_rng_state()
-        raised = None
         try:
-            with rec, native.blas_one_thread():
-                result = interp.run(fn, args, kwargs)
+            result, raised = recording.run(rec, interp, lambda: interp.run(fn, args, kwargs))
         except StitchNow as s:  # a stitch's step was made: the rest of the call from its snapshot
             log("perf", f"{self.name}: recorded up to a stitch in {(time.perf_counter() - t0) * 1e3:.1f} ms")
             return self._through_stitch(rec, gs, interp, s.value, None, fn, args, kwargs)
-        except Exception as e:  # noqa: BLE001 -- the program's own exception, or ours
-            torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
-            raised = e
-        if raised is not None:  # (handled outside the except block: an eager re-run that raises
-            #                      the program's exception raises it alone, not "during handling of")
+        if raised is not None:  # the program's own exception, or ours
             return self._recording_raised(raised, rec, interp, rng, fn, args, kwargs, in_frame)
         log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         try:
@@ -501,69 +501,103 @@ class OptimizedFunction(TraceTree, BackOff):
             return result
 
     def _compile_trace(self, rec, gs, interp, result, side_of):
-        out_spec = names = None
         # a stitch with nothing recorded before it (print(...) first thing): guards, no native code
         guards_only = rec.abort_reason is None and rec.cut is not None and rec.cut[0].step is not None and \
             not rec.ops and not rec.cut[1]
+        out_spec = names = None
         train = False
         if rec.abort_reason is None and not guards_only:
             try:
-                if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
-                    raise Abort("the call changes grad mode and does not restore it", "python")
-                if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
-                    if config.training and rec.exits and rec.value_exits == len(rec.exits) and \
-                            not interp.value_cuts:
-                        # a branch on a tensor came before the first tensor requiring grad, and
-                        # became a side exit: the trace goes, unannounced, and the next recording
-                        # ends the trace at such branches, as it would have after that tensor
-                        self.value_cuts = True
-                        log("recompiles", f"{self.name}: a side exit came before a tensor requiring grad: "
-                                          "recording again with the trace ending at each branch on a tensor")
-                        return result
-                    why = training.unsupported(rec, side_of is not None) if config.training else \
-                        "config.training is off"
-                    if why is not None:
-                        rec.quiet = why == training.SMALL  # (nothing for the user to do: not said on stderr)
-                        raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
-                                    "under torch.no_grad() or torch.inference_mode())", "autograd")
-                    train = True
-                if rec.train_only is not None and not train:
-                    raise Abort(rec.train_only, "write")
-                if rec.cut is not None:  # the trace's outputs are the live values at the cut
-                    names = [rec.output_name(t) for t in rec.cut[1]]
-                    out_spec = ("cut",)
-                else:
-                    index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items()
-                             if e in gs.tensor_inputs}
-                    out_spec, names = _flatten_result(result, rec, index)
-                if not rec.ops and rec.cut is None:  # (a cut trace may hand its live values on as they are)
-                    raise Abort("no tensor operations on this path (nothing to compile)", "nothing")
-                if not names:  # the work is in place, or returns inputs and Python values only:
-                    names = [rec.last_value()]  # a trace has an output; this one is not returned
+                outputs = self._trace_outputs(rec, gs, interp, result, side_of)
             except Abort as e:  # (the trace itself fails: also after a cut, which rec.abort would ignore)
                 rec.abort_reason, rec.abort_kind = str(e), e.kind
                 rec.abort_where = rec.abort_where or "the end of the call"  # (what it returns, grad mode)
-        if rec.abort_reason is not None:
-            if side_of is not None:
-                self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
-                return result
-            if reasons.policy(rec.abort_kind) == "state":
-                self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind, getattr(rec, "quiet", False))
             else:
-                self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
-                              kind=rec.abort_kind)
-            self._fallback(rec.abort_reason)
+                if outputs is None:  # recorded again at the next call (value cuts)
+                    return result
+                out_spec, names, train = outputs
+        if rec.abort_reason is not None:
+            self._recording_aborted(rec, interp, side_of)
             return result
         text = rec.text(names) if not guards_only else "(no native code: a stitch first)"
         if train:
             return self._compile_training(rec, gs, interp, result, text, out_spec, names, side_of)
+        c = self._compile_native(rec, gs, interp, text, out_spec, guards_only, side_of)
+        if c is None:
+            return result
+        self._attach_cut(c, rec)
+        if side_of is not None:
+            self._add_side(c, side_of)
+            if c.stats.shared_code:
+                bump("code_shared")
+            self._link(side_of[0], side_of[1], c)
+        else:
+            self._keep_root(c, rec, gs, interp, text, out_spec, guards_only)
+        return result
+
+    def _trace_outputs(self, rec, gs, interp, result, side_of):
+        """(output spec, output value names, whether it trains) of a finished recording, or None
+        when it is dropped to be recorded again with value cuts; raises Abort when the recording
+        cannot become a trace (grad mode changed, grad without training support, nothing
+        recorded)."""
+        train = False
+        if rec.cut is None and torch.is_grad_enabled() != interp.grad_at_start:
+            raise Abort("the call changes grad mode and does not restore it", "python")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in rec.keep):
+            if config.training and rec.exits and rec.value_exits == len(rec.exits) and not interp.value_cuts:
+                # a branch on a tensor came before the first tensor requiring grad, and became a
+                # side exit: the trace goes, unannounced, and the next recording ends the trace at
+                # such branches, as it would have after that tensor
+                self.value_cuts = True
+                log("recompiles", f"{self.name}: a side exit came before a tensor requiring grad: "
+                                  "recording again with the trace ending at each branch on a tensor")
+                return None
+            why = training.unsupported(rec, side_of is not None) if config.training else "config.training is off"
+            if why is not None:
+                rec.quiet = why == training.SMALL  # (nothing for the user to do: not said on stderr)
+                raise Abort(f"{AUTOGRAD}: grad mode is on and a tensor requires grad, and {why} (compile "
+                            "under torch.no_grad() or torch.inference_mode())", "autograd")
+            train = True
+        if rec.train_only is not None and not train:
+            raise Abort(rec.train_only, "write")
+        if rec.cut is not None:  # the trace's outputs are the live values at the cut
+            names = [rec.output_name(t) for t in rec.cut[1]]
+            out_spec = ("cut",)
+        else:
+            index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items() if e in gs.tensor_inputs}
+            out_spec, names = _flatten_result(result, rec, index)
+        if not rec.ops and rec.cut is None:  # (a cut trace may hand its live values on as they are)
+            raise Abort("no tensor operations on this path (nothing to compile)", "nothing")
+        if not names:  # the work is in place, or returns inputs and Python values only:
+            names = [rec.last_value()]  # a trace has an output; this one is not returned
+        return out_spec, names, train
+
+    def _recording_aborted(self, rec, interp, side_of):
+        """Counts why a finished recording does not become a trace (rec.abort_reason)."""
+        if side_of is not None:
+            self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
+            return
+        if reasons.policy(rec.abort_kind) == "state":
+            self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind, getattr(rec, "quiet", False))
+        else:
+            self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
+                          kind=rec.abort_kind)
+        self._fallback(rec.abort_reason)
+
+    @staticmethod
+    def _storable(rec, side_of, guards_only):
+        """Whether the trace goes to the trace store: a root with no exits or cut, on the CPU."""
+        return side_of is None and not rec.exits and rec.cut is None and not guards_only and \
+            rec.device is None and store.enabled()
+
+    def _compile_native(self, rec, gs, interp, text, out_spec, guards_only, side_of):
+        """The Compiled of trace `text` (its guards' function built while LLVM compiles), or None
+        when the compile fails (counted, and the recording's reason kept)."""
         t0 = time.perf_counter()
         frame = self._frame_for(rec.device)
         job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
-        storable = side_of is None and not rec.exits and rec.cut is None and not guards_only and \
-            rec.device is None and store.enabled()
         try:
-            gs.compile(binder=storable)  # the guards' function, built while LLVM compiles (ctypes drops the GIL)
+            gs.compile(binder=self._storable(rec, side_of, guards_only))  # (ctypes drops the GIL meanwhile)
         finally:
             job.thread.join()
         entry = None
@@ -574,10 +608,10 @@ class OptimizedFunction(TraceTree, BackOff):
             reason = f"compile failed: {e.message}"
             if side_of is not None:
                 self._side_aborted(side_of[0].exits[side_of[1]], reason)
-                return result
+                return None
             self._aborted(reason, rec.ops, interp.inlined)
             self._fallback(reason)
-            return result
+            return None
         finally:
             if entry is None and not guards_only:
                 bump("compile_seconds", time.perf_counter() - t0)
@@ -593,13 +627,11 @@ class OptimizedFunction(TraceTree, BackOff):
                       f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
                       f"{_code_note(c.stats)}")
         log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
-        self._attach_cut(c, rec)
-        if side_of is not None:
-            self._add_side(c, side_of)
-            if c.stats.shared_code:
-                bump("code_shared")
-            self._link(side_of[0], side_of[1], c)
-            return result
+        return c
+
+    def _keep_root(self, c, rec, gs, interp, text, out_spec, guards_only):
+        """A compiled root trace joins the function's traces, when its kind has room (else it
+        goes, and no more recordings come), then its size family and the trace store."""
         if (self._shared_count() >= config.size_variants if c.stats.shared_code
                 else self._own_count() >= config.cache_limit):
             # no room for this kind of trace (the other kind had room): it goes, and no more
@@ -609,22 +641,21 @@ class OptimizedFunction(TraceTree, BackOff):
                               + (f"{config.size_variants} traces share machine code already (size_variants)"
                                  if c.stats.shared_code else
                                  f"{config.cache_limit} traces have machine code of their own already (cache_limit)"))
-            return result
+            return
         if c.stats.shared_code:
             bump("code_shared")
         self._add_root(c, rec, interp)
-        if side_of is None and not rec.exits and rec.cut is None and not guards_only and rec.device is None:
+        if not rec.exits and rec.cut is None and not guards_only and rec.device is None:
             c.size_fixed = {**rec.size_fixed, **interp.size_fixed}
             c.dynamic_marks = dict(rec.input_marks)
             self._join_family(c, interp.size_read)
-        if storable and self._recording_where is not None:
+        if self._storable(rec, None, guards_only) and rec.call.store_where is not None:
             try:
-                c.store_id = store.save(self._recording_where, self.name, gs.export(), text, out_spec, rec.ops,
+                c.store_id = store.save(rec.call.store_where, self.name, gs.export(), text, out_spec, rec.ops,
                                         interp.inlined, rec.mutated)
-                c.store_where = self._recording_where
+                c.store_where = rec.call.store_where
             except Exception as e:  # noqa: BLE001 -- only later processes depend on it
                 log("store", f"{self.name}: trace not stored: {type(e).__name__}: {e}")
-        return result
 
     def _compile_training(self, rec, gs, interp, result, text, out_spec, names, side_of):
         """A recorded call (a root, or a side trace of side_of) with tensors that require grad: a
@@ -674,8 +705,8 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def _add_root(self, c, rec, interp):
         """A newly compiled root trace joins the function's traces (counted)."""
-        c.shape_key = self._call_key
-        c.leaf_shapes = getattr(self, "_call_leaves", None)
+        c.shape_key = rec.call.shape_key
+        c.leaf_shapes = rec.call.leaf_shapes
         if self.compiled:
             bump("recompiles")
         self.compiled.append(c)

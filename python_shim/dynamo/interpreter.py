@@ -1874,14 +1874,21 @@ class Interpreter(SizeFlow):
         if not self.recording:
             self._forget_read(src)
             return
+        cut = self._cut_for_grad()  # (a tensor requiring grad came since the read: the trace ends here)
+        what = f"{src.conv}() of a tensor == {v!r}" if not cut else \
+            f"{src.conv}() of a tensor (recorded: {v!r}), the trace ends there with grad on"
         try:  # (taken while src is pending: the snapshot reads the number anew from its tensor)
-            snap, live, _ = snapshot.take(self, f, f.ip - 1, f"{src.conv}() of a tensor == {v!r}")
+            snap, live, _ = snapshot.take(self, f, f.ip - 1, what)
         except NoSnapshot as e:
             self._forget_read(src)
             self.abort(f"data-dependent value: {e}", "data_dependent")
             return
         self._forget_read(src)
-        self.rec.value_exit(src.t, v, live, snap)
+        if cut:
+            snap.value_cut = True
+            self.rec.cut = (snap, live)
+        else:
+            self.rec.value_exit(src.t, v, live, snap)
 
     def _forget_read(self, src):
         """Every pair holding deferred read src, in every frame, is a plain number from here."""

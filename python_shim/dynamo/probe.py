@@ -108,15 +108,12 @@ def run(name, fn, args, kwargs, change, base_shapes):
     name: shape}, sizes used as numbers); raises when the probe ends early (ProbeStop) or fails."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .guards import GuardSet
-    from .interpreter import Interpreter, release
-    from .recorder import Recorder
+    from . import recording
+    from .interpreter import release
     from .tracetree import _flatten_result
     mode = FakeTensorMode()
-    rec = Recorder(name.replace(".", "_").replace("<", "").replace(">", ""))  # (as the recording names it)
+    rec, gs, interp = recording.start(name, state_guard=False)  # (named as the recording is)
     rec.probe = mode
-    gs = GuardSet()
-    interp = Interpreter(rec, gs)
     interp.probe = base_shapes
     grad = torch.is_grad_enabled()
     # a probe that fails is an answer (the program differs at those sizes): torch 2.x's FakeTensor

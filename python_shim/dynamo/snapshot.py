@@ -400,7 +400,8 @@ def _decode_pair(spec, env, live, interp):
             interp.rec.paused -= 1
         t = live[spec[1]]
         interp.touch(t, EXIT.item(spec[1]))
-        if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t):
+        if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t) \
+                and not interp._cut_for_grad():
             interp.deferred_reads += 1  # (guarded where it is used, as at the read: interpreter._compare_item)
             return v, ItemRead(t, spec[2])
         interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")

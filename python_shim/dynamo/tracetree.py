@@ -14,13 +14,12 @@ import sys
 
 import torch
 
-from . import _capi, config, native, snapshot
+from . import _capi, config, native, recording, snapshot
 from ._capi import DynamoError
 from .frames import Abort, NopythonError, StitchNow, dense_order
-from .guards import EXIT, TORCH_STATE_TEXT, GuardSet, Source, torch_state
+from .guards import EXIT, Source
 from .interpreter import Interpreter, release
 from .log import enabled as log_enabled, log
-from .recorder import Recorder
 from .registry import bump
 
 _compiled_by_entry = {}  # native entry handle (int) -> Compiled
@@ -435,31 +434,26 @@ class TraceTree:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
         if snap.blacklisted is None and hot and room:
-            rec = Recorder(f"{self.name}_exit{exit_id}".replace(".", "_").replace("<", "").replace(">", ""))
-            gs = GuardSet()
-            gs._consts.update(snap.consts)  # the snapshot's source expressions name them
-            gs.guard_state("torch_state()", torch_state(), TORCH_STATE_TEXT)
-            interp = Interpreter(rec, gs)
-            interp.value_cuts = self.value_cuts
+            # (the snapshot's source expressions name its constants)
+            rec, gs, interp = recording.start(f"{self.name}_exit{exit_id}", consts=snap.consts,
+                                              value_cuts=self.value_cuts)
             bump("interpreted_runs")
             env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
             rng = torch.get_rng_state()
-            raised = None
+
+            def body():
+                # Inputs in the order native linking needs: the parent's, then the live values.
+                for expr in c.input_srcs:
+                    if not expr.startswith("x["):  # a side trace's own exit values are not in scope
+                        interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
+                for i, t in enumerate(values):
+                    interp.touch(t, EXIT.item(i))
+                return snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
             try:
-                with rec, native.blas_one_thread():
-                    # Inputs in the order native linking needs: the parent's, then the live values.
-                    for expr in c.input_srcs:
-                        if not expr.startswith("x["):  # a side trace's own exit values are not in scope
-                            interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
-                    for i, t in enumerate(values):
-                        interp.touch(t, EXIT.item(i))
-                    result = snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
+                result, raised = recording.run(rec, interp, body)
             except StitchNow as s:  # the side trace reached a stitch of its own and made its step
                 return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
-            except Exception as e:  # noqa: BLE001 -- as in _recording_raised, from the exit on
-                torch._C._set_grad_enabled(interp.grad_at_start)  # a `with torch.no_grad():` left midway
-                raised = e
-            if raised is not None:  # (outside the except block: see frontend._record)
+            if raised is not None:  # as in frontend._recording_raised, from the exit on
                 effect = interp.effect or rec.effect
                 release(rec, interp)
                 self._side_aborted(snap, f"recording failed inside dynamo: {type(raised).__name__}: {raised}",

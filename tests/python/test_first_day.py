@@ -514,3 +514,43 @@ def test_comparing_two_numbers_read_by_item():
     for i in range(12):
         x, y = torch.randn(5), torch.randn(5)
         assert torch.equal(opt(x, y), f(x, y))
+
+
+# -- the maintainer's side: no per-call state on the shared OptimizedFunction ------------------------
+
+def test_two_threads_recording_one_function_keep_their_own_call():
+    """Both threads record the same function at once (each waits for the other at a stitch, in
+    the middle of its recording): each trace keeps the shapes of the call it was recorded from."""
+    import threading
+    barrier = threading.Barrier(2, timeout=60)
+
+    @dynamo.disable
+    def meet():
+        barrier.wait()
+
+    def f(x):
+        y = torch.relu(x) * 2
+        meet()  # a stitch: the trace before it is compiled while the other thread records
+        return y + 1
+
+    opt = dynamo.optimize(f)
+    results, errors = {}, []
+
+    def worker(n):
+        try:
+            x = torch.randn(n)
+            results[n] = (opt(x), f(x))
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (3, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for n, (got, want) in results.items():
+        assert torch.equal(got, want)
+    keys = sorted(c.shape_key for c in opt.compiled)
+    from dynamo.tracetree import shape_key
+    assert keys == sorted([shape_key((torch.empty(3),)), shape_key((torch.empty(7),))]), keys
