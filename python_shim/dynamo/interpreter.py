@@ -71,6 +71,7 @@ _SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
 _ITEM_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME",
                "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP", "JUMP_FORWARD",
                "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP"}
+_UNHANDLED = object()  # Interpreter.call's handlers: not this kind of callable
 _FLIPPED = [operator.gt, operator.ge, operator.eq, operator.ne, operator.lt, operator.le]  # b op a as a op' b
 
 _SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
@@ -521,10 +522,24 @@ class Interpreter(SizeFlow):
 
     # -- calls ---------------------------------------------------------------------------
     def call(self, fnp, args, kwargs):
-        """Calls fnp[0] with (value, source) pairs; returns a pair."""
-        fn, fsrc = fnp
+        """Calls fnp[0] with (value, source) pairs; returns a pair. Each kind of callable has a
+        handler, tried in this order; one that does not take the call returns _UNHANDLED, and
+        what none takes runs unrecorded (_opaque)."""
+        fn = fnp[0]
         if self.size_read is None and self.frames and _reads_size(fn, args):
             self._note_size_read("len" if fn is len else getattr(fn, "__name__", "size"))
+        for handler in (self._call_reading_state, self._call_python_code, self._call_introspection,
+                        self._call_torch, self._call_builtin, self._call_object):
+            r = handler(fnp, args, kwargs)
+            if r is not _UNHANDLED:
+                return r
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+
+    def _call_reading_state(self, fnp, args, kwargs):
+        """Reads of a tensor's value or contents, grad mode set, torch's global setters, weak
+        references, reads of the dispatch-mode stack."""
+        fn, fsrc = fnp
         # t.item(), int(t), float(t), bool(t) on a recorded one-element tensor: a guarded value
         if not kwargs and self.recording and self.frames:
             t = conv = None
@@ -558,6 +573,11 @@ class Interpreter(SizeFlow):
             return (r, src)
         if fn in _MODE_READERS and self.recording:
             return self._mode_read(fn, args, kwargs)
+        return _UNHANDLED
+
+    def _call_python_code(self, fnp, args, kwargs):
+        """Python functions and methods (inlined), and modules whose class forward runs."""
+        fn, fsrc = fnp
         if isinstance(fn, types.FunctionType):
             return self._call_python(fn, fsrc, args, kwargs, None)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
@@ -569,6 +589,12 @@ class Interpreter(SizeFlow):
             if isinstance(fwd, types.FunctionType) and runs_class_forward(fn):
                 self._guard_module_call(fn, fsrc)
                 return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
+        return _UNHANDLED
+
+    def _call_introspection(self, fnp, args, kwargs):
+        """type(x), getattr/hasattr, next() of an outside iterator; isinstance's class guard
+        (the call itself is a pure builtin's, below)."""
+        fn = fnp[0]
         if fn is type and len(args) == 1 and not kwargs and args[0][1] is not None:
             v, vsrc = args[0]  # type(k).s reads through the class: guard which class it is
             src = Source(f"type({vsrc.expr})", vsrc)
@@ -582,6 +608,11 @@ class Interpreter(SizeFlow):
                                                    "(its position cannot be guarded)")
         if fn is isinstance and args and args[0][1] is not None and self.recording:  # o.__class__ = B
             self.guards.guard(Source(f"type({args[0][1].expr})", args[0][1]), type(args[0][0]))
+        return _UNHANDLED
+
+    def _call_torch(self, fnp, args, kwargs):
+        """torch.tensor of Python data, and every torch callable (and super()), recorded."""
+        fn = fnp[0]
         if fn in _FROM_DATA and self.recording:
             made = self._from_data(fn, args, kwargs)
             if made is not None:
@@ -611,6 +642,12 @@ class Interpreter(SizeFlow):
                 self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
                                         f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
             return r
+        return _UNHANDLED
+
+    def _call_builtin(self, fnp, args, kwargs):
+        """enumerate/zip of sourced values, pure builtins, and methods of lists, dicts, sets,
+        tuples and strings."""
+        fn, fsrc = fnp
         if fn in (enumerate, zip) and self.recording:
             made = self._sourced_pairs(fn, args, kwargs)
             if made is not None:
@@ -635,6 +672,12 @@ class Interpreter(SizeFlow):
                 return self._concrete(fn, args, kwargs)
             return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                     f"from outside the function")
+        return _UNHANDLED
+
+    def _call_object(self, fnp, args, kwargs):
+        """Python classes instantiated, object.__new__/__init__ on objects the call made, and
+        instances with a __call__ in Python."""
+        fn, fsrc = fnp
         if _plain_class(fn):
             return self._instantiate(fn, args, kwargs)
         if fn is object.__new__ and len(args) == 1 and not kwargs and _plain_class(args[0][0]):
@@ -652,8 +695,7 @@ class Interpreter(SizeFlow):
             call = self._plain_method(fn, fsrc, "__call__")
             if call is not None:
                 return self._call_python(call[0], None, args, kwargs, (fn, fsrc))
-        name = getattr(fn, "__qualname__", None) or type(fn).__name__
-        return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
+        return _UNHANDLED
 
     def _from_data(self, fn, args, kwargs):
         """torch.tensor(data) / as_tensor(data) of Python numbers (nested lists or tuples; dtype

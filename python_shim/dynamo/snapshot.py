@@ -135,29 +135,9 @@ def encode(interp, x, src, live, live_index):
     if x is _NULL:
         return ("null",)
     if isinstance(x, torch.Tensor):
-        name = interp.rec.vals.get(id(x))
-        if src is not None and (name is None or name in interp.rec.input_names) and not src.expr.startswith("x["):
-            return ("src", src.expr)  # an input (perhaps not read yet): this call's own
-        # (a side trace's x[i], the parent exit's values, is not at hand when the side trace
-        # exits in turn: it is handed back as a live value like any tensor the trace holds)
-        if id(x) in interp.rec.pairs:
-            raise NoSnapshot("a complex tensor is live (the trace holds it as float pairs, which it does not hand out)")
-        view = _input_view(interp, x)
-        if view is not None:
-            return view
-        if x._base is not None and id(x._base) in interp.rec.vals:
-            return _live_view(interp, x, live, live_index)
-        if name is None:
-            raise NoSnapshot("a tensor made outside the trace is live")
-        if id(x) not in live_index:
-            live_index[id(x)] = len(live)
-            live.append(x)
-        return ("live", live_index[id(x)])
+        return _encode_tensor(interp, x, src, live, live_index)
     if type(src) is ItemRead:  # a number read from a live tensor, its exit not made yet
-        if id(src.t) not in live_index:
-            live_index[id(src.t)] = len(live)
-            live.append(src.t)
-        return ("item", live_index[id(src.t)], src.conv)
+        return ("item", _live_number(src.t, live, live_index), src.conv)
     if src is not None and not src.expr.startswith("x["):
         return ("src", src.expr)
     # (a value a side trace read as x[i] -- a stitch's result -- is encoded by what it is: the
@@ -211,6 +191,34 @@ def encode(interp, x, src, live, live_index):
         attrs = [(name, encode(interp, v, None, live, live_index)) for name, v in x.__dict__.items()]
         return ("obj", attrs, n, t)
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
+
+
+def _live_number(t, live, live_index):
+    """t's position among the snapshot's live tensors (added when new)."""
+    if id(t) not in live_index:
+        live_index[id(t)] = len(live)
+        live.append(t)
+    return live_index[id(t)]
+
+
+def _encode_tensor(interp, x, src, live, live_index):
+    """The spec of tensor x: its source (an input), a view of an input, a view of a live value, or
+    a live value itself."""
+    name = interp.rec.vals.get(id(x))
+    if src is not None and (name is None or name in interp.rec.input_names) and not src.expr.startswith("x["):
+        return ("src", src.expr)  # an input (perhaps not read yet): this call's own
+    # (a side trace's x[i], the parent exit's values, is not at hand when the side trace exits in
+    # turn: it is handed back as a live value like any tensor the trace holds)
+    if id(x) in interp.rec.pairs:
+        raise NoSnapshot("a complex tensor is live (the trace holds it as float pairs, which it does not hand out)")
+    view = _input_view(interp, x)
+    if view is not None:
+        return view
+    if x._base is not None and id(x._base) in interp.rec.vals:
+        return _live_view(interp, x, live, live_index)
+    if name is None:
+        raise NoSnapshot("a tensor made outside the trace is live")
+    return ("live", _live_number(x, live, live_index))
 
 
 def _input_view(interp, x):
