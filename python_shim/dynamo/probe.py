@@ -187,38 +187,70 @@ def family(c, name, fn, args, kwargs, recorded):
     since are probed first)."""
     from . import sizes
     t0 = time.perf_counter()
-    runs = 0
-    leaves = _leaves((args, kwargs), [])
     try:
         base_text, spec, base_shapes, fixed = run(name, fn, args, kwargs, {}, {})
     except Exception as e:  # noqa: BLE001 -- a probe that cannot run finds nothing
         return None, f"the base probe ended: {type(e).__name__}: {e}", 1
-    runs += 1
     if spec != c.out_spec:
-        return None, "the probe's result has another structure (a view or a number that follows the sizes)", runs
+        return None, "the probe's result has another structure (a view or a number that follows the sizes)", 1
     fixed = dict(fixed)
     for k, v in c.size_fixed.items():
         fixed.setdefault(k, v)
-    fam = sizes.Family.of_trace(_Text(base_text, fixed, c.input_srcs))
-    origin = []  # per variable: ((leaf, dim) pairs, base size) of the probe that made it
-    tried = set()
-    failed = {}  # (leaf, dim) -> why its probe found nothing
-    changed = [(i, d) for i, t in enumerate(leaves) for d in range(t.dim())
-               if i < len(recorded) and d < len(recorded[i]) and recorded[i][d] != t.shape[d]]
-    order = changed + [(i, d) for i, t in enumerate(leaves) for d in range(t.dim()) if (i, d) not in changed]
-    for i, d in order:
-        t = leaves[i]
-        marks = getattr(t, "_dynamo_dynamic", None) or ()
-        if (i, d) in tried or config.dynamic is False and d not in marks or t.shape[d] == 0:
-            continue
-        if runs >= MAX_RUNS:
-            failed.setdefault((i, d), f"not probed (more than {MAX_RUNS} probes)")
-            break
-        # the dim alone; when that probe cannot run, with the other arguments' dims of its size
-        # at the same place, then with every argument dim of its size (x + y of two arguments
-        # of one batch size: both change)
+    search = _Search(name, fn, args, kwargs, spec, base_shapes, sizes.Family.of_trace(_Text(base_text, fixed,
+                                                                                            c.input_srcs)))
+    search.vary_dims(recorded)
+    if not search.fam.variables:
+        return None, f"no argument dimension can vary ({_failures(search.failed)})", search.runs
+    low = search.least_sizes()
+    why = _agrees(c, search.fam, low, search.failed)
+    if why is not None:
+        return None, why, search.runs
+    fam = search.fam
+    out = sizes.Family(c, fam.parts, fam.kinds, fam.exprs, fam.variables, low)
+    log("perf", f"{name}: {search.runs} size probe(s) in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    return out, None, search.runs
+
+
+class _Search:
+    """The probes of one family: the base run's family, widened one argument dim at a time."""
+
+    def __init__(self, name, fn, args, kwargs, spec, base_shapes, fam):
+        self.name, self.fn, self.args, self.kwargs = name, fn, args, kwargs
+        self.spec, self.base_shapes, self.fam = spec, base_shapes, fam
+        self.leaves = _leaves((args, kwargs), [])
+        self.runs = 1             # (the base run)
+        self.origin = []          # per variable: ((leaf, dim) pairs, base size) of the probe that made it
+        self.tried = set()
+        self.failed = {}          # (leaf, dim) -> why its probe found nothing
+
+    def probe(self, change):
+        self.runs += 1
+        return run(self.name, self.fn, self.args, self.kwargs, change, self.base_shapes)
+
+    def vary_dims(self, recorded):
+        """Each argument dim (those changed since the recording first) probed doubled; one that
+        fits becomes a variable of the family."""
+        leaves = self.leaves
+        changed = [(i, d) for i, t in enumerate(leaves) for d in range(t.dim())
+                   if i < len(recorded) and d < len(recorded[i]) and recorded[i][d] != t.shape[d]]
+        order = changed + [(i, d) for i, t in enumerate(leaves) for d in range(t.dim()) if (i, d) not in changed]
+        for i, d in order:
+            t = leaves[i]
+            marks = getattr(t, "_dynamo_dynamic", None) or ()
+            if (i, d) in self.tried or config.dynamic is False and d not in marks or t.shape[d] == 0:
+                continue
+            if self.runs >= MAX_RUNS:
+                self.failed.setdefault((i, d), f"not probed (more than {MAX_RUNS} probes)")
+                break
+            self._vary(i, d)
+
+    def _vary(self, i, d):
+        """The dim alone; when that probe cannot run, with the other arguments' dims of its size
+        at the same place, then with every argument dim of its size (x + y of two arguments of
+        one batch size: both change)."""
+        leaves, t = self.leaves, self.leaves[i]
         same = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
-                if u.shape[e] == t.shape[d] and (j, e) not in tried]
+                if u.shape[e] == t.shape[d] and (j, e) not in self.tried]
         placed = [(j, e) for j, e in same if e == d and (j == i or leaves[j].dim() == t.dim())]
         groups = [[(i, d)]]
         for g in (placed, same):
@@ -227,77 +259,81 @@ def family(c, name, fn, args, kwargs, recorded):
         for dims in groups:
             change = _doubled(leaves, dims)
             if change is None:
-                break
-            runs += 1
+                return
             try:
-                text, s, _, _ = run(name, fn, args, kwargs, change, base_shapes)
+                text, s, _, _ = self.probe(change)
             except Exception as e:  # noqa: BLE001 -- these dims stay constant (or the group is tried)
-                log("recompiles", f"{name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
-                failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
+                log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
+                self.failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
                 if isinstance(e, SizeUsed):
-                    break  # (Python uses it: no group changes that)
+                    return  # (Python uses it: no group changes that)
                 continue
-            tried.update(dims)
-            wide, why = fam.widened(_Text(text), least=1) if s == spec else (None, "another result structure")
-            if wide is None or len(wide.variables) != len(fam.variables) + 1:
-                log("recompiles", f"{name}: size probe of {_dims_text(dims)}: no fit ({why})")
-                failed[(i, d)] = why or "it changes nothing else"
-                break
-            fam = wide
-            origin.append((dims, t.shape[d]))
-            break
-    if not fam.variables:
-        return None, f"no argument dimension can vary ({_failures(failed)})", runs
-    # sizes 1: shown by the base run where it was at 1, else by a probe at 1
-    base_env = [v for _, v in origin]
-    low = [1 if v == 1 else 2 for v in base_env]
-    fam.low = low
-    for k, (dims, v) in enumerate(origin):
-        if v == 1:
-            continue
-        runs += 1
-        try:
-            text, s, _, _ = run(name, fn, args, kwargs, _at_one(leaves, dims, {}), base_shapes)
-        except Exception as e:  # noqa: BLE001 -- the variable stays >= 2
-            log("recompiles", f"{name}: size probe of {_dims_text(dims)} at 1: {type(e).__name__}: {e}")
-            continue
-        env = list(base_env)
-        env[k] = 1
-        fam.low[k] = 1
-        want, _ = fam.text_at(env)
-        fam.low[k] = 2
-        if s == spec and want == text:
-            low[k] = 1
-    probed_ones = [k for k, (_, v) in enumerate(origin) if v != 1 and low[k] == 1]
-    if probed_ones and sum(1 for x in low if x == 1) > 1:  # every variable at 1 at once
-        change = {}
-        for k, (dims, _) in enumerate(origin):
-            if low[k] == 1:
-                change = _at_one(leaves, dims, change)
-        runs += 1
-        env = [1 if x == 1 else v for x, v in zip(low, base_env)]
+            self.tried.update(dims)
+            wide, why = self.fam.widened(_Text(text), least=1) if s == self.spec else \
+                (None, "another result structure")
+            if wide is None or len(wide.variables) != len(self.fam.variables) + 1:
+                log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: no fit ({why})")
+                self.failed[(i, d)] = why or "it changes nothing else"
+                return
+            self.fam = wide
+            self.origin.append((dims, t.shape[d]))
+            return
+
+    def least_sizes(self):
+        """Per variable, its least size: 1 where the base run was at 1, or a probe at 1 gives
+        the family's text at 1 (all such variables at 1 at once checked too), else 2."""
+        fam, origin = self.fam, self.origin
+        base_env = [v for _, v in origin]
+        low = [1 if v == 1 else 2 for v in base_env]
         fam.low = low
-        want, _ = fam.text_at(env)
-        try:
-            text, s, _, _ = run(name, fn, args, kwargs, change, base_shapes)
-        except Exception:  # noqa: BLE001 -- then not every one at 1
-            text = None
-        if text != want:
-            for k in probed_ones:
-                low[k] = 2
-    fam.low = low
-    # the probes must agree with the real recording: the family at the trace's own sizes
+        for k, (dims, v) in enumerate(origin):
+            if v == 1:
+                continue
+            try:
+                text, s, _, _ = self.probe(_at_one(self.leaves, dims, {}))
+            except Exception as e:  # noqa: BLE001 -- the variable stays >= 2
+                log("recompiles", f"{self.name}: size probe of {_dims_text(dims)} at 1: {type(e).__name__}: {e}")
+                continue
+            env = list(base_env)
+            env[k] = 1
+            fam.low[k] = 1
+            want, _ = fam.text_at(env)
+            fam.low[k] = 2
+            if s == self.spec and want == text:
+                low[k] = 1
+        probed_ones = [k for k, (_, v) in enumerate(origin) if v != 1 and low[k] == 1]
+        if probed_ones and sum(1 for x in low if x == 1) > 1:  # every variable at 1 at once
+            change = {}
+            for k, (dims, _) in enumerate(origin):
+                if low[k] == 1:
+                    change = _at_one(self.leaves, dims, change)
+            env = [1 if x == 1 else v for x, v in zip(low, base_env)]
+            fam.low = low
+            want, _ = fam.text_at(env)
+            try:
+                text, s, _, _ = self.probe(change)
+            except Exception:  # noqa: BLE001 -- then not every one at 1
+                text = None
+            if text != want:
+                for k in probed_ones:
+                    low[k] = 2
+        fam.low = low
+        return low
+
+
+def _agrees(c, fam, low, failed):
+    """None when family fam gives trace c's own text at c's own sizes (the probes agree with the
+    real recording), else why not."""
+    from . import sizes
     env = []
     parts, values, kinds = sizes.tokens(c.text)
     if parts != fam.parts:
-        return None, "the probe's text is not the recorded trace's at other sizes", runs
+        return "the probe's text is not the recorded trace's at other sizes"
     for k, dims in enumerate(fam.variables):
         env.append(values[sizes._dim_token(kinds, *dims[0])])
     ok = all(v >= low[k] for k, v in enumerate(env))
     text, why = fam.text_at(env) if ok else (None, "a size below a variable's least")
     if text != c.text:
-        return None, (f"a dimension that changed since the recording cannot vary ({_failures(failed)})" if failed
-                      else f"the family does not give the recorded trace at its own sizes ({why or 'other text'})"), runs
-    out = sizes.Family(c, fam.parts, fam.kinds, fam.exprs, fam.variables, low)
-    log("perf", f"{name}: {runs} size probe(s) in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-    return out, None, runs
+        return (f"a dimension that changed since the recording cannot vary ({_failures(failed)})" if failed
+                else f"the family does not give the recorded trace at its own sizes ({why or 'other text'})")
+    return None
