@@ -546,11 +546,9 @@ class Recorder(TorchDispatchMode):
         self.vals[id(t)] = name
         self.keep.append(t)
 
-    def _record(self, func, args, kwargs, out):
-        schema = func._schema
-        name = schema.name
-        overload = func._overloadname
-        self.ops.append(name if overload == "default" else f"{name}.{overload}")
+    def _refuse_or_fix(self, func, name, args):
+        """Ops the recorder refuses (a value read inside a call run whole, a tensor from Python
+        data) raise Abort; an alias from indexing fixes the sizes its bound was compared with."""
         if func is _aten.alias.default and isinstance(args[0], torch.Tensor):
             # torch's indexing gives an alias where a slice kept a whole dim (x[:, :6] of 4
             # columns): its bound was compared with the size, which must stay what it was
@@ -566,6 +564,13 @@ class Recorder(TorchDispatchMode):
                         "the interpreter runs whole, where it cannot place a side exit", "data_dependent")
         if func is _aten.lift_fresh.default or name in ("aten::lift_fresh_copy",):
             raise Abort("tensor created from Python data inside the function (torch.tensor)", "python")
+
+    def _record(self, func, args, kwargs, out):
+        schema = func._schema
+        name = schema.name
+        overload = func._overloadname
+        self.ops.append(name if overload == "default" else f"{name}.{overload}")
+        self._refuse_or_fix(func, name, args)
         if self._restride:
             if func is _aten.as_strided_.default:
                 return  # the same elements in the same order: nothing changes for the trace
@@ -600,21 +605,7 @@ class Recorder(TorchDispatchMode):
             self._record_inplace(func, vals, args[0])
             return
 
-        if func in _SPLITS:  # several views of one input: a slice (or select) each
-            src = self._operand(vals[0])
-            for o, (text, vf, vv) in zip(outs, _split_views(func, vals, outs, src)):
-                res = self._new()
-                self.lines.append(f"  {res} = {text} : {type_text(o)}")
-                self._note_view(o, vals[0], vf, vv)  # as the slice it is: writes through it are traced
-                self._bind(o, res)
-            return
-        view = self._view_text(func, vals, outs[0])
-        if view is not None:
-            src = self._operand(vals[0])
-            res = self._new()
-            self.lines.append(f"  {res} = {view} : {type_text(outs[0])}")
-            self._note_view(outs[0], vals[0], func, vals)
-            self._bind(outs[0], res)
+        if self._record_view(func, vals, outs):
             return
         if torch.Tag.dynamic_output_shape in func.tags and not _static_index(func, vals):
             self._shape_exit(func, vals, outs)
@@ -644,6 +635,27 @@ class Recorder(TorchDispatchMode):
         func, vals = self._scalar_args(func, vals, outs, check=not seeded)
         self._extern(func, vals, outs)
         self._note_aliases(orig, vals, outs)
+
+    def _record_view(self, func, vals, outs):
+        """A view op (or a split into several views) recorded as the view it is; False when func
+        is no view the IR writes as one."""
+        if func in _SPLITS:  # several views of one input: a slice (or select) each
+            src = self._operand(vals[0])
+            for o, (text, vf, vv) in zip(outs, _split_views(func, vals, outs, src)):
+                res = self._new()
+                self.lines.append(f"  {res} = {text} : {type_text(o)}")
+                self._note_view(o, vals[0], vf, vv)  # as the slice it is: writes through it are traced
+                self._bind(o, res)
+            return True
+        view = self._view_text(func, vals, outs[0])
+        if view is None:
+            return False
+        self._operand(vals[0])
+        res = self._new()
+        self.lines.append(f"  {res} = {view} : {type_text(outs[0])}")
+        self._note_view(outs[0], vals[0], func, vals)
+        self._bind(outs[0], res)
+        return True
 
     # -- complex tensors as float pairs ---------------------------------------------------
     def _record_complex(self, func, args, kwargs, out):
@@ -839,55 +851,8 @@ class Recorder(TorchDispatchMode):
         if func in _INPLACE_VIEWS:
             self._inplace_view(func, _INPLACE_VIEWS[func], vals, dst)
             return
-        if name == "aten::copy_":  # the source, broadcast and cast to the destination
-            res = self._operand(vals[1])
-            src = vals[1]
-            if isinstance(src, torch.Tensor) and tuple(src.shape) != tuple(dst.shape):
-                n = self._new()
-                self.lines.append(f"  {n} = expand({res}, [{','.join(str(d) for d in dst.shape)}]) : "
-                                  f"{_dt(src.dtype)}[{','.join(str(d) for d in dst.shape)}]")
-                res = n
-            if not isinstance(src, torch.Tensor) or src.dtype != dst.dtype:
-                n = self._new()
-                self.lines.append(f"  {n} = to({res}, {_dt(dst.dtype)}) : {type_text(dst)}")
-                res = n
-        else:
-            fn = _functional(func)
-            if fn is None:
-                raise Abort(f"{name}: no functional form", "write")
-            order = None
-            if fn in _SEEDED_FUNCTIONAL.values():
-                if not dst.is_contiguous():
-                    order = dense_order(dst)
-                    if order is None:
-                        raise Abort(f"{name} into a tensor that is no permutation of a dense one: its random "
-                                    "numbers would land elsewhere", "write")
-                vals = _with_defaults(func, vals)
-            fn, vals = self._scalar_args(fn, vals, None, check=False)
-            if order is None:
-                res = self._extern(fn, vals, [None], types=type_text(dst))[0]
-            else:
-                res = self._seeded_in_memory_order(fn, vals, dst, order[::-1])
-        new, cur = res, dst
-        while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
-            parent, vf, vv = self.view_of[id(cur)]
-            inverse = _inverse_view(vf, vv, parent, new)
-            if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
-                raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
-                            "selects, reshapes and transposes are traced)", "write")
-            pname = self._operand(parent)
-            n = self._new()
-            if inverse is not None:  # the view keeps every element: its new contents, viewed back
-                self.lines.append(f"  {n} = {inverse} : {type_text(parent)}")
-            elif vf is _aten.slice.Tensor:  # (its bounds as the program gave them: x[:, 1:] ends at the end
-                dim, start, end, step = _slice_params(vv, raw=True)  # at every size, as the view does)
-                self.lines.append(f"  {n} = extern aten::slice_scatter({pname}, {new}, {dim}, {start}, {end}, "
-                                  f"{step}) : {type_text(parent)}")
-            else:
-                self.lines.append(f"  {n} = extern aten::select_scatter({pname}, {new}, {vv[1]}, {vv[2]}) : "
-                                  f"{type_text(parent)}")
-            new, cur = n, parent
-        base = cur
+        res = self._written_value(func, name, vals, dst)
+        new, base = self._up_the_views(name, res, dst)
         if base._base is not None:  # an input that is itself a view: other inputs may share its memory
             raise Abort(f"{name} writes into an input that is a view of another tensor (aliasing between "
                         "inputs is not traced)", "write")
@@ -914,6 +879,63 @@ class Recorder(TorchDispatchMode):
         # again (a view the IR records as a copy, such as a diagonal) is poisoned: using it aborts.
         self._retake_views(base, f"a view of a tensor that {name} wrote into afterwards (this kind of view is "
                                  "not traced after a write)")
+
+    def _written_value(self, func, name, vals, dst):
+        """The IR value an in-place op writes into dst: copy_'s source broadcast and cast to dst,
+        or the op's functional form (random ops in dst's memory order)."""
+        if name == "aten::copy_":  # the source, broadcast and cast to the destination
+            res = self._operand(vals[1])
+            src = vals[1]
+            if isinstance(src, torch.Tensor) and tuple(src.shape) != tuple(dst.shape):
+                n = self._new()
+                self.lines.append(f"  {n} = expand({res}, [{','.join(str(d) for d in dst.shape)}]) : "
+                                  f"{_dt(src.dtype)}[{','.join(str(d) for d in dst.shape)}]")
+                res = n
+            if not isinstance(src, torch.Tensor) or src.dtype != dst.dtype:
+                n = self._new()
+                self.lines.append(f"  {n} = to({res}, {_dt(dst.dtype)}) : {type_text(dst)}")
+                res = n
+            return res
+        fn = _functional(func)
+        if fn is None:
+            raise Abort(f"{name}: no functional form", "write")
+        order = None
+        if fn in _SEEDED_FUNCTIONAL.values():
+            if not dst.is_contiguous():
+                order = dense_order(dst)
+                if order is None:
+                    raise Abort(f"{name} into a tensor that is no permutation of a dense one: its random "
+                                "numbers would land elsewhere", "write")
+            vals = _with_defaults(func, vals)
+        fn, vals = self._scalar_args(fn, vals, None, check=False)
+        if order is None:
+            return self._extern(fn, vals, [None], types=type_text(dst))[0]
+        return self._seeded_in_memory_order(fn, vals, dst, order[::-1])
+
+    def _up_the_views(self, name, new, dst):
+        """(the new contents of the tensor owning dst's memory, that tensor): a value written into
+        view dst rebuilt up its view chain (slice_scatter / select_scatter, or the inverse
+        reshape/transpose/permute)."""
+        cur = dst
+        while id(cur) in self.view_of:  # up the view chain to the tensor that owns the memory
+            parent, vf, vv = self.view_of[id(cur)]
+            inverse = _inverse_view(vf, vv, parent, new)
+            if inverse is None and vf is not _aten.slice.Tensor and vf is not _aten.select.int:
+                raise Abort(f"{name} writes through a view made by {vf._schema.name} (writes through slices, "
+                            "selects, reshapes and transposes are traced)", "write")
+            pname = self._operand(parent)
+            n = self._new()
+            if inverse is not None:  # the view keeps every element: its new contents, viewed back
+                self.lines.append(f"  {n} = {inverse} : {type_text(parent)}")
+            elif vf is _aten.slice.Tensor:  # (its bounds as the program gave them: x[:, 1:] ends at the end
+                dim, start, end, step = _slice_params(vv, raw=True)  # at every size, as the view does)
+                self.lines.append(f"  {n} = extern aten::slice_scatter({pname}, {new}, {dim}, {start}, {end}, "
+                                  f"{step}) : {type_text(parent)}")
+            else:
+                self.lines.append(f"  {n} = extern aten::select_scatter({pname}, {new}, {vv[1]}, {vv[2]}) : "
+                                  f"{type_text(parent)}")
+            new, cur = n, parent
+        return new, cur
 
     def _inplace_view(self, func, fn, vals, dst):
         """x.squeeze_(0), x.unsqueeze_(1), x.t_(), x.transpose_(0, 1) (torch's matmul of a vector

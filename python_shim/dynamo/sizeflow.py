@@ -159,35 +159,9 @@ class SizeFlow:
         if not self._sized:
             return None
         if op == "BINARY_OP":
-            a, b = stack[-2], stack[-1]
-            if not (isinstance(a, _Sized) or isinstance(b, _Sized)):
-                return None
-            x, y, arg = a[0], b[0], ins.arg
-            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-                return None  # the number becomes an integer of the op's IR line (fitted, verified)
-            if _is_number(x) and _is_number(y) and (arg in _MUL or arg in _DIV_POW and not isinstance(b, _Sized)):
-                dims = _dims_of(a) | _dims_of(b)
-                return lambda: self._mark_top(f, dims=dims)
-            if arg in _ADD and _is_shape(x) and _is_shape(y):
-                elems = (a.elems if isinstance(a, _Sized) and a.elems is not None else (_dims_of(a),) * len(x)) + \
-                        (b.elems if isinstance(b, _Sized) and b.elems is not None else (_dims_of(b),) * len(y))
-                return lambda: self._mark_top(f, elems=elems)
-            self._fix((a, b), f)
-            return None
+            return self._size_binary(f, ins)
         if op == "BINARY_SUBSCR":
-            obj, key = stack[-2], stack[-1]
-            if isinstance(key, _Sized) and not isinstance(obj[0], torch.Tensor):
-                self._fix((key,), f)
-            if isinstance(obj, _Sized) and not isinstance(key, _Sized):
-                k = key[0]
-                if obj.elems is not None and type(k) is int and -len(obj.elems) <= k < len(obj.elems):
-                    dims = obj.elems[k]
-                    return lambda: self._mark_top(f, dims=dims)
-                if obj.elems is not None and type(k) is slice:
-                    elems = obj.elems[k]
-                    return lambda: self._mark_top(f, elems=elems)
-                self._fix((obj,), f)
-            return None
+            return self._size_subscript(f)
         if op == "UNPACK_SEQUENCE":
             p = stack[-1]
             if isinstance(p, _Sized) and p.elems is not None and len(p.elems) == ins.arg:
@@ -222,6 +196,42 @@ class SizeFlow:
         if op == "BUILD_MAP":
             n = 2 * n
         self._fix(stack if n is None else stack[len(stack) - n:], f)
+        return None
+
+    def _size_binary(self, f, ins):
+        """BINARY_OP on a tracked number or shape: `*` (and `//`, `/`, `**` by a plain number) and
+        shape `+` keep it tracked; any other fixes it."""
+        a, b = f.stack[-2], f.stack[-1]
+        if not (isinstance(a, _Sized) or isinstance(b, _Sized)):
+            return None
+        x, y, arg = a[0], b[0], ins.arg
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return None  # the number becomes an integer of the op's IR line (fitted, verified)
+        if _is_number(x) and _is_number(y) and (arg in _MUL or arg in _DIV_POW and not isinstance(b, _Sized)):
+            dims = _dims_of(a) | _dims_of(b)
+            return lambda: self._mark_top(f, dims=dims)
+        if arg in _ADD and _is_shape(x) and _is_shape(y):
+            elems = (a.elems if isinstance(a, _Sized) and a.elems is not None else (_dims_of(a),) * len(x)) + \
+                    (b.elems if isinstance(b, _Sized) and b.elems is not None else (_dims_of(b),) * len(y))
+            return lambda: self._mark_top(f, elems=elems)
+        self._fix((a, b), f)
+        return None
+
+    def _size_subscript(self, f):
+        """BINARY_SUBSCR: a tracked shape indexed by a constant (or sliced) stays tracked; a
+        tracked number used as a key into anything but a tensor is fixed."""
+        obj, key = f.stack[-2], f.stack[-1]
+        if isinstance(key, _Sized) and not isinstance(obj[0], torch.Tensor):
+            self._fix((key,), f)
+        if isinstance(obj, _Sized) and not isinstance(key, _Sized):
+            k = key[0]
+            if obj.elems is not None and type(k) is int and -len(obj.elems) <= k < len(obj.elems):
+                dims = obj.elems[k]
+                return lambda: self._mark_top(f, dims=dims)
+            if obj.elems is not None and type(k) is slice:
+                elems = obj.elems[k]
+                return lambda: self._mark_top(f, elems=elems)
+            self._fix((obj,), f)
         return None
 
     def _origin_of(self, f, t):
