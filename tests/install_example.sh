@@ -9,7 +9,8 @@ tmp=$(mktemp -d)
 # manifest of a real install is put back afterwards (and a temporary one never left behind).
 manifest="$build/install_manifest.txt"
 if [ -f "$manifest" ]; then cp "$manifest" "$tmp/manifest.kept"; fi
-manifest_before=$(cat "$manifest" 2>/dev/null | sha1sum)
+manifest_sum() { if [ -f "$manifest" ]; then sha1sum < "$manifest"; else echo none; fi; }
+manifest_before=$(manifest_sum)
 put_back_manifest() {
   if [ -f "$tmp/manifest.kept" ]; then cp "$tmp/manifest.kept" "$manifest"; else rm -f "$manifest"; fi
 }
@@ -59,7 +60,7 @@ print("installed entry point: torch.compile(backend=\"dynamo\"): ok")
 PY
 
 put_back_manifest
-if [ "$(cat "$manifest" 2>/dev/null | sha1sum)" != "$manifest_before" ]; then
+if [ "$(manifest_sum)" != "$manifest_before" ]; then
   echo "install_example: $manifest differs from before the temporary install" >&2
   exit 1
 fi
