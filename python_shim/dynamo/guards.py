@@ -483,7 +483,7 @@ class GuardSet:
 
     def explain_failure(self, a, k, g, f, x=None):
         """The first guard that rejects these arguments in the program's words -- `acts (a
-        global): expected a list of 5 elements, found a list of 6` -- or None."""
+        global): expected list of 5, found list of 6`, `n_iter: expected 2, found 3` -- or None."""
         got = self.failure(a, k, g, f, x)
         if got is None:
             return None
