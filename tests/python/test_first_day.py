@@ -406,7 +406,9 @@ def test_a_saved_optimized_module_loads_where_dynamo_is_not_installed(tmp_path):
     torch.save(want, tmp_path / "want.pt")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DYNAMO_LIBRARY")}
     r = subprocess.run([sys.executable, "-c",
-                        "import sys, torch\n"
+                        "import sys\n"
+                        "sys.modules['dynamo'] = None  # (as if not installed, even after a make install)\n"
+                        "import torch\n"
                         "m = torch.load(sys.argv[1] + '/model.pt', weights_only=False)\n"
                         "try:\n"
                         "    import dynamo\n"
