@@ -1896,10 +1896,7 @@ class Interpreter(SizeFlow):
         except NoSnapshot as e:
             self.abort(f"data-dependent value: {e}", "data_dependent")
             return (value, None)
-        if id(t) not in index:
-            index[id(t)] = len(live)
-            live.append(t)
-        snap.frames[-1].stack.append(("item", index[id(t)], conv))
+        snap.frames[-1].stack.append(("item", snapshot.live_number(t, live, index), conv))
         self.rec.value_exit(t, raw, live, snap)
         return (value, None)
 
@@ -1983,10 +1980,7 @@ class Interpreter(SizeFlow):
         except NoSnapshot as e:
             self.abort(f"data-dependent value with grad on: {e}", "data_dependent")
             return
-        if id(t) not in index:
-            index[id(t)] = len(live)
-            live.append(t)
-        snap.frames[-1].stack.append(("item", index[id(t)], conv))
+        snap.frames[-1].stack.append(("item", snapshot.live_number(t, live, index), conv))
         snap.value_cut = True
         self.rec.cut = (snap, live)
 

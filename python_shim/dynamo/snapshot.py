@@ -137,7 +137,7 @@ def encode(interp, x, src, live, live_index):
     if isinstance(x, torch.Tensor):
         return _encode_tensor(interp, x, src, live, live_index)
     if type(src) is ItemRead:  # a number read from a live tensor, its exit not made yet
-        return ("item", _live_number(src.t, live, live_index), src.conv)
+        return ("item", live_number(src.t, live, live_index), src.conv)
     if src is not None and not src.expr.startswith("x["):
         return ("src", src.expr)
     # (a value a side trace read as x[i] -- a stitch's result -- is encoded by what it is: the
@@ -193,7 +193,7 @@ def encode(interp, x, src, live, live_index):
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
 
 
-def _live_number(t, live, live_index):
+def live_number(t, live, live_index):
     """t's position among the snapshot's live tensors (added when new)."""
     if id(t) not in live_index:
         live_index[id(t)] = len(live)
@@ -218,7 +218,7 @@ def _encode_tensor(interp, x, src, live, live_index):
         return _live_view(interp, x, live, live_index)
     if name is None:
         raise NoSnapshot("a tensor made outside the trace is live")
-    return ("live", _live_number(x, live, live_index))
+    return ("live", live_number(x, live, live_index))
 
 
 def _input_view(interp, x):
