@@ -100,7 +100,8 @@ check-math: build
 gpu-bundle: build
 	@cmake --build $(BUILD) -j$(JOBS) --target gpu_check gpu_refs
 	@rm -rf gpu_bundle && mkdir -p gpu_bundle/refs
-	@strip -o gpu_bundle/gpu_check $(BUILD)/gpu_check
+	@strip -o $(BUILD)/gpu_check.stripped $(BUILD)/gpu_check
+	@xz -T$(JOBS) -6 -c $(BUILD)/gpu_check.stripped > gpu_bundle/gpu_check.xz
 	@cp $${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc gpu_bundle/
 	@cp scripts/gpu_run.sh gpu_bundle/run.sh
 	@cp scripts/gpu_peer.py gpu_bundle/peer.py

@@ -7,12 +7,15 @@
 set -u
 build=${1:-build}
 bundle=gpu_bundle
-for f in "$bundle/gpu_check" "$build/tests/libfake_cuda.so" "$build/tests/libfake_cublaslt.so"; do
+for f in "$bundle/gpu_check.xz" "$build/tests/libfake_cuda.so" "$build/tests/libfake_cublaslt.so"; do
   [ -e "$f" ] || { echo "gpu_bundle_selfcheck: $f is missing (make gpu-bundle; make build)"; exit 2; }
 done
 export DYNAMO_LIBCUDA="$build/tests/libfake_cuda.so" DYNAMO_LIBCUBLASLT="$build/tests/libfake_cublaslt.so"
 export DYNAMO_LIBDEVICE="$bundle/libdevice.10.bc" FAKE_CUDA_DEVICES=1
-out=$("$bundle/gpu_check" "$bundle/refs" --no-bench 2>&1)
+bin=$(mktemp /tmp/gpu_check.XXXXXX)
+trap 'rm -f "$bin"' EXIT
+xz -dc "$bundle/gpu_check.xz" > "$bin" && chmod +x "$bin"
+out=$("$bin" "$bundle/refs" --no-bench 2>&1)
 rc=$?
 echo "$out" | tail -5
 cases=$(grep -c '^      {"' tests/gpu/cases.h)

@@ -36,32 +36,32 @@ def _chain(dev, dt, small):
 
     def f(a, b):
         return (torch.sigmoid(a * b + 1.0) * a - b) * 0.5
-    return f, (a, b), 3 * n * a.element_size()
+    return f, (a, b), 3 * n * a.element_size(), 0
 
 
 @case("softmax", "softmax rows, 16384 x 4096 f32", "bench_softmax")
 def _softmax(dev, dt, small):
     x = torch.randn(16384 // small, 4096, device=dev, dtype=dt)
-    return (lambda x: torch.softmax(x, 1)), (x,), 2 * x.numel() * x.element_size()
+    return (lambda x: torch.softmax(x, 1)), (x,), 2 * x.numel() * x.element_size(), 0
 
 
 @case("layer_norm", "layer norm (affine), 65536 x 1024 f32", "bench_layer_norm")
 def _layer_norm(dev, dt, small):
     x = torch.randn(65536 // small, 1024, device=dev, dtype=dt)
     w, b = torch.randn(1024, device=dev, dtype=dt), torch.randn(1024, device=dev, dtype=dt)
-    return (lambda x, w, b: F.layer_norm(x, [1024], w, b, 1e-5)), (x, w, b), 2 * x.numel() * x.element_size()
+    return (lambda x, w, b: F.layer_norm(x, [1024], w, b, 1e-5)), (x, w, b), 2 * x.numel() * x.element_size(), 0
 
 
 @case("bias_gelu", "bias + GELU, 16384 x 4096 f32", "bench_bias_gelu")
 def _bias_gelu(dev, dt, small):
     x, b = torch.randn(16384 // small, 4096, device=dev, dtype=dt), torch.randn(4096, device=dev, dtype=dt)
-    return (lambda x, b: F.gelu(x + b)), (x, b), 2 * x.numel() * x.element_size()
+    return (lambda x, b: F.gelu(x + b)), (x, b), 2 * x.numel() * x.element_size(), 0
 
 
 @case("sum_amax", "sum + amax of 2^26 f32", "bench_sum")
 def _sum(dev, dt, small):
     x = torch.randn((1 << 26) // small, device=dev, dtype=dt)
-    return (lambda x: (x.sum(), x.amax())), (x,), x.numel() * x.element_size()
+    return (lambda x: (x.sum(), x.amax())), (x,), x.numel() * x.element_size(), 0
 
 
 def _encoder(dt_name):
@@ -72,7 +72,10 @@ def _encoder(dt_name):
         layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, dropout=0.0, batch_first=True)
         layer = layer.to(device=dev, dtype=dt).eval()
         x = torch.randn(8 // min(small, 8), 512 // small, 1024, device=dev, dtype=dt)
-        return layer, (x,), 0
+        tokens, seq = x.shape[0] * x.shape[1], x.shape[1]
+        # per token: the QKV, output and two feed-forward products, and the two attention products
+        flops = tokens * (2 * 1024 * 3072 + 2 * 1024 * 1024 + 2 * 2 * 1024 * 4096 + 2 * 2 * seq * 1024)
+        return layer, (x,), 0, flops
     return build
 
 
@@ -85,7 +88,7 @@ def _mlp(dev, dt, small):
     mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024))
     mlp = mlp.to(device=dev, dtype=dt).eval()
     x = torch.randn(8 * 512 // small, 1024, device=dev, dtype=dt)
-    return mlp, (x,), 0
+    return mlp, (x,), 0, x.shape[0] * 2 * 2 * 1024 * 4096
 
 
 def timed_ms(fn, args, iters, dev):
@@ -107,6 +110,38 @@ def timed_ms(fn, args, iters, dev):
         for _ in range(iters):
             fn(*args)
         return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def device_limits(dev, small, iters):
+    """What this device does at best, measured here: a device-to-device copy (GB/s, bytes read
+    and written) and square matrix products in float32 (full precision, no TF32) and bfloat16
+    (TFLOP/s), the ceilings the cases' rates are read against."""
+    n = (1 << 28) // (small * small)
+    a = torch.empty(n, device=dev)
+    b = torch.empty_like(a)
+    copy_ms = timed_ms(lambda: b.copy_(a), (), iters, dev)
+    out = {"copy": f"{2 * a.numel() * 4 / (copy_ms * 1e6):.0f} GB/s"}
+    del a, b
+    m = 8192 // small
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for dt, key in ((torch.float32, "f32 matmul"), (torch.bfloat16, "bf16 matmul")):
+            x, y = torch.randn(m, m, device=dev, dtype=dt), torch.randn(m, m, device=dev, dtype=dt)
+            ms = timed_ms(torch.mm, (x, y), max(iters // 5, 1), dev)
+            out[key] = f"{2 * m ** 3 / (ms * 1e9):.1f} TFLOP/s"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return out
+
+
+def rate(ms, nbytes, flops):
+    """A case's rate: GB/s for the memory-bound ones, TFLOP/s for the blocks."""
+    if not ms:
+        return "-"
+    if nbytes:
+        return f"{nbytes / (ms * 1e6):.0f} GB/s"
+    return f"{flops / (ms * 1e9):.1f} TFLOP/s" if flops else "-"
 
 
 def dynamo_times(path):
@@ -145,10 +180,13 @@ def main():
     ours = dynamo_times(a.gpu_check_log)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"peer: torch {torch.__version__} on {name}; CUDA events over {a.iters} calls after 5 warm-ups")
-    print(f"  {'case':58s} {'eager ms':>9s} {'compile ms':>10s} {'dynamo ms':>9s} {'dynamo/compile':>14s}")
+    limits = device_limits(dev, small, a.iters)
+    print("peer: this device at best: " + ", ".join(f"{k} {v}" for k, v in limits.items()))
+    print(f"  {'case':58s} {'eager ms':>9s} {'compile ms':>10s} {'dynamo ms':>9s} {'dynamo/compile':>14s} "
+          f"{'dynamo rate':>15s} {'compile rate':>15s}")
     for key, label, ours_name, build in CASES:
         try:
-            fn, args, _bytes = build(dev, torch.float32, small)
+            fn, args, nbytes, flops = build(dev, torch.float32, small)
             eager = timed_ms(fn, args, a.iters, dev)
             comp = None
             if compile_ok:
@@ -158,7 +196,8 @@ def main():
             mine = ours.get(ours_name) if ours_name else None
             ratio = f"{comp / mine:.2f}x" if comp and mine else "-"
             print(f"  {label:58s} {eager:9.3f} {comp if comp is not None else float('nan'):10.3f} "
-                  f"{mine if mine is not None else float('nan'):9.3f} {ratio:>14s}")
+                  f"{mine if mine is not None else float('nan'):9.3f} {ratio:>14s} "
+                  f"{rate(mine, nbytes, flops):>15s} {rate(comp, nbytes, flops):>15s}")
         except Exception as e:  # noqa: BLE001 -- one case failing says why and the others still run
             print(f"  {label:58s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
         if dev.type == "cuda":

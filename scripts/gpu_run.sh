@@ -5,6 +5,13 @@
 # CUDA, peer.py then times the same computations (and an encoder and an MLP block) eagerly and
 # through torch.compile, beside dynamo's times from gpu_check's table (PEER=0: skip it).
 here=$(cd "$(dirname "$0")" && pwd)
+# gpu_check travels compressed (the bundle must fit a device call's 64 MiB): unpacked once here.
+if [ ! -x "$here/gpu_check" ]; then
+  { xz -dc "$here/gpu_check.xz" 2>/dev/null ||
+    python3 -c "import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())" "$here/gpu_check.xz"; } \
+    > "$here/gpu_check.tmp" && chmod +x "$here/gpu_check.tmp" && mv "$here/gpu_check.tmp" "$here/gpu_check" ||
+    { echo "run.sh: cannot unpack gpu_check.xz (neither xz nor python3's lzma)"; exit 2; }
+fi
 export DYNAMO_LIBDEVICE="$here/libdevice.10.bc"
 # cuBLASLt for the model blocks' matrix products: the system's (libcublasLt.so*), else the one a
 # pip-installed torch brings (nvidia-cublas), else the block cases say it is not installed.
