@@ -1,7 +1,8 @@
 """When a function is recorded again after an abort, when it is left to CPython, and how it
 comes back: the abort policy (reasons.py gives each kind of abort its rule), the parts of a
 module compiled apart while the module runs in CPython, and the call state that "state" aborts
-are keyed by. `BackOff` holds these as methods of frontend.OptimizedFunction."""
+are keyed by. One `Policy` per optimized function (frontend.OptimizedFunction.policy) holds
+that state and decides; it records nothing and runs nothing."""
 import sys
 import types
 
@@ -10,9 +11,10 @@ import torch
 from . import config, native, reasons
 from .log import log
 from .registry import bump
+from .frames import NopythonError
 from .tracetree import Attempt
 
-AUTOGRAD = "autograd"  # the prefix of the abort reason _state_aborted handles
+AUTOGRAD = "autograd"  # the prefix of the abort reason Policy.state_aborted handles
 _WARNED = set()  # (function name, reason) said on stderr already
 
 
@@ -61,16 +63,74 @@ def _call_state(args):
     return (torch.is_grad_enabled(), tuple(seen))
 
 
-class BackOff:
-    """The abort policy of an optimized function (a base of frontend.OptimizedFunction)."""
+class Policy:
+    """When an optimized function records, backs off, runs in CPython or comes back, and why.
+    traces is the function's list of compiled traces (the same list object for its life: an
+    abort may drop a root from it); install optimizes a submodule (the parts of a module)."""
+
+    def __init__(self, fn, name, owner, nopython, traces, install):
+        self.fn, self.name, self.owner, self.nopython = fn, name, owner, nopython
+        self.traces = traces
+        self._install = install
+        self.reset()
+
+    def reset(self):
+        self.calls = 0
+        self.attempts = []          # Attempt per recording (and per reason it was not made)
+        self.retry_at = 0           # calls before which recording is not tried (back-off)
+        self.disabled_reason = None  # left to CPython: why
+        self.state_fallbacks = {}   # _call_state() -> (why, kind): recorded in that state, it aborted for it
+        self.parts = None           # left to CPython: the submodules compiled apart (_compile_parts)
+        self._left_at = None        # left to CPython: (calls then, config then, calls until a new try)
+        self._comebacks = 0         # tries since (each waits 4x longer)
+        self._abort_base = 0        # aborts before the last try (abort_limit counts those after)
+        self.fast_eager = None      # left to CPython with nothing compiled: (calls until a new try, config._version)
+        if native.load_error() is not None:  # (said at import) for good: see _comes_back
+            self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
+
+    def fallback(self, why):
+        """A call that will not run compiled: with nopython=True that is an error, before the
+        function runs."""
+        if self.nopython:
+            code = getattr(self.fn, "__code__", None)
+            at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.name}{at}: {why}")
+
+    def runs_eagerly(self, args):
+        """Whether this call runs in CPython instead of recording: the function was left to
+        CPython (and does not come back now), it aborted before in this call's state, or it is
+        backing off after an abort. A module left to CPython has its parts compiled apart."""
+        split = self.parts is None and self.owner is not None
+        if self.disabled_reason is not None and not self._comes_back():
+            self.fallback(self.disabled_reason)
+            if split:
+                self._compile_parts()
+            return True
+        seen = self.state_fallbacks.get(_call_state(args)) if self.state_fallbacks else None
+        if seen is not None:  # it aborted for the call's state: eager until that state changes
+            self.fallback(seen[0])
+            if seen[1] != "autograd" and split:
+                self._compile_parts()  # (grad mode would stop the parts as well)
+            return True
+        if self.calls < self.retry_at:  # backing off after an abort
+            if split:
+                self._compile_parts()  # what failed once mostly fails again: the parts start now
+            return True
+        return False
+
+    def leave(self, reason):
+        """The function is left to CPython for reason (it comes back as any function left)."""
+        self.disabled_reason = reason
+        self.attempts.append(Attempt(reason))
+        log("aborts", f"{self.name}: {reason}")
 
     def _eager_from_now(self, until):
         """Calls before `until` go straight to CPython (OptimizedFunction.call's first test) while
         dynamo.config stays as it is: when nothing is compiled, nopython is off and a module's
         parts are set up already (what the full path would do on each such call)."""
-        if not self.compiled and not self.nopython and (self.owner is None or self.parts is not None) and \
+        if not self.traces and not self.nopython and (self.owner is None or self.parts is not None) and \
                 not self.state_fallbacks:
-            self._fast_eager = (until, config._version)
+            self.fast_eager = (until, config._version)
 
     def _comes_back(self):
         """Whether a function left to CPython is recorded again on this call: after a change of
@@ -93,12 +153,12 @@ class BackOff:
         log("aborts", f"{self.name}: recorded again after {self.calls - at} calls in CPython"
                       f"{' (dynamo.config changed)' if key != _config_key() else ''}")
         self._comebacks += key == _config_key()
-        self.disabled_reason, self._left_at, self._fast_eager = None, None, None
+        self.disabled_reason, self._left_at, self.fast_eager = None, None, None
         self.retry_at = 0
         self._abort_base = len([a for a in self.attempts if a.compiled is None])
         return True
 
-    def _parts(self):
+    def part_names(self):
         """{id(module): name} of the module's parts: its direct children, through containers."""
         found = {}
 
@@ -113,7 +173,7 @@ class BackOff:
 
     def _part_named(self, selves):
         """The name of the first of the module's parts among selves, or None."""
-        parts = self._parts()
+        parts = self.part_names()
         for v in selves:
             if isinstance(v, torch.nn.Module) and id(v) in parts:
                 return parts[id(v)]
@@ -132,20 +192,20 @@ class BackOff:
                 self.disabled_reason == "dynamo.disable":
             return
 
-        names = self._parts()
+        names = self.part_names()
         for name, child in self.owner.named_modules():
-            if id(child) not in names or isinstance(child.__dict__.get("forward"), type(self)):
+            if id(child) not in names or getattr(child.__dict__.get("forward"), "dynamo_optimized_forward", False):
                 continue  # not a part, or optimized already (by the user, or as another module's part)
             fwd = type(child).forward
             if isinstance(fwd, types.FunctionType) and not getattr(fwd, "_dynamo_disable", False):
-                type(self).install(child)
+                self._install(child)
                 self.parts.append(names[id(child)])
         if self.parts:
             why = self.disabled_reason or self.attempts[-1].reason
             log("aborts", f"{self.name}: runs in CPython ({why}); compiling its submodules apart: "
                           f"{', '.join(self.parts)}")
 
-    def _side_aborted(self, snap, reason, kind="internal"):
+    def side_aborted(self, snap, reason, kind="internal"):
         """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
         continuation is blacklisted at once, and its root trace dropped (see below)."""
         bump("aborts")
@@ -161,20 +221,20 @@ class BackOff:
         if len(snap.aborts) >= (1 if snap.step is not None else config.abort_limit):
             snap.blacklisted = reason
             root = snap.owner.root if snap.step is not None and snap.owner is not None else None
-            if root is not None and root in self.compiled:
+            if root is not None and root in self.traces:
                 # A stitch is taken on every call: without a trace after it, the rest of every
                 # call would run in dynamo's interpreter, slower than CPython runs the function
                 # whole. The root trace goes, and the function is left to CPython: recording it
                 # again would reach the same stitch and the same failure.
-                self.compiled.remove(root)
+                self.traces.remove(root)
                 why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
-                self._aborted(why, root.ops, root.inlined, kind="continuation")
-                if not self.compiled:
+                self.aborted(why, root.ops, root.inlined, kind="continuation")
+                if not self.traces:
                     self.disabled_reason = why
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 
-    def _state_aborted(self, reason, args, kind="autograd", quiet=False):
+    def state_aborted(self, reason, args, kind="autograd", quiet=False):
         """An abort caused by the call's state (a kind whose policy is "state": grad mode and
         requires_grad, or the dtype, device or layout of its tensors): it does not count toward
         the function's abort limit; calls in the same state (_call_state) run eagerly without
@@ -190,7 +250,7 @@ class BackOff:
             _WARNED.add((self.name, reason))  # (a model's many ReLU modules say it once)
             print(f"dynamo: {self.name} runs eagerly while this grad state holds: {reason}", file=sys.stderr)
 
-    def _aborted(self, reason, ops, inlined, where=None, selves=(), kind="internal"):
+    def aborted(self, reason, ops, inlined, where=None, selves=(), kind="internal"):
         """Counts an abort. The k-th one makes the next 2^(k-1) - 1 calls run in CPython before
         recording is tried again; at config.abort_limit the function is left to CPython, and at
         once when the last two recordings stopped at the same place for the same reason (what
@@ -206,7 +266,7 @@ class BackOff:
         self.attempts.append(Attempt(reason, ops=ops, inlined=inlined, where=where))
         k = len(aborts) + 1 - self._abort_base
         part = self._part_named(selves) if self.owner is not None and config.compile_parts else None
-        if part is not None and not self.compiled:
+        if part is not None and not self.traces:
             self.disabled_reason = f"recording aborted inside its part {part}: {reason}"
         elif aborts and where is not None and reasons.policy(kind) == "same" and \
                 (aborts[-1].reason, aborts[-1].where) == (reason, where):

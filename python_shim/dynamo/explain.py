@@ -100,7 +100,7 @@ def explain(fn, *args, **kwargs):
     _name_originals(of.attempts, memo)
     e = Explanation(of.name, of.attempts)
     if of.owner is not None and config.compile_parts and any(not a.startswith(AUTOGRAD) for a in e.aborts):
-        e.parts = list(of._parts().values())
+        e.parts = list(of.policy.part_names().values())
     live = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if isinstance(live, OptimizedFunction) and live.compiled:  # what this optimized function runs now
         for i, c in enumerate(live.compiled):

@@ -25,16 +25,16 @@ import types
 
 import torch
 
-from . import config, native, probe, reasons, recording, registry, sizes, store, tracetree, training
+from . import config, native, probe, reasons, recording, registry, sizes, snapshot, store, tracetree, training
 from ._capi import DynamoError
 from . import backoff
-from .backoff import AUTOGRAD, BackOff, _call_state
+from .backoff import AUTOGRAD, Policy
 from .frames import Abort, NopythonError, StitchNow
-from .guards import GuardSet
-from .interpreter import release, unsupported_reason
+from .guards import EXIT, GuardSet, Source
+from .interpreter import Interpreter, release, unsupported_reason
 from .log import enabled as log_enabled, log
 from .registry import bump
-from .tracetree import _NEXT, MISS, Attempt, Compiled, TraceTree, _fastcall, _flatten_result, shape_key
+from .tracetree import MISS, NEXT, Attempt, Compiled, RecordSide, Runner, _fastcall, _flatten_result, shape_key
 
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 CHURN = 4          # recordings in a row missed at one guard: the value changes every call
@@ -102,14 +102,25 @@ def _store_choices_at_exit():
     for f in registry.functions():
         for c in f.compiled:
             if c.store_id is not None and c.runs:
-                f._store_choices(c)
+                f.runner.store_choices(c)
 
 
 atexit.register(_store_choices_at_exit)
 
 
-class OptimizedFunction(TraceTree, BackOff):
+def _policy_field(name, doc):
+    """An OptimizedFunction attribute that is its policy's (explain.py, the hook and tests read it)."""
+    return property(lambda self: getattr(self.policy, name), lambda self, v: setattr(self.policy, name, v), doc=doc)
+
+
+class OptimizedFunction:
     dynamo_optimized_forward = True  # what interpreter.runs_class_forward looks for
+    calls = _policy_field("calls", "calls since dynamo.reset()")
+    attempts = _policy_field("attempts", "what each recording did (tracetree.Attempt)")
+    disabled_reason = _policy_field("disabled_reason", "why the function runs in CPython, or None")
+    parts = _policy_field("parts", "a module left to CPython: its submodules compiled apart")
+    native_runs = property(lambda self: self.runner.native_runs,
+                           doc="calls that ended in native code (the counter's share of this function)")
 
     def __init__(self, fn, nopython=False, owner=None, bound=None):
         self.fn = fn
@@ -117,28 +128,17 @@ class OptimizedFunction(TraceTree, BackOff):
         self.bound = bound        # the object of an optimized bound method (optimizer.step), passed first
         self.nopython = nopython
         self._dropped = None      # the limits under which a trace found no room: no more recordings
-        self.compiled = []
+        self.compiled = []        # the compiled root traces (one list for the function's life)
         self.families = []        # sizes.Family: traces serving other sizes without a recording
         self._warned_marks = False  # said once why dims marked dynamic got no size family
-        self.attempts = []
-        self.calls = 0
-        self.native_runs = 0      # calls that ended in native code (the counter's share of this function)
-        self.retry_at = 0         # calls before which recording is not tried (back-off)
-        self.disabled_reason = None
-        self.state_fallbacks = {}  # _call_state() -> (why, kind): recorded in that state, it aborted for it
+        self.name = getattr(fn, "__qualname__", "fn")
+        self.policy = Policy(fn, self.name, owner, nopython, self.compiled, type(self).install)
+        self.runner = Runner(self.name, self.compiled, self.policy)
         self.value_cuts = False   # with grad on, recordings end the trace at every read of a tensor's
         #                           value (interpreter._cut_for_grad), not only after a tensor requiring grad
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
-        self.parts = None         # left to CPython: the submodules compiled apart (_compile_parts)
-        self._left_at = None      # left to CPython: (calls then, config then, calls until a new try)
-        self._comebacks = 0       # tries since (each waits 4x longer)
-        self._abort_base = 0      # aborts before the last try (abort_limit counts those after)
-        self._fast_eager = None   # left to CPython with nothing compiled: (calls until a new try, config._version)
         self._misses = []         # the guard that rejected the calls of the last recordings (_churns)
-        self.name = getattr(fn, "__qualname__", "fn")
-        if native.load_error() is not None:  # (said at import) for good: see backoff._comes_back
-            self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
         functools.update_wrapper(self, fn)
         registry.register(self)
 
@@ -202,12 +202,6 @@ class OptimizedFunction(TraceTree, BackOff):
         plain.__dict__["_modules"] = type(plain._modules)(plain._modules)
         return plain
 
-    def _fallback(self, why):
-        if self.nopython:
-            code = getattr(self.fn, "__code__", None)
-            at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
-            raise NopythonError(f"dynamo.optimize(nopython=True): cannot compile {self.name}{at}: {why}")
-
     def __call__(self, *args, **kwargs):
         if self.owner is not None:
             args = (self.owner,) + args
@@ -225,25 +219,27 @@ class OptimizedFunction(TraceTree, BackOff):
         the compiled traces; traces made without a recording (size families and probes, the
         trace store); the policy (backoff.py: why not record now); a recording."""
         bump("calls")
-        self.calls += 1
-        fast = self._fast_eager
-        if fast is not None and self.calls < fast[0] and fast[1] == config._version:
+        policy = self.policy
+        policy.calls += 1
+        fast = policy.fast_eager
+        if fast is not None and policy.calls < fast[0] and fast[1] == config._version:
             return self._eager(fn, args, kwargs, in_frame)  # (left to CPython, nothing to check)
-        result = self._run_traces(self.compiled, fn, args, kwargs)
+        result = self.runner.run(self.compiled, fn, args, kwargs)
         if result is MISS and self.compiled:
             self._missed(fn, args, kwargs)
-            if self.disabled_reason is None:
+            if policy.disabled_reason is None:
                 result = self._from_sizes(fn, args, kwargs)
-        if result is not MISS:
-            return result
-        if self._left_to_cpython(args):
-            return self._eager(fn, args, kwargs, in_frame)
-        result = self._from_store(fn, args, kwargs) if store.enabled() else MISS
-        if result is not MISS:
-            return result
-        if self.compiled and self._churns(fn, args, kwargs):
-            return self._eager(fn, args, kwargs, in_frame)
-        return self._record(fn, args, kwargs, in_frame)
+        if result is MISS:
+            if self._left_to_cpython(args):
+                return self._eager(fn, args, kwargs, in_frame)
+            result = self._from_store(fn, args, kwargs) if store.enabled() else MISS
+        if result is MISS:
+            if self.compiled and self._churns(fn, args, kwargs):
+                return self._eager(fn, args, kwargs, in_frame)
+            result = self._record(fn, args, kwargs, in_frame)
+        while type(result) is RecordSide:  # the runner stopped where a trace is to be recorded now
+            result = self._record_side(result, fn, args, kwargs)
+        return result
 
     def _missed(self, fn, args, kwargs):
         """Every compiled trace rejected the call: counted, and said per trace under DYNAMO_LOG=guards."""
@@ -262,25 +258,10 @@ class OptimizedFunction(TraceTree, BackOff):
         return result
 
     def _left_to_cpython(self, args):
-        """The policy before a recording: True when this call runs in CPython instead -- the
-        function was left to CPython (and does not come back now), it aborted before in this
-        call's state, it is backing off after an abort, it is not hot yet, or its cache is full.
-        A module left to CPython has its parts compiled apart (backoff.py)."""
-        split = self.parts is None and self.owner is not None
-        if self.disabled_reason is not None and not self._comes_back():
-            self._fallback(self.disabled_reason)
-            if split:
-                self._compile_parts()
-            return True
-        seen = self.state_fallbacks.get(_call_state(args)) if self.state_fallbacks else None
-        if seen is not None:  # it aborted for the call's state: eager until that state changes
-            self._fallback(seen[0])
-            if seen[1] != "autograd" and split:
-                self._compile_parts()  # (grad mode would stop the parts as well)
-            return True
-        if self.calls < self.retry_at:  # backing off after an abort
-            if split:
-                self._compile_parts()  # what failed once mostly fails again: the parts start now
+        """True when this call runs in CPython instead of recording: the policy says so
+        (backoff.py: left to CPython, aborted in this call's state, backing off), the function
+        is not hot yet, or its cache is full."""
+        if self.policy.runs_eagerly(args):
             return True
         if self.calls < config.hot_threshold or self._cache_full():
             if self._cache_full() and not getattr(self, "_warned", False):
@@ -288,7 +269,7 @@ class OptimizedFunction(TraceTree, BackOff):
                 print(f"dynamo: {self.name} hit its cache limit ({config.cache_limit} traces"
                       f"{f', {config.size_variants} more sharing their code' if self._shared_count() else ''}); "
                       f"further variants run eagerly", file=sys.stderr)
-            self._fallback("cache limit reached" if self.compiled else "not hot yet")
+            self.policy.fallback("cache limit reached" if self.compiled else "not hot yet")
             return True
         return False
 
@@ -307,16 +288,16 @@ class OptimizedFunction(TraceTree, BackOff):
                 not _runs_away([m[1] for m in self._misses]):
             return False
         what = gs.explain_failure(args, kwargs, fn.__globals__, fn)
-        self.disabled_reason = (f"a value its traces depend on changes on every call -- {what} -- so every call "
-                                f"would record (it did {CHURN} times in a row); the function runs in CPython. "
-                                "Keep state that changes on every call (a list appended to, a step counter) out "
-                                "of the optimized function: e.g. return the value and append it in the caller")
+        why = (f"a value its traces depend on changes on every call -- {what} -- so every call would record (it "
+               f"did {CHURN} times in a row); the function runs in CPython. Keep state that changes on every call "
+               "(a list appended to, a step counter) out of the optimized function: e.g. return the value and "
+               "append it in the caller")
         self._misses = []
-        self.compiled, self.families = [], []  # (each held a value no later call will have)
-        self.attempts.append(Attempt(self.disabled_reason))
-        log("aborts", f"{self.name}: {self.disabled_reason}")
-        print(f"dynamo: {self.name}: {self.disabled_reason}", file=sys.stderr)
-        self._fallback(self.disabled_reason)
+        self.compiled.clear()  # (each held a value no later call will have)
+        self.families = []
+        self.policy.leave(why)
+        print(f"dynamo: {self.name}: {why}", file=sys.stderr)
+        self.policy.fallback(why)
         return True
 
     def _from_store(self, fn, args, kwargs):
@@ -361,8 +342,8 @@ class OptimizedFunction(TraceTree, BackOff):
             pending.remove(t)
             c = self._compile_stored(t, gs, at, shape_key(args))
             if c is not None:
-                result = self._run_one(c, inputs, fn, args, kwargs)
-                if result is not _NEXT:
+                result = self.runner.run_one(c, inputs, fn, args, kwargs)
+                if result is not NEXT:
                     return result
         return MISS
 
@@ -398,43 +379,19 @@ class OptimizedFunction(TraceTree, BackOff):
                       f"{c.stats.compile_ms:.1f} ms{_code_note(c.stats)}")
         return c
 
-    def _store_choices(self, c):
-        """Keeps what the trace's convolution and product steps chose by timing, for the next
-        process that loads it from the store (they then skip the timing calls)."""
-        try:
-            choices = c.entry.choices()
-            if choices != c.stored_choices:
-                store.save_choices(c.store_where, c.store_id, choices)
-                c.stored_choices = choices
-        except Exception as e:  # noqa: BLE001 -- only speed depends on it
-            log("store", f"{self.name}: choices not stored: {type(e).__name__}: {e}")
-
     @staticmethod
     def _eager(fn, args, kwargs, in_frame):
         bump("eager_runs")
         return EAGER if in_frame else fn(*args, **kwargs)
 
-    def _verify(self, fn, result, args, kwargs):
-        want = fn(*args, **kwargs)
-        flat_r, flat_w = [], []
-        _flat_tensors(result, flat_r)
-        _flat_tensors(want, flat_w)
-        ok = len(flat_r) == len(flat_w) and all(
-            r.shape == w.shape and r.dtype == w.dtype and torch.allclose(r, w, rtol=1e-4, atol=1e-5, equal_nan=True)
-            for r, w in zip(flat_r, flat_w))
-        if not ok:
-            bump("verify_failures")
-            raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
-
     def _record(self, fn, args, kwargs, in_frame=False):
         call = recording.CallFacts(shape_key(args), _leaf_shapes(args, kwargs))
         why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
-            self.disabled_reason = f"{self.name} uses {why}"
-            self.attempts.append(Attempt(self.disabled_reason))
             bump("aborts")
             bump("abort_python")
-            self._fallback(self.disabled_reason)
+            self.policy.leave(f"{self.name} uses {why}")
+            self.policy.fallback(self.disabled_reason)
             return self._eager(fn, args, kwargs, in_frame)
         if store.enabled() and getattr(fn, "__code__", None) is not None:
             try:  # (the arguments as the call gets them: before it runs)
@@ -461,6 +418,69 @@ class OptimizedFunction(TraceTree, BackOff):
         finally:
             release(rec, interp)
 
+    def _record_side(self, want, fn, args, kwargs):
+        """Records the trace the runner asked for (want: a RecordSide) from its exit's snapshot:
+        the rest of this call runs in the recording interpreter and is compiled as a side trace
+        of that exit (a stitch's continuation likewise). Returns the call's result, or another
+        RecordSide when this recording stopped at a stitch of its own."""
+        c, exit_id, values = want.c, want.exit_id, want.values
+        snap = c.exits[exit_id]
+        # (the snapshot's source expressions name its constants)
+        rec, gs, interp = recording.start(f"{self.name}_exit{exit_id}", consts=snap.consts, value_cuts=self.value_cuts)
+        bump("interpreted_runs")
+        env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
+        rng = torch.get_rng_state()
+
+        def body():
+            # Inputs in the order native linking needs: the parent's, then the live values.
+            for expr in c.input_srcs:
+                if not expr.startswith("x["):  # a side trace's own exit values are not in scope
+                    interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
+            for i, t in enumerate(values):
+                interp.touch(t, EXIT.item(i))
+            return snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
+        try:
+            result, raised = recording.run(rec, interp, body)
+        except StitchNow as s:  # the side trace reached a stitch of its own and made its step
+            return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
+        if raised is not None:  # as in _recording_raised, from the exit on
+            effect = interp.effect or rec.effect
+            release(rec, interp)
+            self.policy.side_aborted(snap, f"recording failed inside dynamo: {type(raised).__name__}: {raised}",
+                                     "internal")
+            if effect is not None or isinstance(raised, NopythonError):
+                raise raised
+            torch.set_rng_state(rng)
+            bump("exits_resumed")
+            return self.runner.resume(c, snap, fn, args, kwargs, values)
+        try:
+            return self._compile(rec, gs, interp, result, side_of=(c, exit_id))
+        finally:
+            release(rec, interp)
+
+    def _through_stitch(self, rec, gs, interp, value, side_of, fn, args, kwargs):
+        """A recording (a root, or a side trace of side_of) stopped at a stitch whose step it just
+        made (value: its result): the trace so far is compiled, and the rest of this call goes on
+        from the stitch's snapshot with the recording's live tensors -- through the runner, which
+        asks for the trace after the stitch to be recorded now (RecordSide), so that the next
+        call runs natively through the stitch."""
+        snap, live = rec.cut
+        values = [t.contiguous() for t in live] + [value]
+        try:
+            self._compile(rec, gs, interp, None, side_of=side_of)
+        finally:
+            release(rec, interp)
+        bump("stitches")
+        snap.count += 1
+        owner = snap.owner
+        if owner is None:  # not compiled (an abort, counted): the rest in the interpreter
+            bump("exits_resumed")
+            try:
+                return snapshot.resume(snap, fn, args, kwargs, values, Interpreter.unrecorded())
+            except snapshot.ResumeFailed as e:
+                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
+        return self.runner.after_exit(owner, owner.cut_id, values, fn, args, kwargs)
+
     def _recording_raised(self, e, rec, interp, rng, fn, args, kwargs, in_frame):
         """The recorded call raised e. Without effects outside the call so far (interpreter and
         recorder both say so), the call is run again eagerly from the same RNG state: if eager
@@ -472,16 +492,16 @@ class OptimizedFunction(TraceTree, BackOff):
         if isinstance(e, NopythonError):
             raise e
         if effect is not None:
-            self._aborted(f"the recorded call raised {type(e).__name__}: {e} (after {effect}, so it was not run "
+            self.policy.aborted(f"the recorded call raised {type(e).__name__}: {e} (after {effect}, so it was not run "
                           "again eagerly)", rec.ops, interp.inlined)
             raise e
         reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
         torch.set_rng_state(rng)
         if in_frame:  # CPython runs the frame; an internal failure is then counted at the next call
-            self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, kind="internal")
+            self.policy.aborted(reason, rec.ops, interp.inlined, rec.abort_where, kind="internal")
             return EAGER
         out = fn(*args, **kwargs)
-        self._aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves, kind="internal")
+        self.policy.aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves, kind="internal")
         return out
 
     def _compile(self, rec, gs, interp, result, side_of=None):
@@ -495,9 +515,9 @@ class OptimizedFunction(TraceTree, BackOff):
         except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
             reason = f"internal error while compiling: {type(e).__name__}: {e}"
             if side_of is not None:
-                self._side_aborted(side_of[0].exits[side_of[1]], reason)
+                self.policy.side_aborted(side_of[0].exits[side_of[1]], reason)
             else:
-                self._aborted(reason, rec.ops, interp.inlined)
+                self.policy.aborted(reason, rec.ops, interp.inlined)
             return result
 
     def _compile_trace(self, rec, gs, interp, result, side_of):
@@ -530,7 +550,7 @@ class OptimizedFunction(TraceTree, BackOff):
             self._add_side(c, side_of)
             if c.stats.shared_code:
                 bump("code_shared")
-            self._link(side_of[0], side_of[1], c)
+            Runner.link(side_of[0], side_of[1], c)
         else:
             self._keep_root(c, rec, gs, interp, text, out_spec, guards_only)
         return result
@@ -575,14 +595,14 @@ class OptimizedFunction(TraceTree, BackOff):
     def _recording_aborted(self, rec, interp, side_of):
         """Counts why a finished recording does not become a trace (rec.abort_reason)."""
         if side_of is not None:
-            self._side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
+            self.policy.side_aborted(side_of[0].exits[side_of[1]], rec.abort_reason, rec.abort_kind)
             return
         if reasons.policy(rec.abort_kind) == "state":
-            self._state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind, getattr(rec, "quiet", False))
+            self.policy.state_aborted(rec.abort_reason, interp.run_args, rec.abort_kind, getattr(rec, "quiet", False))
         else:
-            self._aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
+            self.policy.aborted(rec.abort_reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves,
                           kind=rec.abort_kind)
-        self._fallback(rec.abort_reason)
+        self.policy.fallback(rec.abort_reason)
 
     @staticmethod
     def _storable(rec, side_of, guards_only):
@@ -607,10 +627,10 @@ class OptimizedFunction(TraceTree, BackOff):
             bump("compile_failures")
             reason = f"compile failed: {e.message}"
             if side_of is not None:
-                self._side_aborted(side_of[0].exits[side_of[1]], reason)
+                self.policy.side_aborted(side_of[0].exits[side_of[1]], reason)
                 return None
-            self._aborted(reason, rec.ops, interp.inlined)
-            self._fallback(reason)
+            self.policy.aborted(reason, rec.ops, interp.inlined)
+            self.policy.fallback(reason)
             return None
         finally:
             if entry is None and not guards_only:
@@ -646,9 +666,9 @@ class OptimizedFunction(TraceTree, BackOff):
             bump("code_shared")
         self._add_root(c, rec, interp)
         if not rec.exits and rec.cut is None and not guards_only and rec.device is None:
-            c.size_fixed = {**rec.size_fixed, **interp.size_fixed}
+            c.size_fixed = {**rec.size_fixed, **interp.sizes.size_fixed}
             c.dynamic_marks = dict(rec.input_marks)
-            self._join_family(c, interp.size_read)
+            self._join_family(c, interp.sizes.size_read)
         if self._storable(rec, None, guards_only) and rec.call.store_where is not None:
             try:
                 c.store_id = store.save(rec.call.store_where, self.name, gs.export(), text, out_spec, rec.ops,
@@ -668,10 +688,10 @@ class OptimizedFunction(TraceTree, BackOff):
         except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
             reason = f"{AUTOGRAD}: the forward and backward could not be set up: {type(e).__name__}: {e}"
             if side_of is not None:
-                self._side_aborted(side_of[0].exits[side_of[1]], reason, "autograd")
+                self.policy.side_aborted(side_of[0].exits[side_of[1]], reason, "autograd")
                 return result
-            self._aborted(reason, rec.ops, interp.inlined, kind="autograd")
-            self._fallback(reason)
+            self.policy.aborted(reason, rec.ops, interp.inlined, kind="autograd")
+            self.policy.fallback(reason)
             return result
         self._attach_cut(c, rec)
         if side_of is not None:
@@ -898,8 +918,8 @@ class OptimizedFunction(TraceTree, BackOff):
             self.compiled.append(c)
             log("traces", f"{self.name}: size family instance for {list(shape_key(args))}: "
                           f"{c.stats.compile_ms:.1f} ms{_code_note(c.stats)} (no recording)")
-            result = self._run_one(c, inputs, fn, args, kwargs)
-            if result is _NEXT:  # its native guards disagree with the family's fit: not kept
+            result = self.runner.run_one(c, inputs, fn, args, kwargs)
+            if result is NEXT:  # its native guards disagree with the family's fit: not kept
                 self.compiled.remove(c)
                 fam.failures += 1
                 return MISS
@@ -919,20 +939,13 @@ class OptimizedFunction(TraceTree, BackOff):
 
     def reset(self):
         self._dropped = None
-        self.compiled = []
+        self.compiled.clear()
         self.families = []
-        self.attempts = []
-        self.calls = self.native_runs = 0
-        self.retry_at = 0         # calls before which recording is not tried (back-off)
-        self.disabled_reason = None
-        if native.load_error() is not None:
-            self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
-        self._fast_eager, self._misses = None, []
-        self.state_fallbacks = {}
+        self.runner.native_runs = 0
+        self._misses = []
         self.value_cuts = False
         self.stored = {}
-        self.parts = None  # the parts stay optimized: inside a new trace of this forward they are inlined
-        self._left_at, self._comebacks, self._abort_base = None, 0, 0
+        self.policy.reset()  # (a module's parts stay optimized: inside a new trace of this forward they are inlined)
         for f in self.frames.values():
             f.close()
         self.frames = {}
@@ -1007,17 +1020,6 @@ def _code_note(stats):
     return ""
 
 
-def _flat_tensors(v, out):
-    if isinstance(v, torch.Tensor):
-        out.append(v)
-    elif isinstance(v, (tuple, list)):
-        for x in v:
-            _flat_tensors(x, out)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _flat_tensors(x, out)
-
-
 def _load_library():
     """libdynamo and the native call path loaded when a function is optimized rather than in its
     first call (loading them, with LLVM, takes ~17 ms); a missing library is reported by the
@@ -1063,7 +1065,7 @@ def disable(fn):
     # with fn as a stitch). The trace store checks the mark in a function's fingerprint.
     name = getattr(target, "__qualname__", None)
     for f in registry.functions():
-        f.compiled = [c for c in f.compiled if name not in c.inlined]
+        f.compiled[:] = [c for c in f.compiled if name not in c.inlined]
     return fn
 
 

@@ -250,7 +250,7 @@ def _handles(*opnames):
     return mark
 
 
-class Interpreter(SizeFlow):
+class Interpreter:
     def __init__(self, recorder, guards):
         self.rec = recorder
         self.guards = guards
@@ -279,7 +279,7 @@ class Interpreter(SizeFlow):
         self.scalars = {}         # source expr -> (value, Source): numbers tracked as scalar inputs, unguarded
         self._moved = set()       # ids of stack pairs a call bound to an inlined frame's parameters
         self.dynamic_scalars = config.dynamic is not False
-        self._init_sizes()        # sizes read in Python (sizeflow.py)
+        self.sizes = SizeFlow(self)  # sizes read in Python (sizeflow.py)
         self.value_cuts = False   # end the trace at a read of a tensor's value whenever grad is on
         self.probe = None         # a size probe (probe.py): {value name: shape} of its base run
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
@@ -526,8 +526,8 @@ class Interpreter(SizeFlow):
         handler, tried in this order; one that does not take the call returns _UNHANDLED, and
         what none takes runs unrecorded (_opaque)."""
         fn = fnp[0]
-        if self.size_read is None and self.frames and _reads_size(fn, args):
-            self._note_size_read("len" if fn is len else getattr(fn, "__name__", "size"))
+        if self.sizes.size_read is None and self.frames and _reads_size(fn, args):
+            self.sizes.note_read("len" if fn is len else getattr(fn, "__name__", "size"))
         for handler in (self._call_reading_state, self._call_python_code, self._call_introspection,
                         self._call_torch, self._call_builtin, self._call_object):
             r = handler(fnp, args, kwargs)
@@ -786,7 +786,7 @@ class Interpreter(SizeFlow):
             # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
             # the ATen ops they perform are recorded; their arguments are all we pass them.
             # What they read of sizes is not seen: the trace serves its own sizes only.
-            self._note_size_read("", f"{fn.__qualname__}() (torch's Python code run without being followed)")
+            self.sizes.note_read("", f"{fn.__qualname__}() (torch's Python code run without being followed)")
             if self_pair is not None:
                 args = [self_pair] + list(args)
             return self._concrete(fn, args, kwargs)
@@ -914,15 +914,15 @@ class Interpreter(SizeFlow):
             handler = handlers.get(op)
             if handler is None:  # pragma: no cover - excluded by the static check
                 raise RuntimeError(f"dynamo interpreter: unhandled {op}")
-            after = self._size_step_safe(f, op, ins) if self.recording else None
+            after = self.sizes.step_safe(f, op, ins) if self.recording else None
             if after is None:
                 r = handler(self, f, ins)
             else:
                 try:
                     r = handler(self, f, ins)
                 finally:
-                    self._origin = False
-                self._size_after_safe(after)
+                    self.sizes._origin = False
+                self.sizes.after_safe(after)
             if r is not None:
                 return r[0]
 
@@ -1785,8 +1785,8 @@ class Interpreter(SizeFlow):
         """obj.name as a (value, source) pair, guarded when obj is sourced. Properties defined in
         Python are inlined (their reads are guarded one by one, and a getter with side effects
         ends the trace as any other code would), never re-run by a guard."""
-        if name == "shape" and self.size_read is None and isinstance(obj, torch.Tensor):
-            self._note_size_read("shape")
+        if name == "shape" and self.sizes.size_read is None and isinstance(obj, torch.Tensor):
+            self.sizes.note_read("shape")
         if not isinstance(obj, type):
             raw = _static_lookup(type(obj), name)
             if isinstance(raw, property) and isinstance(raw.fget, types.FunctionType):
@@ -2017,7 +2017,7 @@ class Interpreter(SizeFlow):
         the frames as they will be *after* the call, with the call's result as one more live
         value (("live", n)), plus the call itself (`step`: its callable and arguments, encoded like
         the frames). On later calls the front end runs the trace, makes that one call for real,
-        and goes on in a trace recorded from after it (tracetree.TraceTree._continue_at_exit). False when
+        and goes on in a trace recorded from after it (tracetree.Runner._continue_at_exit). False when
         the state cannot be carried (then the recording aborts, as before)."""
         if self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
             return False

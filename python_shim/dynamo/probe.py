@@ -132,7 +132,7 @@ def run(name, fn, args, kwargs, change, base_shapes):
         spec, names = _flatten_result(result, rec, index)
         if not names:
             names = [rec.last_value()]
-        return rec.text(names), spec, rec.value_shapes(), dict(interp.size_fixed)
+        return rec.text(names), spec, rec.value_shapes(), dict(interp.sizes.size_fixed)
     finally:
         fake_log.disabled = quiet
         torch._C._set_grad_enabled(grad)

@@ -1,5 +1,5 @@
-"""Tensor sizes read in Python, followed while the program only passes them on (a mixin of the
-interpreter).
+"""Tensor sizes read in Python, followed while the program only passes them on (`SizeFlow`, one
+per interpreter: Interpreter.sizes).
 
 A size family (sizes.py) serves a program at sizes it was not recorded at. That is right only if
 the Python code did the same at those sizes: nothing it decided may have depended on a size that
@@ -15,7 +15,7 @@ changed, and an instance is checked against the constant by the verifier). The r
 default: a bytecode not known to be a move fixes every tracked value it might read.
 
 Sizes of tensors that are not values of the trace, and strides, are not followed: the trace then
-serves its own sizes only (Interpreter.size_read), as before this module.
+serves its own sizes only (SizeFlow.size_read), as before this module.
 """
 import types
 from inspect import CO_VARARGS, CO_VARKEYWORDS
@@ -72,26 +72,29 @@ def _is_shape(v):
 
 
 class SizeFlow:
-    """Interpreter state and steps for tracked sizes (see the module's text)."""
+    """The tracked sizes of one interpreter (see the module's text): interp's frames, recorder
+    (rec, recording) and size probe (probe) are what it reads; the interpreter calls step_safe
+    before each bytecode and the step it returns after it."""
 
-    def _init_sizes(self):
+    def __init__(self, interp):
+        self.interp = interp
         self.size_read = None     # a size read that is not followed: the trace serves its own sizes only
         self.size_fixed = {}      # (trace value name, dim) -> where Python used that size as a number
         self._sized = False       # a tracked value exists (then each bytecode is checked)
         self._origin = False      # the current bytecode makes a tracked value (no size_read note)
 
-    def _note_size_read(self, what, text=None):
+    def note_read(self, what, text=None):
         """The program read a tensor's size in a way this module does not follow (a tensor that
         is not a trace value, strides, getattr(x, "shape"), ...): the trace serves its own sizes
         only (sizes.py)."""
         if self._origin:
             return
-        where = snapshot.where(self.frames[-1]) if self.frames else "?"
+        where = snapshot.where(self.interp.frames[-1]) if self.interp.frames else "?"
         text = text or {"shape": "x.shape", "len": "len(x)", "numel": "torch.numel(x)"}.get(what, f"x.{what}()")
         if self.size_read is None:
             self.size_read = f"{text} at {where}"
 
-    def _size_step_safe(self, f, op, ins):
+    def step_safe(self, f, op, ins):
         """_size_step, with a failure of its own (never the program's) ending the following of
         sizes: the trace then serves its own sizes only."""
         try:
@@ -102,7 +105,7 @@ class SizeFlow:
             self._size_failed(e)
             return None
 
-    def _size_after_safe(self, after):
+    def after_safe(self, after):
         try:
             after()
         except ProbeStop:
@@ -112,7 +115,7 @@ class SizeFlow:
 
     def _size_failed(self, e):
         self._origin = False
-        if self.probe is not None:
+        if self.interp.probe is not None:
             raise ProbeStop(f"following a size failed: {type(e).__name__}: {e}")
         if self.size_read is None:
             self.size_read = f"a size (following it failed inside dynamo: {type(e).__name__}: {e})"
@@ -122,7 +125,7 @@ class SizeFlow:
         for p in pairs:
             if isinstance(p, _Sized) and p.dims:
                 where = snapshot.where(f) if f is not None else "?"
-                if self.probe is not None:
+                if self.interp.probe is not None:
                     self._probe_fixed(p.dims, where)
                 for key in p.dims:
                     self.size_fixed.setdefault(key, where)
@@ -131,12 +134,12 @@ class SizeFlow:
         """In a size probe (probe.py), Python is about to use these sizes as numbers: the probe
         ends before it does when one of them is not what it was in the probe's base run (what
         Python decides with it may differ; the probe must take the base run's path). The base
-        run itself (self.probe empty) decides as the program would at its sizes."""
-        if not self.probe:
+        run itself (self.interp.probe empty) decides as the program would at its sizes."""
+        if not self.interp.probe:
             return
-        shapes = self.rec.value_shapes()
+        shapes = self.interp.rec.value_shapes()
         for name, d in keys:
-            a, b = shapes.get(name), self.probe.get(name)
+            a, b = shapes.get(name), self.interp.probe.get(name)
             if a is None or b is None or len(a) <= d or len(b) <= d or a[d] != b[d]:
                 raise SizeUsed(f"the program uses the size as a number in Python at {where}")
 
@@ -186,7 +189,7 @@ class SizeFlow:
         if op == "CALL_FUNCTION_EX":
             return self._size_star_call(f, ins)
         if op == "RETURN_VALUE":
-            if len(self.frames) <= 1:
+            if len(self.interp.frames) <= 1:
                 self._fix(stack[-1:], f)  # the optimized function's result: its numbers are constants
             return None
         if op == "MAKE_CELL":
@@ -238,7 +241,7 @@ class SizeFlow:
         """A step that reads tensor t's shape (x.shape, x.size()): after it, the shape on top is
         tracked, element d from (t's trace value, d). Not followed (a size_read note instead)
         when t is not a trace value."""
-        name = self.rec.vals.get(id(t)) if self.recording else None
+        name = self.interp.rec.vals.get(id(t)) if self.interp.recording else None
         if name is None:
             return None
         self._origin = True
@@ -363,7 +366,7 @@ class SizeFlow:
         return after
 
     def _origin_num(self, f, t, dims):
-        name = self.rec.vals.get(id(t)) if self.recording else None
+        name = self.interp.rec.vals.get(id(t)) if self.interp.recording else None
         if name is None:
             return None
         self._origin = True

@@ -4,8 +4,9 @@ A root trace's Python guards fetch the call's tensor inputs and libdynamo runs i
 (Compiled.run). A run can leave it through a side exit (a data-dependent branch or value) or at
 its cut (config.max_trace_ops, or a stitch: one step it cannot record). From there the call goes
 on in a side trace of that exit whose guards pass (natively linked, or dispatched here), in one
-recorded now once the exit is hot, or in the interpreter from the exit's snapshot (snapshot.py).
-`TraceTree` is that dispatch, as methods of frontend.OptimizedFunction.
+to be recorded now once the exit is hot, or in the interpreter from the exit's snapshot
+(snapshot.py). `Runner` is that dispatch, one per optimized function: it runs and resumes, it
+never records -- where a side trace is due it answers `RecordSide`, and the front end records.
 """
 import collections
 import ctypes
@@ -14,17 +15,16 @@ import sys
 
 import torch
 
-from . import _capi, config, native, recording, snapshot
+from . import _capi, config, native, snapshot, store
 from ._capi import DynamoError
-from .frames import Abort, NopythonError, StitchNow, dense_order
-from .guards import EXIT, Source
-from .interpreter import Interpreter, release
+from .frames import Abort, dense_order
+from .interpreter import Interpreter
 from .log import enabled as log_enabled, log
 from .registry import bump
 
 _compiled_by_entry = {}  # native entry handle (int) -> Compiled
 MISS = object()    # no trace accepted the call
-_NEXT = object()   # this trace did not (its native guards), try the next
+NEXT = object()    # this trace did not (its native guards), try the next
 _CHOICES_AT = (3, 12)  # native runs after which a stored trace's step choices are saved
 
 
@@ -302,13 +302,27 @@ class Attempt:
         self.inlined = list(inlined)
 
 
-class TraceTree:
-    """The trace-tree dispatch of an optimized function (a base of frontend.OptimizedFunction,
-    whose recording and compiling methods it calls)."""
+class RecordSide:
+    """The runner's answer where a trace is to be recorded from an exit now (a hot side exit,
+    a stitch's continuation): the call left trace c through exit exit_id with these values."""
 
-    _dispatch_index = None  # (ids of the traces it was built from, {shape_key: [traces]})
+    __slots__ = ("c", "exit_id", "values")
 
-    def _run_traces(self, traces, fn, args, kwargs):
+    def __init__(self, c, exit_id, values):
+        self.c, self.exit_id, self.values = c, exit_id, values
+
+
+class Runner:
+    """The trace-tree dispatch of one optimized function: traces is its list of compiled root
+    traces (a trace that fails natively is dropped from it), policy its backoff.Policy (told of
+    the aborts that happen while running)."""
+
+    def __init__(self, name, traces, policy):
+        self.name, self.traces, self.policy = name, traces, policy
+        self.native_runs = 0        # calls that ended in native code (the counter's share of this function)
+        self._dispatch_index = None  # (ids of the traces it was built from, {shape_key: [traces]})
+
+    def run(self, traces, fn, args, kwargs):
         """The call run by the first of traces whose guards accept it; MISS when none does.
         With many traces (one per tensor shape: the same program at other sizes), those recorded
         from a call with this call's argument shapes are tried first: a rejected guard check costs
@@ -329,24 +343,24 @@ class TraceTree:
             inputs = c.check(args, kwargs, fn.__globals__, fn)
             if inputs is None:
                 continue
-            result = self._run_one(c, inputs, fn, args, kwargs)
-            if result is not _NEXT:
+            result = self.run_one(c, inputs, fn, args, kwargs)
+            if result is not NEXT:
                 return result
         return MISS
 
-    def _run_one(self, c, inputs, fn, args, kwargs):
-        """The call run by trace c, whose guards fetched inputs; _NEXT on a native guard miss,
+    def run_one(self, c, inputs, fn, args, kwargs):
+        """The call run by trace c, whose guards fetched inputs; NEXT on a native guard miss,
         MISS when the trace failed (it is dropped)."""
         try:
             outs = c.run(inputs)
         except DynamoError as e:  # a run-time failure inside the trace: eager decides
             # The trace goes (a user error comes back from eager; a broken trace must not
             # be run, nor recorded again and again).
-            self.compiled.remove(c)
-            self._aborted(f"native run failed: {e.message}", c.ops, c.inlined, kind="native_run")
+            self.traces.remove(c)
+            self.policy.aborted(f"native run failed: {e.message}", c.ops, c.inlined, kind="native_run")
             return MISS
         if outs is None:
-            return _NEXT
+            return NEXT
         if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
             return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
         if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
@@ -355,11 +369,35 @@ class TraceTree:
             bump("native_runs")
             self.native_runs += 1
         if c.store_id is not None and c.runs in _CHOICES_AT:
-            self._store_choices(c)
+            self.store_choices(c)
         result = _rebuild(c.out_spec, outs, inputs)
         if config.verify:
             self._verify(fn, result, args, kwargs)
         return result
+
+    def store_choices(self, c):
+        """Keeps what stored trace c's convolution and product steps chose by timing, for the
+        next process that loads it from the store (they then skip the timing calls)."""
+        try:
+            choices = c.entry.choices()
+            if choices != c.stored_choices:
+                store.save_choices(c.store_where, c.store_id, choices)
+                c.stored_choices = choices
+        except Exception as e:  # noqa: BLE001 -- only speed depends on it
+            log("store", f"{self.name}: choices not stored: {type(e).__name__}: {e}")
+
+    def _verify(self, fn, result, args, kwargs):
+        """config.verify: the call again eagerly, its tensors compared with the compiled result's."""
+        want = fn(*args, **kwargs)
+        flat_r, flat_w = [], []
+        _flat_tensors(result, flat_r)
+        _flat_tensors(want, flat_w)
+        ok = len(flat_r) == len(flat_w) and all(
+            r.shape == w.shape and r.dtype == w.dtype and torch.allclose(r, w, rtol=1e-4, atol=1e-5, equal_nan=True)
+            for r, w in zip(flat_r, flat_w))
+        if not ok:
+            bump("verify_failures")
+            raise AssertionError(f"dynamo verify: compiled {self.name} differs from eager")
 
     def _continue_at_exit(self, c, ex, fn, args, kwargs):
         """Trace c left through side exit ex: run a compiled side trace of that exit whose guards
@@ -376,34 +414,12 @@ class TraceTree:
                 values = values + [snapshot.run_step(snap, fn, args, kwargs, values)]
             except snapshot.ResumeFailed as e:  # nothing of the call was made: eager runs it
                 return self._resume_failed(c, snap, e, fn, args, kwargs)
-        return self._after_exit(c, ex.id, values, fn, args, kwargs)
+        return self.after_exit(c, ex.id, values, fn, args, kwargs)
 
-    def _through_stitch(self, rec, gs, interp, value, side_of, fn, args, kwargs):
-        """A recording (a root, or a side trace of side_of) stopped at a stitch whose step it just
-        made (value: its result): the trace so far is compiled, and the rest of this call goes on
-        from the stitch's snapshot with the recording's live tensors -- recording the trace after
-        it now, so that the next call runs natively through the stitch."""
-        snap, live = rec.cut
-        values = [t.contiguous() for t in live] + [value]
-        try:
-            self._compile(rec, gs, interp, None, side_of=side_of)
-        finally:
-            release(rec, interp)
-        bump("stitches")
-        snap.count += 1
-        owner = snap.owner
-        if owner is None:  # not compiled (an abort, counted): the rest in the interpreter
-            bump("exits_resumed")
-            try:
-                return snapshot.resume(snap, fn, args, kwargs, values, Interpreter.unrecorded())
-            except snapshot.ResumeFailed as e:
-                raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
-        return self._after_exit(owner, owner.cut_id, values, fn, args, kwargs)
-
-    def _after_exit(self, c, exit_id, values, fn, args, kwargs):
+    def after_exit(self, c, exit_id, values, fn, args, kwargs):
         """The rest of a call that left trace c through exit exit_id with these values (a
-        stitch's step made already): a side trace whose guards pass, a new one recorded, or the
-        interpreter."""
+        stitch's step made already): a side trace whose guards pass, RecordSide when one is to
+        be recorded now, or the interpreter."""
         snap = c.exits[exit_id]
         for side in snap.sides:
             inputs = side.check(args, kwargs, fn.__globals__, fn, values)
@@ -428,49 +444,17 @@ class TraceTree:
                 # Every later call would interpret the rest from here, slower than CPython runs
                 # the whole function (a detection model's post-processing: dozens of nms and
                 # unique steps): the root trace goes, as for a continuation that cannot be recorded.
-                self._side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
+                self.policy.side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
                                          f"stitches{_sides_miss(snap, fn, args, kwargs, values)}", "continuation")
         else:
             room = c.root.side_count < config.max_side_traces
             hot = snap.count >= max(config.hotexit, snap.retry_at)
         if snap.blacklisted is None and hot and room:
-            # (the snapshot's source expressions name its constants)
-            rec, gs, interp = recording.start(f"{self.name}_exit{exit_id}", consts=snap.consts,
-                                              value_cuts=self.value_cuts)
-            bump("interpreted_runs")
-            env = dict(snap.consts, a=args, k=kwargs, g=fn.__globals__, f=fn, Tensor=torch.Tensor, torch=torch)
-            rng = torch.get_rng_state()
-
-            def body():
-                # Inputs in the order native linking needs: the parent's, then the live values.
-                for expr in c.input_srcs:
-                    if not expr.startswith("x["):  # a side trace's own exit values are not in scope
-                        interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
-                for i, t in enumerate(values):
-                    interp.touch(t, EXIT.item(i))
-                return snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
-            try:
-                result, raised = recording.run(rec, interp, body)
-            except StitchNow as s:  # the side trace reached a stitch of its own and made its step
-                return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
-            if raised is not None:  # as in frontend._recording_raised, from the exit on
-                effect = interp.effect or rec.effect
-                release(rec, interp)
-                self._side_aborted(snap, f"recording failed inside dynamo: {type(raised).__name__}: {raised}",
-                                   "internal")
-                if effect is not None or isinstance(raised, NopythonError):
-                    raise raised
-                torch.set_rng_state(rng)
-                bump("exits_resumed")
-                return self._resume(c, snap, fn, args, kwargs, values)
-            try:
-                return self._compile(rec, gs, interp, result, side_of=(c, exit_id))
-            finally:
-                release(rec, interp)
+            return RecordSide(c, exit_id, values)
         bump("exits_resumed")
-        return self._resume(c, snap, fn, args, kwargs, values)
+        return self.resume(c, snap, fn, args, kwargs, values)
 
-    def _resume(self, c, snap, fn, args, kwargs, values):
+    def resume(self, c, snap, fn, args, kwargs, values):
         """The rest of the call from snapshot snap of trace c. If dynamo cannot rebuild its frames
         (nothing of the program has run from there yet), the exit is blacklisted and, when no
         trace on the way wrote into the call's tensors, the whole call runs again eagerly."""
@@ -479,7 +463,7 @@ class TraceTree:
         except snapshot.ResumeFailed as e:
             if snap.step is not None:  # the stitch's call was made: it must not be made again
                 snap.blacklisted = snap.blacklisted or str(e)
-                self._aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
+                self.policy.aborted(f"resuming after a stitch failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
                 raise RuntimeError(f"dynamo: {e} (after the call at the stitch was made)") from e
             return self._resume_failed(c, snap, e, fn, args, kwargs)
 
@@ -494,25 +478,25 @@ class TraceTree:
         reason = (f"the trace after {what} was recorded "
                   f"{len(snap.sides)} times and none fits this call: it depends on values that change "
                   f"between calls{_sides_miss(snap, fn, args, kwargs, values)}")
-        if root in self.compiled:
-            self.compiled.remove(root)
-            self._aborted(reason, root.ops, root.inlined, kind="continuation")
+        if root in self.traces:
+            self.traces.remove(root)
+            self.policy.aborted(reason, root.ops, root.inlined, kind="continuation")
         bump("exits_resumed")
-        return self._resume(c, snap, fn, args, kwargs, values)
+        return self.resume(c, snap, fn, args, kwargs, values)
 
     def _resume_failed(self, c, snap, e, fn, args, kwargs):
         """dynamo could not rebuild the state at snapshot snap (nothing of the program ran from
         there yet): the exit is blacklisted and, when no trace on the way wrote into the call's
         tensors, the whole call runs again eagerly."""
         snap.blacklisted = snap.blacklisted or str(e)
-        self._aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
+        self.policy.aborted(f"resuming after a side exit failed inside dynamo: {e}", c.ops, c.inlined, kind="internal")
         if c.root.mutates_any():
             raise RuntimeError(f"dynamo: {e} (after the trace wrote into the call's tensors)") from e
         bump("eager_runs")
         return fn(*args, **kwargs)
 
     @staticmethod
-    def _link(parent, k, side):
+    def link(parent, k, side):
         """Links side to exit k of parent natively when that is exactly what the Python dispatch
         would do: the same result structure, and no guard the parent's call did not check
         (besides the live values being tensors, which they are)."""
@@ -527,3 +511,15 @@ class TraceTree:
         st = native.lib().dynamo_entry_link_exit(parent.handle, k, side.handle)
         parent.exits[k].linked = st == 0
         return st == 0
+
+
+def _flat_tensors(v, out):
+    """The tensors of a (nested) result, in order."""
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _flat_tensors(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _flat_tensors(x, out)

@@ -280,7 +280,7 @@ class TrainedTrace(Compiled):
             self.traced = True
             outs = self.aot(*inputs)
         except Exception as e:  # noqa: BLE001 -- AOTAutograd failing inside (tracing, partitioning) is
-            # dynamo's failure, not the program's: the trace goes and eager answers (tracetree._run_one)
+            # dynamo's failure, not the program's: the trace goes and eager answers (tracetree.Runner.run_one)
             raise DynamoError("TRAINING", f"AOTAutograd failed: {type(e).__name__}: {e}") from e
         self.runs += 1
         if self.written:  # the buffers the call writes (batch norm's running statistics, ...)

@@ -44,6 +44,11 @@ def test_the_package_imports_one_way():
     assert graph["frames"] == set(), graph["frames"]
     assert "interpreter" not in graph["snapshot"] | graph["recorder"]
     assert "frontend" not in graph["interpreter"] | graph["snapshot"] | graph["recorder"] | graph["tracetree"]
+    # the call path's stages: the runner (tracetree) runs and resumes, the policy (backoff)
+    # decides; neither records (recording) nor reaches back into the front end
+    for stage in ("tracetree", "backoff"):
+        assert not graph[stage] & {"frontend", "recording", "probe", "training"}, (stage, graph[stage])
+    assert "tracetree" not in graph["recording"] and "backoff" not in graph["recording"]
     done, path = set(), []
 
     def visit(m):  # depth-first: a module met again on the current path is a cycle
@@ -57,3 +62,20 @@ def test_the_package_imports_one_way():
         done.add(m)
     for m in sorted(graph):
         visit(m)
+
+
+def test_no_mixins():
+    """The package's classes are composed, not mixed: none has a base that is another class of
+    the package other than the one it specializes (an error kind, a GuardSet, a Compiled)."""
+    import ast
+    import pathlib
+    pkg = pathlib.Path(I.__file__).parent
+    ours = {}
+    for path in pkg.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                ours[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    mixed = {name: bases for name, bases in ours.items() if len([b for b in bases if b in ours]) > 1 or
+             (bases and all(b in ours for b in bases) and any(not b.endswith(("Error", "Stop", "Abort", "Set",
+                                                                             "Compiled", "Used")) for b in bases))}
+    assert not mixed, mixed

@@ -1237,7 +1237,7 @@ def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys, mo
     opt = dynamo.optimize(f)
     for _ in range(5):  # grad mode on, weights requiring grad: eager, recorded only once
         x = torch.randn(3, 5)
-        assert torch.allclose(opt(x), f(x))
+        assert torch.allclose(opt(x), f(x), atol=1e-6)  # (a product of our GEMM sums in its own order)
     c = dynamo.counters()
     assert c["aborts"] == 1 and c["interpreted_runs"] == 1 and c["eager_runs"] == 4, c
     err = capsys.readouterr().err
@@ -1245,6 +1245,6 @@ def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys, mo
     with torch.no_grad():  # another grad state: recorded, compiled, native
         for _ in range(3):
             x = torch.randn(3, 5)
-            assert torch.allclose(opt(x), f(x))
+            assert torch.allclose(opt(x), f(x), atol=1e-6)
     c = dynamo.counters()
     assert c["traces_compiled"] == 1 and c["native_runs"] == 2 and opt.disabled_reason is None, c
