@@ -359,11 +359,8 @@ class OptimizedFunction:
                 entry.set_choices(t["choices"])
             except DynamoError as e:  # then the steps time both ways again
                 log("store", f"{self.name}: stored choices not applied: {e.message}")
-        c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"])
-        c.shape_key = key
-        c.mutates = t["mutates"]
-        c.store_where, c.store_id, c.stored_choices = at, t["id"], t.get("choices", "")
-        c.from_store = True
+        c = Compiled(gs, t["text"], entry, t["out_spec"], gs.tensor_inputs, t["ops"], t["inlined"], shape_key=key,
+                     mutates=t["mutates"], stored=(at, t["id"], t.get("choices", "")))
         bump("compile_seconds", c.stats.compile_ms / 1e3)
         if c.stats.from_cache:
             bump("cache_hits")
@@ -636,9 +633,8 @@ class OptimizedFunction:
             if entry is None and not guards_only:
                 bump("compile_seconds", time.perf_counter() - t0)
         c = Compiled(gs, text, entry, ("cut",) if guards_only else out_spec, gs.tensor_inputs, rec.ops,
-                     interp.inlined, rec.exits)
+                     interp.inlined, rec.exits, mutates=rec.mutated)
         bump("compile_seconds", c.stats.compile_ms / 1e3)  # the native compile (guards were built meanwhile)
-        c.mutates = rec.mutated
         kind = _trace_name(self, side_of)
         if c.stats.from_cache:
             bump("cache_hits")
@@ -905,11 +901,9 @@ class OptimizedFunction:
                 return MISS
             defaulted = self._inherit_choices(fam, entry, shape_key(args))
             p = fam.proto
-            c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined)
-            if defaulted is not None:
-                c.retime_at, c.retimer = RETIME_AFTER, self._entry_maker(text, defaulted)
-            c.mutates, c.family, c.shape_key, c.size_read = p.mutates, fam, shape_key(args), None
-            c.size_fixed = p.size_fixed
+            c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined, mutates=p.mutates,
+                         family=fam, shape_key=shape_key(args), size_read=None, size_fixed=p.size_fixed,
+                         retimer=(RETIME_AFTER, self._entry_maker(text, defaulted)) if defaulted is not None else None)
             fam.instances += 1
             bump("size_instances")
             bump("compile_seconds", c.stats.compile_ms / 1e3)

@@ -47,9 +47,11 @@ class _NoCode:
 class Compiled:
     """One compiled trace: its guards, the native entry, and how to rebuild the result. entry is
     None for a trace that recorded nothing before a stitch: its guards pick the path, and the
-    call goes straight to the stitch."""
+    call goes straight to the stitch. What its maker knows (a recording, a size family, the trace
+    store) is given here, by keyword; only the tree it joins and the store fill in more later."""
 
-    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=()):
+    def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=(), *, mutates=False,
+                 shape_key=None, family=None, size_read="?", size_fixed=None, stored=None, retimer=None):
         self.guards = guards
         self.exits = list(exits)  # Snapshot per side exit id
         self.check = guards.compile()
@@ -70,19 +72,21 @@ class Compiled:
         self.runs = 0
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
-        self.store_id = None      # kept in the trace store (store.py) under this id
-        self.store_where = None   # ... at this place (store.where: the code and call signature)
-        self.stored_choices = ""  # the step choices stored with it
-        self.from_store = False   # loaded from the store (recorded by an earlier process)
+        # stored: (where, id, step choices) of a trace kept in the trace store (store.py): at the
+        # place store.where names (the code and call signature), under that id
+        self.store_where, self.store_id, self.stored_choices = stored or (None, None, "")
+        self.from_store = stored is not None  # loaded from the store (recorded by an earlier process)
         self.root = self          # the root trace of a side-trace tree
-        self.shape_key = None     # shape_key() of the call it was recorded from (dispatch order)
+        self.shape_key = shape_key  # shape_key() of the call it was recorded from (dispatch order)
+        self.leaf_shapes = None   # roots: the recorded call's leaf shapes (recording.CallFacts)
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
-        self.mutates = False      # the trace writes into its inputs (copy_)
-        self.family = None        # roots compiled from a size family (sizes.py) without a recording
-        self.size_read = "?"      # where its recording read a tensor's size in Python (None: nowhere)
-        self.size_fixed = {}      # (trace value, dim) -> where Python used that size as a number (sizeflow.py)
-        self.retime_at = 0        # at this many runs (0: never), retimer() gives a fresh entry that times its steps
-        self.retimer = None
+        self.mutates = mutates    # the trace writes into its inputs (copy_)
+        self.family = family      # roots compiled from a size family (sizes.py) without a recording
+        self.size_read = size_read  # where its recording read a tensor's size in Python (None: nowhere)
+        self.size_fixed = size_fixed if size_fixed is not None else {}  # (trace value, dim) -> where
+        #                           Python used that size as a number (sizeflow.py)
+        # retimer: (runs, make): at that many runs make() gives a fresh entry that times its steps
+        self.retime_at, self.retimer = retimer or (0, None)
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
