@@ -158,6 +158,14 @@ class _Code:
         return c
 
 
+def _is_torch_module(m):
+    """Whether m is torch or one of its submodules: their functions are taken as fixed."""
+    if not isinstance(m, types.ModuleType):
+        return False
+    name = getattr(m, "__name__", "")
+    return name == "torch" or name.startswith("torch.")
+
+
 def unsupported_reason(code, top=False):
     """Why code cannot be interpreted (None: it can). top: it is the compiled function itself,
     whose generator would run after the call returns, outside any recording."""
@@ -1813,9 +1821,11 @@ class Interpreter:
             if self.recording:
                 self.guards.guard(Source(f"type({osrc.expr})", osrc), type(obj))
             return (v, Source(src.expr, osrc))
-        if isinstance(v, types.BuiltinFunctionType) and isinstance(obj, types.ModuleType):
-            # torch.tanh, math.sqrt: a module's builtins are taken as fixed (not guarded, so a
-            # side trace calling another one still links to its parent natively)
+        if isinstance(v, types.BuiltinFunctionType) and _is_torch_module(obj):
+            # torch.tanh, torch.nn.functional's builtins: torch's own functions are taken as
+            # fixed (not guarded, so a side trace calling another one still links to its parent
+            # natively). Any other module's attributes, a user's config module's included
+            # (cfg.ACT = torch.tanh between calls), are guarded as any value is.
             return (v, Source(src.expr, osrc))
         self.touch(v, src)
         return (v, src)
