@@ -236,7 +236,7 @@ def _note_program_frame(e, f):
 
 
 class _Frame:
-    __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec")
+    __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec", "init")
 
     def __init__(self, code, fn, fn_src, glb):
         self.code = code
@@ -248,6 +248,7 @@ class _Frame:
         self.stack = []
         self.ip = 0
         self.kw_names = ()
+        self.init = False  # an __init__ run by cls(...): its caller gets the new object, not its return
 
 
 def _handles(*opnames):
@@ -276,6 +277,7 @@ class Interpreter:
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
         self._cell_src = {}       # id(cell) -> source of its contents
+        self.outer_cells = {}     # id(cell) -> source of the cell: closure cells from outside the call
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
         self.deferred_reads = 0   # pairs holding a frames.ItemRead (numbers whose exit is not made yet)
         self.effect = None        # the first effect outside the call (it cannot be run again after it)
@@ -454,9 +456,10 @@ class Interpreter:
                 r = (v for v in r)
         return r
 
-    def call_function(self, fn, fn_src, args, kwargs, self_pair=None):
+    def call_function(self, fn, fn_src, args, kwargs, self_pair=None, init=False):
         code = fn.__code__
         f = _Frame(code, fn, fn_src, fn.__globals__)
+        f.init = init
         if self_pair is not None:
             args = [self_pair] + list(args)
         self._bind(f, fn, fn_src, args, kwargs)
@@ -748,7 +751,7 @@ class Interpreter:
             if args or kwargs:
                 raise TypeError(f"{cls.__name__}() takes no arguments")
         else:
-            self._call_python(init, None, args, kwargs, (obj, None))
+            self._call_python(init, None, args, kwargs, (obj, None), init=True)
         return (obj, None)
 
     def _sourced_view(self, d, dsrc, which):
@@ -782,7 +785,7 @@ class Interpreter:
             first, src = first.cell_contents, None
         return [(cls, None), (first, src)]
 
-    def _call_python(self, fn, fsrc, args, kwargs, self_pair):
+    def _call_python(self, fn, fsrc, args, kwargs, self_pair, init=False):
         if getattr(fn, "_dynamo_disable", False):
             return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is marked dynamo.disable",
                                 self_pair)
@@ -806,7 +809,7 @@ class Interpreter:
             fsrc = self.guards.const_source(fn)  # reads of its closure and defaults stay guarded
         if fsrc is not None and self.recording:  # the code itself can be replaced (f.__code__ = ...)
             self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
-        return self.call_function(fn, fsrc, args, kwargs, self_pair)
+        return self.call_function(fn, fsrc, args, kwargs, self_pair, init)
 
     def _concrete(self, fn, args, kwargs, pin=True):
         """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
@@ -1077,9 +1080,10 @@ class Interpreter:
         base = len(f.dec.names) - arg
         for i in range(arg):
             cell = closure[i]
-            src = f.fn_src.attr("__closure__").item(i).attr("cell_contents") if f.fn_src is not None else None
+            csrc = f.fn_src.attr("__closure__").item(i) if f.fn_src is not None else None
             if id(cell) not in self._cell_src:
-                self._cell_src[id(cell)] = src
+                self._cell_src[id(cell)] = csrc.attr("cell_contents") if csrc is not None else None
+            self.outer_cells.setdefault(id(cell), csrc)  # (a snapshot refers to the cell itself)
             f.locals[base + i] = (cell, None)
 
     @_handles('LOAD_CLOSURE')

@@ -13,8 +13,10 @@ a later call with other inputs:
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
   ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
-  ("tuple", ...), ("siter", ...), ("seqiter", ...), ("null",)
-  ("liter", spec, i)  a loop over a list at element i: live again over the list spec stands for
+  ("tuple", ...), ("null",)
+  ("siter", items, n), ("seqiter", seq, position, n)  an iterator (over a sequence's items, or
+                     CPython's range/list/tuple iterator at a position), object n
+  ("liter", spec, i, n)  a loop over a list at element i: live again over the list spec stands for
   ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n, local),
   ("cell_empty", n, local), ("lazy", kind, parts, n, strict),
   ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
@@ -47,11 +49,12 @@ def _convert(t, conv):
 
 
 class FrameState:
-    __slots__ = ("code", "fn", "ip", "locals", "stack", "kw_names")
+    __slots__ = ("code", "fn", "ip", "locals", "stack", "kw_names", "init")
 
-    def __init__(self, code, fn, ip, locals_, stack, kw_names):
+    def __init__(self, code, fn, ip, locals_, stack, kw_names, init=False):
         self.code, self.fn, self.ip = code, fn, ip
         self.locals, self.stack, self.kw_names = locals_, stack, kw_names
+        self.init = init  # an __init__ run by cls(...): the caller gets its self, not its return
 
 
 class Snapshot:
@@ -108,7 +111,7 @@ def spec_objects(spec, out):
     if kind in ("ref", "cell_empty"):
         out.add(spec[1])
     elif kind in ("list", "tuple", "siter"):
-        if kind == "list":
+        if kind != "tuple":
             out.add(spec[2])
         for e in spec[1]:
             spec_objects(e, out)
@@ -123,7 +126,10 @@ def spec_objects(spec, out):
         out.add(spec[3])
         for e in spec[2]:
             spec_objects(e, out)
-    elif kind in ("seqiter", "bound", "liter"):
+    elif kind in ("seqiter", "liter"):
+        out.add(spec[-1])
+        spec_objects(spec[1], out)
+    elif kind == "bound":
         spec_objects(spec[1], out)
     return out
 
@@ -155,7 +161,16 @@ def encode(interp, x, src, live, live_index):
     if t is tuple:
         srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
         return ("tuple", [encode(interp, e, s, live, live_index) for e, s in zip(x, srcs)])
-    if t is list or t in _DICTS or t is types.CellType or t in _LAZY or _plain_object(interp, x):
+    if t is types.CellType and id(x) in interp.outer_cells and id(x) not in interp.local_objs:
+        # a closure cell from outside the call (a nonlocal of an enclosing function): the cell
+        # itself, never a copy -- a store after the exit must reach the program's cell, and a
+        # read must see what the stitch's step wrote into it
+        csrc = interp.outer_cells[id(x)]
+        return ("src", csrc.expr) if csrc is not None else ("const", x)
+    if t is list or t in _DICTS or t is types.CellType or t in _LAZY or t is _SourcedIter or \
+            t.__name__ in _SEQ_ITERATORS or _plain_object(interp, x):
+        # (an iterator is an object too: the frames and a stitch's step holding one iterator
+        # must hold one after it, or next() through one would not move the other)
         n, seen = _object_number(x, live_index)
         if seen:
             return ("ref", n)
@@ -165,10 +180,10 @@ def encode(interp, x, src, live, live_index):
         srcs = interp._dict_srcs.get(id(x), {})
         return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
     if t is _SourcedIter and x.seq is not None:  # live over a list: the list and the position
-        return ("liter", encode(interp, x.seq, x.src, live, live_index), x.i)
+        return ("liter", encode(interp, x.seq, x.src, live, live_index), x.i, n)
     if t is _SourcedIter:
         rest = range(x.i, len(x.items))
-        return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest])
+        return ("siter", [encode(interp, x.items[j], x.srcs[j], live, live_index) for j in rest], n)
     if t is types.CellType:
         local = id(x) in interp.local_objs  # made by this call (MAKE_CELL): it may be assigned again
         try:
@@ -176,13 +191,13 @@ def encode(interp, x, src, live, live_index):
         except ValueError:
             return ("cell_empty", n, local)
         return ("cell", encode(interp, v, interp._cell_src.get(id(x)), live, live_index), n, local)
-    if t.__name__ in ("range_iterator", "list_iterator", "tuple_iterator"):
+    if t.__name__ in _SEQ_ITERATORS:
         r = x.__reduce__()  # (iter, (seq,), position); an exhausted one: (iter, ((),))
         seq = r[1][0]
         if type(seq) is list and id(seq) not in interp.local_objs:
             # made again as a copy, it would not see the program's appends to the real list
             raise NoSnapshot("an iterator over a list from outside the call is live at the branch")
-        return ("seqiter", encode(interp, seq, None, live, live_index), r[2] if len(r) > 2 else 0)
+        return ("seqiter", encode(interp, seq, None, live, live_index), r[2] if len(r) > 2 else 0, n)
     if t in _LAZY:  # zip / enumerate over iterators: what they hold, in order
         r = x.__reduce__()
         parts = [encode(interp, p, None, live, live_index) for p in r[1]]
@@ -312,9 +327,11 @@ def decode(spec, env, live):
         return out
     if kind == "siter":
         items = [decode(s, env, live) for s in spec[1]]
-        return _SourcedIter(items, [None] * len(items))
+        out = _made(env)[spec[2]] = _SourcedIter(items, [None] * len(items))
+        return out
     if kind == "liter":
-        return _SourcedIter.live(decode(spec[1], env, live), None, spec[2])
+        out = _made(env)[spec[3]] = _SourcedIter.live(decode(spec[1], env, live), None, spec[2])
+        return out
     if kind == "cell":
         out = _made(env)[spec[2]] = types.CellType()
         out.cell_contents = decode(spec[1], env, live)
@@ -325,7 +342,8 @@ def decode(spec, env, live):
     if kind == "item":  # the number .item()/int()/float()/bool() read from a live tensor
         return _convert(live[spec[1]], spec[2])
     if kind == "seqiter":
-        return _seqiter(decode(spec[1], env, live), spec[2])
+        out = _made(env)[spec[3]] = _seqiter(decode(spec[1], env, live), spec[2])
+        return out
     if kind == "lazy":
         out = _made(env)[spec[3]] = _lazy(spec, [decode(p, env, live) for p in spec[2]])
         return out
@@ -338,6 +356,8 @@ def _seqiter(seq, position):
         it.__setstate__(position)
     return it
 
+
+_SEQ_ITERATORS = ("range_iterator", "list_iterator", "tuple_iterator")
 
 # Iterators that only rearrange what their parts yield (map and filter call functions as they go,
 # outside the interpreter: they stay unencodable).
@@ -370,15 +390,21 @@ def _decode_pair(spec, env, live, interp):
         return _made(env)[spec[1]], None
     if kind == "src":
         v, src = eval_source(spec[1], env, interp.rec), Source(spec[1])
+        if type(v) is types.CellType:  # a closure cell from outside the call (see encode)
+            interp._cell_src.setdefault(id(v), src.attr("cell_contents"))
+            interp.outer_cells.setdefault(id(v), src)
+            return v, None
     elif kind == "live":
         v, src = live[spec[1]], EXIT.item(spec[1])
     elif kind == "liter":
         seq, ssrc = _decode_pair(spec[1], env, live, interp)
-        return _SourcedIter.live(seq, ssrc, spec[2]), None
+        v = _made(env)[spec[3]] = interp._mark_local(_SourcedIter.live(seq, ssrc, spec[2]))
+        return v, None
     elif kind in ("tuple", "siter"):
         pairs = [_decode_pair(s, env, live, interp) for s in spec[1]]
         if kind == "siter":
-            return _SourcedIter([p[0] for p in pairs], [p[1] for p in pairs]), None
+            v = _made(env)[spec[2]] = interp._mark_local(_SourcedIter([p[0] for p in pairs], [p[1] for p in pairs]))
+            return v, None
         v = tuple(p[0] for p in pairs)
         interp._tuple_srcs[id(v)] = [p[1] for p in pairs]
         interp.keep.append(v)
@@ -431,7 +457,10 @@ def _decode_pair(spec, env, live, interp):
             interp._mark_local(cell)
         return cell, None
     elif kind == "seqiter":
-        return _seqiter(_decode_pair(spec[1], env, live, interp)[0], spec[2]), None
+        # (made by this resume at the snapshot's position on every call: the side trace may
+        # specialize on what next() gives, as on an iterator the call made)
+        v = _made(env)[spec[3]] = interp._mark_local(_seqiter(_decode_pair(spec[1], env, live, interp)[0], spec[2]))
+        return v, None
     elif kind == "lazy":
         v = _made(env)[spec[3]] = _lazy(spec, [_decode_pair(p, env, live, interp)[0] for p in spec[2]])
         interp.keep.append(v)
@@ -563,7 +592,7 @@ def _frame_states(interp, f, resume_ip, live, index):
             fn_spec = ("const", fr.fn)
         enc = lambda pair: encode(interp, pair[0], pair[1], live, index)  # noqa: E731
         frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
-                                 [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names))
+                                 [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names, fr.init))
     return frames
 
 
@@ -590,7 +619,7 @@ def for_stitch(interp, f, ip, stack, kw_names, why, step):
     if held & ops:
         return None
     after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
-    snap.frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, ())
+    snap.frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, (), inner.init)
     snap.step = (kind, inner.stack[k:], extra)
     return snap, live
 
@@ -627,9 +656,12 @@ def resume(snap, fn, args, kwargs, live, interp, recorded=False):
     except Exception as e:  # noqa: BLE001 -- nothing of the program has run yet from here
         raise ResumeFailed(f"cannot rebuild the frames at {snap.where}: {type(e).__name__}: {e}") from e
     result = None
-    for depth, fr in enumerate(reversed(frames)):
+    for depth, (fr, fs) in enumerate(zip(reversed(frames), reversed(snap.frames))):
         if depth:
             fr.stack.append(result)  # the inlined call's value, as its CALL would push it
         interp.frames = frames[:len(frames) - depth]
+        made = fr.locals[0] if fs.init else None  # (cls(...) gives the caller the object __init__ set up)
         result = interp._execute(fr)
+        if made is not None:
+            result = made
     return result[0]

@@ -84,3 +84,185 @@ def test_torchs_own_functions_stay_unguarded():
     opt(x)
     c = opt.compiled[0]
     assert not any("tanh" in chk or "expit" in chk for chk in c.guards._checks), c.guards._checks
+
+
+# -- state that lives across a stitch (a call dynamo cannot record) --------------------------------
+
+def _opaque(x):
+    """A call dynamo does not record (a Python list of the values): the trace stitches here."""
+    return x.tolist()
+
+
+def _calls(fn, make_args, n=4):
+    """fn and dynamo.optimize(fn) on n calls of fresh arguments: the results must agree."""
+    opt = dynamo.optimize(fn)
+    for i in range(n):
+        args = make_args()
+        got, want = opt(*args), fn(*args)
+        _same(got, want, i)
+    return opt
+
+
+def _same(got, want, where):
+    if isinstance(want, torch.Tensor):
+        assert torch.allclose(got, want), (where, got, want)
+    elif isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want), (where, got, want)
+        for g, w in zip(got, want):
+            _same(g, w, where)
+    else:
+        assert got == want, (where, got, want)
+
+
+def test_a_tuple_iterator_continues_where_it_stood_after_a_stitch():
+    def fn(x):
+        it = iter(tuple(range(10)))
+        x = x + next(it)
+        x = x + next(it)
+        x = x + next(it)
+        _opaque(x)
+        for _ in range(4):
+            x = x * 10 + next(it)
+        return x, next(it)
+    _calls(fn, lambda: (torch.zeros(2),))
+
+
+def test_iterators_of_every_kind_continue_after_a_stitch():
+    def ranges(x):
+        rng = iter(range(3, 8, 2))
+        x = x + next(rng)
+        _opaque(x)
+        return x, list(rng)
+
+    def lists(x):
+        it = iter([4, 5, 6, 7])
+        x = x + next(it)
+        _opaque(x)
+        x = x * next(it)
+        return x, list(it)
+
+    def enumerates(x):
+        en = enumerate([1.5, 2.5, 3.5])
+        i, v = next(en)
+        x = x + i + v
+        _opaque(x)
+        for i, v in en:
+            x = x * v + i
+        return x
+
+    def zips(x):
+        z = zip((1, 2, 3), (4, 5, 6))
+        a, b = next(z)
+        x = x + a * b
+        _opaque(x)
+        return x + sum(p * q for p, q in z)
+
+    def loops(x):
+        for k in (1, 2, 3, 4):  # the loop's own iterator, live across the stitch
+            x = x + k
+            if k == 2:
+                _opaque(x)
+        return x
+
+    for fn in (ranges, lists, enumerates, zips, loops):
+        _calls(fn, lambda: (torch.randn(3),))
+
+
+def test_a_nonlocal_written_after_a_stitch_is_the_programs():
+    def make():
+        out = None
+
+        def fn(a, b):
+            nonlocal out
+            c = torch.tensor(_opaque(a)) * 0 + b.sum()
+            out = a + b * 10 + c
+            return c
+        return fn, lambda: out
+
+    fn, got = make()
+    ref, want = make()
+    opt = dynamo.optimize(fn)
+    for i in range(4):
+        a, b = torch.randn(3), torch.randn(3)
+        assert torch.allclose(opt(a, b), ref(a, b))
+        assert got() is not None and torch.allclose(got(), want()), i
+
+
+def test_a_nonlocal_read_after_a_stitch_that_wrote_it():
+    def make():
+        count = [0]
+        scale = 1.0
+
+        def bump(x):
+            nonlocal scale
+            scale = scale + 1.0  # (the opaque call writes the cell the traced code reads)
+            count[0] += 1
+            return x.tolist()
+
+        def fn(x):
+            bump(x)
+            return x * scale
+        return fn
+
+    fn, ref = make(), make()
+    opt = dynamo.optimize(fn)
+    for i in range(4):
+        x = torch.randn(3)
+        assert torch.allclose(opt(x), ref(x)), i
+
+
+def test_an_object_whose_init_stitches_is_the_object_after_it():
+    class Holder:
+        def __init__(self, x):
+            self.values = _opaque(x)  # the stitch is inside __init__, run by Holder(x)
+            self.n = len(self.values)
+
+    def fn(x):
+        h = Holder(x)
+        return x * h.n
+
+    _calls(fn, lambda: (torch.randn(5),))
+
+
+def test_profiler_blocks_around_a_call_dynamo_cannot_record():
+    def fn(x):
+        with torch.autograd.profiler.profile(use_cpu=True):
+            with torch.autograd.profiler.record_function("fn"):
+                y = (x * 2).tolist()
+        return x + len(y)
+
+    _calls(fn, lambda: (torch.randn(4),), n=3)
+
+
+def test_a_lazy_module_materializes_on_its_first_call():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU())
+    opt = dynamo.optimize(m)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        y = opt(x)
+        assert y.shape == (2, 4)
+        for _ in range(3):
+            x = torch.randn(2, 3)
+            assert torch.allclose(opt(x), m(x))
+
+
+def test_a_rank_change_after_calls_eager_failed_in():
+    B = torch.randn(9, 8)
+
+    def fn(x):
+        return (x + B).relu()
+
+    opt = dynamo.optimize(fn)
+    for shape in ((4, 8), (2, 8), (1, 8), (8,), (8,), (9, 8), (3, 1, 8)):
+        x = torch.randn(*shape)
+        try:
+            want = fn(x)
+        except RuntimeError as e:
+            try:
+                opt(x)
+            except RuntimeError as got:
+                assert type(got) is type(e)
+                continue
+            raise AssertionError(f"{shape}: eager raised {e}, dynamo did not")
+        assert torch.allclose(opt(x), want), shape
