@@ -7,7 +7,8 @@ A program is the text of a module that defines
     mutate(call, target) what changes between calls (globals, attributes, closure cells, ...)
 
 plus module-level state in UPPER-CASE names (LOG, STATE, COUNT, SCALE, CFG, TABLE, GT<n>), which
-a driver compares after every call. Programs are generated statement by statement; each statement
+a driver compares after every call (also MODCFG, a module object whose attributes change, and
+the Python-object arguments of `pyarg` statements). Programs are generated statement by statement; each statement
 is executed on real tensors while it is generated (the inputs of call 0), so shapes and dtypes
 are always known and statements that raise are dropped (or, rarely, kept as the last statement:
 then the program raises on purpose).
@@ -192,7 +193,7 @@ class Builder:
         """A new input of the given shape, dtype and memory layout; its name."""
         name = f"x{len(self.input_names)}"
         layout = layout or self.pick(["contiguous", "contiguous", "contiguous", "contiguous", "transposed", "sliced",
-                                      "expanded", "offset", "varying", "restrided", "retyped"])
+                                      "expanded", "offset", "varying", "restrided", "retyped", "reranked"])
         expr = input_expr(shape, dtype, layout)
         self.ns["seed"] = 0
         if not self.run(f"{name} = {expr.format(g='g')}"):
@@ -797,8 +798,109 @@ class Builder:
                           "reshape": f"{a}.reshape(-1, 10007)"}[form])
         return True
 
+    def s_stitched(self):
+        """State that lives across a call dynamo cannot record (x.tolist(): a stitch): an iterator
+        of some kind, a generator, a loop's own iterator; next() on both sides of it."""
+        a = self.value(lambda t: t.is_floating_point() and 0 < t.numel() <= 64)
+        if a is None:
+            return self.s_unary()
+        name, it = self.fresh(), self.fresh("it")
+        opaque = f"_ = len({a}.tolist())"
+        form = self.pick(["tuple", "range", "list", "enumerate", "zip", "generator", "loop", "comprehension"])
+        body = {
+            "tuple": [f"{it} = iter((1.0, 2.0, 3.0, 4.0, 5.0))", f"{name} = {a} + next({it})", opaque,
+                      f"{name} = {name} * next({it}) + next({it})"],
+            "range": [f"{it} = iter(range(1, 9, 2))", f"{name} = {a} * next({it})", opaque,
+                      f"{name} = {name} + sum({it})"],
+            "list": [f"{it} = iter([{a}, {a} * 2, {a} - 1])", f"{name} = next({it})", opaque,
+                     f"{name} = {name} + next({it}) * next({it})"],
+            "enumerate": [f"{it} = enumerate((0.5, 1.5, 2.5))", "i, c = next(" + it + ")", f"{name} = {a} * c + i",
+                          opaque, f"for i, c in {it}:", f"    {name} = {name} + c * i"],
+            "zip": [f"{it} = zip((1, 2, 3), (0.5, 0.25, 2.0))", "p, q = next(" + it + ")", f"{name} = {a} * p + q",
+                    opaque, f"for p, q in {it}:", f"    {name} = {name} * q + p"],
+            "generator": [f"{it} = (c * 2 for c in (1.0, 2.0, 3.0))", f"{name} = {a} + next({it})", opaque,
+                          f"{name} = {name} + sum({it})"],
+            "loop": [f"{name} = {a}", "for k in (1, 2, 3):", f"    {name} = {name} + k", "    if k == 2:",
+                     f"        _ = len({name}.tolist())"],
+            "comprehension": [f"{name} = sum([{a} * len({a}.tolist()) * c for c in (1.0, 0.5)])"],
+        }[form]
+        return self.commit(body, "stitch:" + form, [name])
+
+    def s_pyarg(self):
+        """A Python object argument that changes between calls: a slice, range, functools.partial,
+        dataclass, named tuple or enum member."""
+        a = self.value(lambda t: t.dim() >= 1 and t.shape[0] >= 3 and t.is_floating_point())
+        if a is None:
+            return self.s_binary()
+        form = self.pick(["slice", "range", "partial", "dataclass", "namedtuple", "enum"])
+        need = {"partial": ("functools", "import functools"),
+                "dataclass": ("DC", "import dataclasses\n@dataclasses.dataclass\nclass DC:\n    scale: float\n"
+                                    "    shift: float\n"),
+                "namedtuple": ("NT", "import collections\nNT = collections.namedtuple('NT', 'scale shift')"),
+                "enum": ("MODE", "import enum\nclass MODE(enum.Enum):\n    A = 1\n    B = 2\n")}.get(form)
+        if need:
+            self.ensure_global(need[0], need[1], "state:" + form)
+        arg = f"x{len(self.input_names)}"
+        make = {"slice": f"{arg} = slice(seed % 2, 2 + seed % 2)", "range": f"{arg} = range(1 + seed % 3)",
+                "partial": f"{arg} = functools.partial(torch.mul, other=1.0 + seed % 3)",
+                "dataclass": f"{arg} = DC(1.0 + seed % 2, 0.5 * (seed % 3))",
+                "namedtuple": f"{arg} = NT(1.0 + seed % 2, 0.5 * (seed % 3))",
+                "enum": f"{arg} = MODE.A if seed % 3 else MODE.B"}[form]
+        self.ns["seed"] = 0
+        if not self.run(make):
+            return False
+        name = self.fresh()
+        use = {"slice": f"{name} = {a}[{arg}] * 2", "range": f"{name} = sum([{a} * i for i in {arg}], {a} * 0)",
+               "partial": f"{name} = {arg}({a})", "dataclass": f"{name} = {a} * {arg}.scale + {arg}.shift",
+               "namedtuple": f"{name} = {a} * {arg}.scale + {arg}.shift",
+               "enum": f"{name} = ({a} + 1) if {arg} is MODE.A else ({a} - 1)"}[form]
+        if not self.run(use):
+            return False
+        self.inputs.append(make)
+        self.input_names.append(arg)
+        self.tags.add("input:" + form)
+        return self.commit([use], "pyarg:" + form, [name])
+
+    def s_rebound(self):
+        """A function or number held by a module object or a class, rebound between calls."""
+        a = self.value(lambda t: t.is_floating_point())
+        if a is None:
+            return self.s_unary()
+        name = self.fresh()
+        if self.chance(5):
+            self.ensure_global("MODCFG", "import types\nMODCFG = types.ModuleType('modcfg')\nMODCFG.ACT = torch.relu\n"
+                                         "MODCFG.K = 2.0", "state:module")
+            self.maybe_mutate(f"MODCFG.ACT = {self.pick(['torch.tanh', 'torch.sigmoid', 'torch.relu'])}", "module-attr")
+            self.maybe_mutate(f"MODCFG.K = {self.pick(VALUES)}", "module-attr")
+            return self.commit([f"{name} = MODCFG.ACT({a}) * MODCFG.K"], "rebound:module", [name])
+        self.ensure_cfg()
+        if "KLASS" not in self.ns:
+            self.ensure_global("KLASS", "KLASS = 1\nCfg.ACT = staticmethod(torch.relu)\nCfg.K = 2.0", "state:class")
+            self.maybe_mutate(f"Cfg.ACT = staticmethod({self.pick(['torch.tanh', 'torch.sigmoid'])})", "class-attr")
+            self.maybe_mutate(f"Cfg.K = {self.pick(VALUES)}", "class-attr")
+        return self.commit([f"{name} = CFG.ACT({a}) + Cfg.K"], "rebound:class", [name])
+
+    def s_with(self):
+        """Recorded work inside a with block: no_grad, enable_grad, inference_mode, autocast, or a
+        context manager of the program's that logs its enter and exit."""
+        a = self.value(lambda t: t.is_floating_point())
+        if a is None:
+            return self.s_unary()
+        form = self.pick(["no_grad", "enable_grad", "inference_mode", "autocast", "user"])
+        if form == "user":
+            self.ensure_global("LOG", "LOG = []", "state:log")
+            self.ensure_global("CTX", "class CTX:\n    def __enter__(self):\n        LOG.append(1)\n        return self\n"
+                                      "    def __exit__(self, *exc):\n        LOG.append(2)\n        return False\n",
+                               "state:ctx")
+        ctx = {"no_grad": "torch.no_grad()", "enable_grad": "torch.enable_grad()",
+               "inference_mode": "torch.inference_mode()", "user": "CTX()",
+               "autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"}[form]
+        name = self.fresh()
+        return self.commit([f"with {ctx}:", f"    {name} = {self.fill(self.pick(UNARY), a)}"], "with:" + form, [name])
+
     STATEMENTS = ["unary", "binary", "reduce", "view", "binary", "matmul", "inplace", "setitem", "branch", "loop",
-                  "helper", "cat", "module", "module", "side", "error", "global_fn", "kwargs", "unary", "reduce"]
+                  "helper", "cat", "module", "module", "side", "error", "global_fn", "kwargs", "unary", "reduce",
+                  "stitched", "pyarg", "rebound", "with"]
 
     def statements(self):
         """Draws the body's statements."""
@@ -890,6 +992,8 @@ def input_expr(shape, dtype, layout):
         return f"{flip}({make_expr(dims, dtype)})"
     if layout == "retyped" and dtype == "float32":  # float64 on odd calls
         return f"{make_expr(dims, dtype)}.to(torch.float64 if seed % 2 else torch.float32)"
+    if layout == "reranked":  # one more leading dim on odd calls (eager may raise on those: compared too)
+        return f"(lambda t: t.unsqueeze(0) if seed % 2 else t)({make_expr(dims, dtype)})"
     return make_expr(dims, dtype) + view
 
 
@@ -923,7 +1027,7 @@ def kind_of(name):
 
 def is_compound(lines):
     """Whether a statement is a compound one (not kept when it fails: it may not fail on every call)."""
-    return any(line.startswith(("if ", "for ", "while ", "def ")) for line in lines)
+    return any(line.startswith(("if ", "for ", "while ", "def ", "with ")) for line in lines)
 
 
 def initial_inputs(b):

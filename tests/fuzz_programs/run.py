@@ -14,7 +14,9 @@ A failure of a new class is shrunk by hypothesis, then lines are deleted while i
 failure of the same kind whose program has every feature of a shrunk one is counted in that class.
 """
 import argparse
+import enum
 import faulthandler
+import functools
 import math
 import multiprocessing
 import os
@@ -97,18 +99,32 @@ def diff(a, b, path="result", tol=TOLERANCES):
     if isinstance(b, torch.Tensor):
         return diff_tensor(a, b, path, tol)
     if isinstance(b, (tuple, list)):
-        if type(a) is not type(b) or len(a) != len(b):
+        if not same_class(a, b) or len(a) != len(b):
             return f"{path}: {type(a).__name__} of {len_or(a)} vs eager {type(b).__name__} of {len(b)}"
         return first(diff(x, y, f"{path}[{i}]", tol) for i, (x, y) in enumerate(zip(a, b)))
     if isinstance(b, dict):
         if type(a) is not dict or list(a) != list(b):
             return f"{path}: keys {list(a) if isinstance(a, dict) else type(a).__name__} vs eager {list(b)}"
         return first(diff(a[k], b[k], f"{path}[{k!r}]", tol) for k in b)
-    if type(a) is not type(b):
+    if not same_class(a, b):
         return f"{path}: {type(a).__name__} {a!r} vs eager {type(b).__name__} {b!r}"
     if isinstance(b, float) and math.isnan(b) and math.isnan(a):
         return None
+    if isinstance(b, functools.partial):  # (each side's partial object is its own)
+        return diff((a.func, a.args, a.keywords), (b.func, b.args, b.keywords), path, tol)
+    if type(a) is not type(b):  # the program's own class, defined once per copy of the program
+        if isinstance(b, enum.Enum):
+            return None if a.name == b.name else f"{path}: {a!r} vs eager {b!r}"
+        if hasattr(b, "__dict__"):
+            return diff(vars(a), vars(b), path, tol)
     return None if a == b else f"{path}: {a!r} vs eager {b!r}"
+
+
+def same_class(a, b):
+    """Whether a and b are of one class, or of the class of one name in the two copies of a
+    program (each copy defines its own dataclasses, named tuples and enums)."""
+    ta, tb = type(a), type(b)
+    return ta is tb or (ta.__qualname__ == tb.__qualname__ and ta.__module__ == tb.__module__ == "fuzz_program")
 
 
 def diff_tensor(a, b, path, tol):
