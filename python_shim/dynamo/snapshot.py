@@ -425,37 +425,11 @@ def _decode_pair(spec, env, live, interp):
             v.__dict__[name] = _decode_pair(s, env, live, interp)[0]
         return v, None
     elif kind == "item":
-        # The side trace specializes on this number: its guards read it back from x[i].
-        expr = f"{_CONVERT_EXPR[spec[2]]}(x[{spec[1]}])"
-        interp.rec.paused += 1  # reading the number is not part of the side trace
-        try:
-            v = _convert(live[spec[1]], spec[2])
-        finally:
-            interp.rec.paused -= 1
-        t = live[spec[1]]
-        interp.touch(t, EXIT.item(spec[1]))
-        if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t) \
-                and not interp._cut_for_grad():
-            interp.deferred_reads += 1  # (guarded where it is used, as at the read: interpreter._compare_item)
-            return v, ItemRead(t, spec[2])
-        interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
-        return v, None
+        return _decode_item(spec, live, interp)
     elif kind == "bound":
         return getattr(_decode_pair(spec[1], env, live, interp)[0], spec[2]), None
-    elif kind == "cell":
-        cell = _made(env)[spec[2]] = types.CellType()
-        interp.keep.append(cell)
-        if len(spec) > 3 and spec[3]:
-            interp._mark_local(cell)
-        cell.cell_contents, isrc = _decode_pair(spec[1], env, live, interp)
-        interp._cell_src[id(cell)] = isrc
-        return cell, None
-    elif kind == "cell_empty":
-        cell = _made(env)[spec[1]] = types.CellType()
-        interp.keep.append(cell)
-        if len(spec) > 2 and spec[2]:
-            interp._mark_local(cell)
-        return cell, None
+    elif kind in ("cell", "cell_empty"):
+        return _decode_cell(spec, env, live, interp)
     elif kind == "seqiter":
         # (made by this resume at the snapshot's position on every call: the side trace may
         # specialize on what next() gives, as on an iterator the call made)
@@ -469,6 +443,41 @@ def _decode_pair(spec, env, live, interp):
         return decode(spec, env, live), None
     interp.touch(v, src)
     return v, src
+
+
+def _decode_item(spec, live, interp):
+    """_decode_pair of a number read from a live tensor (.item(), float(), ...): the side trace
+    specializes on it (its guards read it back from x[i]), or, compared with a Python number
+    later, defers the read as the recording did (interpreter._compare_item)."""
+    expr = f"{_CONVERT_EXPR[spec[2]]}(x[{spec[1]}])"
+    interp.rec.paused += 1  # reading the number is not part of the side trace
+    try:
+        v = _convert(live[spec[1]], spec[2])
+    finally:
+        interp.rec.paused -= 1
+    t = live[spec[1]]
+    interp.touch(t, EXIT.item(spec[1]))
+    if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t) \
+            and not interp._cut_for_grad():
+        interp.deferred_reads += 1  # (guarded where it is used, as at the read: interpreter._compare_item)
+        return v, ItemRead(t, spec[2])
+    interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
+    return v, None
+
+
+def _decode_cell(spec, env, live, interp):
+    """_decode_pair of a cell the call made (a "cell" or "cell_empty" spec): made again, once,
+    local when the call made it (the resumed frame may assign it)."""
+    full = spec[0] == "cell"
+    cell = _made(env)[spec[2] if full else spec[1]] = types.CellType()
+    interp.keep.append(cell)
+    local = (len(spec) > 3 and spec[3]) if full else (len(spec) > 2 and spec[2])
+    if local:
+        interp._mark_local(cell)
+    if full:
+        cell.cell_contents, isrc = _decode_pair(spec[1], env, live, interp)
+        interp._cell_src[id(cell)] = isrc
+    return cell, None
 
 
 def _step_expr(spec, names):

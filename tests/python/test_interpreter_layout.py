@@ -79,3 +79,16 @@ def test_no_mixins():
              (bases and all(b in ours for b in bases) and any(not b.endswith(("Error", "Stop", "Abort", "Set",
                                                                              "Compiled", "Used")) for b in bases))}
     assert not mixed, mixed
+
+
+def test_no_function_reaches_80_lines():
+    """Every function of the package reads in one screen or two (the longest was 125 lines)."""
+    import ast
+    import pathlib
+    pkg = pathlib.Path(I.__file__).parent
+    long = []
+    for path in pkg.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 80:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
