@@ -266,3 +266,40 @@ def test_a_rank_change_after_calls_eager_failed_in():
                 continue
             raise AssertionError(f"{shape}: eager raised {e}, dynamo did not")
         assert torch.allclose(opt(x), want), shape
+
+
+# -- Python objects as arguments, changing between calls: guarded as read -------------------------
+
+def test_python_object_arguments_changing_between_calls():
+    import collections
+    import dataclasses
+    import enum
+    import functools
+
+    @dataclasses.dataclass
+    class Affine:
+        scale: float
+        shift: float
+
+    Pair = collections.namedtuple("Pair", "scale shift")
+
+    class Mode(enum.Enum):
+        A = 1
+        B = 2
+
+    x = torch.randn(6)
+    lst = [torch.full((1,), float(i)) for i in range(6)]
+    cases = [
+        (lambda l, s: l[s] + [torch.ones(1)], [(lst, s) for s in (slice(0, 2), slice(0, 2), slice(1, 5), slice(None, None, 2))]),
+        (lambda t, s: t[s] * 2, [(x, s) for s in (slice(0, 2), slice(0, 2), slice(1, 5), slice(4, None))]),
+        (lambda t, r: sum([t * i for i in r], t * 0), [(x, r) for r in (range(3), range(3), range(5), range(1, 4))]),
+        (lambda t, p: p(t), [(x, functools.partial(torch.mul, other=k)) for k in (1.0, 1.0, 2.0, 3.0)]),
+        (lambda t, c: t * c.scale + c.shift, [(x, Affine(a, b)) for a, b in ((1, 2), (1, 2), (3, 4), (1, 5))]),
+        (lambda t, c: t * c.scale + c.shift, [(x, Pair(a, b)) for a, b in ((1, 2), (1, 2), (3, 4), (1, 5))]),
+        (lambda t, m: t + 1 if m is Mode.A else t - 1, [(x, m) for m in (Mode.A, Mode.A, Mode.B, Mode.A)]),
+        (lambda t, d: t * d["scale"][0], [(x, {"scale": (k,)}) for k in (1.0, 1.0, 2.0, 0.5)]),
+    ]
+    for fn, calls in cases:
+        opt = dynamo.optimize(fn)
+        for i, args in enumerate(calls):
+            _same(opt(*args), fn(*args), (fn, i))
