@@ -332,6 +332,11 @@ class GuardSet:
             else:
                 self._add(src, f"type({e}) is {self._const(t)} and {e} == {c}")
             self.lines.append((e, "value", repr(value)))
+        elif t is range or (t is slice and all(x is None or type(x) is int
+                                                for x in (value.start, value.stop, value.step))):
+            # by value: a new range(3) or slice(0, 2) each call is the same argument
+            self._add(src, f"type({e}) is {self._const(t)} and {e} == {self._const(value)}")
+            self.lines.append((e, "value", repr(value)))
         elif t in (tuple, list, torch.Size):
             self._add(src, f"type({e}) is {self._const(t)} and len({e}) == {len(value)}")
             self.lines.append((e, "length", f"{t.__name__} of {len(value)}"))

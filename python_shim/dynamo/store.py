@@ -10,7 +10,8 @@ and product steps chose by timing (dynamo_entry_choices).
 The guards' constants are objects of the recording process. A new process *binds* each one again
 before the guards run, and uses the stored trace only when every one binds:
 
-  * plain values (numbers, strings, dtypes, tuples and lists of them) are stored as they are;
+  * plain values (numbers, strings, dtypes, ranges, slices of numbers, tuples and lists of
+    them) are stored as they are;
   * modules, module globals, classes and functions that are reachable by name (module and
     qualified name, looked up in sys.modules: nothing is imported) are found by that name;
   * anything else an identity guard checked (an nn.Module instance, a code object read from a
@@ -18,7 +19,10 @@ before the guards run, and uses the stored trace only when every one binds:
 
 and every bound object must match the fingerprint stored for it: a class by module and qualified
 name, a function or code object by its code's contents (bytecode, constants, names, file and
-first line: an edited forward does not match), an instance by its class. Distinct constants must
+first line: an edited forward does not match), an enum member by its name, a functools.partial
+by its function and plain arguments, an instance by its class -- and an instance of a builtin
+type not named here (a sentinel object(), a deque) is not carried at all: taken from its source,
+its identity guard would pass for whatever the call passes there. Distinct constants must
 bind to distinct objects, so that `x is y` comes out as it did when the trace was recorded. Then
 the guards run as usual (values, lengths, keys, method lookups, tensor metadata natively), and
 the bound objects stay their constants: later calls check identity again, as a recorded trace's
@@ -33,6 +37,8 @@ front end's own source, the library file, Python's and torch's versions: any cha
 DYNAMO_TRACE_STORE=0 (or config.trace_store = False) turns the store off; it is off with the
 cache (DYNAMO_CACHE_DIR=off).
 """
+import enum
+import functools
 import hashlib
 import marshal
 import os
@@ -151,12 +157,22 @@ def fingerprint(obj):
     if isinstance(obj, (torch.Tensor, types.GeneratorType)):
         return None
     t = type(obj)
+    if isinstance(obj, enum.Enum):  # (the member, not only its class: Mode.A is not Mode.B)
+        return ("enum", t.__module__, t.__qualname__, obj.name)
+    if t is functools.partial:
+        f = fingerprint(obj.func)
+        plain = _plain_deep(obj.args) and _plain_deep(list(obj.keywords.items()))
+        return ("partial", f, obj.args, sorted(obj.keywords.items())) if f is not None and plain else None
+    if t.__module__ == "builtins":  # (what it holds is not described: any such object would pass)
+        return None
     return ("instance", t.__module__, t.__qualname__)
 
 
 def _plain_deep(v, depth=0):
-    if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.device):
+    if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.device, range):
         return True
+    if type(v) is slice:
+        return all(x is None or type(x) is int for x in (v.start, v.stop, v.step))
     if type(v) in (tuple, list, frozenset, torch.Size) and depth < 6:
         return all(_plain_deep(x, depth + 1) for x in v)
     return False
