@@ -152,6 +152,11 @@ class Builder:
 
     def run(self, src):
         """Executes src in the namespace; False if it raises (or warns)."""
+        # torch's warn-once warnings warn every time here: a statement that warns is dropped, and
+        # one warned about only at its first occurrence in the process would make replaying a
+        # program draw differently (hypothesis: "inconsistent data generation")
+        always = torch.is_warn_always_enabled()
+        torch.set_warn_always(True)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
@@ -159,6 +164,8 @@ class Builder:
             return True
         except Exception:
             return False
+        finally:
+            torch.set_warn_always(always)
 
     def value(self, pred=None):
         """A live tensor value's name (shrinks toward the most recent one), or None."""
@@ -418,6 +425,7 @@ class Builder:
         """Whether a new value is small enough (and exists)."""
         v = self.ns.get(name)
         if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
+            v = v.detach()
             finite = v[torch.isfinite(v)]
             if finite.numel() and float(finite.abs().max()) > 1e6:
                 return False  # float32 rounding at this size is 1 or more: casts to ints would differ
