@@ -395,6 +395,12 @@ EVal KernelEmitter::load(int32_t k) {
 
 EVal KernelEmitter::cast(EVal x, DType to) {
   if (x.dt == to) return x;
+  if (is_half(x.dt)) {
+    // A float16/bfloat16 value is computed in float32 and rounded once, where it is stored; a
+    // cast is where the program sees it as its own type first (exp of a half overflows to inf
+    // before it is added to a float32; 2.9995 is 3 as a half before it becomes an int).
+    x = {round_to(x.v, x.dt), x.dt};
+  }
   llvm::Type *ty = vec_ty(to);
   if (to == DType::Bool) {
     Value *z = Constant::getNullValue(x.v->getType());
@@ -403,18 +409,19 @@ EVal KernelEmitter::cast(EVal x, DType to) {
   if (is_float(to)) {
     Value *f = is_float(x.dt) ? B.CreateFPCast(x.v, ty)
                : x.dt == DType::Bool ? B.CreateUIToFP(x.v, ty) : B.CreateSIToFP(x.v, ty);
-    if (to == DType::BF16) {  // round to the narrow type, keep computing in float32
-      f = bf16_to_float(bf16_bits(f));
-    } else if (is_half(to)) {
-      llvm::Type *nt = L == 1 ? mem_ty(to) : (llvm::Type *)FixedVectorType::get(mem_ty(to), L);
-      f = B.CreateFPExt(B.CreateFPTrunc(f, nt), ty);
-    }
+    if (is_half(to)) f = round_to(f, to);  // round to the narrow type, keep computing in float32
     return {f, to};
   }
   // Out-of-range and NaN conversions are poison in LLVM; freeze keeps them to what the hardware
   // gives (as ATen's C++ casts do) instead of letting the optimizer assume anything.
   if (is_float(x.dt)) return {B.CreateFreeze(B.CreateFPToSI(x.v, ty)), to};
   return {B.CreateIntCast(x.v, ty, x.dt != DType::Bool), to};
+}
+
+Value *KernelEmitter::round_to(Value *f, DType narrow) {
+  if (narrow == DType::BF16) return bf16_to_float(bf16_bits(f));
+  llvm::Type *nt = L == 1 ? mem_ty(narrow) : (llvm::Type *)FixedVectorType::get(mem_ty(narrow), L);
+  return B.CreateFPExt(B.CreateFPTrunc(f, nt), f->getType());
 }
 
 EVal KernelEmitter::operand(int32_t v, const Map &m, const Operand &o, DType as) {

@@ -307,6 +307,7 @@ class KernelEmitter {
     return {splat(ConstantInt::get(scalar_ty(d), (uint64_t)x, true)), d};
   }
   EVal cast(EVal x, DType to);
+  llvm::Value *round_to(llvm::Value *f, DType narrow);  // f (float32) rounded to float16/bfloat16, as float32
   EVal operand(int32_t v, const Map &m, const Operand &o, DType as);
   EVal value(int32_t v, const Map &m);
   EVal load(int32_t pat);

@@ -1248,3 +1248,26 @@ def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys, mo
             assert torch.allclose(opt(x), f(x), atol=1e-6)
     c = dynamo.counters()
     assert c["traces_compiled"] == 1 and c["native_runs"] == 2 and opt.disabled_reason is None, c
+
+
+def test_a_half_value_is_rounded_where_the_program_converts_it():
+    """A float16/bfloat16 chain is computed in float32 and rounded once where it is stored; where
+    the program converts such a value (adds it to a float32, casts it to an int, a bool or another
+    half type) it is the half value eager has: exp(exp(x)) overflows to inf as a half before the
+    float32 add (found by the program fuzzer: 1.6e35 where eager gave inf)."""
+    def f(x, y):
+        a = torch.exp(x * 4)  # (x * 4 is exact in half: no chain rounding to compare)
+        return a + y, (x * 1.0009765625).long(), (x * 1e-5).bool(), a.to(torch.bfloat16), a.float() * 0.5
+
+    opt = dynamo.optimize(f)
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(64, generator=g) * 3).to(torch.float16 if seed % 2 else torch.bfloat16)
+        y = torch.randn(64, generator=g)
+        for got, want in zip(opt(x, y), f(x, y)):
+            assert got.dtype == want.dtype
+            if want.is_floating_point():
+                assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2, equal_nan=True), (seed, got, want)
+            else:
+                assert torch.equal(got, want), (seed, got, want)
+    assert dynamo.counters()["native_runs"] >= 2
