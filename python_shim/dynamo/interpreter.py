@@ -313,7 +313,7 @@ class Interpreter:
     def _note_abort(self):
         """Where the recording aborted: the bytecode, and the first argument of every inlined
         frame below the root (the modules whose forwards were running: a part of an optimized
-        module that the abort happened in is compiled apart, see OptimizedFunction._aborted)."""
+        module that the abort happened in is compiled apart, see backoff.Policy.aborted)."""
         if self.frames:
             self.rec.abort_where = snapshot.where(self.frames[-1])
         self.rec.abort_selves = [f.locals[0][0] for f in self.frames[1:] if f.locals]

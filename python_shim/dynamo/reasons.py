@@ -10,7 +10,7 @@ as `abort_<kind>`, and the kind decides what the front end does next:
   * "state" kinds depend on state another call may not have (grad mode and requires_grad; the
     dtype, device or layout of its tensors): they do not count toward the abort limit; the
     function runs eagerly while that state holds (a module's parts compiled apart meanwhile), and
-    is recorded again in another state (OptimizedFunction._state_aborted); for autograd the user
+    is recorded again in another state (backoff.Policy.state_aborted); for autograd the user
     is told once how to get a compiled call.
 
 This module is a leaf: the recorder, the interpreter and the front end import it.
