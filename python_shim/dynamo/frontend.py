@@ -702,6 +702,7 @@ class OptimizedFunction:
         owns the cut's snapshot as its last exit."""
         if rec.cut is not None:
             c.cut_id = len(c.exits)
+            c.cut_values = len(rec.cut[1])
             c.exits.append(rec.cut[0])
             rec.cut[0].owner = c
 

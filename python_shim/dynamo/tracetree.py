@@ -72,6 +72,8 @@ class Compiled:
         self.runs = 0
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
+        self.cut_values = 0       # ... and how many of its outputs are the cut's live values (the others:
+        #                           the one a trace with none returns, as every trace has an output)
         # stored: (where, id, step choices) of a trace kept in the trace store (store.py): at the
         # place store.where names (the code and call signature), under that id
         self.store_where, self.store_id, self.stored_choices = stored or (None, None, "")
@@ -368,7 +370,7 @@ class Runner:
         if isinstance(outs, SideExit):  # left the trace at a data-dependent branch
             return self._continue_at_exit(_compiled_by_entry.get(outs.entry, c), outs, fn, args, kwargs)
         if c.cut_id is not None:  # a cut trace: the rest of the call starts from its snapshot
-            return self._continue_at_exit(c, SideExit(None, c.cut_id, outs), fn, args, kwargs)
+            return self._continue_at_exit(c, SideExit(None, c.cut_id, outs[:c.cut_values]), fn, args, kwargs)
         if not c.training:  # (a TrainedTrace's runs are counted by its graphs' own traces)
             bump("native_runs")
             self.native_runs += 1
@@ -435,7 +437,8 @@ class Runner:
             if isinstance(outs, SideExit):
                 return self._continue_at_exit(_compiled_by_entry.get(outs.entry, side), outs, fn, args, kwargs)
             if side.cut_id is not None:
-                return self._continue_at_exit(side, SideExit(None, side.cut_id, outs), fn, args, kwargs)
+                return self._continue_at_exit(side, SideExit(None, side.cut_id, outs[:side.cut_values]), fn, args,
+                                              kwargs)
             bump("native_runs")
             self.native_runs += 1
             return _rebuild(side.out_spec, outs, inputs)

@@ -303,3 +303,18 @@ def test_python_object_arguments_changing_between_calls():
         opt = dynamo.optimize(fn)
         for i, args in enumerate(calls):
             _same(opt(*args), fn(*args), (fn, i))
+
+
+def test_a_stitch_with_no_live_tensor_hands_on_the_steps_result_only():
+    """A cut trace with no live tensor still has an output (every trace has one); that output was
+    taken for the first live value, and the step's result read as the live value after it: the
+    continuation multiplied by len() of the wrong value (18x eager's result; found by the fuzzer)."""
+    def fn(x0, x1):
+        t1 = x1.reshape(-1)  # (the trace's one op: its output, not live at the stitch)
+        return sum([x0 * len(x0.tolist()) * c for c in (1.0, 0.5)])
+
+    opt = dynamo.optimize(fn)
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        x0, x1 = torch.randn(3, 3, generator=g), torch.randn(3, 3, 3, 3, generator=g)
+        assert torch.allclose(opt(x0, x1), fn(x0, x1)), i
