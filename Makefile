@@ -95,8 +95,9 @@ check-math: build
 	@$(BUILD)/perf/math_accuracy
 
 # The GPU suite + benchmark for a machine with an NVIDIA driver (no LLVM or LibTorch needed
-# there): gpu_bundle/ holds a static gpu_check, libdevice, and the CPU engine's results for the
-# same traces. Run it there with `bash gpu_bundle/run.sh` (docs/GPU.md).
+# there): gpu_bundle/ holds a static gpu_check (xz-compressed: the bundle fits a 64 MiB transfer),
+# libdevice, and the CPU engine's results for the same traces, every element (large outputs by
+# one period of inputs that repeat). Run it there with `bash gpu_bundle/run.sh` (docs/GPU.md).
 gpu-bundle: build
 	@cmake --build $(BUILD) -j$(JOBS) --target gpu_check gpu_refs
 	@rm -rf gpu_bundle && mkdir -p gpu_bundle/refs
