@@ -3,7 +3,8 @@
 // native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
 // and common pointwise ops; reductions of at most four elements per output become pointwise. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
-// otherwise the extern stays (it is still correct, just not fused).
+// otherwise the extern stays (it is still correct, just not fused). A float16/bfloat16 extern
+// is rewritten in float32 and its results rounded once, as ATen's kernels compute it.
 #include <algorithm>
 #include <map>
 
@@ -432,6 +433,37 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
   return {acc};
 }
 
+// ATen computes a float16/bfloat16 op in float32 and rounds its result once (softmax, layer
+// norm, batch norm, add with alpha ...), while the kernels round every trace op's half result
+// (jit/kernel.cpp). So a decomposition reads its half tensor operands as float32 (a `to` each,
+// fused into the loop) and narrow_results rounds what it returns to the declared type at its end.
+Inst widened(Trace &out, const Inst &in) {
+  Inst w = in;
+  Rewriter r(out);
+  for (Operand &o : w.args)
+    if (o.kind == Operand::Value && out.types[o.value].tensor && is_half(out.types[o.value].dtype)) {
+      Operand f32;
+      f32.kind = Operand::Str;
+      f32.s = "f32";
+      o = V(r.emit(Op::to, {o, f32}));
+    }
+  return w;
+}
+
+void narrow_results(Trace &out, std::vector<int32_t> &repl, const Trace &t, const Inst &orig) {
+  if (repl.size() != orig.results.size()) return;
+  Rewriter r(out);
+  for (size_t k = 0; k < repl.size(); ++k) {
+    if (repl[k] == kUnused) continue;
+    DType want = t.types[orig.results[k]].dtype;
+    if (!is_half(want) || out.types[repl[k]].dtype != DType::F32) continue;
+    Operand name;
+    name.kind = Operand::Str;
+    name.s = dtype_name(want);
+    repl[k] = r.emit(Op::to, {V(repl[k]), name});
+  }
+}
+
 }  // namespace
 
 int decompose_externs(Trace &t) {
@@ -454,7 +486,8 @@ int decompose_externs(Trace &t) {
       size_t mark_insts = out.insts.size(), mark_vals = out.types.size();
       std::vector<int32_t> repl;
       try {
-        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, in);
+        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, widened(out, in));
+        if (!small_reduction) narrow_results(out, repl, t, orig);
       } catch (const Error &) {
         repl.clear();  // not expressible with our ops (dtype, shape): keep the extern
       }

@@ -396,9 +396,8 @@ EVal KernelEmitter::load(int32_t k) {
 EVal KernelEmitter::cast(EVal x, DType to) {
   if (x.dt == to) return x;
   if (is_half(x.dt)) {
-    // A float16/bfloat16 value is computed in float32 and rounded once, where it is stored; a
-    // cast is where the program sees it as its own type first (exp of a half overflows to inf
-    // before it is added to a float32; 2.9995 is 3 as a half before it becomes an int).
+    // value() rounds every half result already; a scalar operand cast to half is rounded here
+    // (2.9995 is 3 as a half before it becomes an int). LLVM folds the repeated rounding away.
     x = {round_to(x.v, x.dt), x.dt};
   }
   llvm::Type *ty = vec_ty(to);
@@ -462,9 +461,15 @@ EVal KernelEmitter::value(int32_t v, const Map &m) {
   } else if (own_reduction(v)) {
     EVal s = reg.at(v);
     r = {splat(s.v), s.dt};
+    if (is_half(r.dt)) r.v = round_to(r.v, r.dt);
   } else if (inline_value(v)) {
     if (!priming) prime(v, m);
     r = compute(v, m);
+    // A float16/bfloat16 result is computed in float32 and rounded to its type here, as ATen
+    // rounds each op's result: exp of a half overflows to inf before the next op reads it. (A
+    // composite op ATen computes in float32 -- softmax, layer norm -- is decomposed in float32
+    // and rounded once at its end: jit/decompose.cpp.)
+    if (is_half(r.dt)) r.v = round_to(r.v, r.dt);
   } else {
     r = load(leaf_of.at(key));
   }

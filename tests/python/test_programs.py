@@ -1251,10 +1251,9 @@ def test_autograd_abort_waits_for_another_grad_state_and_says_so_once(capsys, mo
 
 
 def test_a_half_value_is_rounded_where_the_program_converts_it():
-    """A float16/bfloat16 chain is computed in float32 and rounded once where it is stored; where
-    the program converts such a value (adds it to a float32, casts it to an int, a bool or another
-    half type) it is the half value eager has: exp(exp(x)) overflows to inf as a half before the
-    float32 add (found by the program fuzzer: 1.6e35 where eager gave inf)."""
+    """Where the program converts a float16/bfloat16 value (adds it to a float32, casts it to an
+    int, a bool or another half type) it is the half value eager has: exp(exp(x)) overflows to inf
+    as a half before the float32 add (found by the program fuzzer: 1.6e35 where eager gave inf)."""
     def f(x, y):
         a = torch.exp(x * 4)  # (x * 4 is exact in half: no chain rounding to compare)
         return a + y, (x * 1.0009765625).long(), (x * 1e-5).bool(), a.to(torch.bfloat16), a.float() * 0.5
@@ -1271,3 +1270,31 @@ def test_a_half_value_is_rounded_where_the_program_converts_it():
             else:
                 assert torch.equal(got, want), (seed, got, want)
     assert dynamo.counters()["native_runs"] >= 2
+
+
+def test_every_half_op_is_rounded_as_eager_rounds_it():
+    """Each float16/bfloat16 op's result is rounded to its type, inside a fused kernel too: a chain
+    that overflows the half range mid-way gives eager's inf/nan, not the float32 chain's finite
+    value (found by the program fuzzer: exp(exp(exp(x))) * 0 was 0, eager nan); a half sum past
+    65504 is inf. Composite ops ATen computes in float32 (softmax, layer norm) round once."""
+    def chain(x):
+        return torch.exp(torch.exp(torch.exp(x))) * 0, (x * 300).sum(-1, keepdim=True) * 0 + x
+
+    def composite(x, w, b):
+        h = torch.nn.functional.layer_norm(x * 3, (x.shape[-1],), w, b)
+        return torch.softmax(h * 2, dim=-1) + torch.log_softmax(x, dim=-1).exp()
+
+    for dt in (torch.float16, torch.bfloat16):
+        opt_chain, opt_comp = dynamo.optimize(chain), dynamo.optimize(composite)
+        for seed in range(3):
+            g = torch.Generator().manual_seed(seed)
+            x = (torch.randn(8, 300, generator=g) + 1).to(dt)
+            w, b = torch.randn(300, generator=g).to(dt), torch.randn(300, generator=g).to(dt)
+            for got, want in zip(opt_chain(x), chain(x)):
+                assert got.dtype == want.dtype
+                assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), (dt, seed)
+                fin = want.isfinite()
+                assert torch.allclose(got[fin].float(), want[fin].float(), rtol=1e-2, atol=1e-2), (dt, seed)
+            got, want = opt_comp(x, w, b), composite(x, w, b)
+            assert got.dtype == want.dtype and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2), (dt, seed)
+    assert dynamo.counters()["native_runs"] >= 4
