@@ -19,7 +19,7 @@ const char *dtype_name(DType t);          // "f32"
 bool dtype_from_name(const std::string &s, DType *out);
 int dtype_bytes(DType t);
 inline bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
-// float16/bfloat16 compute in float32 (as ATen does); they are narrow only in memory.
+// float16/bfloat16 compute in float32, each op's result rounded to its type (as eager rounds it).
 inline bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
 inline bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
 
