@@ -6,6 +6,7 @@ them here, importing nothing of dynamo, is what lets those modules import one an
 only: frontend -> interpreter -> snapshot, recorder -> frames (tests/python/
 test_interpreter_layout.py checks that no import runs the other way).
 """
+import abc
 import types
 
 import torch
@@ -35,7 +36,8 @@ def plain_class(cls):
     """A Python class whose instances are made by object.__new__ or a __new__ in Python, and whose
     __init__ is Python code (or object's): calling it can be interpreted, and an instance the call made can be
     carried through a snapshot as its class and __dict__."""
-    if not isinstance(cls, type) or type(cls) is not type or cls.__module__ == "builtins":
+    # (ABCMeta makes classes as type does; object.__new__ refuses an abstract one, as in eager)
+    if not isinstance(cls, type) or type(cls) not in (type, abc.ABCMeta) or cls.__module__ == "builtins":
         return False
     if issubclass(cls, (torch.Tensor, torch.nn.Module, BaseException)):
         return False

@@ -26,6 +26,7 @@ recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed
 import collections
 import math
 import re
+import types
 
 import torch
 
@@ -343,6 +344,13 @@ class GuardSet:
         elif t is dict or t is collections.OrderedDict:
             self._add(src, f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
             self.lines.append((e, "keys", repr(list(value))))
+        elif t is types.MethodType:
+            # a bound method is made anew at every read: the same function on the same object
+            self._add(src, f"type({e}) is {self._const(t)}")
+            self.lines.append((e, "class", "a bound method (its function and object guarded)"))
+            self.guard(Source(f"{e}.__func__", src), value.__func__)
+            self.guard(Source(f"{e}.__self__", src), value.__self__)
+            return
         elif structural(value):
             self._add(src, f"type({e}) is {self._const(t)}")
             self.lines.append((e, "class", f"a {t.__qualname__} (its attributes guarded as read)"))

@@ -20,10 +20,12 @@ is checked against before it is run (`_Code`).
 The interpreter always finishes the call: an aborted recording keeps executing concretely
 with recording paused, so no effect is performed twice.
 """
+import abc
 import builtins
 import collections
 import contextlib
 import dis
+import functools
 import importlib.util
 import inspect
 import math
@@ -85,6 +87,16 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
 _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
 _PURE_BUILTINS.add(torch.device)  # an immutable value (FX graphs write `device(type='cpu')`)
+# Containers made by a call (of the call's own, as {} and [] make them): a defaultdict's factory
+# runs for real when a missing key is read, so it must be a pure builtin (tuple, list, int ...).
+_CONTAINERS = (collections.OrderedDict, collections.deque, collections.defaultdict)
+_PURE_BUILTINS |= {torch.finfo, torch.iinfo}
+# torch's autocast setters and the getters that read what they set (torch.autocast.__enter__/__exit__)
+_AUTOCAST_SETTERS = {torch.set_autocast_enabled: torch.is_autocast_enabled, torch.set_autocast_dtype: torch.get_autocast_dtype,
+                     torch.set_autocast_cache_enabled: torch.is_autocast_cache_enabled}
+# inspect.signature(fn) of a function (Hugging Face's apply_chunking_to_forward counts a method's
+# parameters): fixed by the function, which its read guards; run for real, not stepped through.
+_PURE_BUILTINS.add(inspect.signature)  # a dtype's limits (masks filled with finfo(dtype).min)
 # builtin exception classes: making one (to raise it, caught or not) changes nothing
 _PURE_BUILTINS |= {v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException)}
 # math on Python numbers (a tensor argument would be read through .item(), which aborts).
@@ -98,6 +110,42 @@ _MAY_CALL_TORCH = {"CALL", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_SUBSCR", "CO
 # Tensor methods that read contents into Python objects without dispatching an ATen op.
 _READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyped_storage", "_storage",
                    "__reduce_ex__", "__getstate__", "__repr__", "__str__", "__format__"}
+# Python functions of torch's run for real under the recorder, not interpreted: a function
+# vmapped by torch.vmap (its Python runs once over batched tensors inside functorch's C++ layers,
+# which the interpreter cannot step through; the ATen ops they produce are recorded as any torch
+# call's are). Hugging Face's attention masks are made this way.
+_RUN_WHOLE = frozenset({torch.vmap(lambda x: x).__code__})
+
+
+def _map(fn, *iterables):
+    """map(fn, *iterables) in Python: the interpreter runs it as a generator of the call, so
+    fn's work is recorded when the map is consumed (list(map(...)), pytree's
+    deque(map(fn, leaves), maxlen=0))."""
+    for args in zip(*iterables):
+        yield fn(*args)
+
+
+def _self_source(m, msrc):
+    """The source of bound method m's object: the object it was read from (`obj.meth`), else
+    `<m>.__self__` (a method kept in a closure cell or a container: torch.no_grad's self.clone)."""
+    if msrc is None:
+        return None
+    if msrc.base is not None and msrc.expr == f"{msrc.base.expr}.{m.__func__.__name__}":
+        return msrc.base
+    return Source(f"{msrc.expr}.__self__", msrc)
+
+
+def _dict_class(cls):
+    """A Python subclass of dict or OrderedDict made by their __new__, with an __init__ in Python."""
+    return isinstance(cls, type) and type(cls) in (type, abc.ABCMeta) and issubclass(cls, dict) and \
+        cls.__new__ in (dict.__new__, collections.OrderedDict.__new__) and isinstance(cls.__init__, types.FunctionType)
+
+
+def _stable_key(k):
+    """Whether k hashes and compares the same on every call: a class, a string, a number."""
+    return isinstance(k, type) or type(k) in (str, int, bool, type(None))
+
+
 # Methods of containers that do not change them.
 _READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__",
                  "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
@@ -276,6 +324,9 @@ class Interpreter:
         self.inlined = []         # qualified names of inlined callees, for explain()
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
         self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
+        self._partial_srcs = {}   # id(partial made in the call) -> (func source, arg sources, keyword sources)
+        self._list_srcs = {}      # id(list being built by BUILD_LIST / LIST_EXTEND) -> element sources (f(x, *args))
+        self._sliced_modules = {}  # id(ModuleList/Sequential sliced in the call) -> its modules' sources
         self._cell_src = {}       # id(cell) -> source of its contents
         self.outer_cells = {}     # id(cell) -> source of the cell: closure cells from outside the call
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
@@ -573,6 +624,14 @@ class Interpreter:
             self._touch_elements(*args[0])
             fn(args[0][0])
             return (None, None)
+        if fn in _AUTOCAST_SETTERS and not kwargs and all(type(v) in _BY_VALUE for v, _ in args) and self.recording:
+            # `with torch.autocast(..., enabled=False)` where autocast is off already (LLaMA's rotary
+            # embedding): a setter given the value torch has is nothing to do, the value guarded
+            getter, get_args, v = _AUTOCAST_SETTERS[fn], [a for a, _ in args[:-1]], args[-1][0]
+            if getter(*get_args) == v:
+                expr = f"{self.guards.const_source(getter).expr}({', '.join(self.guards.const_source(a).expr for a in get_args)})"
+                self.guards.guard_state(expr, v, f"{getter.__name__}({', '.join(map(repr, get_args))})")
+                return (None, None)
         if _is_torch_callable(fn) and _GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""):
             return self._opaque(fnp, args, kwargs, f"torch.{fn.__name__}() changes torch's global state")
         if type(fn) is weakref.ReferenceType and not args and not kwargs:  # ref(): its referent, by source
@@ -590,9 +649,11 @@ class Interpreter:
         """Python functions and methods (inlined), and modules whose class forward runs."""
         fn, fsrc = fnp
         if isinstance(fn, types.FunctionType):
+            if fn.__code__ in _RUN_WHOLE or fn in _PURE_BUILTINS:
+                return _UNHANDLED  # run for real: recorded at ATen (_call_torch), or pure (_call_builtin)
             return self._call_python(fn, fsrc, args, kwargs, None)
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-            return self._call_python(fn.__func__, None, args, kwargs, (fn.__self__, fsrc.base if fsrc else None))
+            return self._call_python(fn.__func__, None, args, kwargs, (fn.__self__, _self_source(fn, fsrc)))
         if isinstance(fn, torch.nn.Module):
             if _has_hooks(fn):
                 return self._opaque(fnp, args, kwargs, "module with hooks")
@@ -628,7 +689,7 @@ class Interpreter:
             made = self._from_data(fn, args, kwargs)
             if made is not None:
                 return made
-        if _is_torch_callable(fn) or (fn is super and len(args) == 2):
+        if _is_torch_callable(fn) or (fn is super and len(args) == 2) or getattr(fn, "__code__", None) in _RUN_WHOLE:
             for v, s in list(args) + list(kwargs.values()):
                 self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
             mark, self.rec.step_mark, why = self.rec.step_mark, len(self.rec.lines), None
@@ -663,14 +724,26 @@ class Interpreter:
             made = self._sourced_pairs(fn, args, kwargs)
             if made is not None:
                 return made
-        if fn in _PURE_BUILTINS or fn is collections.OrderedDict:
+        if fn in (setattr, object.__setattr__) and len(args) == 3 and not kwargs and type(args[1][0]) is str and \
+                id(args[0][0]) in self.local_objs:
+            # setattr(obj, "name", v) on an object the call made, as STORE_ATTR sets it (and
+            # object.__setattr__, as a frozen dataclass's __init__ does)
+            self.touch(*args[1])
+            fn(args[0][0], args[1][0], args[2][0])
+            return (None, None)
+        if fn is map and len(args) >= 2 and not kwargs:  # lazily, as map does: see _map
+            return self._call_python(_map, None, list(args), {}, None)
+        if fn is collections.defaultdict and args and args[0][0] is not None and args[0][0] not in _PURE_BUILTINS:
+            return _UNHANDLED  # (a factory that may do anything when a missing key is read)
+        if fn in _PURE_BUILTINS or fn in _CONTAINERS:
             for i, (v, s) in enumerate(list(args) + list(kwargs.values())):
                 if i == 0 and fn in (isinstance, issubclass, callable):
                     self.touch(v, s)  # its class decides, which the class guard checks
                 else:
                     self._touch_elements(v, s)
-            r = self._concrete(fn, args, kwargs, pin=fn not in (isinstance, issubclass, callable))
-            if fn is collections.OrderedDict:  # a new dict of the call's own, as {} makes
+            # (a bound method read anew each call is guarded by its function and object: not pinned)
+            r = self._concrete(fn, args, kwargs, pin=fn not in (isinstance, issubclass, callable, inspect.signature))
+            if fn in _CONTAINERS:  # a new container of the call's own, as {} makes
                 self._mark_local(r[0])
             return r
         self_ = getattr(fn, "__self__", None)
@@ -691,6 +764,18 @@ class Interpreter:
         fn, fsrc = fnp
         if _plain_class(fn):
             return self._instantiate(fn, args, kwargs)
+        if _dict_class(fn):  # a dict subclass with an __init__ in Python (Hugging Face's ModelOutput)
+            obj = self._mark_local(fn.__new__(fn))
+            self._call_python(fn.__init__, None, args, kwargs, (obj, None), init=True)
+            return (obj, None)
+        if fn is functools.partial and args:
+            return self._make_partial(args, kwargs)
+        if type(fn) is functools.partial:  # its function called with its arguments first
+            fs, asrcs, ksrcs = self._partial_sources(fn, fsrc)
+            a = [(v, s) for v, s in zip(fn.args, asrcs)] + list(args)
+            k = {n: (v, ksrcs[n]) for n, v in fn.keywords.items()}
+            k.update(kwargs)
+            return self.call((fn.func, fs), a, k)
         if fn is object.__new__ and len(args) == 1 and not kwargs and _plain_class(args[0][0]):
             obj = object.__new__(args[0][0])  # super().__new__(cls) in a __new__ of Python
             self._mark_local(obj)
@@ -699,7 +784,7 @@ class Interpreter:
         if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
                 id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
-        if type(type(fn)) is type and not isinstance(fn, (torch.Tensor, torch.nn.Module)) and \
+        if type(type(fn)) in (type, abc.ABCMeta) and not isinstance(fn, (torch.Tensor, torch.nn.Module)) and \
                 type(fn).__module__ != "builtins":
             # an instance of a Python class with a __call__ in Python (torchvision's LevelMapper):
             # a method call, guarded as one
@@ -707,6 +792,28 @@ class Interpreter:
             if call is not None:
                 return self._call_python(call[0], None, args, kwargs, (fn, fsrc))
         return _UNHANDLED
+
+    def _make_partial(self, args, kwargs):
+        """functools.partial(func, *args, **kwargs) made in the call (functools.wraps makes one
+        inside decorators): the real object, its parts' sources kept for when it is called."""
+        (func, fs), rest = args[0], list(args[1:])
+        p = functools.partial(func, *[v for v, _ in rest], **{n: v for n, (v, _) in kwargs.items()})
+        asrcs, ksrcs = [s for _, s in rest], {n: s for n, (_, s) in kwargs.items()}
+        if p.func is not func:  # partial(partial(f, a), b) flattens to partial(f, a, b)
+            fs, inner_a, inner_k = self._partial_sources(func, fs)
+            asrcs, ksrcs = inner_a + asrcs, {**inner_k, **ksrcs}
+        self._mark_local(p)
+        self._partial_srcs[id(p)] = (fs, asrcs, ksrcs)
+        return (p, None)
+
+    def _partial_sources(self, p, psrc):
+        """(source of p.func, sources of p.args, sources of p.keywords by name) of a partial."""
+        if id(p) in self._partial_srcs:
+            return self._partial_srcs[id(p)]
+        if psrc is None:
+            return None, [None] * len(p.args), dict.fromkeys(p.keywords)
+        return (psrc.attr("func"), [psrc.attr("args").item(i) for i in range(len(p.args))],
+                {n: psrc.attr("keywords").item(n) for n in p.keywords})
 
     def _from_data(self, fn, args, kwargs):
         """torch.tensor(data) / as_tensor(data) of Python numbers (nested lists or tuples; dtype
@@ -1062,6 +1169,19 @@ class Interpreter:
         v, _ = pop()
         setattr(obj, ins.argval, v)
 
+    @_handles('DELETE_ATTR')
+    def _op_DELETE_ATTR(self, f, ins):
+        if id(f.stack[-1][0]) not in self.local_objs:  # as STORE_ATTR: a stitch, the step deletes it
+            why = f"deletes attribute {ins.argval} of an object from outside the function"
+            stitched = self._stitch_at(f, f.ip - 1, f.stack, f.kw_names, why, "delattr", 1, ins.argval, False)
+            if not stitched:
+                self.abort(why)
+            self._effect(f"deleting attribute {ins.argval}")
+            delattr(f.stack.pop()[0], ins.argval)
+            raise StitchNow(None)
+        obj, _ = f.stack.pop()
+        delattr(obj, ins.argval)  # (contextlib's context manager drops its arguments in __enter__)
+
     @_handles('MAKE_CELL')
     def _op_MAKE_CELL(self, f, ins):
         arg = ins.arg
@@ -1259,9 +1379,25 @@ class Interpreter:
         arg = ins.arg
         b = pop()
         a = pop()
-        self.touch_deep(*b)
-        self._pin(a)
-        r = a[0] in b[0]
+        if isinstance(b[0], torch.Tensor) and isinstance(a[0], (int, float, torch.Tensor)) and self.recording and \
+                self.rec.known(b[0]):
+            # `v in t` (Tensor.__contains__ reads (t == v).any() as a Python bool): recorded, and
+            # the answer read as a guarded value, with `not in` folded into the tensor read
+            hit = (b[0] == a[0]).any()
+            push(self._tensor_value(torch.logical_not(hit) if arg else hit, "bool"))
+            return
+        if b[1] is not None and type(b[0]) in _DICTS + (set, frozenset) and _stable_key(a[0]):
+            # `k in registry` of a sourced dict or set (torch's pytree node table, 149 types):
+            # the answer is guarded, not the whole container
+            self.touch(*a)
+            r = a[0] in b[0]
+            if self.recording:
+                self.guards.guard_state(f"{self.guards.const_source(a[0]).expr} in {b[1].expr}", r,
+                                        f"{a[0]!r} in {b[1].expr}", b[1])
+        else:
+            self.touch_deep(*b)
+            self._pin(a)
+            r = a[0] in b[0]
         push(((not r) if arg else r, None))
 
     @_handles('UNARY_NEGATIVE')
@@ -1295,7 +1431,7 @@ class Interpreter:
         key = pop()
         self._pin(key)
         obj, osrc = pop()
-        v = obj[key[0]]
+        v = obj[self._tensor_index(obj, key[0])]
         src = None
         if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
             src = osrc.item(key[0])
@@ -1304,6 +1440,14 @@ class Interpreter:
         elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
                 isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
             src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
+        elif osrc is not None and isinstance(obj, (torch.nn.Sequential, torch.nn.ModuleList)) and \
+                type(key[0]) is slice and not _has_hooks(obj):
+            # self.layers[:n] (LLaMA's decoder loop): a new container whose modules keep their sources
+            self.touch(*key)
+            self._sliced_modules[id(v)] = list(self._submodule_srcs(obj, osrc).values())[key[0]]
+            self.keep.append(v)
+        elif id(obj) in self._sliced_modules and type(key[0]) is int and not _has_hooks(obj):
+            src = self._sliced_modules[id(obj)][key[0]]
         elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], int):
             src = self._tuple_srcs[id(obj)][key[0]]
         elif type(obj) is tuple and id(obj) in self._tuple_srcs and isinstance(key[0], slice):
@@ -1313,6 +1457,20 @@ class Interpreter:
             self.touch_deep(obj, osrc)
         self.touch(v, src)
         push((v, src))
+
+    def _tensor_index(self, obj, key):
+        """key of obj[key], with each list of Python ints or bools in it (x[:, [-1, 0]]) made the
+        index tensor torch would make of it, as torch.tensor(list) does: a trace input rebuilt from
+        the numbers (_from_data), where Tensor.__getitem__ would make it from Python data unseen."""
+        if not isinstance(obj, torch.Tensor) or not self.recording:
+            return key
+
+        def index(k):
+            if type(k) is list and k and (all(type(e) is int for e in k) or all(type(e) is bool for e in k)):
+                made = self._from_data(torch.tensor, [(k, None)], {})
+                return k if made is None else made[0]
+            return k
+        return tuple(index(k) for k in key) if type(key) is tuple else index(key)
 
     @_handles('STORE_SUBSCR')
     def _op_STORE_SUBSCR(self, f, ins):
@@ -1337,7 +1495,7 @@ class Interpreter:
             # Tensor.__setitem__ does) is made here by a traced op instead of from Python
             # data, so the write is recorded; the number is a constant or a guarded value.
             v = torch.scalar_tensor(v, dtype=obj.dtype, device=obj.device)
-        obj[key[0]] = v
+        obj[self._tensor_index(obj, key[0])] = v
 
     @_handles('BUILD_TUPLE')
     def _op_BUILD_TUPLE(self, f, ins):
@@ -1360,7 +1518,10 @@ class Interpreter:
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
         self._pin(*items)
-        push((self._mark_local([v for v, _ in items]), None))
+        lst = self._mark_local([v for v, _ in items])
+        if any(s is not None for _, s in items):
+            self._list_srcs[id(lst)] = [s for _, s in items]
+        push((lst, None))
 
     @_handles('BUILD_SET')
     def _op_BUILD_SET(self, f, ins):
@@ -1442,8 +1603,17 @@ class Interpreter:
         pop = stack.pop
         arg = ins.arg
         v, s = pop()
-        self.touch_deep(v, s)
-        stack[-arg][0].extend(v)
+        target = stack[-arg][0]
+        srcs = self._list_srcs.pop(id(target), None)
+        if (srcs is not None or id(v) in self._tuple_srcs) and type(v) in (list, tuple) and len(target) == \
+                (len(srcs) if srcs is not None else len(target)):
+            # f(x, *args): the element sources go with the elements into the call's tuple
+            if id(v) not in self._tuple_srcs:
+                self.touch(v, s)  # (its class and length)
+            self._list_srcs[id(target)] = (srcs or [None] * len(target)) + self._element_srcs(v, s, len(v))
+        else:
+            self.touch_deep(v, s)
+        target.extend(v)
 
     @_handles('DICT_MERGE', 'DICT_UPDATE')
     def _op_DICT_MERGE(self, f, ins):
@@ -1464,7 +1634,13 @@ class Interpreter:
     def _op_LIST_TO_TUPLE(self, f, ins):
         stack = f.stack
         push, pop = stack.append, stack.pop
-        push((tuple(self._popv(pop)), None))
+        lst = self._popv(pop)
+        t = tuple(lst)
+        srcs = self._list_srcs.pop(id(lst), None)
+        if srcs is not None and len(srcs) == len(t):
+            self._tuple_srcs[id(t)] = srcs
+            self.keep.append(t)
+        push((t, None))
 
     @_handles('UNPACK_SEQUENCE')
     def _op_UNPACK_SEQUENCE(self, f, ins):
@@ -1514,6 +1690,9 @@ class Interpreter:
         else:
             if type(v) is tuple and id(v) in self._tuple_srcs:
                 push((_SourcedIter(list(v), self._tuple_srcs[id(v)]), None))
+                return
+            if id(v) in self._sliced_modules and not _has_hooks(v):
+                push((_SourcedIter(list(v._modules.values()), self._sliced_modules[id(v)]), None))
                 return
             self.touch_deep(v, s)
             push((iter(v), None))
@@ -1805,6 +1984,8 @@ class Interpreter:
                 return self._call_python(raw.fget, None, [], {}, (obj, osrc))
         v = getattr(obj, name)
         if osrc is None:
+            if name == "__dict__" and id(obj) in self.local_objs:
+                self._mark_local(v)  # (functools.update_wrapper updates a new function's __dict__)
             return (v, None)
         if isinstance(obj, torch.Tensor):
             # Tensor metadata is guarded natively; only state Python can change besides it
@@ -2081,6 +2262,8 @@ class Interpreter:
         tuple (or a tuple whose elements' sources are known); None otherwise."""
         if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and not _has_hooks(v):
             return list(v._modules.values()), list(self._submodule_srcs(v, s).values())
+        if id(v) in self._sliced_modules and not _has_hooks(v):
+            return list(v._modules.values()), self._sliced_modules[id(v)]
         # (a list may grow while the loop runs: its items are not taken ahead of time)
         if type(v) is tuple and len(v) <= 256 and (s is not None or id(v) in self._tuple_srcs):
             return list(v), self._element_srcs(v, s, len(v))

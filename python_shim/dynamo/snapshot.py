@@ -73,7 +73,7 @@ class Snapshot:
         self.blacklisted = None
         self.linked = False  # a side trace is linked natively (the C API) to this exit
         self.step = None     # a stitch: (kind, specs of its stack operands, extra): "call" (extra: the
-        #                      keyword names), "setattr" (the name), "setitem"
+        #                      keyword names), "setattr" / "delattr" (the name), "setitem"
         self.step_fn = None  # the step's operands as one compiled function (a, k, g, f, x) -> list
         self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
         self.value_cut = False  # a cut at a branch on, or a read of, a tensor's value (grad on):
@@ -544,6 +544,9 @@ def run_step(snap, fn, args, kwargs, live):
         return None
     if kind == "setitem":  # stack: value, container, key
         ops[1][ops[2]] = ops[0]
+        return None
+    if kind == "delattr":  # stack: object
+        delattr(ops[0], extra)
         return None
     kw_names = extra
     first, second, items = ops[0], ops[1], ops[2:]

@@ -10,6 +10,7 @@ never records -- where a side trace is due it answers `RecordSide`, and the fron
 """
 import collections
 import ctypes
+import dataclasses
 import itertools
 import sys
 
@@ -229,6 +230,14 @@ def _flatten_result(result, rec, input_index):
             return (type(v).__name__, list(v.keys()), [walk(x) for x in v.values()])
         if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
             return ("C", v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            # a dataclass (Hugging Face's ModelOutput, a dict subclass too): made again as an
+            # object of its class holding what eager's held, items and attributes, without
+            # running its __init__ or __post_init__ again
+            attrs = vars(v) if hasattr(v, "__dict__") else {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+            items = list(v.items()) if isinstance(v, dict) else []
+            return ("D", type(v), [k for k, _ in items], [walk(x) for _, x in items],
+                    list(attrs), [walk(x) for x in attrs.values()])
         raise Abort(f"returns a {type(v).__name__}", "result")
 
     return walk(result), names
@@ -293,8 +302,22 @@ def _rebuild(spec, outs, inputs):
         return tuple(_rebuild(s, outs, inputs) for s in spec[1])
     if kind == "list":
         return [_rebuild(s, outs, inputs) for s in spec[1]]
+    if kind == "D":
+        return _rebuild_object(spec, outs, inputs)
     pairs = ((k, _rebuild(s, outs, inputs)) for k, s in zip(spec[1], spec[2]))
     return collections.OrderedDict(pairs) if kind == "OrderedDict" else dict(pairs)
+
+
+def _rebuild_object(spec, outs, inputs):
+    """A dataclass result (spec "D": class, item keys and specs, attribute names and specs)."""
+    _, cls, keys, item_specs, names, attr_specs = spec
+    base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict if issubclass(cls, dict) else object
+    obj = base.__new__(cls)
+    for k, s in zip(keys, item_specs):
+        base.__setitem__(obj, k, _rebuild(s, outs, inputs))
+    for n, s in zip(names, attr_specs):
+        object.__setattr__(obj, n, _rebuild(s, outs, inputs))
+    return obj
 
 
 class Attempt:
