@@ -258,6 +258,11 @@ def readable(expr, fn=None, consts=None):
     return head + rest
 
 
+def tensor_meta(t):
+    """What a native entry checks of a tensor input: sizes, strides, dtype, device."""
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
 class GuardSet:
     """The guards of one trace, in recording order, and the tensor inputs to fetch."""
 
@@ -271,6 +276,7 @@ class GuardSet:
         self._seen = set()       # source exprs already guarded
         self._structural = {}    # source expr -> the plain data object guarded there by class only
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
+        self.tensor_meta = {}    # source expr of a guarded tensor -> tensor_meta() of the recorded one
         self._about = []         # the Source each check reads (None: none), for _hoisted
         self._input_srcs = []    # the Source of each tensor input
         self._where = {}         # const name -> the source expr an identity guard found it at
@@ -324,6 +330,7 @@ class GuardSet:
         if isinstance(value, torch.Tensor):
             self._add(src, f"isinstance({e}, Tensor)")
             self.lines.append((e, "tensor", f"{tuple(value.shape)} {value.dtype} (checked natively)"))
+            self.tensor_meta[e] = tensor_meta(value)  # (checked in Python where a trace has no native code)
         elif t in _BY_VALUE:
             c = self._const(value)
             if value is None:

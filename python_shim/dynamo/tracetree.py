@@ -19,6 +19,7 @@ import torch
 from . import _capi, config, native, snapshot, store
 from ._capi import DynamoError
 from .frames import Abort, dense_order
+from .guards import tensor_meta
 from .interpreter import Interpreter
 from .log import enabled as log_enabled, log
 from .registry import bump
@@ -59,6 +60,10 @@ class Compiled:
         self.text = text
         self.entry = entry
         self.handle = entry.handle if entry is not None else None
+        # no native code (nothing recorded before a stitch): the tensor checks a native entry
+        # makes are made here (a stitch's step reads the inputs as the recorded call had them)
+        meta = getattr(guards, "tensor_meta", {})
+        self.input_meta = [meta.get(e) for e in guards.tensor_inputs] if entry is None else None
         self.out_spec = out_spec
         self.ops = ops
         self.inlined = inlined
@@ -109,6 +114,9 @@ class Compiled:
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
         if self.handle is None:
+            for t, m in zip(inputs, self.input_meta):
+                if isinstance(t, torch.Tensor) and (m is None or tensor_meta(t) != m):
+                    return None  # a guard miss, as a native entry's
             self.runs += 1
             return []
         fast = _fastcall()

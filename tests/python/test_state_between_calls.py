@@ -318,3 +318,24 @@ def test_a_stitch_with_no_live_tensor_hands_on_the_steps_result_only():
         g = torch.Generator().manual_seed(i)
         x0, x1 = torch.randn(3, 3, generator=g), torch.randn(3, 3, 3, 3, generator=g)
         assert torch.allclose(opt(x0, x1), fn(x0, x1)), i
+
+
+def test_a_trace_with_no_code_before_a_stitch_checks_its_inputs():
+    """Nothing recorded before a stitch (x.tolist() first): the trace has no native code, so its
+    tensor checks (sizes, strides, dtype) are made in Python; the step then reads this call's
+    input, never the recorded call's geometry (found by the fuzzer: len(x.tolist()) was 3 for a
+    4-row x on every other call)."""
+    def first(x):
+        return x * len(x.tolist())
+
+    def in_a_comprehension(x):
+        return sum([x * len(x.tolist()) * c for c in (1.0, 0.5)])
+
+    base = torch.randn(5, 4)
+    inputs = [torch.randn(3, 3), torch.randn(4, 3), torch.randn(3, 3), torch.randn(4, 3),
+              base.t()[:3, :3], torch.randn(3, 3, dtype=torch.float64), base[:3, :3]]
+    for fn in (first, in_a_comprehension):
+        opt = dynamo.optimize(fn)
+        for i, x in enumerate(inputs):
+            got, want = opt(x), fn(x)
+            assert got.shape == want.shape and got.dtype == want.dtype and torch.allclose(got, want), (fn.__name__, i)
