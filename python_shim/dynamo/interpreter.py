@@ -772,8 +772,11 @@ class Interpreter:
             return self._make_partial(args, kwargs)
         if type(fn) is functools.partial:  # its function called with its arguments first
             fs, asrcs, ksrcs = self._partial_sources(fn, fsrc)
+            self.touch(fn.func, fs)
             a = [(v, s) for v, s in zip(fn.args, asrcs)] + list(args)
             k = {n: (v, ksrcs[n]) for n, v in fn.keywords.items()}
+            for v, s in a[:len(fn.args)] + [k[n] for n in fn.keywords]:
+                self.touch(v, s)  # (what the partial holds is read as a load of it would be)
             k.update(kwargs)
             return self.call((fn.func, fs), a, k)
         if fn is object.__new__ and len(args) == 1 and not kwargs and _plain_class(args[0][0]):
