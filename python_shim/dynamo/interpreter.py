@@ -90,13 +90,13 @@ _PURE_BUILTINS.add(torch.device)  # an immutable value (FX graphs write `device(
 # Containers made by a call (of the call's own, as {} and [] make them): a defaultdict's factory
 # runs for real when a missing key is read, so it must be a pure builtin (tuple, list, int ...).
 _CONTAINERS = (collections.OrderedDict, collections.deque, collections.defaultdict)
-_PURE_BUILTINS |= {torch.finfo, torch.iinfo}
+_PURE_BUILTINS |= {torch.finfo, torch.iinfo}  # a dtype's limits (masks filled with finfo(dtype).min)
 # torch's autocast setters and the getters that read what they set (torch.autocast.__enter__/__exit__)
 _AUTOCAST_SETTERS = {torch.set_autocast_enabled: torch.is_autocast_enabled, torch.set_autocast_dtype: torch.get_autocast_dtype,
                      torch.set_autocast_cache_enabled: torch.is_autocast_cache_enabled}
 # inspect.signature(fn) of a function (Hugging Face's apply_chunking_to_forward counts a method's
 # parameters): fixed by the function, which its read guards; run for real, not stepped through.
-_PURE_BUILTINS.add(inspect.signature)  # a dtype's limits (masks filled with finfo(dtype).min)
+_PURE_BUILTINS.add(inspect.signature)
 # builtin exception classes: making one (to raise it, caught or not) changes nothing
 _PURE_BUILTINS |= {v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException)}
 # math on Python numbers (a tensor argument would be read through .item(), which aborts).
@@ -1608,14 +1608,18 @@ class Interpreter:
         v, s = pop()
         target = stack[-arg][0]
         srcs = self._list_srcs.pop(id(target), None)
-        if (srcs is not None or id(v) in self._tuple_srcs) and type(v) in (list, tuple) and len(target) == \
-                (len(srcs) if srcs is not None else len(target)):
-            # f(x, *args): the element sources go with the elements into the call's tuple
+        to_tuple = f.ip < len(f.dec.insts) and f.dec.insts[f.ip].opname == "LIST_TO_TUPLE"
+        if to_tuple and (srcs is not None or id(v) in self._tuple_srcs) and type(v) in (list, tuple) and \
+                len(target) == (len(srcs) if srcs is not None else len(target)):
+            # f(x, *args): the element sources go with the elements into the call's tuple (each
+            # guarded where it is used)
             if id(v) not in self._tuple_srcs:
                 self.touch(v, s)  # (its class and length)
             self._list_srcs[id(target)] = (srcs or [None] * len(target)) + self._element_srcs(v, s, len(v))
         else:
-            self.touch_deep(v, s)
+            # a list the program keeps ([*args]): what it reads from it has no source, so every
+            # element is guarded here (a *args tuple's too, by its elements' sources)
+            self._touch_elements(v, s)
         target.extend(v)
 
     @_handles('DICT_MERGE', 'DICT_UPDATE')

@@ -339,3 +339,26 @@ def test_a_trace_with_no_code_before_a_stitch_checks_its_inputs():
         for i, x in enumerate(inputs):
             got, want = opt(x), fn(x)
             assert got.shape == want.shape and got.dtype == want.dtype and torch.allclose(got, want), (fn.__name__, i)
+
+
+def test_a_list_made_from_star_arguments_is_guarded():
+    """`l = [*args]` then `l[0]`: what the program reads from its own list has no source, so the
+    elements are guarded where the list is made (the number was taken as fixed: x * 2 on a call
+    that passed 3). A star call's own tuple keeps the sources instead (f(x, *args))."""
+    def unpacked(x, *args):
+        lst = [*args]
+        return x * lst[0] + len(lst)
+
+    def displayed(x, args):
+        lst = [1.0, *args]
+        return x * lst[1]
+
+    def forwarded(x, *args):
+        return torch.add(x, *args)
+
+    x = torch.ones(3)
+    opt_u, opt_d, opt_f = dynamo.optimize(unpacked), dynamo.optimize(displayed), dynamo.optimize(forwarded)
+    for a in ((2.0,), (2.0,), (3.0,), (3.0, 1.0), (5.0,)):
+        assert torch.equal(opt_u(x, *a), unpacked(x, *a)), a
+        assert torch.equal(opt_d(x, list(a)), displayed(x, list(a))), a
+        assert torch.equal(opt_f(x, a[0] * torch.ones(3)), forwarded(x, a[0] * torch.ones(3))), a
