@@ -443,7 +443,7 @@ Inst widened(Trace &out, const Inst &in) {
   for (Operand &o : w.args)
     if (o.kind == Operand::Value && out.types[o.value].tensor && is_half(out.types[o.value].dtype)) {
       Operand f32;
-      f32.kind = Operand::Str;
+      f32.kind = Operand::Ident;  // (a dtype operand, as the text form `to(%0, f32)` has it)
       f32.s = "f32";
       o = V(r.emit(Op::to, {o, f32}));
     }
@@ -458,7 +458,7 @@ void narrow_results(Trace &out, std::vector<int32_t> &repl, const Trace &t, cons
     DType want = t.types[orig.results[k]].dtype;
     if (!is_half(want) || out.types[repl[k]].dtype != DType::F32) continue;
     Operand name;
-    name.kind = Operand::Str;
+    name.kind = Operand::Ident;
     name.s = dtype_name(want);
     repl[k] = r.emit(Op::to, {V(repl[k]), name});
   }

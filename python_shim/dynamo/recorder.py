@@ -907,10 +907,18 @@ class Recorder(TorchDispatchMode):
                     raise Abort(f"{name} into a tensor that is no permutation of a dense one: its random "
                                 "numbers would land elsewhere", "write")
             vals = _with_defaults(func, vals)
+        computed = _functional_dtype(fn, vals, dst.dtype)
         fn, vals = self._scalar_args(fn, vals, None, check=False)
-        if order is None:
+        if order is not None:
+            return self._seeded_in_memory_order(fn, vals, dst, order[::-1])
+        if computed == dst.dtype or computed not in DTYPE_NAMES:
             return self._extern(fn, vals, [None], types=type_text(dst))[0]
-        return self._seeded_in_memory_order(fn, vals, dst, order[::-1])
+        # the functional op promotes (half.add_(float32) computes add in float32): its own
+        # dtype, then cast to dst's as the in-place op stores it
+        res = self._extern(fn, vals, [None], types=f"{_dt(computed)}[{','.join(str(d) for d in dst.shape)}]")[0]
+        n = self._new()
+        self.lines.append(f"  {n} = to({res}, {_dt(dst.dtype)}) : {type_text(dst)}")
+        return n
 
     def _up_the_views(self, name, new, dst):
         """(the new contents of the tensor owning dst's memory, that tensor): a value written into
@@ -1326,6 +1334,18 @@ def _slice_params(v, raw=False):
 
 
 _INT64_MAX = (1 << 63) - 1
+
+
+def _functional_dtype(fn, vals, default):
+    """The dtype functional op fn gives on these operands (on meta tensors: nothing computed), or
+    default where that cannot be told."""
+    try:
+        meta = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+                if isinstance(v, torch.Tensor) else v for v in vals]
+        out = fn(*meta)
+    except Exception:  # noqa: BLE001 -- no meta kernel, or arguments it refuses: keep the default
+        return default
+    return out.dtype if isinstance(out, torch.Tensor) else default
 
 
 def _dt(dtype):

@@ -458,11 +458,16 @@ class Runner:
         stitch's step made already): a side trace whose guards pass, RecordSide when one is to
         be recorded now, or the interpreter."""
         snap = c.exits[exit_id]
-        for side in snap.sides:
+        for side in list(snap.sides):
             inputs = side.check(args, kwargs, fn.__globals__, fn, values)
             if inputs is None:
                 continue
-            outs = side.run(inputs)
+            try:
+                outs = side.run(inputs)
+            except DynamoError as e:  # a run-time failure inside the side trace: it goes, as a root would
+                snap.sides.remove(side)
+                self.policy.side_aborted(snap, f"native run failed: {e.message}", "native_run")
+                continue  # (it wrote nothing: writes into the call's tensors are a trace's last steps)
             if outs is None:
                 continue
             if isinstance(outs, SideExit):

@@ -1298,3 +1298,42 @@ def test_every_half_op_is_rounded_as_eager_rounds_it():
             got, want = opt_comp(x, w, b), composite(x, w, b)
             assert got.dtype == want.dtype and torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2), (dt, seed)
     assert dynamo.counters()["native_runs"] >= 4
+
+
+def test_an_in_place_op_that_promotes_on_a_half_temporary():
+    """t.add_(y) with t a float16 temporary and y float32: the functional add computes in float32
+    and the in-place op stores float16 (found by the fuzzer after a stitch: the trace declared the
+    add float16 and its native run failed into the program)."""
+    def f(x, y):
+        t = torch.exp(x)
+        _ = len(t.tolist())  # a stitch: what follows is a side trace
+        u = torch.exp(t.clamp(max=2.0))
+        u.add_(y)
+        v = x * 2
+        v.mul_(y)
+        w = x * 3
+        w.atan2_(y)  # (no decomposition: a LibTorch call whose declared dtype must be its own)
+        return u, v, w
+
+    opt = dynamo.optimize(f)
+    x = torch.randn(3, 3).half()  # (the same x: the list tolist() reads is guarded by its values)
+    for seed in range(4):
+        y = torch.randn(3, 3, generator=torch.Generator().manual_seed(seed))
+        for got, want in zip(opt(x, y), f(x, y)):
+            assert got.dtype == want.dtype == torch.float16 and torch.allclose(got.float(), want.float(), rtol=1e-3), seed
+    c = dynamo.counters()
+    assert c["native_runs"] >= 2 and c["aborts"] == 0, c
+
+
+def test_half_composites_are_fused_not_called():
+    """softmax, layer norm and add with alpha on float16 run as the JIT's own kernel (decomposed in
+    float32, rounded once), not as LibTorch calls."""
+    def f(x, y):
+        return torch.softmax(x, -1) + torch.nn.functional.layer_norm(x, (x.shape[-1],)) + x.add(y, alpha=2)
+
+    opt = dynamo.optimize(f)
+    x, y = torch.randn(4, 8).half(), torch.randn(4, 8).half()
+    for _ in range(3):
+        assert torch.allclose(opt(x, y).float(), f(x, y).float(), rtol=1e-2, atol=1e-2)
+    c = opt.compiled[0]
+    assert c.stats.num_externs == 0 and c.stats.num_kernels >= 1, (c.stats.num_externs, c.stats.num_kernels)
