@@ -37,7 +37,7 @@ import types
 import torch
 
 from .frames import CO_GENERATOR, NULL as _NULL, NoSnapshot, ResumeFailed, SourcedIter as _SourcedIter
-from .frames import ItemRead, plain_class as _plain_class
+from .frames import ItemRead, dense_order, plain_class as _plain_class
 from .guards import EXIT, FUNC, Source
 
 
@@ -233,7 +233,28 @@ def _encode_tensor(interp, x, src, live, live_index):
         return _live_view(interp, x, live, live_index)
     if name is None:
         raise NoSnapshot("a tensor made outside the trace is live")
+    if not x.is_contiguous():  # (transposed, channels-last: eager's layout, kept through the exit)
+        return ("liveview", _live_in_memory_order(interp, x, live, live_index), tuple(x.shape), tuple(x.stride()), 0)
     return ("live", live_number(x, live, live_index))
+
+
+def _live_in_memory_order(interp, x, live, live_index):
+    """x's position among the live tensors when x, a tensor the trace computed, is not row-major
+    but a permutation of it (x * 2 of a transposed input keeps its layout, as TensorIterator
+    does): the live value is x permuted into its memory order (a view in the trace), which the
+    exit hands out dense -- the same memory layout as x -- so that the resumed program sees x
+    with eager's strides again (is_contiguous(), stride(), view() answer as in eager)."""
+    if id(x) in live_index:
+        return live_index[id(x)]
+    order = dense_order(x)
+    if order is None:
+        raise NoSnapshot("a tensor the trace computed with overlapping or gapped strides is live")
+    y = x.permute(order[::-1])  # recorded: a view op of the trace
+    if interp.rec.vals.get(id(y)) is None:
+        raise NoSnapshot("a non-contiguous tensor is live and its layout could not be recorded")
+    live_index[id(x)] = len(live)
+    live.append(y)
+    return live_index[id(x)]
 
 
 def _input_view(interp, x):
@@ -277,10 +298,9 @@ def _live_view(interp, x, live, live_index):
     t1.reshape(-1)); both must stay one memory after the exit (t2.relu_() changes t1), so x is
     made again from its base's live value, with the strides eager gave it over a contiguous base."""
     b = x._base
-    if not b.is_contiguous():
-        raise NoSnapshot("a view of a non-contiguous temporary is live")
     spec = encode(interp, b, None, live, live_index)
-    if spec[0] != "live":
+    # (a non-contiguous base is handed on in its memory order: the same memory layout)
+    if spec[0] != "live" and not (spec[0] == "liveview" and spec[4] == 0 and not b.is_contiguous()):
         raise NoSnapshot("a view of a tensor the trace does not hand back is live")
     return ("liveview", spec[1], tuple(x.shape), tuple(x.stride()), x.storage_offset() - b.storage_offset())
 
