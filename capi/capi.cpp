@@ -705,6 +705,20 @@ dynamo_status dynamo_entry_choices(const dynamo_entry *entry, char **out_text) {
   API_END
 }
 
+dynamo_status dynamo_entry_profile(const dynamo_entry *entry, char **out_text) {
+  CHECK_PTR(out_text, "out_text");
+  *out_text = nullptr;
+  CHECK_HANDLE(entry, "entry");
+  API_BEGIN
+  if (!entry->e->step_times)
+    return set_error(DYNAMO_ERR_UNSUPPORTED, "dynamo_entry_profile: this entry was not profiled (set DYNAMO_PROFILE=1 "
+                                             "before the library compiles it; GPU entries are not profiled)");
+  *out_text = dup_string(runtime::entry_profile(*entry->e));
+  if (!*out_text) return set_error(DYNAMO_ERR_OUT_OF_MEMORY, "dynamo_entry_profile: out of memory");
+  return DYNAMO_OK;
+  API_END
+}
+
 dynamo_status dynamo_entry_set_choices(dynamo_entry *entry, const char *choices) {
   CHECK_HANDLE(entry, "entry");
   CHECK_PTR(choices, "choices");

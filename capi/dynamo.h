@@ -24,8 +24,9 @@ extern "C" {
 /* Bumped on every additive change (a new function, status, dtype or struct field at the end);
  * reset to 0 when DYNAMO_ABI_VERSION is bumped. A caller that needs something added in minor M
  * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself, minor 2
- * dynamo_entry_stats.shared_code, minor 3 sized traces (dynamo_frame_add_sized). */
-#define DYNAMO_ABI_MINOR 3u
+ * dynamo_entry_stats.shared_code, minor 3 sized traces (dynamo_frame_add_sized), minor 4
+ * dynamo_entry_profile. */
+#define DYNAMO_ABI_MINOR 4u
 
 /* The most dimensions a tensor may have anywhere in the API (traces, DLTensors, info structs). */
 #define DYNAMO_MAX_DIMS 16
@@ -365,6 +366,17 @@ DYNAMO_API dynamo_status dynamo_entry_choices(const dynamo_entry *entry, char **
  * malformed word, a step that does not exist or a choice the step cannot make (an entry
  * compiled from the same trace text has the same steps). */
 DYNAMO_API dynamo_status dynamo_entry_set_choices(dynamo_entry *entry, const char *choices);
+
+/* Where an entry's runs spent their time, when the library was loaded with DYNAMO_PROFILE=1
+ * (read once per process; entries then time each step of their plan, at a clock read per step;
+ * without it nothing is timed and this returns DYNAMO_ERR_UNSUPPORTED). Text, one item per line:
+ * "runs <n> <ns>" (runs of the trace's code and their total time; runs while a convolution or
+ * product step still times its implementations, and the first run after, are not counted), then
+ * for each step that ran
+ * "step <i> <runs> <ns> <what>", <what> being "kernel k<g> [<domain>]: <ops>", "row kernel ...",
+ * "extern <aten::op>" or "side exit check". CPU entries only (a GPU entry has no step times).
+ * *out_text: owned by the caller (dynamo_string_free). Since DYNAMO_ABI_MINOR 4. */
+DYNAMO_API dynamo_status dynamo_entry_profile(const dynamo_entry *entry, char **out_text);
 
 /* -- The disk cache ------------------------------------------------------------------------
  * The directory the compile cache uses: $DYNAMO_CACHE_DIR, else $XDG_CACHE_HOME/dynamo, else

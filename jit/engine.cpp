@@ -438,6 +438,7 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
                   : features.find("+avx2") != std::string::npos ? 256 : 128;
   lower_opt_.vector_bits = opt.vector_bits > 0 ? std::min(opt.vector_bits, host_bits) : host_bits;
   if (const char *sc = getenv("DYNAMO_SHARE_CODE")) lower_opt_.size_params = strcmp(sc, "0") != 0;
+  lower_opt_.profile = profile_enabled();
 
   auto tm = jtmb->createTargetMachine();
   if (!tm) compile_fail("creating the target machine", tm.takeError());
@@ -456,7 +457,8 @@ Engine::Engine(const EngineOptions &opt, const std::map<std::string, void *> &ho
     if (const char *mb = getenv("DYNAMO_CACHE_MAX_MB")) impl_->cache->max_bytes = std::max(1ull, strtoull(mb, nullptr, 10)) << 20;
     impl_->cache_salt = "dynamo-cache-v2\n" + DiskCache::library_identity() + "\nllvm " LLVM_VERSION_STRING "\n" +
                         lower_opt_.cpu + " " + features + "\nO" + std::to_string(lvl) + " " +
-                        std::to_string(lower_opt_.vector_bits) + (lower_opt_.size_params ? " sizes-as-data" : "") + "\n";
+                        std::to_string(lower_opt_.vector_bits) + (lower_opt_.size_params ? " sizes-as-data" : "") +
+                        (lower_opt_.profile ? " profiled" : "") + "\n";
   }
   LLJITBuilder builder;
   builder.setJITTargetMachineBuilder(std::move(*jtmb));
@@ -575,6 +577,60 @@ unsigned compile_threads() {
 // The module optimized and emitted as objects: split into parts (LLVM's SplitModule, functions
 // dealt round-robin by size) that threads compile at once, each in an LLVMContext and target
 // machine of its own (a part crosses over as bitcode); one part when it is small.
+bool profile_enabled() {
+  static const bool on = [] {
+    const char *e = getenv("DYNAMO_PROFILE");
+    return e && *e && strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+std::string step_summary(const Trace &t, const Plan &p, size_t step) {
+  const Step &s = p.steps.at(step);
+  if (s.kind == Step::Extern) {
+    const ExternStep &e = p.externs[(size_t)s.index];
+    if (e.is_exit) return "side exit check";
+    std::string out = "extern " + e.callee;
+    if (!e.result_values.empty()) {
+      const Type &ty = t.types[(size_t)e.result_values[0]];
+      out += " -> [";
+      for (size_t k = 0; k < ty.sizes.size(); ++k) out += (k ? "," : "") + std::to_string(ty.sizes[k]);
+      out += "]";
+    }
+    return out;
+  }
+  const Group &g = p.groups[(size_t)s.index];
+  std::string out = std::string(g.row ? "row kernel" : "kernel") + " k" + std::to_string(s.index) + " [";
+  for (size_t k = 0; k < g.domain.size(); ++k) out += (k ? "," : "") + std::to_string(g.domain[k]);
+  out += "]:";
+  // The values it computes: its stores and reductions, and what they read that no buffer holds
+  // (fused into this kernel); a value some buffer holds is a load.
+  std::vector<int32_t> todo, insts;
+  std::vector<char> seen(t.types.size(), 0);
+  for (const Root &r : g.roots) todo.push_back(r.value);
+  for (const Root &r : g.row_roots) todo.push_back(r.value);
+  for (int32_t r : g.reductions) todo.push_back(r);
+  while (!todo.empty()) {
+    int32_t v = todo.back();
+    todo.pop_back();
+    if (v < 0 || (size_t)v >= seen.size() || seen[(size_t)v]) continue;
+    seen[(size_t)v] = 1;
+    int32_t d = t.def[(size_t)v];
+    const Inst &in = t.insts[(size_t)d];
+    if (in.op == Op::input) continue;
+    insts.push_back(d);
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value && (!p.buffer_backed[(size_t)o.value] || p.group_of[(size_t)o.value] == s.index))
+        todo.push_back(o.value);
+  }
+  std::sort(insts.begin(), insts.end());
+  insts.erase(std::unique(insts.begin(), insts.end()), insts.end());
+  const size_t shown = 8;
+  for (size_t k = 0; k < insts.size() && k < shown; ++k) out += std::string(" ") + op_info(t.insts[(size_t)insts[k]].op).name;
+  if (insts.size() > shown) out += " +" + std::to_string(insts.size() - shown) + " more";
+  return out;
+}
+
 std::vector<std::string> Engine::compile_parts(std::unique_ptr<Module> mod) {
   size_t bodies = 0, insts = 0;
   for (const Function &f : *mod)

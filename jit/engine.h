@@ -69,4 +69,11 @@ class Engine {
 // and used only while it is this user's and not writable by others.
 std::string disk_cache_directory(std::string *why);
 
+// DYNAMO_PROFILE=1 (read once): traces are compiled with a clock read before each step (the
+// runtime's dynamo_rt_profile) and entries keep time per step; off by default (no cost then).
+bool profile_enabled();
+// One line about plan step `step` for a profile: "kernel k3 [64,56,56]: add mul relu" (the ops
+// it computes, in trace order) or "extern aten::convolution".
+std::string step_summary(const Trace &t, const Plan &p, size_t step);
+
 }  // namespace dynamo::jit

@@ -132,6 +132,8 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
       "dynamo_rt_extern", FunctionType::get(B.getInt32Ty(), {ptr, ptr, B.getInt32Ty()}, false));
   FunctionCallee fill = mod->getOrInsertFunction(
       "dynamo_rt_fill_table", FunctionType::get(B.getVoidTy(), {ptr, ptr, ptr, B.getInt64Ty()}, false));
+  FunctionCallee prof = opt.profile ? mod->getOrInsertFunction(
+      "dynamo_rt_profile", FunctionType::get(B.getVoidTy(), {ptr, B.getInt32Ty()}, false)) : FunctionCallee();
 
   // Kernels that are the same code are compiled once: a structural hash buckets them and
   // LLVM's FunctionComparator (MergeFunctions' test of equal behaviour) decides. Kernels address
@@ -148,6 +150,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     int64_t n0, inner;
     int32_t ext;
     int32_t optional_slot;
+    int32_t step;                // the plan step it runs (a split reduction: two calls, one step)
     std::vector<int32_t> table;  // kernels: the global slots of their local table
     std::vector<int64_t> offsets;  // and the bytes added to each slot's pointer
   };
@@ -155,9 +158,11 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   std::unordered_map<uint64_t, std::vector<std::pair<Function *, Function *>>> emitted;  // hash -> (kernel, partial)
   int nk = 0;
   size_t table_size = 1;
-  for (const Step &s : p.steps) {
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    const Step &s = p.steps[si];
+    const int32_t step = (int32_t)si;
     if (s.kind == Step::Extern) {
-      calls.push_back({false, nullptr, 0, 0, s.index, -1, {}, {}});
+      calls.push_back({false, nullptr, 0, 0, s.index, -1, step, {}, {}});
       continue;
     }
     CpuEmitter ke(*mod, t, p, s.index, opt);
@@ -183,13 +188,13 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     table_size = std::max(table_size, table.size());
     if (part) {  // a split reduction: partial states in parallel, then the merge
       int64_t chunks = p.groups[s.index].split_chunks;
-      calls.push_back({true, part, chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1, table,
-                       ke.slot_offsets()});
-      calls.push_back({true, k, 1, 1, -1, -1, table, ke.slot_offsets()});
+      calls.push_back({true, part, chunks, std::max<int64_t>(opt.parallel_min_elems, ke.numel() / chunks), -1, -1, step,
+                       table, ke.slot_offsets()});
+      calls.push_back({true, k, 1, 1, -1, -1, step, table, ke.slot_offsets()});
       continue;
     }
     calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
-                     p.groups[s.index].optional_slot, table, ke.slot_offsets()});
+                     p.groups[s.index].optional_slot, step, table, ke.slot_offsets()});
   }
   if (num_kernels) *num_kernels = nk;
 
@@ -205,7 +210,12 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   // one block returns a failing call's status (a block per call made a large trace function)
   BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
   PHINode *fail_status = PHINode::Create(B.getInt32Ty(), 0, "status");
+  int32_t marked = -1;
   for (const Call &c : calls) {
+    if (opt.profile && c.step != marked) {
+      B.CreateCall(prof, {rtctx, B.getInt32(c.step)});
+      marked = c.step;
+    }
     BasicBlock *skip = nullptr;
     if (c.optional_slot >= 0) {  // an elided output copy: the caller passed no buffer
       Value *ptr = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, c.optional_slot));
@@ -270,6 +280,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
       B.SetInsertPoint(skip);
     }
   }
+  if (opt.profile) B.CreateCall(prof, {rtctx, B.getInt32(-1)});
   B.CreateRet(B.getInt32(0));
   if (fail_status->getNumIncomingValues() == 0) {
     fail_bb->eraseFromParent();

@@ -25,6 +25,9 @@ struct LowerOptions {
   // constants of the code; a trace recorded at other sizes then lowers to the same IR and
   // shares the machine code (Engine::compile). $DYNAMO_SHARE_CODE=0 turns it off.
   bool size_params = true;
+  // DYNAMO_PROFILE: the trace function calls dynamo_rt_profile(ctx, step) before each plan
+  // step and (-1) before it returns, so the runtime can time every kernel and extern.
+  bool profile = false;
 };
 
 // The trace function has the C signature

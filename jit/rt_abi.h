@@ -24,6 +24,9 @@ int32_t dynamo_rt_parallel_for(void *ctx, dynamo_rt_kernel_fn kernel, void **slo
 void dynamo_rt_fill_table(void **table, void **slots, const int64_t *desc, int64_t n);
 /* Runs extern step `index` of the current entry through LibTorch's dispatcher. */
 int32_t dynamo_rt_extern(void *ctx, void **slots, int32_t index);
+/* Code compiled with DYNAMO_PROFILE only: plan step `step` starts now (-1: the trace function
+ * returns); the time since the previous mark is added to the previous step's total. */
+void dynamo_rt_profile(void *ctx, int32_t step);
 #ifdef __cplusplus
 }
 #endif

@@ -419,6 +419,19 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
   return ops;
 }
 
+std::string extern_choice(const Entry &en, size_t k) {
+  if (!en.externs || k >= en.externs->ops.size()) return "";
+  if (const auto &c = en.externs->convs[k]) {
+    std::string ch = conv_step_choice(*c);
+    return ch == "onednn" || ch == "winograd" || ch == "timing" ? ch : "aten";
+  }
+  if (const auto &g = en.externs->gemms[k]) {
+    std::lock_guard<std::mutex> l(g->mu);
+    return g->mode == GemmStep::Timing ? "timing" : g->mode == GemmStep::Own ? "own" : "blas";
+  }
+  return "";
+}
+
 std::string entry_choices(const Entry &en) {
   std::string out;
   if (!en.externs) return out;
@@ -481,7 +494,8 @@ bool set_entry_choices(const Entry &en, const std::string &text, std::string *wh
 std::map<std::string, void *> runtime_symbols() {
   return {{"dynamo_rt_parallel_for", (void *)&dynamo_rt_parallel_for},
           {"dynamo_rt_fill_table", (void *)&dynamo_rt_fill_table},
-          {"dynamo_rt_extern", (void *)&dynamo_rt_extern}};
+          {"dynamo_rt_extern", (void *)&dynamo_rt_extern},
+          {"dynamo_rt_profile", (void *)&dynamo_rt_profile}};
 }
 
 }  // namespace dynamo::runtime
@@ -509,6 +523,21 @@ extern "C" void dynamo_rt_fill_table(void **table, void **slots, const int64_t *
     else
       table[i] = static_cast<char *>(slots[desc[2 * i]]) + desc[2 * i + 1];
   }
+}
+
+extern "C" void dynamo_rt_profile(void *vctx, int32_t step) {
+  auto *ctx = static_cast<runtime::RunContext *>(vctx);
+  if (!ctx->profile_on) return;
+  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch()).count();
+  const runtime::Entry &en = *ctx->entry;
+  if (ctx->profile_step >= 0 && en.step_times) {
+    runtime::StepTime &s = en.step_times[(size_t)ctx->profile_step];
+    s.ns.fetch_add(now - ctx->profile_at, std::memory_order_relaxed);
+    s.runs.fetch_add(1, std::memory_order_relaxed);
+  }
+  ctx->profile_step = step;
+  ctx->profile_at = now;
 }
 
 extern "C" int32_t dynamo_rt_parallel_for(void *vctx, dynamo_rt_kernel_fn kernel, void **slots, int64_t n,

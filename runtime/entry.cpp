@@ -53,10 +53,33 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->stats.from_cache = cached ? 1 : 0;
   e->stats.shared_code = e->code.shared ? 1 : 0;
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (jit::profile_enabled()) e->step_times = std::make_unique<StepTime[]>(std::max<size_t>(1, e->plan.steps.size()));
   return e;
 }
 
 Entry::~Entry() = default;
+
+bool Entry::profile_this_run() const {
+  if (profile_warm.load(std::memory_order_relaxed) >= 2) return true;
+  for (size_t k = 0; k < plan.externs.size(); ++k)  // (one extern step each)
+    if (extern_choice(*this, k) == "timing") return false;
+  return profile_warm.fetch_add(1) + 1 >= 2;
+}
+
+std::string entry_profile(const Entry &en) {
+  if (!en.step_times) return "";
+  std::string out = "runs " + std::to_string(en.run_time.runs.load()) + " " + std::to_string(en.run_time.ns.load()) + "\n";
+  for (size_t i = 0; i < en.plan.steps.size(); ++i) {
+    int64_t runs = en.step_times[i].runs.load();
+    if (!runs) continue;
+    out += "step " + std::to_string(i) + " " + std::to_string(runs) + " " + std::to_string(en.step_times[i].ns.load()) + " " +
+           jit::step_summary(en.trace, en.plan, i);
+    const jit::Step &s = en.plan.steps[i];
+    std::string choice = s.kind == jit::Step::Extern ? extern_choice(en, (size_t)s.index) : "";
+    out += (choice.empty() ? "" : " (" + choice + ")") + std::string("\n");
+  }
+  return out;
+}
 
 std::unique_ptr<Entry> compile_gpu_entry(const std::shared_ptr<gpu::Device> &dev, const jit::Trace &trace,
                                          const std::string &fn_name) {
@@ -351,7 +374,15 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   int32_t rc;
   {
     BlasHold hold(stats.num_externs > 0);  // LibTorch's products on this thread, see openblas.h
-    rc = fn(slots, &ctx);
+    ctx.profile_on = step_times && profile_this_run();
+    if (ctx.profile_on) {
+      auto t0 = std::chrono::steady_clock::now();
+      rc = fn(slots, &ctx);
+      run_time.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      run_time.runs += 1;
+    } else {
+      rc = fn(slots, &ctx);
+    }
   }
   // Extern results handed out as outputs, before the scratch goes back to the pool (a result
   // that views scratch is copied out of it first).

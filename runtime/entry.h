@@ -47,6 +47,14 @@ struct RunContext {
   const dynamo_arg *args = nullptr;         // the call's arguments (slots 0 .. nargs - 1)
   size_t nargs = 0;
   Exit exit;                                // set by a failing guard (side exit)
+  int64_t profile_at = 0;                   // DYNAMO_PROFILE: the last mark (steady clock, ns)
+  int32_t profile_step = -1;                // and the step it began (-1: none)
+  bool profile_on = false;                  // this run is counted (Entry::profile_this_run)
+};
+
+// DYNAMO_PROFILE: the time one plan step took over all runs, and how often it ran.
+struct StepTime {
+  std::atomic<int64_t> ns{0}, runs{0};
 };
 
 struct Entry {
@@ -73,6 +81,14 @@ struct Entry {
   std::shared_ptr<gpu::Device> gpu_device;
   std::shared_ptr<gpu::Loaded> gpu;
   mutable std::mutex gpu_mu;
+  // DYNAMO_PROFILE=1 (jit::profile_enabled): time per plan step (null otherwise), and of the
+  // trace function per run; entry_profile() reports them.
+  std::unique_ptr<StepTime[]> step_times;
+  mutable StepTime run_time;
+  mutable std::atomic<int32_t> profile_warm{0};
+  // Whether a run starting now is counted: not while a convolution or product step still times
+  // its choices (it runs every implementation then), nor the first run after they chose.
+  bool profile_this_run() const;
   ~Entry();
   int32_t exit_live_count(int32_t id) const;  // live values of exit `id`
 
@@ -106,6 +122,13 @@ DLManagedTensor *hand_out_extern_result(const RunContext &ctx, const void *data)
 // timing left out. set_entry_choices applies such a text; false with *why for a malformed one
 // or a step that is not of that kind (then nothing is changed).
 std::string entry_choices(const Entry &en);
+// What extern step k chose by timing ("onednn", "winograd", "aten", "own", "blas", "timing"), or
+// "" for a step that makes no choice.
+std::string extern_choice(const Entry &en, size_t k);
+// DYNAMO_PROFILE's times of an entry, as text: a first line "runs <n> <ns>" (runs of the trace
+// function and their total time), then one line per plan step that ran,
+// "step <i> <runs> <ns> <what>" (<what>: jit::step_summary). "" when the entry was not profiled.
+std::string entry_profile(const Entry &en);
 bool set_entry_choices(const Entry &en, const std::string &text, std::string *why);
 // Host symbols generated code calls (dynamo_rt_*), for the engine.
 std::map<std::string, void *> runtime_symbols();

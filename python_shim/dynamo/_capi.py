@@ -3,7 +3,7 @@ import ctypes
 import os
 
 ABI_VERSION = 1
-ABI_MINOR = 3      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
+ABI_MINOR = 4      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
 DYNAMO_DL_BOOL = 6
 
 
@@ -192,6 +192,7 @@ def _declare(lib):
         "dynamo_blas_threads": (ctypes.c_int, []),
         "dynamo_entry_choices": (st, [P, ctypes.POINTER(P)]),
         "dynamo_entry_set_choices": (st, [P, ctypes.c_char_p]),
+        "dynamo_entry_profile": (st, [P, ctypes.POINTER(P)]),
         "dynamo_cache_directory": (st, [ctypes.POINTER(P)]),
     }
     for name, (res, args) in sig.items():

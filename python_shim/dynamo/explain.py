@@ -8,7 +8,7 @@ import torch
 
 from . import config, native, registry, sizes
 from .backoff import AUTOGRAD
-from .frontend import OptimizedFunction
+from .frontend import PROFILE, OptimizedFunction
 from .tracetree import Attempt
 
 
@@ -28,6 +28,65 @@ def _exit_tree(c, indent):
             lines.append(f"{indent}  {kind}: {side.summary()}" if side.training else
                          f"{indent}  {kind}: {len(side.ops)} ATen op(s) -> {side.stats.num_kernels} kernel(s)")
             lines.extend(_exit_tree(side, indent + "    "))
+    return lines
+
+
+def _profiled_traces(f):
+    """(label, Compiled) of each trace of f with native code: roots, then the side and stitch
+    traces under their exits."""
+    out = []
+
+    def walk(c, label):
+        if getattr(c, "entry", None) is not None and not c.training:
+            out.append((label, c))
+        for k, snap in enumerate(c.exits):
+            for j, side in enumerate(snap.sides, 1):
+                walk(side, f"{label}, exit {k} side trace {j}")
+    for n, c in enumerate(f.compiled, 1):
+        walk(c, f"trace {n}" if c.family is None else f"trace {n} (size instance)")
+    return out
+
+
+def _ms(ns, n):
+    return f"{ns / max(n, 1) / 1e6:.3f} ms"
+
+
+def _profile_lines(f, top=8):
+    """DYNAMO_PROFILE's lines for function f: its native calls' mean wall time (from Python:
+    guards, arguments, exits and results included) and, per trace, the mean time per counted run
+    of its compiled code and of each step (the costliest first; warm-up runs not counted)."""
+    traces = [(label, c, c.entry.profile()) for label, c in _profiled_traces(f)]
+    traces = [(label, c, p) for label, c, p in traces if p is not None and p[0]]
+    if not traces:
+        return []
+    walls = list(f.profiled)
+    head = "  profile (DYNAMO_PROFILE):"
+    one = len(traces) == 1 and not traces[0][1].exits  # one trace, all of each call
+    runs0, ns0 = traces[0][2][0], traces[0][2][1]
+    if one and len(walls) >= runs0:
+        walls = walls[-runs0:]  # the calls of the counted runs (the trace's warm-up runs left out)
+    else:
+        walls = walls[3:] or walls  # (the first calls time the steps' choices)
+    if walls:
+        head += f" {len(f.profiled)} native call(s), {_ms(sum(walls) * 1e9, len(walls))} each from Python"
+        if one:
+            head += f", of which {_ms(ns0, runs0)} in compiled code (the rest: guards, arguments, results and Python)"
+    lines = [head]
+    for label, c, (runs, ns, steps) in traces:
+        by_kind = {"kernel steps": [0, 0], "LibTorch calls": [0, 0], "side exit checks": [0, 0]}
+        for _, n, t, what in steps:
+            kind = "LibTorch calls" if what.startswith("extern") else "side exit checks" if what.startswith("side exit") \
+                else "kernel steps"
+            by_kind[kind][0] += t
+            by_kind[kind][1] += 1
+        parts = ", ".join(f"{n} {k} {_ms(t, runs)}" for k, (t, n) in by_kind.items() if n)
+        lines.append(f"    {label}: {runs} counted run(s), {_ms(ns, runs)} per run in compiled code; {parts}")
+        ranked = sorted(steps, key=lambda s: -s[2])
+        for i, n, t, what in ranked[:top]:
+            lines.append(f"      {100.0 * t / max(ns, 1):5.1f}%  {_ms(t, runs)}  step {i}: {what}")
+        if len(ranked) > top:
+            rest = sum(s[2] for s in ranked[top:])
+            lines.append(f"      {100.0 * rest / max(ns, 1):5.1f}%  {_ms(rest, runs)}  {len(ranked) - top} more step(s)")
     return lines
 
 
@@ -166,6 +225,8 @@ def report():
                          f"{', shared code' if c.stats.shared_code else ''}")
             lines.extend(_exit_tree(c, "    "))
         lines.extend(_family_lines(f))
+        if PROFILE:
+            lines.extend(_profile_lines(f))
         for a in f.attempts:
             if a.compiled is None:
                 lines.append(f"  fell back: {a.reason}")

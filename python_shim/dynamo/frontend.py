@@ -18,6 +18,7 @@ import atexit
 import collections
 import copy
 import functools
+import os
 import sys
 import threading
 import time
@@ -108,6 +109,11 @@ def _store_choices_at_exit():
 atexit.register(_store_choices_at_exit)
 
 
+# DYNAMO_PROFILE=1: compiled code times its steps (the library reads the variable too) and each
+# function the wall time of its calls that end in native code; dynamo.report() shows both.
+PROFILE = os.environ.get("DYNAMO_PROFILE", "") not in ("", "0")
+
+
 def _policy_field(name, doc):
     """An OptimizedFunction attribute that is its policy's (explain.py, the hook and tests read it)."""
     return property(lambda self: getattr(self.policy, name), lambda self, v: setattr(self.policy, name, v), doc=doc)
@@ -121,6 +127,7 @@ class OptimizedFunction:
     parts = _policy_field("parts", "a module left to CPython: its submodules compiled apart")
     native_runs = property(lambda self: self.runner.native_runs,
                            doc="calls that ended in native code (the counter's share of this function)")
+    profiled = ()  # DYNAMO_PROFILE: wall time (s) of the last calls that ended in native code
 
     def __init__(self, fn, nopython=False, owner=None, bound=None):
         self.fn = fn
@@ -224,7 +231,15 @@ class OptimizedFunction:
         fast = policy.fast_eager
         if fast is not None and policy.calls < fast[0] and fast[1] == config._version:
             return self._eager(fn, args, kwargs, in_frame)  # (left to CPython, nothing to check)
-        result = self.runner.run(self.compiled, fn, args, kwargs)
+        if PROFILE:
+            t0, runs = time.perf_counter(), self.runner.native_runs
+            result = self.runner.run(self.compiled, fn, args, kwargs)
+            if self.runner.native_runs != runs:
+                if not self.profiled:
+                    self.profiled = collections.deque(maxlen=10000)
+                self.profiled.append(time.perf_counter() - t0)
+        else:
+            result = self.runner.run(self.compiled, fn, args, kwargs)
         if result is MISS and self.compiled:
             self._missed(fn, args, kwargs)
             if policy.disabled_reason is None:
@@ -937,6 +952,7 @@ class OptimizedFunction:
         self.compiled.clear()
         self.families = []
         self.runner.native_runs = 0
+        self.profiled = ()
         self._misses = []
         self.value_cuts = False
         self.stored = {}

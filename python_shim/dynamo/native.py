@@ -210,6 +210,23 @@ class Entry:
         """What the entry's convolution and product steps chose by timing ("3=onednn 7=blas")."""
         return _taken_string(lambda p: lib().dynamo_entry_choices(self.handle, p))
 
+    def profile(self):
+        """DYNAMO_PROFILE's times of this entry: (runs, total ns, [(step, runs, ns, what)]), or
+        None when the entry was not profiled."""
+        try:
+            text = _taken_string(lambda p: lib().dynamo_entry_profile(self.handle, p))
+        except DynamoError:
+            return None
+        lines = text.splitlines()
+        if not lines:
+            return None
+        _, runs, ns = lines[0].split(" ", 2)
+        steps = []
+        for line in lines[1:]:
+            _, i, n, t, what = line.split(" ", 4)
+            steps.append((int(i), int(n), int(t), what))
+        return int(runs), int(ns), steps
+
     def set_choices(self, text):
         _check(lib().dynamo_entry_set_choices(self.handle, text.encode()))
 

@@ -1609,6 +1609,18 @@ static void test_entry_choices(void **state) {
   assert_string_equal(text2, other);
   dynamo_string_free(text2);
   dynamo_string_free(text);
+  /* DYNAMO_PROFILE's step times: refused for an entry compiled without it (the profiled path
+   * is tested from Python, which sets the variable before the library loads). */
+  assert_fails(dynamo_entry_profile(NULL, &text), DYNAMO_ERR_INVALID_ARGUMENT, "entry is NULL");
+  assert_fails(dynamo_entry_profile(e1, NULL), DYNAMO_ERR_INVALID_ARGUMENT, "out_text is NULL");
+  const char *prof = getenv("DYNAMO_PROFILE");
+  if (!prof || !*prof || !strcmp(prof, "0")) {
+    assert_fails(dynamo_entry_profile(e1, &text), DYNAMO_ERR_UNSUPPORTED, "was not profiled");
+  } else {
+    assert_ok(dynamo_entry_profile(e1, &text));
+    assert_true(!strncmp(text, "runs 3 ", 7) && strstr(text, "extern aten::mm") != NULL);
+    dynamo_string_free(text);
+  }
   /* A trace without convolutions or products makes no choices. */
   dynamo_entry *e3 = NULL;
   dynamo_frame *f3 = compile_text(g_engine, kAdd, &e3);
@@ -1617,6 +1629,7 @@ static void test_entry_choices(void **state) {
   assert_ok(dynamo_frame_destroy(f1));
   assert_ok(dynamo_frame_destroy(f2));
   assert_fails(dynamo_entry_choices(e1, &text), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
+  assert_fails(dynamo_entry_profile(e1, &text), DYNAMO_ERR_INVALID_HANDLE, "not a live handle");
 }
 
 /* The cache directory: off, a private one, and one others may write into. */

@@ -92,3 +92,59 @@ def test_perf_map_names_traces_and_kernels():
     names = [line.split()[2] for line in lines]
     assert any(n.startswith("dynamo_trace_") and n.endswith("_k0") for n in names), lines
     assert all(int(line.split()[1], 16) > 0 for line in lines)
+
+
+_PROFILED = r'''
+import importlib, json, torch, dynamo
+explain = importlib.import_module("dynamo.explain")  # (dynamo.explain is also a function)
+
+def f(x, w, s):
+    h = torch.tanh(x @ w) * 2 + 1          # an extern (the product) and a fused kernel
+    if (h.sum() * s) > 0:                  # a side exit taken when s changes sign
+        return h.relu()
+    return h.sigmoid()
+
+opt = dynamo.optimize(f)
+x, w = torch.randn(64, 32), torch.randn(32, 48)
+for k in range(30):
+    s = torch.tensor(1.0 if k % 3 else -1.0)
+    torch.testing.assert_close(opt(x, w, s), f(x, w, s))
+print(json.dumps({"report": dynamo.report(), "profile": opt.compiled[0].entry.profile(),
+                  "sides": [[lab, cc.entry.profile()] for lab, cc in explain._profiled_traces(opt)]}))
+'''
+
+
+def _profiled_run(profile):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim"), DYNAMO_CACHE_DIR="off")
+    env.pop("DYNAMO_PROFILE", None)
+    if profile:
+        env["DYNAMO_PROFILE"] = "1"
+    r = subprocess.run([sys.executable, "-c", _PROFILED], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_profile_times_each_step_of_each_trace():
+    out = _profiled_run(True)
+    runs, ns, steps = out["profile"]
+    assert runs >= 20 and ns > 0
+    whats = [s[3] for s in steps]
+    assert any(w.startswith("extern aten::mm -> [64,48]") or w.startswith("extern aten::addmm") for w in whats), whats
+    assert any(w.startswith("kernel k") and "tanh" in w for w in whats), whats
+    assert any(w == "side exit check" for w in whats), whats
+    assert all(s[1] >= 1 and s[2] >= 0 for s in steps)
+    # the steps' times are parts of the runs' time (the clock is read between steps)
+    assert sum(s[2] for s in steps) <= ns
+    # side traces are profiled too, each under its own label
+    labels = [lab for lab, prof in out["sides"] if prof is not None]
+    assert any("side trace" in lab for lab in labels), out["sides"]
+    report = out["report"]
+    assert "profile (DYNAMO_PROFILE):" in report and "in compiled code" in report, report
+    assert "kernel steps" in report and "LibTorch calls" in report and "step " in report, report
+
+
+def test_without_profile_nothing_is_timed():
+    out = _profiled_run(False)
+    assert out["profile"] is None and all(prof is None for _, prof in out["sides"]), out
+    assert "profile (DYNAMO_PROFILE)" not in out["report"]
