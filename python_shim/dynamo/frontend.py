@@ -398,6 +398,12 @@ class OptimizedFunction:
 
     def _record(self, fn, args, kwargs, in_frame=False):
         call = recording.CallFacts(shape_key(args), _leaf_shapes(args, kwargs))
+        wrapper = _distributed_wrapper(self.owner)
+        if wrapper is not None:  # not recorded: its forward is left to CPython, its module compiled
+            self.policy.leave(wrapper)
+            self.policy._compile_parts()
+            self.policy.fallback(wrapper)
+            return self._eager(fn, args, kwargs, in_frame)
         why = unsupported_reason(fn.__code__, top=True) if isinstance(fn, types.FunctionType) else "not a Python function"
         if why is not None:
             bump("aborts")
@@ -1061,6 +1067,17 @@ def optimize(fn_or_module, *, nopython=False):
     if not callable(fn_or_module):
         raise TypeError(f"dynamo.optimize: expected a function or nn.Module, got {type(fn_or_module).__name__}")
     return OptimizedFunction(fn_or_module, nopython=nopython)
+
+
+def _distributed_wrapper(module):
+    """Why module's forward is left to CPython with the module it wraps compiled (its one part),
+    or None: DistributedDataParallel's forward prepares the reducer for each backward (C++ calls
+    the gradient hooks then rely on) around the wrapped module, which does the work."""
+    ddp = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+    if ddp is not None and isinstance(module, ddp):
+        return ("DistributedDataParallel.forward runs in CPython (it prepares the reducer for each backward); "
+                "the module it wraps is compiled")
+    return None
 
 
 def disable(fn):

@@ -1,0 +1,98 @@
+"""One rank of the torch.distributed tests (test_distributed.py starts two of these as real
+processes on the gloo backend over 127.0.0.1). Prints one JSON line with what it saw.
+
+    python distributed_worker.py <rank> <world> <port> train|killed
+
+train:  20 SGD steps of a small MLP under DistributedDataParallel three ways -- eager,
+        DDP(dynamo.optimize(model)) and dynamo.optimize(DDP(model)) -- each from the same
+        weights and data; per way: the losses, the rank's dynamo counters and how often a
+        communication hook (counting, then all-reducing as DDP's default) ran.
+killed: rank 1 ends itself (os._exit) in the middle of step 3, after its forward; rank 0 goes
+        on into the backward's all-reduce and must get torch's error, not wait forever.
+"""
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import dynamo
+
+STEPS = 20
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
+
+
+def counting_hook(calls):
+    def hook(state, bucket):
+        calls[0] += 1
+        return default_hooks.allreduce_hook(None, bucket)
+    return hook
+
+
+def wrap(way, m, calls):
+    if way == "eager":
+        model = DDP(m)
+    elif way == "ddp_of_dynamo":
+        model = DDP(dynamo.optimize(m))
+    else:  # dynamo_of_ddp
+        ddp = DDP(m)
+        model = dynamo.optimize(ddp)
+    model.register_comm_hook(None, counting_hook(calls))
+    return model
+
+
+def train(rank, way, kill_at=None):
+    dynamo.reset()
+    calls = [0]
+    model = wrap(way, make_model(), calls)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1000 + rank)
+    losses = []
+    for step in range(STEPS):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        loss = ((model(x) - y) ** 2).mean()
+        if kill_at is not None and step == kill_at and rank == 1:
+            os._exit(3)  # a rank that dies mid-step, its peers inside a collective
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    c = dynamo.counters()
+    return {"losses": losses, "hook_calls": calls[0], "native_runs": c["native_runs"],
+            "backward_native_runs": c["backward_native_runs"], "aborts": c["aborts"],
+            "weights": [p.detach().sum().item() for p in model.parameters()]}
+
+
+def main():
+    rank, world, port, what = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
+    out = {"rank": rank}
+    if what == "train":
+        for way in ("eager", "ddp_of_dynamo", "dynamo_of_ddp"):
+            out[way] = train(rank, way)
+    else:
+        try:
+            train(rank, "ddp_of_dynamo", kill_at=3)
+            out["error"] = None
+        except Exception as e:  # noqa: BLE001 -- reported to the test
+            out["error"] = f"{type(e).__name__}: {e}"[:400]
+    print(json.dumps(out), flush=True)
+    if what == "train":
+        dist.destroy_process_group()
+    else:
+        os._exit(0)  # (the group lost a rank: tearing it down could wait on the dead peer)
+
+
+if __name__ == "__main__":
+    main()
