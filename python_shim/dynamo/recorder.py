@@ -1234,8 +1234,10 @@ def _restrides_in_place(func, args, kwargs):
 
 
 # In-place view ops (metadata only: the tensor becomes a view of its own memory) and the view op
-# each stands for; Recorder._inplace_view.
-_INPLACE_VIEWS = {getattr(_aten, a).__getattr__(b): getattr(_aten, c).__getattr__(d) for a, b, c, d in (
+# each stands for; Recorder._inplace_view. (Looked up with getattr: calling a packet's
+# __getattr__ makes a new OpOverload and puts it in place of torch's, so that registries keyed by
+# the old one -- DTensor's sharding strategies, which FSDP2 needs -- no longer found it.)
+_INPLACE_VIEWS = {getattr(getattr(_aten, a), b): getattr(getattr(_aten, c), d) for a, b, c, d in (
     ("squeeze_", "default", "squeeze", "default"), ("squeeze_", "dim", "squeeze", "dim"),
     ("unsqueeze_", "default", "unsqueeze", "default"), ("t_", "default", "t", "default"),
     ("transpose_", "default", "transpose", "int"), ("detach_", "default", "detach", "default"))}

@@ -85,3 +85,32 @@ def test_a_killed_rank_ends_its_peer_with_an_error():
     assert rc1 == 3 and r1 is None  # rank 1 died mid-step
     assert r0 is not None and r0["error"], (rc0, r0, err0)
     assert took < 60, f"the surviving rank took {took:.1f} s to fail"
+
+
+_KEEPS_OPS = r'''
+import torch
+import torch.distributed.tensor  # registers DTensor's sharding strategies, keyed by OpOverload
+before = {}
+for pname in dir(torch.ops.aten):
+    packet = torch.ops.aten.__dict__.get(pname)
+    if isinstance(packet, torch._ops.OpOverloadPacket):
+        for oname, ov in packet.__dict__.items():
+            if isinstance(ov, torch._ops.OpOverload):
+                before[(pname, oname)] = ov
+import dynamo
+f = dynamo.optimize(lambda x: (x.t().squeeze() * 2).detach().unsqueeze(0))
+for _ in range(2):
+    f(torch.randn(3, 4))
+changed = [k for k, ov in before.items() if getattr(getattr(torch.ops.aten, k[0]), k[1]) is not ov]
+print(len(before), changed)
+assert len(before) > 100 and not changed, changed
+'''
+
+
+def test_importing_dynamo_keeps_torchs_op_objects():
+    """Importing and using dynamo must not replace the OpOverload objects torch already made:
+    DTensor (and so FSDP2) finds its sharding strategies by them; one replaced aten.detach.default
+    and broke eager FSDP2 in any program that imported dynamo."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim"), DYNAMO_CACHE_DIR="off")
+    r = subprocess.run([sys.executable, "-c", _KEEPS_OPS], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
