@@ -1685,8 +1685,7 @@ class Interpreter:
         stack = f.stack
         push, pop = stack.append, stack.pop
         v, s = pop()
-        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and \
-                not _has_hooks(v):
+        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)):
             srcs = self._submodule_srcs(v, s)
             push((_SourcedIter(list(v._modules.values()), list(srcs.values())), None))
         elif s is not None and type(v) is list and len(v) <= 256:
@@ -2267,7 +2266,7 @@ class Interpreter:
     def _sourced_items(self, v, s):
         """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential or
         tuple (or a tuple whose elements' sources are known); None otherwise."""
-        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)) and not _has_hooks(v):
+        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)):
             return list(v._modules.values()), list(self._submodule_srcs(v, s).values())
         if id(v) in self._sliced_modules and not _has_hooks(v):
             return list(v._modules.values()), self._sliced_modules[id(v)]

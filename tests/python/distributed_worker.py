@@ -1,12 +1,15 @@
 """One rank of the torch.distributed tests (test_distributed.py starts two of these as real
 processes on the gloo backend over 127.0.0.1). Prints one JSON line with what it saw.
 
-    python distributed_worker.py <rank> <world> <port> train|killed
+    python distributed_worker.py <rank> <world> <port> train|fsdp|killed
 
 train:  20 SGD steps of a small MLP under DistributedDataParallel three ways -- eager,
         DDP(dynamo.optimize(model)) and dynamo.optimize(DDP(model)) -- each from the same
         weights and data; per way: the losses, the rank's dynamo counters and how often a
         communication hook (counting, then all-reducing as DDP's default) ran.
+fsdp:   20 steps of a two-block residual MLP sharded with FSDP2 (fully_shard on each block and on
+        the root), eager and with dynamo.optimize on the root (before or after sharding): per
+        way the losses and counters.
 killed: rank 1 ends itself (os._exit) in the middle of step 3, after its forward; rank 0 goes
         on into the backward's all-reduce and must get torch's error, not wait forever.
 """
@@ -29,6 +32,49 @@ STEPS = 20
 def make_model():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
+
+
+class Block(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def make_sharded(way):
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Block(), Block(), nn.Linear(32, 4))
+    if way == "dynamo_then_shard":
+        dynamo.optimize(model)
+    for block in (model[1], model[2]):
+        fully_shard(block)
+    fully_shard(model)
+    if way == "shard_then_dynamo":
+        dynamo.optimize(model)
+    return model
+
+
+def train_sharded(rank, way):
+    dynamo.reset()
+    model = make_sharded(way)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(2000 + rank)
+    losses = []
+    for _ in range(STEPS):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    c = dynamo.counters()
+    return {"losses": losses, "native_runs": c["native_runs"], "backward_native_runs": c["backward_native_runs"],
+            "aborts": c["aborts"], "report": dynamo.report()}
 
 
 def counting_hook(calls):
@@ -81,6 +127,9 @@ def main():
     if what == "train":
         for way in ("eager", "ddp_of_dynamo", "dynamo_of_ddp"):
             out[way] = train(rank, way)
+    elif what == "fsdp":
+        for way in ("eager", "shard_then_dynamo", "dynamo_then_shard"):
+            out[way] = train_sharded(rank, way)
     else:
         try:
             train(rank, "ddp_of_dynamo", kill_at=3)
@@ -88,7 +137,7 @@ def main():
         except Exception as e:  # noqa: BLE001 -- reported to the test
             out["error"] = f"{type(e).__name__}: {e}"[:400]
     print(json.dumps(out), flush=True)
-    if what == "train":
+    if what != "killed":
         dist.destroy_process_group()
     else:
         os._exit(0)  # (the group lost a rank: tearing it down could wait on the dead peer)

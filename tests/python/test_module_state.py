@@ -268,3 +268,24 @@ def test_explain_leaves_module_state_unchanged():
     with torch.no_grad():
         torch.testing.assert_close(m(x), x * 2 + 2)  # the real call: state changes now
     assert torch.equal(m.seen, torch.full((8,), 2.0))
+
+
+def test_a_sequential_with_hooks_of_its_own_is_compiled_whole():
+    """Hooks on the optimized container itself run around its forward (in nn.Module.__call__,
+    outside the trace), so the forward's loop over its children keeps their sources: FSDP2's
+    fully_shard(model) registers such hooks on a Sequential root. (Children were of unknown
+    origin before: the forward fell back and ran in parts.)"""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.GELU(), torch.nn.Linear(12, 3))
+    m.register_forward_hook(lambda mod, args, out: out * 2)
+    ref = copy.deepcopy(m)
+    seen = []
+    m.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape))
+    opt = dynamo.optimize(m)
+    with torch.no_grad():
+        for k in range(4):
+            x = torch.randn(2 + k % 2, 6)
+            torch.testing.assert_close(opt(x), ref(x))
+    assert len(seen) == 4
+    f = m.forward
+    assert len(f.compiled) >= 1 and f.native_runs >= 2 and not f.parts, dynamo.report()
