@@ -75,6 +75,12 @@ training_batch_norm
                statistics, but measured 0.66-0.74x eager's speed per step on 2 cores (its
                compiled backward is slower than eager's: docs/PERFORMANCE.md). False (default):
                such calls run eagerly and a model's other parts compile apart.
+ddp_bucket_mb  when torch.distributed is initialized with more than one rank, a recording with
+               grad on ends its trace before calling a submodule once the parameters it has used
+               reach this many MiB (default 25, DistributedDataParallel's bucket size; 0: never):
+               each part's backward is an autograd node of its own, so the gradients of the last
+               layers are handed to DDP (which starts all-reducing their bucket) while the
+               backward of the earlier layers still runs, as in eager DDP.
 
 Setting a name that is not one of these raises AttributeError with the list of the valid ones (a
 misspelt knob would otherwise change nothing, silently).
@@ -105,6 +111,7 @@ dynamic = None
 size_probes = True
 training = True
 training_batch_norm = False
+ddp_bucket_mb = 25
 
 _SETTINGS = tuple(n for n, v in list(globals().items())
                   if not n.startswith("_") and n not in ("LOG_CATEGORIES", "difflib", "sys", "types"))

@@ -456,6 +456,7 @@ class OptimizedFunction:
                     interp.touch_input(snapshot.eval_source(expr, env, rec), Source(expr))
             for i, t in enumerate(values):
                 interp.touch(t, EXIT.item(i))
+            interp.param_bytes = 0  # (the parent's parameters: a DDP bucket counts this trace's own)
             return snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
         try:
             result, raised = recording.run(rec, interp, body)

@@ -264,6 +264,18 @@ def runs_class_forward(m):
                          f.fn is type(m).forward)
 
 
+def _bucket_bytes(config):
+    """config.ddp_bucket_mb in bytes when torch.distributed runs with more than one rank, else 0."""
+    try:
+        import torch.distributed as dist
+        if not config.ddp_bucket_mb or not dist.is_available() or not dist.is_initialized() or \
+                dist.get_world_size() < 2:
+            return 0
+    except Exception:  # noqa: BLE001 -- a torch without distributed support: nothing to split for
+        return 0
+    return int(config.ddp_bucket_mb * 2 ** 20)
+
+
 def _has_hooks(m):
     from torch.nn.modules import module as mm
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
@@ -342,6 +354,8 @@ class Interpreter:
         self.dynamic_scalars = config.dynamic is not False
         self.sizes = SizeFlow(self)  # sizes read in Python (sizeflow.py)
         self.value_cuts = False   # end the trace at a read of a tensor's value whenever grad is on
+        self.param_bytes = 0      # bytes of the parameters requiring grad this trace takes (ddp_bucket_mb)
+        self.bucket_bytes = _bucket_bytes(config)
         self.probe = None         # a size probe (probe.py): {value name: shape} of its base run
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
@@ -396,6 +410,8 @@ class Interpreter:
                     self.guards.add_tensor_input(src)
                     self.tensor_src[id(v)] = src.expr
                     self.input_objs[id(v)] = v
+                    if v.requires_grad and isinstance(v, torch.nn.Parameter):
+                        self.param_bytes += v.numel() * v.element_size()
                 return
             self.guards.guard(src, v)
         except Abort as e:
@@ -658,6 +674,9 @@ class Interpreter:
             if _has_hooks(fn):
                 return self._opaque(fnp, args, kwargs, "module with hooks")
             fwd = type(fn).forward
+            if self.bucket_bytes and self.param_bytes >= self.bucket_bytes and self.recording and \
+                    torch.is_grad_enabled():
+                self._bucket_cut()  # (the call then runs on unrecorded, as after any cut)
             if isinstance(fwd, types.FunctionType) and runs_class_forward(fn):
                 self._guard_module_call(fn, fsrc)
                 return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
@@ -2211,6 +2230,23 @@ class Interpreter:
             self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut", "too_long")
             return
         self.rec.cut = (snap, live)
+
+    def _bucket_cut(self):
+        """Under data-parallel training (config.ddp_bucket_mb): the trace ends before this
+        submodule call, its parameters so far about one DDP bucket; the rest of the call is the
+        trace after the cut (recorded as the cut's side trace), whose backward runs first."""
+        if self.probe is not None or self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
+            return
+        f, ip, stack, kw_names, mutated = self._start
+        if self.rec.mutated != mutated:
+            return
+        try:
+            snap, live, _ = snapshot.take(self, f, ip, "trace cut (a DDP bucket's parameters)", stack, kw_names)
+        except NoSnapshot:
+            return  # (not cut here: perhaps at the next submodule)
+        if live:
+            snap.bucket_cut = True
+            self.rec.cut = (snap, live)
 
     def _stitch(self, why):
         """Ends the trace right before the current CALL, which is not recordable (why), as a

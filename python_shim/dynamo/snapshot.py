@@ -78,6 +78,8 @@ class Snapshot:
         self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
         self.value_cut = False  # a cut at a branch on, or a read of, a tensor's value (grad on):
         #                      taken every call, its continuation recorded at once, one per value
+        self.bucket_cut = False  # a cut at a DDP bucket's end (config.ddp_bucket_mb): taken every
+        #                      call, its continuation recorded at once (a side trace)
 
 
 _DICTS = (dict, collections.OrderedDict)  # exactly these: rebuilt empty, then filled in order

@@ -491,7 +491,8 @@ class Runner:
                                          f"stitches{_sides_miss(snap, fn, args, kwargs, values)}", "continuation")
         else:
             room = c.root.side_count < config.max_side_traces
-            hot = snap.count >= max(config.hotexit, snap.retry_at)
+            # (a DDP bucket's cut is taken by every call: its continuation is recorded at once)
+            hot = snap.count >= (snap.retry_at if snap.bucket_cut else max(config.hotexit, snap.retry_at))
         if snap.blacklisted is None and hot and room:
             return RecordSide(c, exit_id, values)
         bump("exits_resumed")

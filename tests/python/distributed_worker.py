@@ -87,7 +87,7 @@ def counting_hook(calls):
 def wrap(way, m, calls):
     if way == "eager":
         model = DDP(m)
-    elif way == "ddp_of_dynamo":
+    elif way in ("ddp_of_dynamo", "ddp_of_dynamo_split"):
         model = DDP(dynamo.optimize(m))
     else:  # dynamo_of_ddp
         ddp = DDP(m)
@@ -98,6 +98,9 @@ def wrap(way, m, calls):
 
 def train(rank, way, kill_at=None):
     dynamo.reset()
+    # ddp_of_dynamo_split: the trace split at a "bucket" of 12 KiB of parameters (after the
+    # second Linear), each part's backward its own autograd node (config.ddp_bucket_mb)
+    dynamo.config.ddp_bucket_mb = 12 / 1024 if way == "ddp_of_dynamo_split" else 25
     calls = [0]
     model = wrap(way, make_model(), calls)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -113,7 +116,7 @@ def train(rank, way, kill_at=None):
         opt.step()
         losses.append(loss.item())
     c = dynamo.counters()
-    return {"losses": losses, "hook_calls": calls[0], "native_runs": c["native_runs"],
+    return {"losses": losses, "hook_calls": calls[0], "native_runs": c["native_runs"], "report": dynamo.report(),
             "backward_native_runs": c["backward_native_runs"], "aborts": c["aborts"],
             "weights": [p.detach().sum().item() for p in model.parameters()]}
 
@@ -125,7 +128,7 @@ def main():
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
     out = {"rank": rank}
     if what == "train":
-        for way in ("eager", "ddp_of_dynamo", "dynamo_of_ddp"):
+        for way in ("eager", "ddp_of_dynamo", "dynamo_of_ddp", "ddp_of_dynamo_split"):
             out[way] = train(rank, way)
     elif what == "fsdp":
         for way in ("eager", "shard_then_dynamo", "dynamo_then_shard"):

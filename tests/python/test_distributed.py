@@ -62,7 +62,7 @@ def trained():
     return [out for out, _, _ in results]
 
 
-@pytest.mark.parametrize("way", ["ddp_of_dynamo", "dynamo_of_ddp"])
+@pytest.mark.parametrize("way", ["ddp_of_dynamo", "dynamo_of_ddp", "ddp_of_dynamo_split"])
 def test_ddp_trains_as_eager_ddp_on_two_ranks(trained, way):
     for out in trained:
         eager, got = out["eager"], out[way]
@@ -75,6 +75,9 @@ def test_ddp_trains_as_eager_ddp_on_two_ranks(trained, way):
         assert got["aborts"] == 0, got
         # DDP's communication hook ran once per bucket per step, as under eager DDP
         assert got["hook_calls"] == eager["hook_calls"] >= 20, (got["hook_calls"], eager["hook_calls"])
+        if way == "ddp_of_dynamo_split":  # two parts, each compiled with its own backward
+            assert "trace cut (a DDP bucket's parameters)" in got["report"], got["report"]
+            assert got["backward_native_runs"] >= 2 * 17, got
     # ranks saw different data, and all-reduced gradients kept their weights equal
     assert trained[0][way]["losses"] != trained[1][way]["losses"]
     assert _close(trained[0][way]["weights"], trained[1][way]["weights"], rtol=1e-6, atol=1e-6)
