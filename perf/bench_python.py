@@ -452,6 +452,12 @@ def main():
           "   in a fresh process (after sections 1-9 both sides ran 1.3-1.6x slower here)", flush=True)
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--training"], timeout=900)
     ok &= r.returncode == 0
+
+    print("\n12. data-parallel training: a 2-rank DistributedDataParallel step (two processes, gloo), eager vs. "
+          "torch.compile vs. dynamo with its backward split at DDP's buckets and without", flush=True)
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_ddp.py")],
+                       timeout=1800)
+    ok &= r.returncode == 0
     if not ok:
         sys.exit(1)
 
