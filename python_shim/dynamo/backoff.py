@@ -63,6 +63,17 @@ def _call_state(args):
     return (torch.is_grad_enabled(), tuple(seen))
 
 
+def _stores_in_tree(c):
+    """Whether a stitch in the trace tree under c stores into an object from outside the call
+    (setattr, setitem or delattr steps)."""
+    for snap in c.exits:
+        if snap.step is not None and snap.step[0] in ("setattr", "setitem", "delattr"):
+            return True
+        if any(_stores_in_tree(side) for side in snap.sides):
+            return True
+    return False
+
+
 class Policy:
     """When an optimized function records, backs off, runs in CPython or comes back, and why.
     traces is the function's list of compiled traces (the same list object for its life: an
@@ -225,11 +236,15 @@ class Policy:
                 # A stitch is taken on every call: without a trace after it, the rest of every
                 # call would run in dynamo's interpreter, slower than CPython runs the function
                 # whole. The root trace goes, and the function is left to CPython: recording it
-                # again would reach the same stitch and the same failure.
+                # again would reach the same stitch and the same failure -- unless the tree's
+                # stitches stored into objects from outside the call (a cache filled on the first
+                # call: timm's attention_bias_cache[key] = ..., a rotary embedding's cos/sin):
+                # the next call may find them filled and record without those stores, so it is
+                # recorded again once (the abort policy leaves it to CPython if it fails alike).
                 self.traces.remove(root)
                 why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
                 self.aborted(why, root.ops, root.inlined, kind="continuation")
-                if not self.traces:
+                if not self.traces and not _stores_in_tree(root):
                     self.disabled_reason = why
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)

@@ -1,7 +1,9 @@
 """A stitch whose continuation cannot be recorded: one failure blacklists it (the continuation
 starts from the same state on every call) and drops the root trace, so the rest of each call
 is not left to dynamo's interpreter, slower than CPython; the function then runs in CPython
-(recording it again would meet the same stitch). The results are eager's on every call."""
+(recording it again would meet the same stitch) -- unless the tree's stitches stored into outside
+objects (a cache filled on the first call), when the next call is recorded once more. The
+results are eager's on every call."""
 import torch
 
 import dynamo
@@ -60,3 +62,38 @@ def test_a_call_past_max_stitches_leaves_the_function_to_cpython():
         assert "max_stitches" in dynamo.report()
     finally:
         dynamo.config.max_stitches = old
+
+
+class CachedBias(torch.nn.Module):
+    """timm's LeViT attention: a per-device cache of a parameter gather, filled on the first call
+    (an item assignment into a dict the module keeps: a stitch), read on later calls."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(n))
+        self.register_buffer("idx", torch.arange(n).flip(0), persistent=False)
+        self.cache = {}
+
+    def forward(self, x):
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.bias[self.idx]
+        return torch.tanh(x + self.cache[key])
+
+
+def test_a_cache_filled_on_the_first_call_is_recorded_again_once_filled():
+    """More cache fills than config.max_stitches on the first call: the stitch tree overflows and
+    the root goes, but its stitches were stores into the module's own objects -- the next call
+    finds the caches filled and records the forward whole (it was left to CPython, run in parts)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[CachedBias(8) for _ in range(dynamo.config.max_stitches + 2)])
+    ref = torch.nn.Sequential(*[CachedBias(8) for _ in range(len(model))])
+    ref.load_state_dict(model.state_dict())
+    opt = dynamo.optimize(model)
+    with torch.no_grad():
+        for k in range(5):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(opt(x), ref(x))
+    f = model.forward
+    assert len(f.compiled) == 1 and f.native_runs >= 3 and not f.parts, dynamo.report()
+    assert "max_stitches" in dynamo.report()  # (the first call's tree, said)
