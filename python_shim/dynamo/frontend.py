@@ -484,7 +484,10 @@ class OptimizedFunction:
         asks for the trace after the stitch to be recorded now (RecordSide), so that the next
         call runs natively through the stitch."""
         snap, live = rec.cut
-        values = [t.contiguous() for t in live] + [value]
+        # (dense and fresh, as native code hands them out: a live value that is a view -- a
+        # transposed temporary permuted into its memory order -- is copied)
+        values = [t.clone(memory_format=torch.contiguous_format) if t._base is not None or not t.is_contiguous()
+                  else t for t in live] + [value]
         try:
             self._compile(rec, gs, interp, None, side_of=side_of)
         finally:

@@ -12,6 +12,8 @@ a later call with other inputs:
                      input (writes through it must reach the input)
   ("const", obj)     an immutable or identity-guarded object (ints, strings, functions, dtypes)
   ("liveview", i, sizes, strides, offset)  a view of the i-th live value (one memory with it)
+  ("liveperm", i, dims) a tensor the trace computed in another dense order than row-major (x.t() * 2,
+                     channels-last): the i-th live value, handed out in its memory order, permuted back
   ("bound", spec, name)  a builtin method bound to the object spec stands for (x.masked_select)
   ("tuple", ...), ("null",)
   ("siter", items, n), ("seqiter", seq, position, n)  an iterator (over a sequence's items, or
@@ -236,27 +238,29 @@ def _encode_tensor(interp, x, src, live, live_index):
     if name is None:
         raise NoSnapshot("a tensor made outside the trace is live")
     if not x.is_contiguous():  # (transposed, channels-last: eager's layout, kept through the exit)
-        return ("liveview", _live_in_memory_order(interp, x, live, live_index), tuple(x.shape), tuple(x.stride()), 0)
+        return _live_in_memory_order(interp, x, live, live_index)
     return ("live", live_number(x, live, live_index))
 
 
 def _live_in_memory_order(interp, x, live, live_index):
-    """x's position among the live tensors when x, a tensor the trace computed, is not row-major
-    but a permutation of it (x * 2 of a transposed input keeps its layout, as TensorIterator
-    does): the live value is x permuted into its memory order (a view in the trace), which the
-    exit hands out dense -- the same memory layout as x -- so that the resumed program sees x
-    with eager's strides again (is_contiguous(), stride(), view() answer as in eager)."""
-    if id(x) in live_index:
-        return live_index[id(x)]
+    """("liveperm", i, dims) for x, a tensor the trace computed that is not row-major but a
+    permutation of it (x * 2 of a transposed input keeps its layout, as TensorIterator does):
+    the live value is x permuted into its memory order (a view in the trace), which the exit
+    hands out dense -- the same memory layout as x -- and the resumed program gets it permuted
+    back, with eager's strides (is_contiguous(), stride(), view() answer as in eager; in-place
+    writes into it are writes through a permute, which side traces record)."""
     order = dense_order(x)
     if order is None:
         raise NoSnapshot("a tensor the trace computed with overlapping or gapped strides is live")
-    y = x.permute(order[::-1])  # recorded: a view op of the trace
-    if interp.rec.vals.get(id(y)) is None:
-        raise NoSnapshot("a non-contiguous tensor is live and its layout could not be recorded")
-    live_index[id(x)] = len(live)
-    live.append(y)
-    return live_index[id(x)]
+    outer_first = order[::-1]
+    back = tuple(sorted(range(len(outer_first)), key=outer_first.__getitem__))
+    if id(x) not in live_index:
+        y = x.permute(outer_first)  # recorded: a view op of the trace
+        if interp.rec.vals.get(id(y)) is None:
+            raise NoSnapshot("a non-contiguous tensor is live and its layout could not be recorded")
+        live_index[id(x)] = len(live)
+        live.append(y)
+    return ("liveperm", live_index[id(x)], back)
 
 
 def _input_view(interp, x):
@@ -302,7 +306,7 @@ def _live_view(interp, x, live, live_index):
     b = x._base
     spec = encode(interp, b, None, live, live_index)
     # (a non-contiguous base is handed on in its memory order: the same memory layout)
-    if spec[0] != "live" and not (spec[0] == "liveview" and spec[4] == 0 and not b.is_contiguous()):
+    if spec[0] not in ("live", "liveperm"):
         raise NoSnapshot("a view of a tensor the trace does not hand back is live")
     return ("liveview", spec[1], tuple(x.shape), tuple(x.stride()), x.storage_offset() - b.storage_offset())
 
@@ -324,6 +328,8 @@ def decode(spec, env, live):
         return spec[1]
     if kind == "liveview":
         return live[spec[1]].as_strided(spec[2], spec[3], live[spec[1]].storage_offset() + spec[4])
+    if kind == "liveperm":
+        return live[spec[1]].permute(spec[2])
     if kind == "bound":
         return getattr(decode(spec[1], env, live), spec[2])
     if kind == "inview":
@@ -528,6 +534,8 @@ def _step_expr(spec, names):
         return None if inner is None else f"getattr({inner}, {spec[2]!r})"
     if kind == "liveview":
         return f"x[{spec[1]}].as_strided({spec[2]!r}, {spec[3]!r}, x[{spec[1]}].storage_offset() + {spec[4]})"
+    if kind == "liveperm":
+        return f"x[{spec[1]}].permute({spec[2]!r})"
     return None
 
 

@@ -136,3 +136,13 @@ def test_a_contiguous_temporary_still_goes_across_as_it_is():
         return u * 2, u.stride(), t.stride()
     c = run(f, lambda k: (torch.randn(3, 5),))
     assert c["native_runs"] >= 4, c
+
+
+def test_an_in_place_write_after_a_stitch_into_a_transposed_temporary():
+    def f(x):
+        t = x * 2 + 1
+        unrecordable(t)
+        t.add_(3)          # a write through the permute that gives t eager's layout: recorded
+        return t * 2, t.stride()
+    c = run(f, transposed)
+    assert c["native_runs"] >= 4 and c["aborts"] == 0, c
