@@ -7,7 +7,10 @@ Two real processes on the gloo backend over 127.0.0.1, one thread each (2 cores 
     PYTHONPATH=python_shim .venv/bin/python perf/bench_ddp.py [--steps N] [--sides eager,compile,...]
 
 Prints per side the median step time on rank 0 (forward, loss, backward with its all-reduce,
-SGD step) and its ratio to eager DDP; every side's losses are checked against eager's.
+SGD step), its ratio to eager DDP, and how long before the end of `loss.backward()` the first
+bucket was handed to the all-reduce (the window in which communication overlaps the backward:
+near zero when the gradients all come at the backward's end); every side's losses are checked
+against eager's.
 """
 import argparse
 import datetime
@@ -37,6 +40,7 @@ def make_model():
 def rank_main(rank, port, sides, steps, warmup):
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -53,21 +57,32 @@ def rank_main(rank, port, sides, steps, warmup):
             dynamo.reset()
             dynamo.config.ddp_bucket_mb = BUCKET_MB if side == "dynamo" else 0
             model = DDP(dynamo.optimize(m), bucket_cap_mb=BUCKET_MB)
+        first_hook = []  # when the step's first bucket was handed to the all-reduce
+
+        def hook(state, bucket):
+            if not first_hook or first_hook[-1] is None:
+                first_hook[-1:] = [time.perf_counter()]
+            return default_hooks.allreduce_hook(None, bucket)
+        model.register_comm_hook(None, hook)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(rank)
-        times, losses = [], []
+        times, losses, ahead = [], [], []
         for step in range(warmup + steps):
             x, y = torch.randn(64, 256, generator=g), torch.randn(64, 16, generator=g)
             dist.barrier()
             t0 = time.perf_counter()
             loss = ((model(x) - y) ** 2).mean()
             opt.zero_grad()
-            loss.backward()
+            first_hook.append(None)
+            loss.backward()  # (returns once every bucket's all-reduce is done)
+            t_end = time.perf_counter()
             opt.step()
             losses.append(loss.item())
             if step >= warmup:
                 times.append(time.perf_counter() - t0)
-        out[side] = {"ms": statistics.median(times) * 1e3, "losses": losses}
+                ahead.append(t_end - first_hook[-1])
+        # how long before the backward's end the first all-reduce started (the overlap window)
+        out[side] = {"ms": statistics.median(times) * 1e3, "losses": losses, "ahead_ms": statistics.median(ahead) * 1e3}
         if side.startswith("dynamo"):
             c = dynamo.counters()
             out[side]["native"] = c["native_runs"]
@@ -117,7 +132,8 @@ def main():
         ok &= same
         extra = f", {row['backward_native']} compiled backward runs" if "backward_native" in row else ""
         ratio = f"{base / row['ms']:.2f}x eager" if base else ""
-        print(f"  {names[side]:<62} {row['ms']:8.2f} ms/step  {ratio:>12}  losses {'= eager' if same else 'DIFFER'}{extra}")
+        print(f"  {names[side]:<62} {row['ms']:8.2f} ms/step  {ratio:>12}  first all-reduce {row['ahead_ms']:6.2f} ms "
+              f"before the backward's end  losses {'= eager' if same else 'DIFFER'}{extra}")
     return 0 if ok else 1
 
 
