@@ -225,6 +225,9 @@ def _flatten_result(result, rec, input_index):
             if base is not None:  # a view: the trace returns its base, the call views it as eager did
                 return ("V", add(rec.output_name(base)), tuple(v.shape), tuple(v.stride()),
                         v.storage_offset() - base.storage_offset())
+            inview = _input_view_spec(v, n, rec, input_index)
+            if inview is not None:
+                return inview
             perm = None if v.is_contiguous() else _memory_order(v)
             if perm is not None:  # eager's layout: the trace returns it in memory order, the call permutes back
                 with rec:
@@ -249,6 +252,25 @@ def _flatten_result(result, rec, input_index):
         raise Abort(f"returns a {type(v).__name__}", "result")
 
     return walk(result), names
+
+
+def _input_view_spec(v, name, rec, input_index):
+    """("IV", input slot, sizes, strides, offset) when returned tensor v is a view of an input's
+    memory made by an op the trace runs through LibTorch (`x.diagonal()`, `unfold`): the native
+    output would be a copy of it, so the call makes the same view of this call's input instead,
+    as eager returns it (a later write into the input shows through it, and a write through it
+    reaches the input). Views the IR has ops for (slices, transposes) are the plan's output
+    aliases already; None for those and for anything else."""
+    if v._base is None or v.numel() == 0 or v.layout != torch.strided:
+        return None
+    line = f"  {name} = extern "
+    if not any(s.startswith(line) for s in rec.lines):
+        return None
+    ptr = v.untyped_storage().data_ptr()
+    for t in rec.input_tensors:
+        if t is not None and id(t) in input_index and t.untyped_storage().data_ptr() == ptr:
+            return ("IV", input_index[id(t)], tuple(v.shape), tuple(v.stride()), v.storage_offset() - t.storage_offset())
+    return None
 
 
 def _memory_order(v):
@@ -304,6 +326,9 @@ def _rebuild(spec, outs, inputs):
         return outs[spec[1]].permute(spec[2])
     if kind == "I":
         return inputs[spec[1]]
+    if kind == "IV":  # eager's view of this call's input (an extern made it: the output was a copy)
+        t = inputs[spec[1]]
+        return t.as_strided(spec[2], spec[3], t.storage_offset() + spec[4])
     if kind == "C":
         return spec[1]
     if kind == "tuple":

@@ -97,3 +97,27 @@ def test_in_place_view_ops_change_the_shape_as_in_eager():
                 torch.testing.assert_close(g, w_)
             assert x.shape == x2.shape, fn.__name__
     assert dynamo.counters()["native_runs"] >= 6
+
+
+def test_a_view_of_an_input_made_by_a_libtorch_op_is_returned_as_that_view():
+    """`g.diagonal()`, `x.unfold(...)`: views the IR has no op for run as LibTorch calls, whose
+    result the native call hands out as a copy; eager returns a view of the input, so a later
+    write into the input shows through it and a write through it reaches the input. Found by the
+    program fuzzer (seed 40404: a global's diagonal returned, the global scaled between calls)."""
+    G = torch.randn(3, 3, 4, 4)
+
+    def f(x):
+        return torch.exp(x).sum(0), G.diagonal(), x.unfold(0, 2, 1)
+
+    opt = dynamo.optimize(f)
+    for k in range(4):
+        x = torch.randn(5, 3)
+        got, want = opt(x), f(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        assert got[1].stride() == want[1].stride() and got[2].stride() == want[2].stride()
+        G.mul_(2)  # the input changes after the call: both calls' views see it
+        torch.testing.assert_close(got[1], want[1])
+        got[2].zero_()  # a write through the returned view reaches x, as in eager
+        assert x.abs().sum() == 0, k
+    assert opt.native_runs >= 2, dynamo.report()
