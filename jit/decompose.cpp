@@ -136,7 +136,7 @@ std::vector<int32_t> depthwise_conv1d(Rewriter &r, const Inst &in) {
 }
 
 // Returns the values replacing in.results (already remapped operands), or {} if not handled.
-std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
+std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
   Rewriter r(out);
   const std::string &c = in.callee;
   const Operand &x = arg(in, 0);
@@ -194,6 +194,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in) {
     if (xt.dtype != DType::F32 || wt.dtype != DType::F32) return {};
     int64_t rank = xt.rank();
     if (rank < 3 || rank > 5 || xt.sizes[0] != 1 || wt.rank() != rank) return {};
+    if (rank == 4 && !conv_as_mm) return {};  // (layout.cpp makes it a product of channels-last rows)
     auto all = [](const Operand &o, int64_t v, size_t n) {
       if (o.kind != Operand::IntList || o.list.size() != n) return false;
       for (int64_t e : o.list)
@@ -466,7 +467,7 @@ void narrow_results(Trace &out, std::vector<int32_t> &repl, const Trace &t, cons
 
 }  // namespace
 
-int decompose_externs(Trace &t) {
+int decompose_externs(Trace &t, bool conv_as_mm) {
   Trace out;
   out.name = t.name;
   std::vector<int32_t> remap(t.types.size(), -1);
@@ -486,7 +487,7 @@ int decompose_externs(Trace &t) {
       size_t mark_insts = out.insts.size(), mark_vals = out.types.size();
       std::vector<int32_t> repl;
       try {
-        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, widened(out, in));
+        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, widened(out, in), conv_as_mm);
         if (!small_reduction) narrow_results(out, repl, t, orig);
       } catch (const Error &) {
         repl.clear();  // not expressible with our ops (dtype, shape): keep the extern

@@ -154,7 +154,13 @@ bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> 
 // passes.cpp: dead code elimination and common subexpression elimination, in place.
 void simplify_trace(Trace &t);
 // decompose.cpp: rewrites externs we generate ourselves (softmax, layer norm, ...) into trace
-// ops, in place; returns how many were rewritten.
-int decompose_externs(Trace &t);
+// ops, in place; returns how many were rewritten. conv_as_mm: a 2-D 1x1 convolution of one
+// image becomes a matrix product (false where layout.cpp makes it one in channels-last form).
+int decompose_externs(Trace &t, bool conv_as_mm = true);
+// layout.cpp (CPU): 2-D float32 convolutions become dynamo::conv_nhwc and the work between them
+// runs on [N, H, W, C] values; returns how many convolutions (0: the trace is unchanged).
+// DYNAMO_LAYOUT=nchw turns it off (nhwc_layouts_enabled).
+int nhwc_layouts(Trace &t);
+bool nhwc_layouts_enabled();
 
 }  // namespace dynamo::jit

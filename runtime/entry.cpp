@@ -32,8 +32,10 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   for (int32_t v : e->trace.outputs)
     if (e->trace.types[v].rank() > jit::kMaxDims)
       jit::fail(ErrorCode::Unsupported, "output %" + std::to_string(v) + " has more than " + std::to_string(jit::kMaxDims) + " dimensions");
-  jit::decompose_externs(e->trace);
+  bool nhwc = jit::nhwc_layouts_enabled();
+  jit::decompose_externs(e->trace, !nhwc);
   jit::simplify_trace(e->trace);
+  if (nhwc && jit::nhwc_layouts(e->trace)) jit::simplify_trace(e->trace);
   e->plan = jit::plan_trace(e->trace);
   e->guards = guards::guards_from_trace(e->trace);
   e->externs = resolve_externs(e->trace, e->plan);

@@ -20,6 +20,7 @@
 #include "jit/ir.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
@@ -64,12 +65,20 @@ bool int_list(const c10::IValue &v, size_t n, std::vector<int64_t> *out) {
   return out->size() == n;
 }
 
-// Why oneDNN cannot run these arguments, or "" when it can.
-std::string parse(const torch::jit::Stack &st, ConvArgs *a) {
-  if (st.size() != 9) return "not aten::convolution's 9 arguments";
+// dynamo::conv_nhwc's input [N, H, W, C] as the [N, C, H, W] view oneDNN describes.
+at::Tensor nchw_view(const at::Tensor &x) { return x.permute({0, 3, 1, 2}); }
+
+// Why oneDNN cannot run these arguments, or "" when it can. nhwc: dynamo::conv_nhwc's 7
+// (input, weight, bias?, stride, padding, dilation, groups; input and result [N, H, W, C]).
+std::string parse(const torch::jit::Stack &st, bool nhwc, ConvArgs *a) {
+  if (st.size() != (nhwc ? 7u : 9u)) return nhwc ? "not dynamo::conv_nhwc's 7 arguments" : "not aten::convolution's 9 arguments";
   if (!st[0].isTensor() || !st[1].isTensor()) return "input or weight is not a tensor";
   a->x = st[0].toTensor();
   a->w = st[1].toTensor();
+  if (nhwc) {
+    if (a->x.dim() != 4) return "dynamo::conv_nhwc's input is not 4-D";
+    a->x = nchw_view(a->x);
+  }
   int64_t sd = a->x.dim() - 2;
   if (sd < 1 || sd > 3 || a->w.dim() != sd + 2) return "not a 1-3 dimensional convolution";
   if (a->x.scalar_type() != at::kFloat || a->w.scalar_type() != at::kFloat) return "not float32";
@@ -79,9 +88,10 @@ std::string parse(const torch::jit::Stack &st, ConvArgs *a) {
   } else if (!st[2].isNone()) {
     return "bias is not a tensor";
   }
-  if (!st[6].isBool() || st[6].toBool()) return "transposed convolution";
-  if (!st[8].isInt()) return "groups is not an int";
-  a->groups = st[8].toInt();
+  if (!nhwc && (!st[6].isBool() || st[6].toBool())) return "transposed convolution";
+  const c10::IValue &groups = st[nhwc ? 6 : 8];
+  if (!groups.isInt()) return "groups is not an int";
+  a->groups = groups.toInt();
   if (!int_list(st[3], sd, &a->stride) || !int_list(st[4], sd, &a->padding) || !int_list(st[5], sd, &a->dilation))
     return "stride, padding or dilation is not a list of ints";
   if (a->x.numel() == 0 || a->w.numel() == 0) return "empty tensor";
@@ -130,7 +140,8 @@ at::Tensor pooled_bytes(size_t bytes) { return pooled({(int64_t)bytes}, at::kByt
 // 3x3, stride 1, undilated, ungrouped convolutions (it refuses the rest itself); 2.25-4x fewer
 // multiplications, about 2x faster on AVX-512 here, at a rounding error a few times the direct
 // kernel's (checked per step against LibTorch's result before it is used).
-bool winograd_shape(const ConvArgs &a) {
+bool winograd_shape(const ConvArgs &a, bool nhwc) {
+  if (nhwc) return false;  // (its kernels read and write oneDNN's blocked layouts only)
   if (const char *env = getenv("DYNAMO_CONV_WINOGRAD"))
     if (!strcmp(env, "0")) return false;
   return a.x.dim() == 4 && a.groups == 1 && a.w.size(2) == 3 && a.w.size(3) == 3 && a.stride[0] == 1 &&
@@ -154,9 +165,12 @@ struct OnednnConv {
   dnnl::reorder src_in, dst_out;  // plain <-> the primitive's layouts, when they differ
   bool reorder_src = false, reorder_dst = false;
   Derived<at::Tensor> packed_w;  // the reordered weights (derived.h says when they are reused)
+  bool nhwc = false;             // source and destination channels-last (dynamo::conv_nhwc)
 
-  // Throws dnnl::error when oneDNN has no implementation (Winograd for most shapes).
-  OnednnConv(const ConvArgs &a, dnnl::algorithm alg) {
+  // Throws dnnl::error when oneDNN has no implementation (Winograd for most shapes). nhwc: the
+  // primitive reads and writes channels-last as the trace holds it (no `any`: oneDNN would
+  // choose its blocked layout and both reorders with it).
+  OnednnConv(const ConvArgs &a, dnnl::algorithm alg, bool channels_last) : nhwc(channels_last) {
     int64_t sd = a.x.dim() - 2;
     memory::dims strides(a.stride.begin(), a.stride.end()), dil(sd), pl(a.padding.begin(), a.padding.end()), pr(sd);
     out_sizes = {a.x.size(0), a.w.size(0)};
@@ -169,6 +183,9 @@ struct OnednnConv {
       pr[k] = (o - 1) * a.stride[k] + ek - in - a.padding[k];
     }
     auto any = [](const memory::dims &d) { return memory::desc(d, memory::data_type::f32, tag::any); };
+    auto act = [&](const memory::dims &d) {
+      return memory::desc(d, memory::data_type::f32, nhwc ? (sd == 1 ? tag::nwc : sd == 2 ? tag::nhwc : tag::ndhwc) : tag::any);
+    };
     memory::desc bias_md = a.b.defined() ? memory::desc({a.w.size(0)}, memory::data_type::f32, tag::a) : memory::desc();
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -177,17 +194,21 @@ struct OnednnConv {
 #if DNNL_VERSION_MAJOR >= 3
     memory::dims wd = weight_desc(a.w, a.groups).get_dims();
     pd = dnnl::convolution_forward::primitive_desc(cpu_engine(), dnnl::prop_kind::forward_inference, alg,
-                                                   any(dims_of(a.x.sizes())), any(wd), bias_md, any(out_sizes),
+                                                   act(dims_of(a.x.sizes())), any(wd), bias_md, act(out_sizes),
                                                    strides, dil, pl, pr, attr);
 #else
     memory::dims wd = weight_desc(a.w, a.groups).dims();
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, any(dims_of(a.x.sizes())), any(wd),
-                                      bias_md, any(out_sizes), strides, dil, pl, pr);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, act(dims_of(a.x.sizes())), any(wd),
+                                      bias_md, act(out_sizes), strides, dil, pl, pr);
     pd = dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
 #endif
     prim = dnnl::convolution_forward(pd);
-    src_user = plain_desc(a.x);
-    dst_user = memory::desc(out_sizes, memory::data_type::f32, sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
+    // (a channels-last input as the nhwc tag: strides of size-1 dims would tell them apart)
+    src_user = nhwc && a.x.dim() == 4 && a.x.is_contiguous(at::MemoryFormat::ChannelsLast)
+                   ? memory::desc(dims_of(a.x.sizes()), memory::data_type::f32, tag::nhwc)
+                   : plain_desc(a.x);
+    dst_user = memory::desc(out_sizes, memory::data_type::f32,
+                            nhwc ? tag::nhwc : sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
     reorder_src = pd.src_desc() != src_user;
     reorder_dst = pd.dst_desc() != dst_user;
     if (reorder_src) src_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src_user, cpu_engine(), pd.src_desc()));
@@ -212,7 +233,8 @@ struct OnednnConv {
   at::Tensor run(const ConvArgs &a, const uint64_t *version) {
     dnnl::stream &strm = cpu_stream();
     std::shared_ptr<const at::Tensor> w = weights(a, version, strm);
-    at::Tensor out = at::empty(out_sizes);  // (a tensor the program may get: ATen's own, resizable)
+    // (a tensor the program may get: ATen's own, resizable; [N, H, W, C] for conv_nhwc)
+    at::Tensor out = nhwc ? at::empty({out_sizes[0], out_sizes[2], out_sizes[3], out_sizes[1]}) : at::empty(out_sizes);
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
     memory src_p = src, dst_p = dst;
@@ -258,6 +280,7 @@ struct ConvStep {
   double t_watch = 1e30;
 
   int64_t groups = 1;
+  bool nhwc = false;  // dynamo::conv_nhwc: input and result [N, H, W, C]
   // Built on first use, each once, under mu, before its flag is set: a step that starts from a
   // stored choice builds only the primitive it runs (a later process's first call pays no
   // Winograd kernel it does not use).
@@ -270,12 +293,12 @@ struct ConvStep {
   void build(const ConvArgs &a, Mode mode) {
     groups = a.groups;
     if ((mode == Timing || mode == Winograd) && !wino_tried) {
-      if (!winograd_shape(a)) {
+      if (!winograd_shape(a, nhwc)) {
         why_not_wino = "not a 3x3, stride 1, ungrouped 2-D convolution of multiples of 16 channels";
       } else {
         try {
           double t0 = now();
-          wino = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_winograd);
+          wino = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_winograd, nhwc);
           wino_setup = now() - t0;
         } catch (const std::exception &e) {
           why_not_wino = std::string("oneDNN has no Winograd kernel here: ") + e.what();
@@ -284,7 +307,7 @@ struct ConvStep {
       wino_tried = true;
     }
     if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino)) && !direct_built) {
-      direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct);
+      direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct, nhwc);
       direct_built = true;
     }
   }
@@ -313,8 +336,9 @@ struct ConvStep {
 };
 
 std::shared_ptr<ConvStep> conv_step_for(const std::string &callee) {
-  if (callee != "aten::convolution") return nullptr;
+  if (callee != "aten::convolution" && callee != "dynamo::conv_nhwc") return nullptr;
   auto s = std::make_shared<ConvStep>();
+  s->nhwc = callee == "dynamo::conv_nhwc";
   // DYNAMO_CONV=onednn, winograd or aten skips the measurement (read when the entry is compiled).
   if (const char *env = getenv("DYNAMO_CONV")) {
     if (!strcmp(env, "onednn")) s->mode = ConvStep::OneDNN;
@@ -415,7 +439,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   };
   ConvArgs a;
   if (OnednnConv *c = s.ready(mode)) {  // checked when built; a trace's shapes are static
-    a.x = st[0].toTensor();
+    a.x = s.nhwc ? nchw_view(st[0].toTensor()) : st[0].toTensor();
     a.w = st[1].toTensor();
     if (st[2].isTensor()) a.b = st[2].toTensor();
     a.groups = s.groups;
@@ -423,7 +447,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     if (watch) watched();
     return;
   }
-  std::string why = parse(st, &a);
+  std::string why = parse(st, s.nhwc, &a);
   try {
     if (why.empty()) {
       std::lock_guard<std::mutex> g(s.mu);
@@ -516,4 +540,32 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   *out = got[m];
 }
 
+namespace {
+
+// dynamo::conv_nhwc through LibTorch (the step's "aten" path, and any caller): the input
+// [N, H, W, C] read as a channels-last [N, C, H, W] tensor, which LibTorch convolves
+// channels-last (its oneDNN path) into a channels-last result, handed back as [N, H, W, C].
+at::Tensor conv_nhwc_cpu(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
+                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  TORCH_CHECK(x.dim() == 4, "dynamo::conv_nhwc: the input must be [N, H, W, C]");
+  std::vector<int64_t> no_padding(stride.size(), 0);
+  at::Tensor y = at::convolution(nchw_view(x), w, b, stride, padding, dilation, false, no_padding, groups);
+  return y.permute({0, 2, 3, 1}).contiguous();
+}
+
+at::Tensor conv_nhwc_meta(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
+                          at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  std::vector<int64_t> no_padding(stride.size(), 0);
+  at::Tensor y = at::convolution(nchw_view(x), w, b, stride, padding, dilation, false, no_padding, groups);
+  return at::empty({y.size(0), y.size(2), y.size(3), y.size(1)}, x.options());
+}
+
+}  // namespace
+
 }  // namespace dynamo::runtime
+
+TORCH_LIBRARY_FRAGMENT(dynamo, m) {
+  m.def("conv_nhwc(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(dynamo, CPU, m) { m.impl("conv_nhwc", &dynamo::runtime::conv_nhwc_cpu); }
+TORCH_LIBRARY_IMPL(dynamo, Meta, m) { m.impl("conv_nhwc", &dynamo::runtime::conv_nhwc_meta); }

@@ -2,12 +2,14 @@
 on every call:
 
   * a 1x1 convolution of one image (stride 1, no padding, one group) becomes a matrix product
-    step (aten::mm of the weight and the image's [C, H*W] view, bias added by a fused kernel);
+    step (aten::mm of the weight and the image's [C, H*W] view, bias added by a fused kernel; a
+    2-D one, kept channels-last by jit/layout.cpp, of the [H*W, C] image and the transposed weight);
   * a depthwise 1-D convolution (groups = channels) becomes the weighted sum of its taps, views
     of the input zero-padded once: one fused loop.
 
 The compile plan (DYNAMO_DUMP_DIR) shows which steps a trace ran; cases outside the rewrites
-(batch 2, groups, 33 taps) keep aten::convolution and must be as correct."""
+(batch 2, groups, 33 taps) stay convolutions (2-D ones as dynamo::conv_nhwc, test_channels_last_layout.py)
+and must be as correct."""
 import glob
 
 import pytest
@@ -64,7 +66,7 @@ def test_1x1_conv_is_a_product(xs, ws, bias, tmp_path, monkeypatch):
     def f(x):
         return torch.relu(conv(x, w, b)) * 2
     steps = compare(f, lambda: (torch.randn(xs),), tmp_path, monkeypatch)
-    assert "aten::mm" in steps and "aten::convolution" not in steps, steps
+    assert "aten::mm" in steps and "aten::convolution" not in steps and "conv_nhwc" not in steps, steps
 
 
 def test_1x1_conv_reads_a_strided_image_and_follows_its_weight(tmp_path, monkeypatch):
@@ -94,7 +96,7 @@ def test_1x1_conv_reads_a_strided_image_and_follows_its_weight(tmp_path, monkeyp
 def test_other_1x1_convs_stay_convolutions(xs, ws, kw, tmp_path, monkeypatch):
     w = torch.randn(ws)
     steps = compare(lambda x: F.conv2d(x, w, **kw).sigmoid(), lambda: (torch.randn(xs),), tmp_path, monkeypatch)
-    assert "aten::convolution" in steps, steps
+    assert "dynamo::conv_nhwc" in steps, steps
 
 
 DEPTHWISE = [  # (input shape, taps, stride, padding, dilation)

@@ -1,0 +1,274 @@
+// layout.cpp -- activations of convolution chains kept channels-last (NHWC) through a trace
+// (CPU). A graph compiler picks one layout per tensor for the whole graph; an extern per op would
+// pick it per call. Every aten::convolution of a 4-D float32 image becomes dynamo::conv_nhwc,
+// which reads and writes [N, H, W, C] tensors, so oneDNN runs its channels-last kernels with no
+// reorder on either side; the pointwise work between convolutions (batch norm folded into a
+// scale and shift, activations, residual adds) runs on the same [N, H, W, C] values, and so do
+// reductions over them (global pooling). Only where something else reads a value (a view, an
+// extern, an output, a side exit's live values) is it read as the original [N, C, H, W] value:
+// a permute view of the channels-last one, which the fused loops and LibTorch read with strides.
+//
+// Every rewrite states the same value in another memory order, so the trace computes what it
+// computed before; a rewrite whose inferred type is not exactly the permuted original is a bug
+// caught here, and the trace is then left as it was.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "ir.h"
+
+namespace dynamo::jit {
+
+namespace {
+
+const std::vector<int64_t> kToNhwc = {0, 2, 3, 1}, kToNchw = {0, 3, 1, 2};
+// Where dimension d of an [N, C, H, W] value sits in its [N, H, W, C] form.
+constexpr int64_t kPos[4] = {0, 3, 1, 2};
+
+Operand V(int32_t v) { return Operand::val(v); }
+Operand L(std::vector<int64_t> v) {
+  Operand o;
+  o.kind = Operand::IntList;
+  o.list = std::move(v);
+  return o;
+}
+
+std::vector<int64_t> permuted(const std::vector<int64_t> &s, const std::vector<int64_t> &p) {
+  std::vector<int64_t> r;
+  for (int64_t d : p) r.push_back(s[(size_t)d]);
+  return r;
+}
+
+// Is `in` a convolution dynamo::conv_nhwc runs: 2-D, float32, not transposed, its stride,
+// padding, dilation and groups literals?
+bool nhwc_conv(const Trace &t, const Inst &in) {
+  if (in.op != Op::extern_ || in.callee != "aten::convolution" || in.args.size() != 9 || in.results.size() != 1)
+    return false;
+  const Operand &x = in.args[0], &w = in.args[1], &b = in.args[2];
+  auto tensor = [&](const Operand &o, int rank) {
+    return o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].dtype == DType::F32 &&
+           t.types[o.value].rank() == rank;
+  };
+  if (!tensor(x, 4) || !tensor(w, 4) || !(b.kind == Operand::None || tensor(b, 1))) return false;
+  for (int k = 3; k <= 5; ++k)
+    if (in.args[k].kind != Operand::IntList) return false;
+  if (in.args[6].kind != Operand::Bool || in.args[6].i || in.args[8].kind != Operand::Int) return false;
+  const Type &r = t.types[in.results[0]];
+  return r.tensor && r.dtype == DType::F32 && r.rank() == 4 && r.numel() > 0 && t.types[x.value].numel() > 0;
+}
+
+bool reduction_with_dims(Op op) {
+  return op == Op::sum || op == Op::prod || op == Op::mean || op == Op::amax || op == Op::amin || op == Op::var ||
+         op == Op::std;
+}
+
+struct Layouts {
+  const Trace &t;
+  Trace out;
+  std::vector<int32_t> nchw;  // value of t -> the value of out that is it, or -1 (only its NHWC form exists)
+  std::vector<int32_t> nhwc;  // value of t -> the value of out that is it permuted to [N, H, W, C], or -1
+
+  explicit Layouts(const Trace &src) : t(src), nchw(src.types.size(), -1), nhwc(src.types.size(), -1) {
+    out.name = t.name;
+  }
+
+  int32_t emit(Op op, std::vector<Operand> args) {
+    Inst in;
+    in.op = op;
+    in.args = std::move(args);
+    std::vector<Type> ty = infer_types(out, in, std::string("channels-last form of ") + op_info(op).name);
+    int32_t v = out.new_value(ty[0], (int32_t)out.insts.size());
+    in.results.push_back(v);
+    out.insts.push_back(std::move(in));
+    return v;
+  }
+
+  // v (a value of t) in its original layout: the permute view of its NHWC form when only that exists.
+  int32_t original(int32_t v) {
+    if (nchw[(size_t)v] < 0) nchw[(size_t)v] = emit(Op::permute, {V(nhwc[(size_t)v]), L(kToNchw)});
+    return nchw[(size_t)v];
+  }
+
+  // Operand o of an op whose result is 4-D, for the op's NHWC form: broadcast right-aligned to
+  // 4 dims, then permuted. Rank-0 tensors and scalars stay as they are.
+  Operand for_nhwc(const Operand &o) {
+    if (o.kind != Operand::Value) return o;
+    int32_t v = o.value;
+    const Type &ty = t.types[(size_t)v];
+    if (!ty.tensor || ty.rank() == 0) return V(original(v));
+    if (ty.rank() == 4 && nhwc[(size_t)v] >= 0) return V(nhwc[(size_t)v]);
+    int32_t x = original(v);
+    if (ty.rank() < 4) {
+      std::vector<int64_t> s(4 - (size_t)ty.rank(), 1);
+      s.insert(s.end(), ty.sizes.begin(), ty.sizes.end());
+      x = emit(Op::reshape, {V(x), L(s)});
+    }
+    return V(emit(Op::permute, {V(x), L(kToNhwc)}));
+  }
+
+  void expect(int32_t got, int32_t orig, const std::vector<int64_t> &sizes) {
+    const Type &g = out.types[(size_t)got], &w = t.types[(size_t)orig];
+    if (g.dtype != w.dtype || g.sizes != sizes || g.tensor != w.tensor)
+      fail(ErrorCode::Internal, "channels-last form of %" + std::to_string(orig) + " is " + print_type(g, false) +
+                                    ", expected " + print_type(w, false) + " permuted");
+  }
+
+  // A pointwise op with a 4-D result reading at least one value that has an NHWC form.
+  bool pointwise(const Inst &in) {
+    if (op_info(in.op).kind != OpKind::POINTWISE || in.op == Op::copy_ || in.results.size() != 1) return false;
+    const Type &r = t.types[(size_t)in.results[0]];
+    if (!r.tensor || r.rank() != 4) return false;
+    bool any = false;
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value && t.types[(size_t)o.value].rank() == 4 && nhwc[(size_t)o.value] >= 0) any = true;
+    if (!any) return false;
+    std::vector<Operand> args;
+    for (const Operand &o : in.args) args.push_back(for_nhwc(o));
+    int32_t y = emit(in.op, std::move(args));
+    expect(y, in.results[0], permuted(r.sizes, kToNhwc));
+    nhwc[(size_t)in.results[0]] = y;
+    return true;
+  }
+
+  // A reduction over literal dims of a 4-D value that has an NHWC form: the same dims of that
+  // form. Kept dims stay NHWC; dropped ones give the original result when the dims left are in
+  // the same order in both forms ([N, C] after pooling over H and W).
+  bool reduction(const Inst &in) {
+    if (!reduction_with_dims(in.op) || in.results.size() != 1 || in.args.empty()) return false;
+    const Operand &x = in.args[0];
+    if (x.kind != Operand::Value || t.types[(size_t)x.value].rank() != 4 || nhwc[(size_t)x.value] < 0) return false;
+    const Operand &dims = in.args[1], &keep = in.args.back();
+    if (dims.kind != Operand::IntList || dims.list.empty() || keep.kind != Operand::Bool) return false;
+    std::vector<char> reduced(4, 0);
+    std::vector<int64_t> mapped;
+    for (int64_t d : dims.list) {
+      if (d < -4 || d > 3) return false;
+      int64_t n = d < 0 ? d + 4 : d;
+      reduced[(size_t)n] = 1;
+      mapped.push_back(kPos[n]);
+    }
+    std::sort(mapped.begin(), mapped.end());
+    if (std::adjacent_find(mapped.begin(), mapped.end()) != mapped.end()) return false;
+    const Type &r = t.types[(size_t)in.results[0]];
+    if (!keep.i) {
+      int64_t last = -1;
+      for (int64_t d = 0; d < 4; ++d) {
+        if (reduced[(size_t)d]) continue;
+        if (kPos[d] < last) return false;  // the dims left would come out in another order
+        last = kPos[d];
+      }
+    }
+    std::vector<Operand> args = in.args;
+    args[0] = V(nhwc[(size_t)x.value]);
+    args[1] = L(mapped);
+    int32_t y = emit(in.op, std::move(args));
+    if (keep.i) {
+      expect(y, in.results[0], permuted(r.sizes, kToNhwc));
+      nhwc[(size_t)in.results[0]] = y;
+    } else {
+      expect(y, in.results[0], r.sizes);
+      nchw[(size_t)in.results[0]] = y;
+    }
+    return true;
+  }
+
+  // A 1x1 convolution of one image (stride 1, no padding, one group) is a matrix product in
+  // this layout: y[H*W, Cout] = x[H*W, Cin] * w[Cout, Cin]^T (+ bias per column), the weight
+  // read transposed (the product step packs it once while it is unchanged, as a linear
+  // layer's). It runs on the own GEMM or the BLAS, as the step measures. False: not such a one.
+  bool pointwise_product(const Inst &in) {
+    const Type xt = t.types[(size_t)in.args[0].value], wt = t.types[(size_t)in.args[1].value];
+    auto all = [](const Operand &o, int64_t v) {
+      if (o.list.size() != 2) return false;
+      return o.list[0] == v && o.list[1] == v;
+    };
+    if (xt.sizes[0] != 1 || wt.sizes[2] != 1 || wt.sizes[3] != 1 || in.args[8].i != 1 || !all(in.args[3], 1) ||
+        !all(in.args[4], 0) || !all(in.args[5], 1) || wt.sizes[1] != xt.sizes[1])
+      return false;
+    const int64_t cin = xt.sizes[1], cout = wt.sizes[0], h = xt.sizes[2], w = xt.sizes[3];
+    int32_t x = in.args[0].value;
+    int32_t xn = nhwc[(size_t)x] >= 0 ? nhwc[(size_t)x] : emit(Op::permute, {V(original(x)), L(kToNhwc)});
+    int32_t a = emit(Op::reshape, {V(xn), L({h * w, cin})});
+    int32_t b = emit(Op::permute, {V(emit(Op::reshape, {V(original(in.args[1].value)), L({cout, cin})})), L({1, 0})});
+    Inst mm;
+    mm.op = Op::extern_;
+    mm.callee = "aten::mm";
+    mm.args = {V(a), V(b)};
+    Type yt;
+    yt.dtype = DType::F32;
+    yt.sizes = {h * w, cout};
+    int32_t y = out.new_value(yt, (int32_t)out.insts.size());
+    mm.results.push_back(y);
+    out.insts.push_back(std::move(mm));
+    if (in.args[2].kind == Operand::Value) y = emit(Op::add, {V(y), V(original(in.args[2].value))});
+    y = emit(Op::reshape, {V(y), L({1, h, w, cout})});
+    expect(y, in.results[0], permuted(t.types[(size_t)in.results[0]].sizes, kToNhwc));
+    nhwc[(size_t)in.results[0]] = y;
+    return true;
+  }
+
+  void convolution(const Inst &in) {
+    if (pointwise_product(in)) return;
+    const Type &r = t.types[(size_t)in.results[0]];
+    Inst c;
+    c.op = Op::extern_;
+    c.callee = "dynamo::conv_nhwc";
+    int32_t x = in.args[0].value;
+    Operand xin = nhwc[(size_t)x] >= 0 ? V(nhwc[(size_t)x]) : V(emit(Op::permute, {V(original(x)), L(kToNhwc)}));
+    c.args = {xin, V(original(in.args[1].value)), in.args[2].kind == Operand::Value ? V(original(in.args[2].value)) : in.args[2],
+              in.args[3], in.args[4], in.args[5], in.args[8]};
+    Type ty = r;
+    ty.sizes = permuted(r.sizes, kToNhwc);
+    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
+    c.results.push_back(y);
+    out.insts.push_back(std::move(c));
+    nhwc[(size_t)in.results[0]] = y;
+  }
+
+  // Any other instruction, on original values.
+  void copy(const Inst &orig) {
+    Inst in = orig;
+    for (Operand &o : in.args)
+      if (o.kind == Operand::Value) o.value = original(o.value);
+    int32_t idx = (int32_t)out.insts.size();
+    for (int32_t &r : in.results) {
+      int32_t nv = out.new_value(t.types[(size_t)r], idx);
+      nchw[(size_t)r] = nv;
+      r = nv;
+    }
+    if (in.op == Op::input) out.inputs.push_back(in.results[0]);
+    out.insts.push_back(std::move(in));
+  }
+};
+
+}  // namespace
+
+bool nhwc_layouts_enabled() {
+  const char *env = getenv("DYNAMO_LAYOUT");
+  return !(env && !strcmp(env, "nchw"));
+}
+
+int nhwc_layouts(Trace &t) {
+  int convs = 0;
+  for (const Inst &in : t.insts) convs += nhwc_conv(t, in);
+  if (!convs) return 0;
+  try {
+    Layouts l(t);
+    for (const Inst &in : t.insts) {
+      if (nhwc_conv(t, in)) {
+        l.convolution(in);
+        continue;
+      }
+      if (l.pointwise(in) || l.reduction(in)) continue;
+      l.copy(in);
+    }
+    for (int32_t o : t.outputs) l.out.outputs.push_back(l.original(o));
+    verify_trace(l.out);
+    t = std::move(l.out);
+    return convs;
+  } catch (const Error &) {
+    return 0;  // (a bug here: the trace runs as it was recorded, in its recorded layouts)
+  }
+}
+
+}  // namespace dynamo::jit
