@@ -2,9 +2,10 @@
 // (CPU). A graph compiler picks one layout per tensor for the whole graph; an extern per op would
 // pick it per call. Every aten::convolution of a 4-D float32 image becomes dynamo::conv_nhwc,
 // which reads and writes [N, H, W, C] tensors, so oneDNN runs its channels-last kernels with no
-// reorder on either side; the pointwise work between convolutions (batch norm folded into a
+// reorder on either side (a 1x1 convolution of one image becomes a product of [H*W, C] rows with
+// the transposed weight instead); the pointwise work between convolutions (batch norm folded into a
 // scale and shift, activations, residual adds) runs on the same [N, H, W, C] values, and so do
-// reductions over them (global pooling). Only where something else reads a value (a view, an
+// reductions over them (global pooling) and max and average pooling. Only where something else reads a value (a view, an
 // extern, an output, a side exit's live values) is it read as the original [N, C, H, W] value:
 // a permute view of the channels-last one, which the fused loops and LibTorch read with strides.
 //
@@ -68,8 +69,15 @@ struct Layouts {
   std::vector<int32_t> nchw;  // value of t -> the value of out that is it, or -1 (only its NHWC form exists)
   std::vector<int32_t> nhwc;  // value of t -> the value of out that is it permuted to [N, H, W, C], or -1
 
-  explicit Layouts(const Trace &src) : t(src), nchw(src.types.size(), -1), nhwc(src.types.size(), -1) {
+  std::vector<char> used;     // value of t -> read by an instruction or an output
+
+  explicit Layouts(const Trace &src)
+      : t(src), nchw(src.types.size(), -1), nhwc(src.types.size(), -1), used(src.types.size(), 0) {
     out.name = t.name;
+    for (const Inst &in : t.insts)
+      for (const Operand &o : in.args)
+        if (o.kind == Operand::Value) used[(size_t)o.value] = 1;
+    for (int32_t o : t.outputs) used[(size_t)o] = 1;
   }
 
   int32_t emit(Op op, std::vector<Operand> args) {
@@ -225,6 +233,31 @@ struct Layouts {
     nhwc[(size_t)in.results[0]] = y;
   }
 
+  // Max pooling (its indices unused) and average pooling of a value that has an NHWC form, by
+  // their channels-last namesakes (runtime/channels_last_ops.cpp): the stem's max pool, a
+  // PoolFormer block's token mixer, a DenseNet transition stay in the layout.
+  bool pooling(const Inst &in) {
+    const bool max = in.callee == "aten::max_pool2d_with_indices";
+    if (in.op != Op::extern_ || (!max && in.callee != "aten::avg_pool2d") || in.args.empty()) return false;
+    if (in.results.size() != (max ? 2u : 1u) || (max && used[(size_t)in.results[1]])) return false;
+    const Operand &x = in.args[0];
+    if (x.kind != Operand::Value || t.types[(size_t)x.value].rank() != 4 || nhwc[(size_t)x.value] < 0) return false;
+    for (size_t k = 1; k < in.args.size(); ++k)
+      if (in.args[k].kind == Operand::Value || in.args[k].kind == Operand::TensorList) return false;
+    const Type &r = t.types[(size_t)in.results[0]];
+    if (!r.tensor || r.rank() != 4) return false;
+    Inst p = in;
+    p.callee = max ? "dynamo::max_pool2d_nhwc" : "dynamo::avg_pool2d_nhwc";
+    p.args[0] = V(nhwc[(size_t)x.value]);
+    Type ty = r;
+    ty.sizes = permuted(r.sizes, kToNhwc);
+    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
+    p.results = {y};
+    out.insts.push_back(std::move(p));
+    nhwc[(size_t)in.results[0]] = y;
+    return true;
+  }
+
   // Any other instruction, on original values.
   void copy(const Inst &orig) {
     Inst in = orig;
@@ -259,7 +292,7 @@ int nhwc_layouts(Trace &t) {
         l.convolution(in);
         continue;
       }
-      if (l.pointwise(in) || l.reduction(in)) continue;
+      if (l.pointwise(in) || l.reduction(in) || l.pooling(in)) continue;
       l.copy(in);
     }
     for (int32_t o : t.outputs) l.out.outputs.push_back(l.original(o));

@@ -20,7 +20,6 @@
 #include "jit/ir.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
-#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
@@ -540,32 +539,5 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   *out = got[m];
 }
 
-namespace {
-
-// dynamo::conv_nhwc through LibTorch (the step's "aten" path, and any caller): the input
-// [N, H, W, C] read as a channels-last [N, C, H, W] tensor, which LibTorch convolves
-// channels-last (its oneDNN path) into a channels-last result, handed back as [N, H, W, C].
-at::Tensor conv_nhwc_cpu(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
-                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  TORCH_CHECK(x.dim() == 4, "dynamo::conv_nhwc: the input must be [N, H, W, C]");
-  std::vector<int64_t> no_padding(stride.size(), 0);
-  at::Tensor y = at::convolution(nchw_view(x), w, b, stride, padding, dilation, false, no_padding, groups);
-  return y.permute({0, 2, 3, 1}).contiguous();
-}
-
-at::Tensor conv_nhwc_meta(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
-                          at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  std::vector<int64_t> no_padding(stride.size(), 0);
-  at::Tensor y = at::convolution(nchw_view(x), w, b, stride, padding, dilation, false, no_padding, groups);
-  return at::empty({y.size(0), y.size(2), y.size(3), y.size(1)}, x.options());
-}
-
-}  // namespace
-
 }  // namespace dynamo::runtime
 
-TORCH_LIBRARY_FRAGMENT(dynamo, m) {
-  m.def("conv_nhwc(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor");
-}
-TORCH_LIBRARY_IMPL(dynamo, CPU, m) { m.impl("conv_nhwc", &dynamo::runtime::conv_nhwc_cpu); }
-TORCH_LIBRARY_IMPL(dynamo, Meta, m) { m.impl("conv_nhwc", &dynamo::runtime::conv_nhwc_meta); }

@@ -19,7 +19,7 @@ namespace dynamo::runtime {
 struct ConvStep;
 
 // A ConvStep for an extern step calling `callee`, or null when the callee is not a convolution:
-// aten::convolution, or dynamo::conv_nhwc (defined here: input and result [N, H, W, C], the
+// aten::convolution, or dynamo::conv_nhwc (runtime/channels_last_ops.cpp: input and result [N, H, W, C], the
 // trace's channels-last form of a 2-D convolution, jit/layout.cpp; arguments input, weight,
 // bias?, stride, padding, dilation, groups), whose oneDNN primitive reads and writes
 // channels-last with no reorder.

@@ -183,3 +183,19 @@ def test_layout_pass_turned_off(tmp_path, monkeypatch):
     model = Block().eval()
     steps = compare(model, lambda: (torch.randn(1, 3, 16, 16),), tmp_path, monkeypatch)
     assert "aten::convolution" in steps and "dynamo::conv_nhwc" not in steps, steps
+
+
+@pytest.mark.parametrize("pool,step", [
+    (lambda y: F.max_pool2d(y, 3, 2, 1), "dynamo::max_pool2d_nhwc"),
+    (lambda y: F.max_pool2d(y, 2, ceil_mode=True), "dynamo::max_pool2d_nhwc"),
+    (lambda y: F.max_pool2d(y, (3, 2), (1, 2), (1, 0), dilation=(2, 1)), "dynamo::max_pool2d_nhwc"),
+    (lambda y: F.avg_pool2d(y, 3, 1, 1, count_include_pad=False) - y, "dynamo::avg_pool2d_nhwc"),  # PoolFormer's
+    (lambda y: F.avg_pool2d(y, 2, ceil_mode=True, count_include_pad=True), "dynamo::avg_pool2d_nhwc"),
+    (lambda y: F.avg_pool2d(y, 3, 2, 1, divisor_override=4), "dynamo::avg_pool2d_nhwc"),
+    (lambda y: F.max_pool2d(y, 2, return_indices=True)[1].float(), "aten::max_pool2d_with_indices"),  # indices read
+])
+def test_pooling_channels_last(pool, step, tmp_path, monkeypatch):
+    conv = nn.Conv2d(3, 8, 3, padding=1).eval()
+    steps = compare(lambda x: F.relu(pool(F.relu(conv(x)))), lambda: (torch.randn(2, 3, 9, 11),), tmp_path,
+                    monkeypatch)
+    assert "dynamo::conv_nhwc" in steps and step in steps, steps
