@@ -2,7 +2,7 @@
 // (CPU). A graph compiler picks one layout per tensor for the whole graph; an extern per op would
 // pick it per call. Every aten::convolution of a 4-D float32 image becomes dynamo::conv_nhwc,
 // which reads and writes [N, H, W, C] tensors, so oneDNN runs its channels-last kernels with no
-// reorder on either side (a 1x1 convolution of one image becomes a product of [H*W, C] rows with
+// reorder on either side (a 1x1 convolution becomes a product of [N*H*W, C] rows with
 // the transposed weight instead); the pointwise work between convolutions (batch norm folded into a
 // scale and shift, activations, residual adds) runs on the same [N, H, W, C] values, and so do
 // reductions over them (global pooling) and max and average pooling. Only where something else reads a value (a view, an
@@ -180,8 +180,8 @@ struct Layouts {
     return true;
   }
 
-  // A 1x1 convolution of one image (stride 1, no padding, one group) is a matrix product in
-  // this layout: y[H*W, Cout] = x[H*W, Cin] * w[Cout, Cin]^T (+ bias per column), the weight
+  // A 1x1 convolution (stride 1, no padding, one group) is a matrix product in this layout:
+  // y[N*H*W, Cout] = x[N*H*W, Cin] * w[Cout, Cin]^T (+ bias per column), the weight
   // read transposed (the product step packs it once while it is unchanged, as a linear
   // layer's). It runs on the own GEMM or the BLAS, as the step measures. False: not such a one.
   bool pointwise_product(const Inst &in) {
@@ -190,13 +190,13 @@ struct Layouts {
       if (o.list.size() != 2) return false;
       return o.list[0] == v && o.list[1] == v;
     };
-    if (xt.sizes[0] != 1 || wt.sizes[2] != 1 || wt.sizes[3] != 1 || in.args[8].i != 1 || !all(in.args[3], 1) ||
+    if (wt.sizes[2] != 1 || wt.sizes[3] != 1 || in.args[8].i != 1 || !all(in.args[3], 1) ||
         !all(in.args[4], 0) || !all(in.args[5], 1) || wt.sizes[1] != xt.sizes[1])
       return false;
-    const int64_t cin = xt.sizes[1], cout = wt.sizes[0], h = xt.sizes[2], w = xt.sizes[3];
+    const int64_t n = xt.sizes[0], cin = xt.sizes[1], cout = wt.sizes[0], h = xt.sizes[2], w = xt.sizes[3];
     int32_t x = in.args[0].value;
     int32_t xn = nhwc[(size_t)x] >= 0 ? nhwc[(size_t)x] : emit(Op::permute, {V(original(x)), L(kToNhwc)});
-    int32_t a = emit(Op::reshape, {V(xn), L({h * w, cin})});
+    int32_t a = emit(Op::reshape, {V(xn), L({n * h * w, cin})});
     int32_t b = emit(Op::permute, {V(emit(Op::reshape, {V(original(in.args[1].value)), L({cout, cin})})), L({1, 0})});
     Inst mm;
     mm.op = Op::extern_;
@@ -204,12 +204,12 @@ struct Layouts {
     mm.args = {V(a), V(b)};
     Type yt;
     yt.dtype = DType::F32;
-    yt.sizes = {h * w, cout};
+    yt.sizes = {n * h * w, cout};
     int32_t y = out.new_value(yt, (int32_t)out.insts.size());
     mm.results.push_back(y);
     out.insts.push_back(std::move(mm));
     if (in.args[2].kind == Operand::Value) y = emit(Op::add, {V(y), V(original(in.args[2].value))});
-    y = emit(Op::reshape, {V(y), L({1, h, w, cout})});
+    y = emit(Op::reshape, {V(y), L({n, h, w, cout})});
     expect(y, in.results[0], permuted(t.types[(size_t)in.results[0]].sizes, kToNhwc));
     nhwc[(size_t)in.results[0]] = y;
     return true;

@@ -1,6 +1,6 @@
 """Convolution chains kept channels-last through a trace (jit/layout.cpp), compared with eager on
 every call: each 2-D float32 convolution becomes dynamo::conv_nhwc ([N, H, W, C] in and out), a
-1x1 convolution of one image a product of [H*W, C] rows with the transposed weight, and the
+1x1 convolution a product of [N*H*W, C] rows with the transposed weight, and the
 pointwise work and reductions between them run on the [N, H, W, C] values; whatever else reads a
 value (views, other LibTorch ops, outputs, side exits) reads the [N, C, H, W] original.
 
@@ -98,7 +98,8 @@ CONVS = [  # (input shape, weight shape, kwargs)
     ((2, 16, 9, 9), (16, 16, 3, 3), dict(stride=2, padding=1)),
     ((1, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1: a product
     ((1, 7, 1, 1), (5, 7, 1, 1), dict()),                               # one pixel
-    ((2, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1, batch 2
+    ((2, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1, batch 2: a product too
+    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),                    # strided 1x1: a convolution
     ((1, 12, 10, 10), (12, 1, 3, 3), dict(padding=1, groups=12)),       # depthwise
     ((1, 12, 11, 7), (24, 4, 3, 2), dict(padding=(1, 0), groups=3, dilation=(2, 1))),
     ((1, 8, 7, 7), (8, 8, 3, 3), dict(stride=3, padding=1)),
@@ -115,7 +116,7 @@ def test_conv_then_pointwise_matches_eager(xs, ws, kw, bias, tmp_path, monkeypat
     def f(x):
         return F.silu(F.conv2d(x, w, b, **kw) * scale + 1)
     steps = compare(f, lambda: (torch.randn(xs),), tmp_path, monkeypatch)
-    one_by_one = ws[2:] == (1, 1) and xs[0] == 1 and not kw
+    one_by_one = ws[2:] == (1, 1) and not kw
     assert ("aten::mm" if one_by_one else "dynamo::conv_nhwc") in steps, steps
     assert "aten::convolution" not in steps, steps
 
