@@ -194,7 +194,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
     if (xt.dtype != DType::F32 || wt.dtype != DType::F32) return {};
     int64_t rank = xt.rank();
     if (rank < 3 || rank > 5 || xt.sizes[0] != 1 || wt.rank() != rank) return {};
-    if (rank == 4 && !conv_as_mm) return {};  // (layout.cpp makes it a product of channels-last rows)
+    if (rank == 4 && !conv_as_mm) return {};  // (layout.cpp makes it a channels-last convolution)
     auto all = [](const Operand &o, int64_t v, size_t n) {
       if (o.kind != Operand::IntList || o.list.size() != n) return false;
       for (int64_t e : o.list)

@@ -155,7 +155,7 @@ bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> 
 void simplify_trace(Trace &t);
 // decompose.cpp: rewrites externs we generate ourselves (softmax, layer norm, ...) into trace
 // ops, in place; returns how many were rewritten. conv_as_mm: a 2-D 1x1 convolution of one
-// image becomes a matrix product (false where layout.cpp makes it one in channels-last form).
+// image becomes a matrix product (false where layout.cpp makes it a channels-last convolution).
 int decompose_externs(Trace &t, bool conv_as_mm = true);
 // layout.cpp (CPU): 2-D float32 convolutions become dynamo::conv_nhwc and the work between them
 // runs on [N, H, W, C] values; returns how many convolutions (0: the trace is unchanged).

@@ -423,7 +423,7 @@ std::string extern_choice(const Entry &en, size_t k) {
   if (!en.externs || k >= en.externs->ops.size()) return "";
   if (const auto &c = en.externs->convs[k]) {
     std::string ch = conv_step_choice(*c);
-    return ch == "onednn" || ch == "winograd" || ch == "timing" ? ch : "aten";
+    return ch == "onednn" || ch == "winograd" || ch == "packed" || ch == "timing" ? ch : "aten";
   }
   if (const auto &g = en.externs->gemms[k]) {
     std::lock_guard<std::mutex> l(g->mu);
@@ -442,7 +442,7 @@ std::string entry_choices(const Entry &en) {
   for (size_t k = 0; k < en.externs->ops.size(); ++k) {
     if (const auto &c = en.externs->convs[k]) {
       std::string ch = conv_step_choice(*c);
-      if (ch != "timing") add(k, ch == "onednn" || ch == "winograd" ? ch.c_str() : "aten");
+      if (ch != "timing") add(k, ch == "onednn" || ch == "winograd" || ch == "packed" ? ch.c_str() : "aten");
     } else if (const auto &g = en.externs->gemms[k]) {
       std::lock_guard<std::mutex> l(g->mu);
       if (g->mode != GemmStep::Timing) add(k, g->mode == GemmStep::Own ? "own" : "blas");
@@ -470,10 +470,11 @@ bool set_entry_choices(const Entry &en, const std::string &text, std::string *wh
       return false;
     }
     bool conv = en.externs->convs[k] != nullptr, gemm = en.externs->gemms[k] != nullptr;
-    bool fits = conv ? (choice == "onednn" || choice == "winograd" || choice == "aten") : gemm ? (choice == "own" || choice == "blas") : false;
+    bool fits = conv ? (choice == "onednn" || choice == "winograd" || choice == "packed" || choice == "aten")
+                     : gemm ? (choice == "own" || choice == "blas") : false;
     if (!fits) {
       *why = "step " + std::to_string(k) + " (" + en.plan.externs[k].callee + ") cannot take '" + choice + "'" +
-             (conv ? " (a convolution: onednn, winograd or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
+             (conv ? " (a convolution: onednn, winograd, packed or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
       return false;
     }
     picks.push_back({(size_t)k, choice});

@@ -118,11 +118,11 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
 // when the call kept no such tensor).
 DLManagedTensor *hand_out_extern_result(const RunContext &ctx, const void *data);
 // The measured choices of an entry's convolution and product steps, for a later process:
-// "<step>=<choice>" separated by spaces (conv: onednn | aten; product: own | blas), steps still
+// "<step>=<choice>" separated by spaces (conv: onednn | winograd | packed | aten; product: own | blas), steps still
 // timing left out. set_entry_choices applies such a text; false with *why for a malformed one
 // or a step that is not of that kind (then nothing is changed).
 std::string entry_choices(const Entry &en);
-// What extern step k chose by timing ("onednn", "winograd", "aten", "own", "blas", "timing"), or
+// What extern step k chose by timing ("onednn", "winograd", "packed", "aten", "own", "blas", "timing"), or
 // "" for a step that makes no choice.
 std::string extern_choice(const Entry &en, size_t k);
 // DYNAMO_PROFILE's times of an entry, as text: a first line "runs <n> <ns>" (runs of the trace

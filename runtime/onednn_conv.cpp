@@ -19,6 +19,7 @@
 #include "derived.h"
 #include "jit/ir.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
@@ -264,14 +265,64 @@ struct OnednnConv {
   }
 };
 
+// LibTorch's own oneDNN (the one inside the torch wheel: 3.x, where the system's is 2.6, and
+// with channels-last AVX2 kernels 1.5-3x faster than 2.6's at these sizes) through
+// mkldnn::_convolution_pointwise, the weight reordered once by aten::mkldnn_reorder_conv2d_weight
+// into LibTorch's blocked layout and kept as derived.h says -- what torch.compile runs for a
+// frozen convolution. Channels-last steps only (dynamo::conv_nhwc): its input is the channels-last
+// view and its result channels-last, so neither side is reordered.
+struct PackedConv {
+  const c10::OperatorHandle *op = nullptr;  // mkldnn::_convolution_pointwise
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+  Derived<at::Tensor> packed_w;
+
+  // Throws when this LibTorch has no oneDNN (a build without MKLDNN) or the shape is not 2-D.
+  explicit PackedConv(const ConvArgs &a)
+      : stride(a.stride), padding(a.padding), dilation(a.dilation), groups(a.groups) {
+    if (a.x.dim() != 4) throw std::runtime_error("not a 2-D convolution");
+    if (!at::hasMKLDNN()) throw std::runtime_error("this LibTorch has no oneDNN");
+    auto h = c10::Dispatcher::singleton().findSchema({"mkldnn::_convolution_pointwise", ""});
+    if (!h) throw std::runtime_error("this LibTorch has no mkldnn::_convolution_pointwise");
+    static c10::OperatorHandle keep = *h;  // (handles stay valid while the op is registered: always)
+    op = &keep;
+  }
+
+  // a.x: the [N, C, H, W] channels-last view of the step's [N, H, W, C] input; returns [N, H, W, C].
+  at::Tensor run(const ConvArgs &a, const uint64_t *version) {
+    std::optional<ContentKey> key;
+    if (version) key = ContentKey::of(a.w, *version);
+    std::shared_ptr<const at::Tensor> w = packed_w.get(key ? &*key : nullptr, [&] {
+      return at::mkldnn_reorder_conv2d_weight(a.w.contiguous().to_mkldnn(), padding, stride, dilation, groups,
+                                              a.x.sizes());
+    });
+    torch::jit::Stack st;
+    st.emplace_back(a.x);
+    st.emplace_back(*w);
+    st.emplace_back(a.b.defined() ? c10::IValue(a.b) : c10::IValue());
+    st.emplace_back(padding);
+    st.emplace_back(stride);
+    st.emplace_back(dilation);
+    st.emplace_back(groups);
+    st.emplace_back(std::string("none"));
+    st.emplace_back(c10::List<c10::optional<at::Scalar>>());
+    st.emplace_back(c10::IValue());
+    op->callBoxed(&st);
+    return st.at(0).toTensor().permute({0, 2, 3, 1}).contiguous();  // (a view: the result is channels-last)
+  }
+};
+
 struct ConvStep {
   std::mutex mu;
-  // The paths, also the index of t[]: LibTorch's kernel, oneDNN's direct kernel, oneDNN's Winograd.
-  enum Mode { Aten, OneDNN, Winograd, Timing } mode = Timing;
+  // The paths, also the index of t[]: LibTorch's kernel, oneDNN's direct kernel, oneDNN's
+  // Winograd, LibTorch's oneDNN with the weight packed once (PackedConv: channels-last steps).
+  enum Mode { Aten, OneDNN, Winograd, Packed, Timing } mode = Timing;
+  static constexpr int kPaths = 4;
   std::string why_aten;      // set when oneDNN does not apply
   std::string why_not_wino;  // set when Winograd does not apply or was refused
+  std::string why_not_packed;  // set when PackedConv does not apply
   int timed = 0;
-  double t[3] = {1e30, 1e30, 1e30};
+  double t[kPaths] = {1e30, 1e30, 1e30, 1e30};
   // After the choice: the chosen side's fastest of its next kWatchCalls calls; a choice that
   // turns out 1.5x slower than another path measured switches once (two timed calls can
   // mislead: another thread pool asleep then, spinning later).
@@ -284,7 +335,8 @@ struct ConvStep {
   // stored choice builds only the primitive it runs (a later process's first call pays no
   // Winograd kernel it does not use).
   std::unique_ptr<OnednnConv> direct, wino;  // wino: null where it does not apply
-  std::atomic<bool> direct_built{false}, wino_tried{false};
+  std::unique_ptr<PackedConv> packed;         // null where it does not apply
+  std::atomic<bool> direct_built{false}, wino_tried{false}, packed_tried{false};
   double wino_setup = 0;  // seconds: building the Winograd primitive, plus its first call's extra
   double wino_first = 0;  // its first timed call
 
@@ -305,19 +357,34 @@ struct ConvStep {
       }
       wino_tried = true;
     }
-    if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino)) && !direct_built) {
+    if ((mode == Timing || mode == Packed) && !packed_tried) {
+      if (!nhwc) {
+        why_not_packed = "not a channels-last step";
+      } else {
+        try {
+          packed = std::make_unique<PackedConv>(a);
+        } catch (const std::exception &e) {
+          why_not_packed = e.what();
+        }
+      }
+      packed_tried = true;
+    }
+    if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino) || (mode == Packed && !packed)) &&
+        !direct_built) {
       direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct, nhwc);
       direct_built = true;
     }
   }
 
   // The primitive `mode` runs on when it is built (Winograd: the direct kernel where oneDNN has
-  // no Winograd one), else null.
+  // no Winograd one; Packed: see ready_packed), else null.
   OnednnConv *ready(Mode mode) const {
     if (mode == Winograd && wino_tried) return wino ? wino.get() : direct_built ? direct.get() : nullptr;
+    if (mode == Packed && packed_tried && !packed) return direct_built ? direct.get() : nullptr;
     if (mode == OneDNN && direct_built) return direct.get();
     return nullptr;
   }
+  PackedConv *ready_packed(Mode mode) const { return mode == Packed && packed_tried ? packed.get() : nullptr; }
 
   // The fastest path measured among those still allowed, and its time. Winograd must win by
   // kWinogradMargin, and save its one-time cost (building its kernel, transforming the weights
@@ -326,7 +393,7 @@ struct ConvStep {
   // against 58 us a call for ~2 ms each on the first).
   Mode fastest(double *best) const {
     Mode m = Aten;
-    for (int k = OneDNN; k <= Winograd; ++k)
+    for (int k = OneDNN; k < kPaths; ++k)
       if (k != Winograd && t[k] < t[m]) m = Mode(k);
     if (t[Winograd] * kWinogradMargin < t[m] && (t[m] - t[Winograd]) * kWinogradPayback >= wino_setup) m = Winograd;
     *best = t[m];
@@ -342,6 +409,7 @@ std::shared_ptr<ConvStep> conv_step_for(const std::string &callee) {
   if (const char *env = getenv("DYNAMO_CONV")) {
     if (!strcmp(env, "onednn")) s->mode = ConvStep::OneDNN;
     if (!strcmp(env, "winograd")) s->mode = ConvStep::Winograd;  // where oneDNN has one; else the direct kernel
+    if (!strcmp(env, "packed")) s->mode = ConvStep::Packed;      // channels-last steps; else the direct kernel
     if (!strcmp(env, "aten")) {
       s->mode = ConvStep::Aten;
       s->why_aten = "DYNAMO_CONV=aten";
@@ -354,6 +422,7 @@ std::string conv_step_choice(const ConvStep &s) {
   switch (s.mode) {
     case ConvStep::OneDNN: return "onednn";
     case ConvStep::Winograd: return s.wino_tried && !s.wino ? "onednn" : "winograd";  // forced where it has none
+    case ConvStep::Packed: return s.packed_tried && !s.packed ? "onednn" : "packed";
     case ConvStep::Aten: return s.why_aten.empty() ? "aten" : "aten (" + s.why_aten + ")";
     default: return "timing";
   }
@@ -365,6 +434,8 @@ bool conv_step_choose(ConvStep &s, const std::string &choice) {
     s.mode = ConvStep::OneDNN;
   } else if (choice == "winograd") {
     s.mode = ConvStep::Winograd;  // the direct kernel if this process finds no Winograd kernel
+  } else if (choice == "packed") {
+    s.mode = ConvStep::Packed;  // the direct kernel if this process's LibTorch has no oneDNN
   } else if (choice == "aten") {
     s.mode = ConvStep::Aten;
     s.why_aten.clear();
@@ -377,7 +448,9 @@ bool conv_step_choose(ConvStep &s, const std::string &choice) {
 
 namespace {
 
-const char *path_name(int m) { return m == ConvStep::Aten ? "aten" : m == ConvStep::OneDNN ? "onednn" : "winograd"; }
+const char *path_name(int m) {
+  return m == ConvStep::Aten ? "aten" : m == ConvStep::OneDNN ? "onednn" : m == ConvStep::Packed ? "packed" : "winograd";
+}
 
 // max |got - want| <= tol * max |want| (false when either holds a NaN).
 bool agrees(const at::Tensor &got, const at::Tensor &want, double tol) {
@@ -436,7 +509,26 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
       *out = aten();
     }
   };
+  // LibTorch's oneDNN failing at run time: likewise.
+  auto packed_or_aten = [&](PackedConv &p, const ConvArgs &a) {
+    try {
+      *out = p.run(a, weight_version);
+    } catch (const std::exception &e) {
+      std::lock_guard<std::mutex> g(s.mu);
+      s.mode = ConvStep::Aten;
+      s.why_aten = std::string("LibTorch's oneDNN: ") + e.what();
+      *out = aten();
+    }
+  };
   ConvArgs a;
+  if (PackedConv *p = s.ready_packed(mode)) {
+    a.x = nchw_view(st[0].toTensor());
+    a.w = st[1].toTensor();
+    if (st[2].isTensor()) a.b = st[2].toTensor();
+    packed_or_aten(*p, a);
+    if (watch) watched();
+    return;
+  }
   if (OnednnConv *c = s.ready(mode)) {  // checked when built; a trace's shapes are static
     a.x = s.nhwc ? nchw_view(st[0].toTensor()) : st[0].toTensor();
     a.w = st[1].toTensor();
@@ -463,7 +555,10 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     return;
   }
   if (mode != ConvStep::Timing) {
-    onednn_or_aten(*s.ready(mode), a);
+    if (PackedConv *p = s.ready_packed(mode))
+      packed_or_aten(*p, a);
+    else
+      onednn_or_aten(*s.ready(mode), a);
     return;
   }
   // Timing: every path that applies, the fastest one's result returned (they agree within
@@ -471,22 +566,31 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   // not). The order rotates between the timed calls: whichever runs later can find the other's
   // threads still spinning (OpenBLAS after LibTorch's GEMM, OpenMP after oneDNN) and lose for
   // that alone.
+  constexpr int kPaths = ConvStep::kPaths;
   int first;
-  bool try_wino;
+  bool try_wino, try_packed;
   {
     std::lock_guard<std::mutex> g(s.mu);
-    first = s.timed % 3;
+    first = s.timed % kPaths;
     try_wino = s.wino && s.why_not_wino.empty();
+    try_packed = s.packed && s.why_not_packed.empty();
   }
-  at::Tensor got[3];
-  double took[3] = {1e30, 1e30, 1e30};
-  std::string dnnl_failed;
-  for (int i = 0; i < 3; ++i) {
-    int m = (first + i) % 3;
-    if (m == ConvStep::Winograd && !try_wino) continue;
+  at::Tensor got[kPaths];
+  double took[kPaths] = {1e30, 1e30, 1e30, 1e30};
+  std::string dnnl_failed, packed_failed;
+  for (int i = 0; i < kPaths; ++i) {
+    int m = (first + i) % kPaths;
+    if ((m == ConvStep::Winograd && !try_wino) || (m == ConvStep::Packed && !try_packed)) continue;
     double t1 = now();
     if (m == ConvStep::Aten) {
       got[m] = aten();
+    } else if (m == ConvStep::Packed) {
+      try {
+        got[m] = s.packed->run(a, weight_version);
+      } catch (const std::exception &e) {
+        packed_failed = e.what();
+        continue;
+      }
     } else {
       try {
         got[m] = (m == ConvStep::Winograd ? *s.wino : *s.direct).run(a, weight_version);
@@ -502,6 +606,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     refused = "its result differs from LibTorch's by more than " + std::to_string(kWinogradTolerance) +
               " of the largest output";
   std::lock_guard<std::mutex> g(s.mu);
+  if (!packed_failed.empty()) s.why_not_packed = "LibTorch's oneDNN: " + packed_failed;  // (the others still time)
   if (!dnnl_failed.empty()) {
     s.mode = ConvStep::Aten;
     s.why_aten = "oneDNN: " + dnnl_failed;
@@ -512,7 +617,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     if (s.t[ConvStep::Winograd] >= 1e30) s.wino_first = took[ConvStep::Winograd];
     else s.wino_setup += std::max(0.0, s.wino_first - std::min(s.t[ConvStep::Winograd], took[ConvStep::Winograd]));
   }
-  for (int m = 0; m < 3; ++m) s.t[m] = std::min(s.t[m], took[m]);
+  for (int m = 0; m < kPaths; ++m) s.t[m] = std::min(s.t[m], took[m]);
   if (!refused.empty()) {
     s.why_not_wino = refused;
     s.t[ConvStep::Winograd] = 1e30;
@@ -525,15 +630,17 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   // Winograd's first call also transforms the weights (65 ms for 512x512x3x3) and touches its
   // large scratchpad for the first time: a step where it applies always takes the second call.
   bool clear = m != ConvStep::Aten && !(s.timed == 0 && s.wino && s.why_not_wino.empty());
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < kPaths; ++k)
     if (k != m && s.t[k] < 1e30 && best * 1.5 >= s.t[k]) clear = false;
   if (++s.timed >= kTimedCalls || clear) {
     s.mode = m;
     if (getenv("DYNAMO_PRINT_CHOICES"))
-      fprintf(stderr, "conv %s: onednn %.1f us, winograd %s, aten %.1f us (src %s)\n", conv_step_choice(s).c_str(),
-              s.t[ConvStep::OneDNN] * 1e6,
+      fprintf(stderr, "conv %s: onednn %.1f us, winograd %s, packed %s, aten %.1f us (src %s)\n",
+              conv_step_choice(s).c_str(), s.t[ConvStep::OneDNN] * 1e6,
               s.t[ConvStep::Winograd] < 1e30 ? (std::to_string(s.t[ConvStep::Winograd] * 1e6) + " us").c_str()
                                               : ("- (" + s.why_not_wino + ")").c_str(),
+              s.t[ConvStep::Packed] < 1e30 ? (std::to_string(s.t[ConvStep::Packed] * 1e6) + " us").c_str()
+                                            : ("- (" + s.why_not_packed + ")").c_str(),
               s.t[ConvStep::Aten] * 1e6, c10::str(a.x.sizes()).c_str());
   }
   *out = got[m];

@@ -33,12 +33,14 @@ std::shared_ptr<ConvStep> conv_step_for(const std::string &callee);
 void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_version,
               const std::function<at::Tensor()> &aten, at::Tensor *out);
 
-// What the step chose, for logs and tests: "onednn" (the direct kernel), "winograd", "aten",
+// What the step chose, for logs and tests: "onednn" (the direct kernel), "winograd", "packed"
+// (LibTorch's oneDNN with the weight packed once: channels-last steps), "aten",
 // "timing" (not decided yet), or "aten (why oneDNN does not apply)".
 std::string conv_step_choice(const ConvStep &s);
 
 // Sets the step's path as a measurement made earlier (another process) chose it: "onednn",
-// "winograd" (the direct kernel where this process's oneDNN has none) or "aten"; false for any
+// "winograd" (the direct kernel where this process's oneDNN has none), "packed" (likewise where
+// this LibTorch has no oneDNN) or "aten"; false for any
 // other text. A oneDNN step that then fails still falls back to LibTorch.
 bool conv_step_choose(ConvStep &s, const std::string &choice);
 

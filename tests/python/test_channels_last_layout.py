@@ -1,6 +1,6 @@
 """Convolution chains kept channels-last through a trace (jit/layout.cpp), compared with eager on
-every call: each 2-D float32 convolution becomes dynamo::conv_nhwc ([N, H, W, C] in and out), a
-1x1 convolution a product of [N*H*W, C] rows with the transposed weight, and the
+every call: each 2-D float32 convolution becomes dynamo::conv_nhwc ([N, H, W, C] in and out; 1x1
+ones too), and the
 pointwise work and reductions between them run on the [N, H, W, C] values; whatever else reads a
 value (views, other LibTorch ops, outputs, side exits) reads the [N, C, H, W] original.
 
@@ -96,10 +96,10 @@ def test_channels_last_and_strided_inputs(tmp_path, monkeypatch):
 CONVS = [  # (input shape, weight shape, kwargs)
     ((1, 3, 17, 17), (8, 3, 3, 3), dict(padding=1)),
     ((2, 16, 9, 9), (16, 16, 3, 3), dict(stride=2, padding=1)),
-    ((1, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1: a product
+    ((1, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1
     ((1, 7, 1, 1), (5, 7, 1, 1), dict()),                               # one pixel
-    ((2, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1, batch 2: a product too
-    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),                    # strided 1x1: a convolution
+    ((2, 16, 8, 8), (32, 16, 1, 1), dict()),                            # 1x1, batch 2
+    ((1, 16, 9, 9), (32, 16, 1, 1), dict(stride=2)),                    # strided 1x1
     ((1, 12, 10, 10), (12, 1, 3, 3), dict(padding=1, groups=12)),       # depthwise
     ((1, 12, 11, 7), (24, 4, 3, 2), dict(padding=(1, 0), groups=3, dilation=(2, 1))),
     ((1, 8, 7, 7), (8, 8, 3, 3), dict(stride=3, padding=1)),
@@ -116,9 +116,7 @@ def test_conv_then_pointwise_matches_eager(xs, ws, kw, bias, tmp_path, monkeypat
     def f(x):
         return F.silu(F.conv2d(x, w, b, **kw) * scale + 1)
     steps = compare(f, lambda: (torch.randn(xs),), tmp_path, monkeypatch)
-    one_by_one = ws[2:] == (1, 1) and not kw
-    assert ("aten::mm" if one_by_one else "dynamo::conv_nhwc") in steps, steps
-    assert "aten::convolution" not in steps, steps
+    assert "dynamo::conv_nhwc" in steps and "aten::convolution" not in steps and "aten::mm" not in steps, steps
 
 
 def test_conv_output_returned_and_viewed(tmp_path, monkeypatch):
@@ -176,7 +174,27 @@ def test_weight_changed_between_calls(tmp_path, monkeypatch):
             model[0].weight.mul_(1.5)
             model[3].weight.add_(0.25)
             model[1].running_var.mul_(1.3)
-    assert "aten::mm" in plan_steps(tmp_path)
+    assert "dynamo::conv_nhwc" in plan_steps(tmp_path)
+
+
+@pytest.mark.parametrize("path", ["packed", "onednn", "aten"])
+def test_each_convolution_path_channels_last(path, tmp_path, monkeypatch):
+    """Every path a channels-last step can take (DYNAMO_CONV forces one), with a weight changed
+    in place between calls: LibTorch's oneDNN with the packed weight, the system oneDNN's
+    channels-last kernel, LibTorch's call."""
+    monkeypatch.setenv("DYNAMO_CONV", path)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), bn(16), nn.ReLU(), nn.Conv2d(16, 16, 3, 2, 1, groups=4),
+                          nn.ReLU(), nn.Conv2d(16, 8, 1)).eval()
+    monkeypatch.setenv("DYNAMO_DUMP_DIR", str(tmp_path))
+    jit = dynamo.optimize(model)
+    with torch.no_grad():
+        for k in range(4):
+            x = torch.randn(2, 8, 9, 7)
+            close(jit(x), model(x))
+            model[0].weight.mul_(1.5)
+            model[5].weight.add_(0.25)
+    assert dynamo.counters()["native_runs"] >= 3, dynamo.report()
+    assert "dynamo::conv_nhwc" in plan_steps(tmp_path)
 
 
 def test_layout_pass_turned_off(tmp_path, monkeypatch):

@@ -95,17 +95,19 @@ def test_winograd_shapes_match_eager(xs, ws, kw, bias, conv_path):
         return torch.relu(F.conv2d(x, w, b, **kw)) + 1
     jit = compare(f, lambda: (torch.randn(xs) * 3,))
     choices = jit.compiled[0].entry.choices().split()
-    assert len(choices) == 1 and choices[0].split("=")[1] in ("onednn", "winograd", "aten"), choices
-    if conv_path == "winograd" and not WINOGRAD_KERNELS:
+    assert len(choices) == 1 and choices[0].split("=")[1] in ("onednn", "winograd", "packed", "aten"), choices
+    path, _, layout = conv_path.partition("/")
+    if path == "winograd" and (not WINOGRAD_KERNELS or not layout):  # (channels-last steps have none)
         assert choices[0].endswith("=onednn"), choices  # the direct kernel stands in
-    elif conv_path != "auto":
-        assert choices[0].endswith("=" + conv_path), choices
+    elif path != "auto":
+        assert choices[0].endswith("=" + path), choices
 
 
 def test_winograd_refused_when_its_result_differs(monkeypatch):
     """A Winograd result that does not agree with LibTorch's (the comparison made to fail here)
     is never used by that step: the answers stay eager's, the choice is another path."""
     monkeypatch.setenv("DYNAMO_FAULT", "winograd_result")
+    monkeypatch.setenv("DYNAMO_LAYOUT", "nchw")  # (Winograd runs on blocked layouts: aten::convolution steps)
     monkeypatch.delenv("DYNAMO_CONV", raising=False)
     w = torch.randn(32, 32, 3, 3) / 17
 
@@ -115,13 +117,20 @@ def test_winograd_refused_when_its_result_differs(monkeypatch):
     assert jit.compiled[0].entry.choices().split("=")[1] in ("onednn", "aten")
 
 
-@pytest.fixture(params=["auto", "onednn", "winograd", "aten"])
+@pytest.fixture(params=["auto", "onednn", "winograd", "packed", "aten", "auto/nchw", "onednn/nchw", "winograd/nchw"])
 def conv_path(request, monkeypatch):
-    """Runs a test with the measured choice and with each path forced (DYNAMO_CONV)."""
-    if request.param == "auto":
+    """Runs a test with the measured choice and with each path forced (DYNAMO_CONV); "/nchw":
+    2-D convolutions on the recorded layout (DYNAMO_LAYOUT=nchw, aten::convolution steps), else
+    channels-last (dynamo::conv_nhwc, jit/layout.cpp)."""
+    path, _, layout = request.param.partition("/")
+    if path == "auto":
         monkeypatch.delenv("DYNAMO_CONV", raising=False)
     else:
-        monkeypatch.setenv("DYNAMO_CONV", request.param)
+        monkeypatch.setenv("DYNAMO_CONV", path)
+    if layout:
+        monkeypatch.setenv("DYNAMO_LAYOUT", layout)
+    else:
+        monkeypatch.delenv("DYNAMO_LAYOUT", raising=False)
     return request.param
 
 
