@@ -171,6 +171,8 @@ struct OnednnConv {
   // primitive reads and writes channels-last as the trace holds it (no `any`: oneDNN would
   // choose its blocked layout and both reorders with it).
   OnednnConv(const ConvArgs &a, dnnl::algorithm alg, bool channels_last) : nhwc(channels_last) {
+    if (alg == dnnl::algorithm::convolution_direct && jit::fault_injected("conv_direct"))  // tests
+      throw std::runtime_error("injected fault: no direct kernel");
     int64_t sd = a.x.dim() - 2;
     memory::dims strides(a.stride.begin(), a.stride.end()), dil(sd), pl(a.padding.begin(), a.padding.end()), pr(sd);
     out_sizes = {a.x.size(0), a.w.size(0)};
@@ -321,6 +323,7 @@ struct ConvStep {
   std::string why_aten;      // set when oneDNN does not apply
   std::string why_not_wino;  // set when Winograd does not apply or was refused
   std::string why_not_packed;  // set when PackedConv does not apply
+  std::string direct_failed;   // set when the system oneDNN failed (building or running) where another path stays
   int timed = 0;
   double t[kPaths] = {1e30, 1e30, 1e30, 1e30};
   // After the choice: the chosen side's fastest of its next kWatchCalls calls; a choice that
@@ -340,7 +343,9 @@ struct ConvStep {
   double wino_setup = 0;  // seconds: building the Winograd primitive, plus its first call's extra
   double wino_first = 0;  // its first timed call
 
-  // Builds what `mode` runs on (Timing: every path), once; throws when the direct kernel cannot be built.
+  // Builds what `mode` runs on (Timing: every path), once; throws when the system oneDNN's
+  // direct kernel cannot be built and no other oneDNN path applies (a channels-last step keeps
+  // LibTorch's oneDNN then: oneDNN 2.6 has no channels-last kernel for dilated convolutions).
   void build(const ConvArgs &a, Mode mode) {
     groups = a.groups;
     if ((mode == Timing || mode == Winograd) && !wino_tried) {
@@ -371,7 +376,12 @@ struct ConvStep {
     }
     if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino) || (mode == Packed && !packed)) &&
         !direct_built) {
-      direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct, nhwc);
+      try {
+        direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct, nhwc);
+      } catch (const std::exception &e) {
+        if (!packed || (mode != Timing && mode != Packed)) throw;
+        direct_failed = std::string("oneDNN: ") + e.what();
+      }
       direct_built = true;
     }
   }
@@ -555,10 +565,16 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     return;
   }
   if (mode != ConvStep::Timing) {
-    if (PackedConv *p = s.ready_packed(mode))
+    if (PackedConv *p = s.ready_packed(mode)) {
       packed_or_aten(*p, a);
-    else
-      onednn_or_aten(*s.ready(mode), a);
+    } else if (OnednnConv *c = s.ready(mode)) {
+      onednn_or_aten(*c, a);
+    } else {  // (a forced path this step has no primitive for)
+      std::lock_guard<std::mutex> g(s.mu);
+      s.mode = ConvStep::Aten;
+      s.why_aten = s.direct_failed.empty() ? "no oneDNN primitive" : s.direct_failed;
+      *out = aten();
+    }
     return;
   }
   // Timing: every path that applies, the fastest one's result returned (they agree within
@@ -568,11 +584,12 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   // that alone.
   constexpr int kPaths = ConvStep::kPaths;
   int first;
-  bool try_wino, try_packed;
+  bool try_wino, try_packed, try_direct;
   {
     std::lock_guard<std::mutex> g(s.mu);
     first = s.timed % kPaths;
-    try_wino = s.wino && s.why_not_wino.empty();
+    try_direct = s.direct && s.direct_failed.empty();
+    try_wino = s.wino && s.why_not_wino.empty() && s.direct_failed.empty();
     try_packed = s.packed && s.why_not_packed.empty();
   }
   at::Tensor got[kPaths];
@@ -580,7 +597,9 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   std::string dnnl_failed, packed_failed;
   for (int i = 0; i < kPaths; ++i) {
     int m = (first + i) % kPaths;
-    if ((m == ConvStep::Winograd && !try_wino) || (m == ConvStep::Packed && !try_packed)) continue;
+    if ((m == ConvStep::Winograd && !try_wino) || (m == ConvStep::Packed && !try_packed) ||
+        (m == ConvStep::OneDNN && !try_direct))
+      continue;
     double t1 = now();
     if (m == ConvStep::Aten) {
       got[m] = aten();
@@ -608,10 +627,14 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   std::lock_guard<std::mutex> g(s.mu);
   if (!packed_failed.empty()) s.why_not_packed = "LibTorch's oneDNN: " + packed_failed;  // (the others still time)
   if (!dnnl_failed.empty()) {
-    s.mode = ConvStep::Aten;
-    s.why_aten = "oneDNN: " + dnnl_failed;
-    *out = got[ConvStep::Aten];
-    return;
+    if (!try_packed || !packed_failed.empty()) {  // (no oneDNN path left)
+      s.mode = ConvStep::Aten;
+      s.why_aten = "oneDNN: " + dnnl_failed;
+      *out = got[ConvStep::Aten];
+      return;
+    }
+    s.direct_failed = "oneDNN: " + dnnl_failed;  // LibTorch's oneDNN and LibTorch's call stay
+    s.t[ConvStep::OneDNN] = s.t[ConvStep::Winograd] = took[ConvStep::OneDNN] = took[ConvStep::Winograd] = 1e30;
   }
   if (took[ConvStep::Winograd] < 1e30) {  // its first call transforms the weights: that time is setup
     if (s.t[ConvStep::Winograd] >= 1e30) s.wino_first = took[ConvStep::Winograd];

@@ -197,6 +197,34 @@ def test_each_convolution_path_channels_last(path, tmp_path, monkeypatch):
     assert "dynamo::conv_nhwc" in plan_steps(tmp_path)
 
 
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_system_onednn_without_a_kernel(layout, monkeypatch, capfd):
+    """The system oneDNN has no kernel for a step (oneDNN 2.6 has no channels-last one for
+    dilated convolutions; injected here for every convolution): a channels-last step still times
+    LibTorch's oneDNN against LibTorch's call and keeps the faster, an aten::convolution step
+    takes LibTorch's."""
+    monkeypatch.setenv("DYNAMO_FAULT", "conv_direct")
+    monkeypatch.setenv("DYNAMO_LAYOUT", layout)
+    monkeypatch.setenv("DYNAMO_PRINT_CHOICES", "1")
+    monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    w = torch.randn(16, 8, 3, 3)
+
+    def f(x):
+        return F.relu(F.conv2d(x, w, padding=2, dilation=2)) * 2
+    jit = dynamo.optimize(f)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(1, 8, 10, 10)
+            close(jit(x), f(x))
+    assert dynamo.counters()["native_runs"] >= 4, dynamo.report()
+    choice = jit.compiled[0].entry.choices().split("=")[1]
+    if layout == "nhwc":
+        timed = [line for line in capfd.readouterr().err.splitlines() if line.startswith("conv ")]
+        assert len(timed) == 1 and ", packed - (" not in timed[0] and choice in ("packed", "aten"), (timed, choice)
+    else:
+        assert choice == "aten", choice
+
+
 def test_layout_pass_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("DYNAMO_LAYOUT", "nchw")
     model = Block().eval()
