@@ -6,7 +6,7 @@
 // channels-last kernel or LibTorch's call, as the step measures) need no reorder on either side.
 // The pointwise work between convolutions (batch norm folded into a scale and shift,
 // activations, residual adds) runs on the same [N, H, W, C] values, and so do reductions over
-// them (global pooling) and max and average pooling. Only where something else reads a value (a
+// them (global pooling), max and average pooling and concatenations. Only where something else reads a value (a
 // view, an extern, an output, a side exit's live values) is it read as the original [N, C, H, W]
 // value: a permute view of the channels-last one, which the fused loops and LibTorch read with
 // strides.
@@ -227,6 +227,43 @@ struct Layouts {
     return true;
   }
 
+  // aten::cat of 4-D values, one at least with an NHWC form: the same concatenation of the NHWC
+  // forms along the dim's place there (DenseNet's and Inception's channel concatenations).
+  bool concat(const Inst &in) {
+    if (in.op != Op::extern_ || in.callee != "aten::cat" || in.results.size() != 1 || in.args.empty() ||
+        in.args[0].kind != Operand::TensorList)
+      return false;
+    const size_t n = (size_t)in.args[0].i;
+    if (n == 0 || in.args.size() < 1 + n || in.args.size() > 2 + n) return false;
+    const Type &r = t.types[(size_t)in.results[0]];
+    if (!r.tensor || r.rank() != 4) return false;
+    bool any = false;
+    for (size_t k = 1; k <= n; ++k) {
+      const Operand &o = in.args[k];
+      if (o.kind != Operand::Value || t.types[(size_t)o.value].rank() != 4) return false;
+      any |= nhwc[(size_t)o.value] >= 0;
+    }
+    int64_t d = 0;
+    if (in.args.size() == 2 + n) {
+      if (in.args[1 + n].kind != Operand::Int) return false;
+      d = in.args[1 + n].i < 0 ? in.args[1 + n].i + 4 : in.args[1 + n].i;
+    }
+    if (!any || d < 0 || d > 3) return false;
+    Inst c = in;
+    for (size_t k = 1; k <= n; ++k) c.args[k] = for_nhwc(in.args[k]);
+    if (in.args.size() == 2 + n)
+      c.args[1 + n] = Operand::integer(kPos[d]);
+    else
+      c.args.push_back(Operand::integer(kPos[d]));
+    Type ty = r;
+    ty.sizes = permuted(r.sizes, kToNhwc);
+    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
+    c.results = {y};
+    out.insts.push_back(std::move(c));
+    nhwc[(size_t)in.results[0]] = y;
+    return true;
+  }
+
   // Any other instruction, on original values.
   void copy(const Inst &orig) {
     Inst in = orig;
@@ -261,7 +298,7 @@ int nhwc_layouts(Trace &t) {
         l.convolution(in);
         continue;
       }
-      if (l.pointwise(in) || l.reduction(in) || l.pooling(in)) continue;
+      if (l.pointwise(in) || l.reduction(in) || l.pooling(in) || l.concat(in)) continue;
       l.copy(in);
     }
     for (int32_t o : t.outputs) l.out.outputs.push_back(l.original(o));

@@ -246,3 +246,17 @@ def test_pooling_channels_last(pool, step, tmp_path, monkeypatch):
     steps = compare(lambda x: F.relu(pool(F.relu(conv(x)))), lambda: (torch.randn(2, 3, 9, 11),), tmp_path,
                     monkeypatch)
     assert "dynamo::conv_nhwc" in steps and step in steps, steps
+
+
+@pytest.mark.parametrize("dim", [1, -3, 2, 3, 0])
+def test_concatenation_channels_last(dim, tmp_path, monkeypatch):
+    """DenseNet's pattern: a convolution's result concatenated with its input, then convolved
+    again; along channels and along the other dims (the second operand has no channels-last form)."""
+    conv_a = nn.Conv2d(6, 6, 3, padding=1).eval()
+    conv_b = nn.Conv2d(12 if dim in (1, -3) else 6, 4, 1).eval()
+
+    def f(x):
+        y = torch.cat([F.relu(conv_a(x)), x], dim)
+        return conv_b(y), y.sum((2, 3))
+    steps = compare(f, lambda: (torch.randn(2, 6, 5, 7),), tmp_path, monkeypatch)
+    assert "dynamo::conv_nhwc" in steps, steps
