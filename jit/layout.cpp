@@ -27,9 +27,23 @@ namespace dynamo::jit {
 
 namespace {
 
-const std::vector<int64_t> kToNhwc = {0, 2, 3, 1}, kToNchw = {0, 3, 1, 2};
-// Where dimension d of an [N, C, H, W] value sits in its [N, H, W, C] form.
-constexpr int64_t kPos[4] = {0, 3, 1, 2};
+// Images are 4-D ([N, C, H, W]) or 5-D ([N, C, D, H, W]); their channels-last forms put C last.
+bool image_rank(int r) { return r == 4 || r == 5; }
+// The permutation from a rank-r value to its channels-last form ([0, 2, 3, 1] for 4-D).
+std::vector<int64_t> to_cl(int r) {
+  std::vector<int64_t> p = {0};
+  for (int64_t d = 2; d < r; ++d) p.push_back(d);
+  p.push_back(1);
+  return p;
+}
+// ...and back ([0, 3, 1, 2]).
+std::vector<int64_t> to_orig(int r) {
+  std::vector<int64_t> p = {0, r - 1};
+  for (int64_t d = 1; d < r - 1; ++d) p.push_back(d);
+  return p;
+}
+// Where dimension d of a rank-r value sits in its channels-last form.
+int64_t pos(int r, int64_t d) { return d == 0 ? 0 : d == 1 ? r - 1 : d - 1; }
 
 Operand V(int32_t v) { return Operand::val(v); }
 Operand L(std::vector<int64_t> v) {
@@ -55,12 +69,15 @@ bool nhwc_conv(const Trace &t, const Inst &in) {
     return o.kind == Operand::Value && t.types[o.value].tensor && t.types[o.value].dtype == DType::F32 &&
            t.types[o.value].rank() == rank;
   };
-  if (!tensor(x, 4) || !tensor(w, 4) || !(b.kind == Operand::None || tensor(b, 1))) return false;
+  if (x.kind != Operand::Value || !image_rank(t.types[x.value].rank())) return false;
+  const int rank = t.types[x.value].rank();
+  if (!tensor(x, rank) || !tensor(w, rank) || !(b.kind == Operand::None || tensor(b, 1))) return false;
   for (int k = 3; k <= 5; ++k)
     if (in.args[k].kind != Operand::IntList) return false;
   if (in.args[6].kind != Operand::Bool || in.args[6].i || in.args[8].kind != Operand::Int) return false;
   const Type &r = t.types[in.results[0]];
-  return r.tensor && r.dtype == DType::F32 && r.rank() == 4 && r.numel() > 0 && t.types[x.value].numel() > 0;
+  return r.tensor && r.dtype == DType::F32 && r.rank() == t.types[x.value].rank() && r.numel() > 0 &&
+         t.types[x.value].numel() > 0;
 }
 
 bool reduction_with_dims(Op op) {
@@ -98,25 +115,26 @@ struct Layouts {
 
   // v (a value of t) in its original layout: the permute view of its NHWC form when only that exists.
   int32_t original(int32_t v) {
-    if (nchw[(size_t)v] < 0) nchw[(size_t)v] = emit(Op::permute, {V(nhwc[(size_t)v]), L(kToNchw)});
+    if (nchw[(size_t)v] < 0) nchw[(size_t)v] = emit(Op::permute, {V(nhwc[(size_t)v]), L(to_orig(t.types[(size_t)v].rank()))});
     return nchw[(size_t)v];
   }
 
-  // Operand o of an op whose result is 4-D, for the op's NHWC form: broadcast right-aligned to
-  // 4 dims, then permuted. Rank-0 tensors and scalars stay as they are.
-  Operand for_nhwc(const Operand &o) {
+  // Operand o of an op whose result has rank r (an image rank), for the op's channels-last
+  // form: broadcast right-aligned to r dims, then permuted. Rank-0 tensors and scalars stay as
+  // they are.
+  Operand for_nhwc(const Operand &o, int r) {
     if (o.kind != Operand::Value) return o;
     int32_t v = o.value;
     const Type &ty = t.types[(size_t)v];
     if (!ty.tensor || ty.rank() == 0) return V(original(v));
-    if (ty.rank() == 4 && nhwc[(size_t)v] >= 0) return V(nhwc[(size_t)v]);
+    if (ty.rank() == r && nhwc[(size_t)v] >= 0) return V(nhwc[(size_t)v]);
     int32_t x = original(v);
-    if (ty.rank() < 4) {
-      std::vector<int64_t> s(4 - (size_t)ty.rank(), 1);
+    if (ty.rank() < r) {
+      std::vector<int64_t> s((size_t)(r - ty.rank()), 1);
       s.insert(s.end(), ty.sizes.begin(), ty.sizes.end());
       x = emit(Op::reshape, {V(x), L(s)});
     }
-    return V(emit(Op::permute, {V(x), L(kToNhwc)}));
+    return V(emit(Op::permute, {V(x), L(to_cl(r))}));
   }
 
   void expect(int32_t got, int32_t orig, const std::vector<int64_t> &sizes) {
@@ -130,15 +148,16 @@ struct Layouts {
   bool pointwise(const Inst &in) {
     if (op_info(in.op).kind != OpKind::POINTWISE || in.op == Op::copy_ || in.results.size() != 1) return false;
     const Type &r = t.types[(size_t)in.results[0]];
-    if (!r.tensor || r.rank() != 4) return false;
+    if (!r.tensor || !image_rank(r.rank())) return false;
     bool any = false;
     for (const Operand &o : in.args)
-      if (o.kind == Operand::Value && t.types[(size_t)o.value].rank() == 4 && nhwc[(size_t)o.value] >= 0) any = true;
+      if (o.kind == Operand::Value && t.types[(size_t)o.value].rank() == r.rank() && nhwc[(size_t)o.value] >= 0)
+        any = true;
     if (!any) return false;
     std::vector<Operand> args;
-    for (const Operand &o : in.args) args.push_back(for_nhwc(o));
+    for (const Operand &o : in.args) args.push_back(for_nhwc(o, r.rank()));
     int32_t y = emit(in.op, std::move(args));
-    expect(y, in.results[0], permuted(r.sizes, kToNhwc));
+    expect(y, in.results[0], permuted(r.sizes, to_cl(r.rank())));
     nhwc[(size_t)in.results[0]] = y;
     return true;
   }
@@ -149,26 +168,28 @@ struct Layouts {
   bool reduction(const Inst &in) {
     if (!reduction_with_dims(in.op) || in.results.size() != 1 || in.args.empty()) return false;
     const Operand &x = in.args[0];
-    if (x.kind != Operand::Value || t.types[(size_t)x.value].rank() != 4 || nhwc[(size_t)x.value] < 0) return false;
+    if (x.kind != Operand::Value || !image_rank(t.types[(size_t)x.value].rank()) || nhwc[(size_t)x.value] < 0)
+      return false;
+    const int rank = t.types[(size_t)x.value].rank();
     const Operand &dims = in.args[1], &keep = in.args.back();
     if (dims.kind != Operand::IntList || dims.list.empty() || keep.kind != Operand::Bool) return false;
-    std::vector<char> reduced(4, 0);
+    std::vector<char> reduced((size_t)rank, 0);
     std::vector<int64_t> mapped;
     for (int64_t d : dims.list) {
-      if (d < -4 || d > 3) return false;
-      int64_t n = d < 0 ? d + 4 : d;
+      if (d < -rank || d >= rank) return false;
+      int64_t n = d < 0 ? d + rank : d;
       reduced[(size_t)n] = 1;
-      mapped.push_back(kPos[n]);
+      mapped.push_back(pos(rank, n));
     }
     std::sort(mapped.begin(), mapped.end());
     if (std::adjacent_find(mapped.begin(), mapped.end()) != mapped.end()) return false;
     const Type &r = t.types[(size_t)in.results[0]];
     if (!keep.i) {
       int64_t last = -1;
-      for (int64_t d = 0; d < 4; ++d) {
+      for (int64_t d = 0; d < rank; ++d) {
         if (reduced[(size_t)d]) continue;
-        if (kPos[d] < last) return false;  // the dims left would come out in another order
-        last = kPos[d];
+        if (pos(rank, d) < last) return false;  // the dims left would come out in another order
+        last = pos(rank, d);
       }
     }
     std::vector<Operand> args = in.args;
@@ -176,7 +197,7 @@ struct Layouts {
     args[1] = L(mapped);
     int32_t y = emit(in.op, std::move(args));
     if (keep.i) {
-      expect(y, in.results[0], permuted(r.sizes, kToNhwc));
+      expect(y, in.results[0], permuted(r.sizes, to_cl(rank)));
       nhwc[(size_t)in.results[0]] = y;
     } else {
       expect(y, in.results[0], r.sizes);
@@ -191,11 +212,12 @@ struct Layouts {
     c.op = Op::extern_;
     c.callee = "dynamo::conv_nhwc";
     int32_t x = in.args[0].value;
-    Operand xin = nhwc[(size_t)x] >= 0 ? V(nhwc[(size_t)x]) : V(emit(Op::permute, {V(original(x)), L(kToNhwc)}));
+    const std::vector<int64_t> cl = to_cl(r.rank());
+    Operand xin = nhwc[(size_t)x] >= 0 ? V(nhwc[(size_t)x]) : V(emit(Op::permute, {V(original(x)), L(cl)}));
     c.args = {xin, V(original(in.args[1].value)), in.args[2].kind == Operand::Value ? V(original(in.args[2].value)) : in.args[2],
               in.args[3], in.args[4], in.args[5], in.args[8]};
     Type ty = r;
-    ty.sizes = permuted(r.sizes, kToNhwc);
+    ty.sizes = permuted(r.sizes, cl);
     int32_t y = out.new_value(ty, (int32_t)out.insts.size());
     c.results.push_back(y);
     out.insts.push_back(std::move(c));
@@ -219,7 +241,7 @@ struct Layouts {
     p.callee = max ? "dynamo::max_pool2d_nhwc" : "dynamo::avg_pool2d_nhwc";
     p.args[0] = V(nhwc[(size_t)x.value]);
     Type ty = r;
-    ty.sizes = permuted(r.sizes, kToNhwc);
+    ty.sizes = permuted(r.sizes, to_cl(4));
     int32_t y = out.new_value(ty, (int32_t)out.insts.size());
     p.results = {y};
     out.insts.push_back(std::move(p));
@@ -236,27 +258,28 @@ struct Layouts {
     const size_t n = (size_t)in.args[0].i;
     if (n == 0 || in.args.size() < 1 + n || in.args.size() > 2 + n) return false;
     const Type &r = t.types[(size_t)in.results[0]];
-    if (!r.tensor || r.rank() != 4) return false;
+    if (!r.tensor || !image_rank(r.rank())) return false;
+    const int rank = r.rank();
     bool any = false;
     for (size_t k = 1; k <= n; ++k) {
       const Operand &o = in.args[k];
-      if (o.kind != Operand::Value || t.types[(size_t)o.value].rank() != 4) return false;
+      if (o.kind != Operand::Value || t.types[(size_t)o.value].rank() != rank) return false;
       any |= nhwc[(size_t)o.value] >= 0;
     }
     int64_t d = 0;
     if (in.args.size() == 2 + n) {
       if (in.args[1 + n].kind != Operand::Int) return false;
-      d = in.args[1 + n].i < 0 ? in.args[1 + n].i + 4 : in.args[1 + n].i;
+      d = in.args[1 + n].i < 0 ? in.args[1 + n].i + rank : in.args[1 + n].i;
     }
-    if (!any || d < 0 || d > 3) return false;
+    if (!any || d < 0 || d >= rank) return false;
     Inst c = in;
-    for (size_t k = 1; k <= n; ++k) c.args[k] = for_nhwc(in.args[k]);
+    for (size_t k = 1; k <= n; ++k) c.args[k] = for_nhwc(in.args[k], rank);
     if (in.args.size() == 2 + n)
-      c.args[1 + n] = Operand::integer(kPos[d]);
+      c.args[1 + n] = Operand::integer(pos(rank, d));
     else
-      c.args.push_back(Operand::integer(kPos[d]));
+      c.args.push_back(Operand::integer(pos(rank, d)));
     Type ty = r;
-    ty.sizes = permuted(r.sizes, kToNhwc);
+    ty.sizes = permuted(r.sizes, to_cl(rank));
     int32_t y = out.new_value(ty, (int32_t)out.insts.size());
     c.results = {y};
     out.insts.push_back(std::move(c));

@@ -1,5 +1,6 @@
 // channels_last_ops.cpp -- the ops jit/layout.cpp puts into traces whose convolution chains run
-// channels-last: each takes and returns [N, H, W, C] tensors (dense, C innermost) and computes
+// channels-last: each takes and returns [N, H, W, C] tensors (dense, C innermost; conv_nhwc also
+// [N, D, H, W, C]) and computes
 // what its ATen namesake computes on the [N, C, H, W] view of them. The extern steps call them
 // through the dispatcher like any ATen op; dynamo::conv_nhwc's steps go to oneDNN first
 // (runtime/onednn_conv.cpp) and come here for their LibTorch path.
@@ -14,17 +15,21 @@ namespace dynamo::runtime {
 
 namespace {
 
-at::Tensor nchw(const at::Tensor &x, const char *op) {
-  TORCH_CHECK(x.dim() == 4, "dynamo::", op, ": the input must be [N, H, W, C], got ", x.dim(), " dimensions");
-  return x.permute({0, 3, 1, 2});
+at::Tensor nchw(const at::Tensor &x, const char *op, bool three_d = false) {
+  TORCH_CHECK(x.dim() == 4 || (three_d && x.dim() == 5), "dynamo::", op, ": the input must be [N, H, W, C]",
+              three_d ? " or [N, D, H, W, C]" : "", ", got ", x.dim(), " dimensions");
+  return x.dim() == 5 ? x.permute({0, 4, 1, 2, 3}) : x.permute({0, 3, 1, 2});
 }
 
-at::Tensor nhwc(const at::Tensor &y) { return y.permute({0, 2, 3, 1}).contiguous(); }
+at::Tensor nhwc(const at::Tensor &y) {
+  return (y.dim() == 5 ? y.permute({0, 2, 3, 4, 1}) : y.permute({0, 2, 3, 1})).contiguous();
+}
 
 at::Tensor conv_nhwc(const at::Tensor &x, const at::Tensor &w, const c10::optional<at::Tensor> &b,
                      at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   std::vector<int64_t> no_output_padding(stride.size(), 0);
-  return nhwc(at::convolution(nchw(x, "conv_nhwc"), w, b, stride, padding, dilation, false, no_output_padding, groups));
+  return nhwc(at::convolution(nchw(x, "conv_nhwc", true), w, b, stride, padding, dilation, false, no_output_padding,
+                              groups));
 }
 
 at::Tensor max_pool2d_nhwc(const at::Tensor &x, at::IntArrayRef kernel, at::IntArrayRef stride,

@@ -65,8 +65,10 @@ bool int_list(const c10::IValue &v, size_t n, std::vector<int64_t> *out) {
   return out->size() == n;
 }
 
-// dynamo::conv_nhwc's input [N, H, W, C] as the [N, C, H, W] view oneDNN describes.
-at::Tensor nchw_view(const at::Tensor &x) { return x.permute({0, 3, 1, 2}); }
+// dynamo::conv_nhwc's input [N, H, W, C] ([N, D, H, W, C]) as the [N, C, H, W] view oneDNN describes.
+at::Tensor nchw_view(const at::Tensor &x) {
+  return x.dim() == 5 ? x.permute({0, 4, 1, 2, 3}) : x.permute({0, 3, 1, 2});
+}
 
 // Why oneDNN cannot run these arguments, or "" when it can. nhwc: dynamo::conv_nhwc's 7
 // (input, weight, bias?, stride, padding, dilation, groups; input and result [N, H, W, C]).
@@ -76,7 +78,7 @@ std::string parse(const torch::jit::Stack &st, bool nhwc, ConvArgs *a) {
   a->x = st[0].toTensor();
   a->w = st[1].toTensor();
   if (nhwc) {
-    if (a->x.dim() != 4) return "dynamo::conv_nhwc's input is not 4-D";
+    if (a->x.dim() != 4 && a->x.dim() != 5) return "dynamo::conv_nhwc's input is not 4-D or 5-D";
     a->x = nchw_view(a->x);
   }
   int64_t sd = a->x.dim() - 2;
@@ -206,11 +208,15 @@ struct OnednnConv {
 #endif
     prim = dnnl::convolution_forward(pd);
     // (a channels-last input as the nhwc tag: strides of size-1 dims would tell them apart)
-    src_user = nhwc && a.x.dim() == 4 && a.x.is_contiguous(at::MemoryFormat::ChannelsLast)
-                   ? memory::desc(dims_of(a.x.sizes()), memory::data_type::f32, tag::nhwc)
-                   : plain_desc(a.x);
+    if (nhwc && sd == 2 && a.x.is_contiguous(at::MemoryFormat::ChannelsLast))
+      src_user = memory::desc(dims_of(a.x.sizes()), memory::data_type::f32, tag::nhwc);
+    else if (nhwc && sd == 3 && a.x.is_contiguous(at::MemoryFormat::ChannelsLast3d))
+      src_user = memory::desc(dims_of(a.x.sizes()), memory::data_type::f32, tag::ndhwc);
+    else
+      src_user = plain_desc(a.x);
     dst_user = memory::desc(out_sizes, memory::data_type::f32,
-                            nhwc ? tag::nhwc : sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
+                            nhwc ? (sd == 2 ? tag::nhwc : tag::ndhwc)
+                                 : sd == 1 ? tag::ncw : sd == 2 ? tag::nchw : tag::ncdhw);
     reorder_src = pd.src_desc() != src_user;
     reorder_dst = pd.dst_desc() != dst_user;
     if (reorder_src) src_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src_user, cpu_engine(), pd.src_desc()));
@@ -236,7 +242,12 @@ struct OnednnConv {
     dnnl::stream &strm = cpu_stream();
     std::shared_ptr<const at::Tensor> w = weights(a, version, strm);
     // (a tensor the program may get: ATen's own, resizable; [N, H, W, C] for conv_nhwc)
-    at::Tensor out = nhwc ? at::empty({out_sizes[0], out_sizes[2], out_sizes[3], out_sizes[1]}) : at::empty(out_sizes);
+    std::vector<int64_t> out_shape = out_sizes;  // [N, C, spatial...], or [N, spatial..., C] for conv_nhwc
+    if (nhwc) {
+      out_shape.erase(out_shape.begin() + 1);
+      out_shape.push_back(out_sizes[1]);
+    }
+    at::Tensor out = at::empty(out_shape);
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
     memory src_p = src, dst_p = dst;
@@ -279,10 +290,10 @@ struct PackedConv {
   int64_t groups = 1;
   Derived<at::Tensor> packed_w;
 
-  // Throws when this LibTorch has no oneDNN (a build without MKLDNN) or the shape is not 2-D.
+  // Throws when this LibTorch has no oneDNN (a build without MKLDNN) or the shape is not 2-D or 3-D.
   explicit PackedConv(const ConvArgs &a)
       : stride(a.stride), padding(a.padding), dilation(a.dilation), groups(a.groups) {
-    if (a.x.dim() != 4) throw std::runtime_error("not a 2-D convolution");
+    if (a.x.dim() != 4 && a.x.dim() != 5) throw std::runtime_error("not a 2-D or 3-D convolution");
     if (!at::hasMKLDNN()) throw std::runtime_error("this LibTorch has no oneDNN");
     auto h = c10::Dispatcher::singleton().findSchema({"mkldnn::_convolution_pointwise", ""});
     if (!h) throw std::runtime_error("this LibTorch has no mkldnn::_convolution_pointwise");
@@ -295,6 +306,9 @@ struct PackedConv {
     std::optional<ContentKey> key;
     if (version) key = ContentKey::of(a.w, *version);
     std::shared_ptr<const at::Tensor> w = packed_w.get(key ? &*key : nullptr, [&] {
+      if (a.x.dim() == 5)
+        return at::mkldnn_reorder_conv3d_weight(a.w.contiguous().to_mkldnn(), padding, stride, dilation, groups,
+                                                a.x.sizes());
       return at::mkldnn_reorder_conv2d_weight(a.w.contiguous().to_mkldnn(), padding, stride, dilation, groups,
                                               a.x.sizes());
     });
@@ -310,7 +324,8 @@ struct PackedConv {
     st.emplace_back(c10::List<c10::optional<at::Scalar>>());
     st.emplace_back(c10::IValue());
     op->callBoxed(&st);
-    return st.at(0).toTensor().permute({0, 2, 3, 1}).contiguous();  // (a view: the result is channels-last)
+    at::Tensor y = st.at(0).toTensor();  // channels-last: permuted back, it is dense (no copy)
+    return (y.dim() == 5 ? y.permute({0, 2, 3, 4, 1}) : y.permute({0, 2, 3, 1})).contiguous();
   }
 };
 

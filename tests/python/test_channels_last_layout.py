@@ -260,3 +260,53 @@ def test_concatenation_channels_last(dim, tmp_path, monkeypatch):
         return conv_b(y), y.sum((2, 3))
     steps = compare(f, lambda: (torch.randn(2, 6, 5, 7),), tmp_path, monkeypatch)
     assert "dynamo::conv_nhwc" in steps, steps
+
+
+def bn3(c):
+    m = nn.BatchNorm3d(c).eval()
+    with torch.no_grad():
+        m.running_mean.uniform_(-1, 1)
+        m.running_var.uniform_(0.5, 2)
+        m.weight.uniform_(0.5, 1.5)
+    return m
+
+
+class Video(nn.Module):
+    """3-D convolutions ([N, C, D, H, W], as torchvision's r3d/r2plus1d): stem, a residual block
+    with a (2+1)-D factorized pair, global pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv3d(3, 8, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False), bn3(8), nn.ReLU())
+        self.a = nn.Sequential(nn.Conv3d(8, 8, (1, 3, 3), padding=(0, 1, 1), bias=False), bn3(8), nn.ReLU(),
+                               nn.Conv3d(8, 8, (3, 1, 1), padding=(1, 0, 0), bias=False), bn3(8))
+        self.down = nn.Conv3d(8, 16, 1, stride=2)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = F.relu(self.a(x) + x)
+        x = F.relu(self.down(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool3d(x, 1), 1))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 4, 16, 16), (2, 3, 3, 9, 7), (1, 3, 1, 1, 1)])
+@pytest.mark.parametrize("path", ["auto", "packed", "onednn", "aten"])
+def test_3d_convolutions_channels_last(shape, path, tmp_path, monkeypatch):
+    if path == "auto":
+        monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    else:
+        monkeypatch.setenv("DYNAMO_CONV", path)
+    model = Video().eval()
+    steps = compare(model, lambda: (torch.randn(shape),), tmp_path, monkeypatch)
+    assert "dynamo::conv_nhwc" in steps and "aten::convolution" not in steps, steps
+
+
+def test_3d_reductions_and_concatenation(tmp_path, monkeypatch):
+    conv = nn.Conv3d(4, 6, 3, padding=1).eval()
+
+    def f(x):
+        y = F.relu(conv(x))
+        z = torch.cat([y, y * 2], 1)
+        return z.mean((2, 3, 4), keepdim=True) * z, z.sum(1), z.amax(2)
+    compare(f, lambda: (torch.randn(2, 4, 3, 5, 6),), tmp_path, monkeypatch)
