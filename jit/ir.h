@@ -157,7 +157,7 @@ void simplify_trace(Trace &t);
 // ops, in place; returns how many were rewritten. conv_as_mm: a 2-D 1x1 convolution of one
 // image becomes a matrix product (false where layout.cpp makes it a channels-last convolution).
 int decompose_externs(Trace &t, bool conv_as_mm = true);
-// layout.cpp (CPU): 2-D float32 convolutions become dynamo::conv_nhwc and the work between them
+// layout.cpp (CPU): 2-D and 3-D float32 convolutions become dynamo::conv_nhwc and the work between them
 // runs on [N, H, W, C] values; returns how many convolutions (0: the trace is unchanged).
 // DYNAMO_LAYOUT=nchw turns it off (nhwc_layouts_enabled).
 int nhwc_layouts(Trace &t);

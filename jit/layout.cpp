@@ -1,15 +1,16 @@
 // layout.cpp -- activations of convolution chains kept channels-last (NHWC) through a trace
 // (CPU). A graph compiler picks one layout per tensor for the whole graph; an extern per op would
-// pick it per call. Every aten::convolution of a 4-D float32 image (1x1 ones included) becomes
-// dynamo::conv_nhwc, which reads and writes [N, H, W, C] tensors, so the convolution kernels
+// pick it per call. Every aten::convolution of a 4-D or 5-D float32 image (1x1 ones included)
+// becomes dynamo::conv_nhwc, which reads and writes [N, H, W, C] ([N, D, H, W, C]) tensors, so
+// the convolution kernels
 // (runtime/onednn_conv.cpp: LibTorch's oneDNN with the weight packed once, the system oneDNN's
 // channels-last kernel or LibTorch's call, as the step measures) need no reorder on either side.
 // The pointwise work between convolutions (batch norm folded into a scale and shift,
 // activations, residual adds) runs on the same [N, H, W, C] values, and so do reductions over
-// them (global pooling), max and average pooling and concatenations. Only where something else reads a value (a
-// view, an extern, an output, a side exit's live values) is it read as the original [N, C, H, W]
-// value: a permute view of the channels-last one, which the fused loops and LibTorch read with
-// strides.
+// them (global pooling), 2-D max and average pooling and concatenations. Only where something
+// else reads a value (a view, an extern, an output, a side exit's live values) is it read as the
+// original [N, C, H, W] value: a permute view of the channels-last one, which the fused loops and
+// LibTorch read with strides.
 //
 // (A 1x1 convolution of one image as a matrix product -- jit/decompose.cpp does that where this
 // pass is off -- made resnext50_32x4d at 64x64 20.7 ms against 12.9 ms as convolutions here.)
@@ -59,7 +60,7 @@ std::vector<int64_t> permuted(const std::vector<int64_t> &s, const std::vector<i
   return r;
 }
 
-// Is `in` a convolution dynamo::conv_nhwc runs: 2-D, float32, not transposed, its stride,
+// Is `in` a convolution dynamo::conv_nhwc runs: 2-D or 3-D, float32, not transposed, its stride,
 // padding, dilation and groups literals?
 bool nhwc_conv(const Trace &t, const Inst &in) {
   if (in.op != Op::extern_ || in.callee != "aten::convolution" || in.args.size() != 9 || in.results.size() != 1)
