@@ -1,13 +1,13 @@
 // channels_last_ops.cpp -- the ops jit/layout.cpp puts into traces whose convolution chains run
 // channels-last: each takes and returns [N, H, W, C] tensors (dense, C innermost; conv_nhwc also
-// [N, D, H, W, C]) and computes
-// what its ATen namesake computes on the [N, C, H, W] view of them. The extern steps call them
-// through the dispatcher like any ATen op; dynamo::conv_nhwc's steps go to oneDNN first
-// (runtime/onednn_conv.cpp) and come here for their LibTorch path.
+// [N, D, H, W, C]) and computes what its ATen namesake computes on the [N, C, H, W] view of them.
+// The extern steps call them through the dispatcher like any ATen op; dynamo::conv_nhwc's steps
+// go to oneDNN first (runtime/onednn_conv.cpp) and come here for their LibTorch path.
 //
 // LibTorch runs a channels-last [N, C, H, W] tensor through its channels-last kernels (oneDNN's
 // for convolutions) and returns a channels-last result, so permuting that back to [N, H, W, C]
-// is a view of dense memory: `.contiguous()` copies nothing.
+// is a view of dense memory and `.contiguous()` copies nothing (it copies where a kernel returns
+// another layout: correct either way).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
