@@ -2,9 +2,9 @@
 // (CPU). A graph compiler picks one layout per tensor for the whole graph; an extern per op would
 // pick it per call. Every aten::convolution of a 4-D or 5-D float32 image (1x1 ones included)
 // becomes dynamo::conv_nhwc, which reads and writes [N, H, W, C] ([N, D, H, W, C]) tensors, so
-// the convolution kernels
-// (runtime/onednn_conv.cpp: LibTorch's oneDNN with the weight packed once, the system oneDNN's
-// channels-last kernel or LibTorch's call, as the step measures) need no reorder on either side.
+// the convolution kernels (runtime/onednn_conv.cpp: LibTorch's oneDNN with the weight packed
+// once, the system oneDNN's channels-last kernel or LibTorch's call, as the step measures) need
+// no reorder on either side.
 // The pointwise work between convolutions (batch norm folded into a scale and shift,
 // activations, residual adds) runs on the same [N, H, W, C] values, and so do reductions over
 // them (global pooling), 2-D max and average pooling and concatenations. Only where something
