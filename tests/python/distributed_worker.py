@@ -141,9 +141,12 @@ def main():
             out["error"] = f"{type(e).__name__}: {e}"[:400]
     print(json.dumps(out), flush=True)
     if what != "killed":
-        dist.destroy_process_group()
-    else:
-        os._exit(0)  # (the group lost a rank: tearing it down could wait on the dead peer)
+        dist.barrier()  # both ranks are done with every collective
+    sys.stderr.flush()
+    # No teardown: gloo's process group destroyed while the peer exits can abort the process
+    # ("terminate called without an active exception", rc -6) after the results are out (seen
+    # once in a clean-clone CI run); the killed case's group has lost a rank and would wait.
+    os._exit(0)
 
 
 if __name__ == "__main__":
