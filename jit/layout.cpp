@@ -145,6 +145,18 @@ struct Layouts {
                                     ", expected " + print_type(w, false) + " permuted");
   }
 
+  // Appends extern `e` (its operands already in `out`) as the one instruction computing the
+  // channels-last form of t's result `orig`: its result type is orig's, permuted.
+  void emit_channels_last(Inst e, int32_t orig) {
+    const Type &r = t.types[(size_t)orig];
+    Type ty = r;
+    ty.sizes = permuted(r.sizes, to_cl(r.rank()));
+    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
+    e.results = {y};
+    out.insts.push_back(std::move(e));
+    nhwc[(size_t)orig] = y;
+  }
+
   // A pointwise op with a 4-D result reading at least one value that has an NHWC form.
   bool pointwise(const Inst &in) {
     if (op_info(in.op).kind != OpKind::POINTWISE || in.op == Op::copy_ || in.results.size() != 1) return false;
@@ -208,21 +220,13 @@ struct Layouts {
   }
 
   void convolution(const Inst &in) {
-    const Type &r = t.types[(size_t)in.results[0]];
     Inst c;
     c.op = Op::extern_;
     c.callee = "dynamo::conv_nhwc";
-    int32_t x = in.args[0].value;
-    const std::vector<int64_t> cl = to_cl(r.rank());
-    Operand xin = nhwc[(size_t)x] >= 0 ? V(nhwc[(size_t)x]) : V(emit(Op::permute, {V(original(x)), L(cl)}));
-    c.args = {xin, V(original(in.args[1].value)), in.args[2].kind == Operand::Value ? V(original(in.args[2].value)) : in.args[2],
-              in.args[3], in.args[4], in.args[5], in.args[8]};
-    Type ty = r;
-    ty.sizes = permuted(r.sizes, cl);
-    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
-    c.results.push_back(y);
-    out.insts.push_back(std::move(c));
-    nhwc[(size_t)in.results[0]] = y;
+    const Operand &b = in.args[2];
+    c.args = {for_nhwc(in.args[0], t.types[(size_t)in.results[0]].rank()), V(original(in.args[1].value)),
+              b.kind == Operand::Value ? V(original(b.value)) : b, in.args[3], in.args[4], in.args[5], in.args[8]};
+    emit_channels_last(std::move(c), in.results[0]);
   }
 
   // Max pooling (its indices unused) and average pooling of a value that has an NHWC form, by
@@ -241,12 +245,7 @@ struct Layouts {
     Inst p = in;
     p.callee = max ? "dynamo::max_pool2d_nhwc" : "dynamo::avg_pool2d_nhwc";
     p.args[0] = V(nhwc[(size_t)x.value]);
-    Type ty = r;
-    ty.sizes = permuted(r.sizes, to_cl(4));
-    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
-    p.results = {y};
-    out.insts.push_back(std::move(p));
-    nhwc[(size_t)in.results[0]] = y;
+    emit_channels_last(std::move(p), in.results[0]);
     return true;
   }
 
@@ -279,12 +278,7 @@ struct Layouts {
       c.args[1 + n] = Operand::integer(pos(rank, d));
     else
       c.args.push_back(Operand::integer(pos(rank, d)));
-    Type ty = r;
-    ty.sizes = permuted(r.sizes, to_cl(rank));
-    int32_t y = out.new_value(ty, (int32_t)out.insts.size());
-    c.results = {y};
-    out.insts.push_back(std::move(c));
-    nhwc[(size_t)in.results[0]] = y;
+    emit_channels_last(std::move(c), in.results[0]);
     return true;
   }
 

@@ -524,27 +524,19 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     return;
   }
   // oneDNN failing at run time (it should not): this step uses LibTorch from now on.
-  auto onednn_or_aten = [&](OnednnConv &c, const ConvArgs &a) {
+  // `who` (an OnednnConv or a PackedConv) runs the call, or LibTorch does when it throws.
+  auto run_or_aten = [&](auto &who, const ConvArgs &a, const char *what) {
     try {
-      *out = c.run(a, weight_version);
+      *out = who.run(a, weight_version);
     } catch (const std::exception &e) {
       std::lock_guard<std::mutex> g(s.mu);
       s.mode = ConvStep::Aten;
-      s.why_aten = std::string("oneDNN: ") + e.what();
+      s.why_aten = std::string(what) + ": " + e.what();
       *out = aten();
     }
   };
-  // LibTorch's oneDNN failing at run time: likewise.
-  auto packed_or_aten = [&](PackedConv &p, const ConvArgs &a) {
-    try {
-      *out = p.run(a, weight_version);
-    } catch (const std::exception &e) {
-      std::lock_guard<std::mutex> g(s.mu);
-      s.mode = ConvStep::Aten;
-      s.why_aten = std::string("LibTorch's oneDNN: ") + e.what();
-      *out = aten();
-    }
-  };
+  auto onednn_or_aten = [&](OnednnConv &c, const ConvArgs &a) { run_or_aten(c, a, "oneDNN"); };
+  auto packed_or_aten = [&](PackedConv &p, const ConvArgs &a) { run_or_aten(p, a, "LibTorch's oneDNN"); };
   ConvArgs a;
   if (PackedConv *p = s.ready_packed(mode)) {
     a.x = nchw_view(st[0].toTensor());

@@ -45,8 +45,9 @@ def compare(fn, make_args, tmp_path, monkeypatch, calls=CALLS, strides=True, nat
     return plan_steps(tmp_path)
 
 
-def bn(c):
-    m = nn.BatchNorm2d(c).eval()
+def bn(c, kind=nn.BatchNorm2d):
+    """Eval batch norm with statistics and affine parameters that are not the identity."""
+    m = kind(c).eval()
     with torch.no_grad():
         m.running_mean.uniform_(-1, 1)
         m.running_var.uniform_(0.5, 2)
@@ -263,12 +264,7 @@ def test_concatenation_channels_last(dim, tmp_path, monkeypatch):
 
 
 def bn3(c):
-    m = nn.BatchNorm3d(c).eval()
-    with torch.no_grad():
-        m.running_mean.uniform_(-1, 1)
-        m.running_var.uniform_(0.5, 2)
-        m.weight.uniform_(0.5, 1.5)
-    return m
+    return bn(c, nn.BatchNorm3d)
 
 
 class Video(nn.Module):
