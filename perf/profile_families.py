@@ -1,7 +1,7 @@
 """Where a zoo model's time goes, dynamo beside torch.compile (Inductor), per op family.
 
     PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/profile_families.py \
-        --models resnet50,timm.poolformer_s12,hf.bert [--calls 20]
+        --models resnet50,timm.poolformer_s12,hf.bert [--calls 20] [--top 10]
 
 Each side runs in a process of its own (the zoo's models, inputs, threads and Inductor settings,
 perf/models.py), warms up, then times `calls` calls and profiles the same number again:
@@ -81,6 +81,7 @@ def child(name, side, calls):
             call()
         wall = (time.perf_counter() - t0) / calls * 1e3
         fams = dict.fromkeys(FAMILY_ORDER, 0.0)
+        names = {}  # op or step name -> ms per call (the --top list)
         if side == "dynamo":
             before = _entries()
             t0 = time.perf_counter()
@@ -91,6 +92,7 @@ def child(name, side, calls):
             for k, (runs, ns, what) in _entries().items():
                 d = (ns - before.get(k, (0, 0, ""))[1]) / 1e6 / calls
                 fams[family(what)] += d
+                names[what] = names.get(what, 0.0) + d
                 code += d
             fams["outside"] = max(0.0, profiled_wall - code)
         else:
@@ -107,9 +109,11 @@ def child(name, side, calls):
                 if key.startswith("aten::") or "cpp_fused" in key or "mkldnn" in key or "mkl" in key or \
                         key.startswith("torch_ops::") or key.startswith("inductor::"):
                     fams[family(key)] += ms
+                    names[key] = names.get(key, 0.0) + ms
                     inside += ms
             fams["outside"] = max(0.0, profiled_wall - inside)
-    print("@profile " + json.dumps({"wall": wall, "families": fams}), flush=True)
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:50]
+    print("@profile " + json.dumps({"wall": wall, "families": fams, "top": top}), flush=True)
 
 
 def run_side(name, side, calls):
@@ -129,6 +133,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet50")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--top", type=int, default=0, help="also list each side's N costliest ops or steps")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -144,6 +149,10 @@ def main():
             a, b = d["families"][fam], i["families"][fam]
             if a or b:
                 print(f"  {fam:<15} {a:9.3f} {b:9.3f}{'   <-- dynamo slower by %.2f ms' % (a - b) if a - b > 0.2 else ''}")
+        for side, r in (("dynamo", d), ("inductor", i)) if args.top else ():
+            print(f"  {side}'s costliest (ms per call):")
+            for what, ms in r["top"][:args.top]:
+                print(f"    {ms:8.3f}  {what[:110]}")
     return 0
 
 

@@ -26,20 +26,32 @@ namespace dynamo::runtime {
 
 using jit::ErrorCode;
 
-// A matrix product step: which implementation it measured faster, and its B packed for the own
-// GEMM (a linear layer's weight), kept across calls.
+// A matrix product step: which implementation it measured fastest, and its B packed for the
+// own GEMM or for MKL (a linear layer's weight), kept across calls.
 struct GemmStep {
   std::mutex mu;
-  enum Mode { Timing, Own, Blas } mode = Timing;
+  // The sides, also the index of t[]: LibTorch's BLAS (or OpenBLAS spread over the trace's
+  // threads), the own GEMM, MKL's packed GEMM (linear layers' weights only).
+  enum Mode { Blas, Own, Mkl, Timing } mode = Timing;
+  static constexpr int kSides = 3;
   int timed = 0;
-  double t_own = 1e30, t_blas = 1e30;
+  double t[kSides] = {1e30, 1e30, 1e30};
   // After the choice: the chosen side's fastest of its next kWatchCalls calls. Timing two calls
   // can mislead (another pool's threads asleep then, spinning later): a choice whose calls turn
-  // out 1.5x slower than the other side measured switches once.
+  // out 1.5x slower than another side measured switches once.
   int watched = 0;
   double t_watch = 1e30;
   Derived<std::vector<float>> packed_b;
+  struct MklPacked {
+    at::Tensor w;  // MKL's packed form (an opaque mkldnn tensor)
+    int64_t m;     // the row count it was packed for
+  };
+  Derived<MklPacked> mkl_b;
 };
+
+const char *gemm_side_name(GemmStep::Mode m) {
+  return m == GemmStep::Own ? "own" : m == GemmStep::Mkl ? "mkl" : m == GemmStep::Blas ? "blas" : "timing";
+}
 
 struct ExternOps {
   std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: a side exit (guard)
@@ -103,24 +115,27 @@ c10::IValue literal_ivalue(const jit::Operand &o, const c10::Argument *arg) {
 }
 
 // -- matrix multiplies -------------------------------------------------------------------
-// aten::mm / addmm / bmm on float32 may run in runtime/gemm.cpp instead of the BLAS LibTorch
-// calls (Debian's LibTorch says BLAS_INFO=generic whichever libblas.so.3 is loaded: the
-// reference BLAS, ~4 GFLOP/s, or OpenBLAS). Which is faster is measured where it matters, in
-// the trace: each product step runs both on its first call (and a second unless the own GEMM
-// wins the first by 1.5x) and keeps the faster, as the convolution steps do. Timing in place
-// sees what a benchmark of the GEMM alone does not: a threaded BLAS brings threads of its own,
-// which on a small machine fight the OpenMP threads the rest of the trace runs on (2-10x slower
-// products here), and a linear layer's weight is packed once and kept (derived.h). The own side
-// of a one-row product is a GEMV, which streams B once. DYNAMO_GEMM=0 or 1 decides instead.
+// aten::mm / addmm / bmm on float32 have three sides: LibTorch's BLAS call (MKL in the torch
+// wheel; Debian's LibTorch says BLAS_INFO=generic: the reference BLAS or OpenBLAS), the own GEMM
+// of runtime/gemm.cpp, and MKL's packed GEMM for a linear layer's weight (below). Which is
+// fastest is measured where it matters, in the trace: each product step runs every side that
+// takes it on its first two calls (the sides that pack B do so on the first) and keeps the
+// fastest, as the convolution steps do. Timing in place sees what a benchmark of the GEMM alone
+// does not: a threaded BLAS brings threads of its own, which on a small machine fight the OpenMP
+// threads the rest of the trace runs on (2-10x slower products here), and a weight is packed once
+// and kept (derived.h). The own side of a one-row product is a GEMV, of up to 32 rows against a
+// weight dot products that stream the weight once (sgemm_few_rows). DYNAMO_GEMM=0 (the BLAS
+// call), 1 (own) or mkl decides instead.
 constexpr int kTimedCalls = 2;
 constexpr int kWatchCalls = 8;
 
-int forced_gemm() {  // -1: measure; 0: LibTorch's BLAS; 1: the own GEMM
-  static const int f = [] {
-    const char *env = getenv("DYNAMO_GEMM");
-    return env && *env ? (env[0] != '0' ? 1 : 0) : -1;
-  }();
-  return f;
+// -1: measure; else the GemmStep::Mode DYNAMO_GEMM names (0: blas, 1: own, mkl). Read as each
+// entry's product steps are made.
+int forced_gemm() {
+  const char *env = getenv("DYNAMO_GEMM");
+  if (!env || !*env) return -1;
+  if (!strcmp(env, "mkl")) return (int)GemmStep::Mkl;
+  return env[0] != '0' ? (int)GemmStep::Own : (int)GemmStep::Blas;
 }
 
 void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
@@ -149,10 +164,14 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
   return sgemv(b.size(1), b.size(0), x.data_ptr<float>(), view_of(b), out.data_ptr<float>(), accumulate, parallel);
 }
 
+// Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows.
+constexpr int64_t kFewRows = 32;
+
 // C (+)= a * b by the GEMM, with b packed once and kept when its version is known (b_version).
 void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, GemmStep *g,
                  const uint64_t *b_version) {
   int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  if (m <= kFewRows && sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
   if (!g || !b_version) {
     sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
     return;
@@ -326,6 +345,74 @@ bool blas_matmul(const std::string &callee, const torch::jit::Stack &st, at::Ten
   return false;
 }
 
+// -- MKL's packed GEMM ----------------------------------------------------------------------
+// The third side of a product step whose B is a linear layer's weight: the transposed view of a
+// contiguous [N, K] tensor the caller versions. MKL (inside the torch wheel) packs it once, for the
+// step's row count M (mkl::_mkl_reorder_linear_weight), and multiplies by the packed form
+// (mkl::_mkl_linear): what torch.compile runs for a frozen linear layer. At M = 17 (a ViT-B
+// block at 64x64) it beats MKL's plain sgemm by 20-30%, which packs B on every call. The packed
+// form's nominal size is 2-5x the weight's (at least ~8 MB), but what it touches is about the
+// weight's (10 packed 3072x768 weights: +16 MB resident); a step that chose another side drops it.
+// Products of fewer than kMklMinWeight weight elements are left to the other sides.
+constexpr int64_t kMklMinWeight = int64_t(1) << 12;
+
+struct MklOps {
+  std::optional<c10::OperatorHandle> pack, linear;
+};
+
+const MklOps &mkl_ops() {  // empty where this LibTorch has no MKL
+  static const MklOps ops = [] {
+    MklOps o;
+    if (!at::hasMKL()) return o;
+    auto pack = c10::Dispatcher::singleton().findSchema({"mkl::_mkl_reorder_linear_weight", ""});
+    auto linear = c10::Dispatcher::singleton().findSchema({"mkl::_mkl_linear", ""});
+    if (pack && linear) {
+      o.pack = *pack;
+      o.linear = *linear;
+    }
+    return o;
+  }();
+  return ops;
+}
+
+// The op computed into *out by MKL's packed GEMM when it is a float32 mm, or an addmm (alpha =
+// beta = 1) with a bias of one row, whose B is a versioned weight MKL can pack; false otherwise
+// (the caller uses another side).
+bool mkl_matmul(const std::string &callee, const torch::jit::Stack &st, GemmStep &g, const uint64_t *b_version,
+                at::Tensor *out) {
+  const MklOps &ops = mkl_ops();
+  if (!b_version || !ops.linear) return false;
+  bool mm = callee == "aten::mm" && st.size() == 2;
+  bool addmm = callee == "aten::addmm" && st.size() == 5 && is_one(st[3]) && is_one(st[4]);
+  if (!mm && !addmm) return false;
+  const c10::IValue &av = st[mm ? 0 : 1], &bv = st[mm ? 1 : 2];
+  if (!is_f32(av, 2) || !is_f32(bv, 2)) return false;
+  const at::Tensor &a = av.toTensor(), &b = bv.toTensor();
+  int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (b.size(0) != k || m == 0 || n * k < kMklMinWeight || b.stride(0) != 1 || b.stride(1) != k) return false;
+  c10::IValue bias;
+  if (addmm) {
+    if (!st[0].isTensor()) return false;
+    const at::Tensor &c = st[0].toTensor();
+    bool row = c.scalar_type() == at::kFloat && c.numel() == n &&
+               (c.dim() == 1 || (c.dim() == 2 && c.size(0) == 1));
+    if (!row) return false;
+    bias = c.reshape({n});
+  }
+  at::Tensor w = b.t();  // the weight, [N, K] contiguous
+  ContentKey key = ContentKey::of(b, *b_version);
+  auto packed = g.mkl_b.get(&key, [&] {
+    torch::jit::Stack p{w, m};
+    ops.pack->callBoxed(&p);
+    return GemmStep::MklPacked{p.at(0).toTensor(), m};
+  });
+  // (a row count other than the packed one: MKL's op runs LibTorch's linear instead)
+  torch::jit::Stack call{a, packed->w, w, bias, packed->m};
+  ops.linear->callBoxed(&call);
+  *out = call.at(0).toTensor();
+  return true;
+}
+
 // The "blas" side of a product step: OpenBLAS on the trace's threads where blas_matmul takes
 // the op, else LibTorch's own call.
 void blas_product(const std::string &callee, const c10::OperatorHandle &op, torch::jit::Stack &stack) {
@@ -412,7 +499,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
     std::shared_ptr<GemmStep> g;
     if (product) {
       g = std::make_shared<GemmStep>();
-      if (forced_gemm() >= 0) g->mode = forced_gemm() ? GemmStep::Own : GemmStep::Blas;
+      if (forced_gemm() >= 0) g->mode = (GemmStep::Mode)forced_gemm();
     }
     ops->gemms.push_back(std::move(g));
   }
@@ -427,7 +514,7 @@ std::string extern_choice(const Entry &en, size_t k) {
   }
   if (const auto &g = en.externs->gemms[k]) {
     std::lock_guard<std::mutex> l(g->mu);
-    return g->mode == GemmStep::Timing ? "timing" : g->mode == GemmStep::Own ? "own" : "blas";
+    return gemm_side_name(g->mode);
   }
   return "";
 }
@@ -445,7 +532,7 @@ std::string entry_choices(const Entry &en) {
       if (ch != "timing") add(k, ch == "onednn" || ch == "winograd" || ch == "packed" ? ch.c_str() : "aten");
     } else if (const auto &g = en.externs->gemms[k]) {
       std::lock_guard<std::mutex> l(g->mu);
-      if (g->mode != GemmStep::Timing) add(k, g->mode == GemmStep::Own ? "own" : "blas");
+      if (g->mode != GemmStep::Timing) add(k, gemm_side_name(g->mode));
     }
   }
   return out;
@@ -471,10 +558,10 @@ bool set_entry_choices(const Entry &en, const std::string &text, std::string *wh
     }
     bool conv = en.externs->convs[k] != nullptr, gemm = en.externs->gemms[k] != nullptr;
     bool fits = conv ? (choice == "onednn" || choice == "winograd" || choice == "packed" || choice == "aten")
-                     : gemm ? (choice == "own" || choice == "blas") : false;
+                     : gemm ? (choice == "own" || choice == "blas" || choice == "mkl") : false;
     if (!fits) {
       *why = "step " + std::to_string(k) + " (" + en.plan.externs[k].callee + ") cannot take '" + choice + "'" +
-             (conv ? " (a convolution: onednn, winograd, packed or aten)" : gemm ? " (a product: own or blas)" : " (it makes no choice)");
+             (conv ? " (a convolution: onednn, winograd, packed or aten)" : gemm ? " (a product: own, blas or mkl)" : " (it makes no choice)");
       return false;
     }
     picks.push_back({(size_t)k, choice});
@@ -485,7 +572,7 @@ bool set_entry_choices(const Entry &en, const std::string &text, std::string *wh
     } else {
       GemmStep &g = *en.externs->gemms[k];
       std::lock_guard<std::mutex> l(g.mu);
-      g.mode = choice == "own" ? GemmStep::Own : GemmStep::Blas;
+      g.mode = choice == "own" ? GemmStep::Own : choice == "mkl" ? GemmStep::Mkl : GemmStep::Blas;
       g.watched = kWatchCalls;  // nothing measured in this process to compare with
     }
   }
@@ -620,91 +707,108 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// A matrix product step (GemmStep): the own GEMM or LibTorch's BLAS, as the step measured;
-// the stack holds the arguments and, after, the result.
+// Runs side m of a product step on stack (its arguments; after, its result); false when that
+// side cannot take the op (the caller uses another).
+bool run_side(runtime::GemmStep::Mode m, runtime::GemmStep &g, const std::string &callee, const uint64_t *b_version,
+              const c10::OperatorHandle &op, torch::jit::Stack &stack) {
+  at::Tensor out;
+  bool ok = m == runtime::GemmStep::Own   ? runtime::own_matmul(callee, stack, &out, &g, b_version)
+            : m == runtime::GemmStep::Mkl ? runtime::mkl_matmul(callee, stack, g, b_version, &out)
+                                          : false;
+  if (m == runtime::GemmStep::Blas) {
+    runtime::blas_product(callee, op, stack);
+    return true;
+  }
+  if (!ok) return false;
+  stack.clear();
+  stack.emplace_back(std::move(out));
+  return true;
+}
+
+// After the choice, the kept packing of a side not taken is dropped (MKL's is several times the
+// weight's size). Called with g.mu held.
+void drop_unused_packings(runtime::GemmStep &g) {
+  if (g.mode != runtime::GemmStep::Own) g.packed_b.clear();
+  if (g.mode != runtime::GemmStep::Mkl) g.mkl_b.clear();
+}
+
+// A matrix product step (GemmStep): LibTorch's BLAS, the own GEMM or MKL's packed one, as the
+// step measured; the stack holds the arguments and, after, the result.
 void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::RunContext *ctx,
                  const c10::OperatorHandle &op, torch::jit::Stack &stack) {
-  runtime::GemmStep::Mode mode;
+  using Mode = runtime::GemmStep::Mode;
+  Mode mode;
   {
     std::lock_guard<std::mutex> l(g.mu);
     mode = g.mode;
   }
   const uint64_t *b_version = arg_version(ctx, e, e.callee == "aten::addmm" ? 2 : 1);
-  at::Tensor own;
-  if (mode != runtime::GemmStep::Timing) {
+  if (mode != Mode::Timing) {
     bool watch;
     {
       std::lock_guard<std::mutex> l(g.mu);
       watch = g.watched < runtime::kWatchCalls;
     }
     double t0 = watch ? seconds_now() : 0;
-    if (mode == runtime::GemmStep::Blas) {
-      runtime::blas_product(e.callee, op, stack);
-    } else if (runtime::own_matmul(e.callee, stack, &own, &g, b_version)) {
-      stack.clear();
-      stack.emplace_back(std::move(own));
-    } else {
-      op.callBoxed(&stack);
-    }
+    if (!run_side(mode, g, e.callee, b_version, op, stack)) run_side(Mode::Blas, g, e.callee, b_version, op, stack);
     if (watch) {
       double t = seconds_now() - t0;
       std::lock_guard<std::mutex> l(g.mu);
       g.t_watch = std::min(g.t_watch, t);
       if (++g.watched == runtime::kWatchCalls) {
-        double other = g.mode == runtime::GemmStep::Blas ? g.t_own : g.t_blas;
-        if (g.t_watch > 1.5 * other) {
-          g.mode = g.mode == runtime::GemmStep::Blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
+        Mode other = Mode::Timing;  // the fastest side measured besides the chosen one
+        for (int s = 0; s < runtime::GemmStep::kSides; ++s)
+          if (s != g.mode && g.t[s] < 1e30 && (other == Mode::Timing || g.t[s] < g.t[other])) other = (Mode)s;
+        if (other != Mode::Timing && g.t_watch > 1.5 * g.t[other]) {
           if (getenv("DYNAMO_PRINT_CHOICES"))
-            fprintf(stderr, "%s switched to %s: its %d calls took %.1f us at best, the other measured %.1f us\n",
-                    e.callee.c_str(), g.mode == runtime::GemmStep::Own ? "own" : "blas", runtime::kWatchCalls,
-                    g.t_watch * 1e6, other * 1e6);
+            fprintf(stderr, "%s switched to %s: its %d calls took %.1f us at best, %s measured %.1f us\n",
+                    e.callee.c_str(), runtime::gemm_side_name(other), runtime::kWatchCalls, g.t_watch * 1e6,
+                    runtime::gemm_side_name(other), g.t[other] * 1e6);
+          g.mode = other;
+          drop_unused_packings(g);
         }
       }
     }
     return;
   }
-  // Timing: both, the faster one's result kept (they agree within rounding). The order
-  // alternates between the timed calls: the second can find the first's threads still spinning
-  // (OpenBLAS's after a BLAS call, OpenMP's after ours) and lose for that alone.
-  bool blas_first;
+  // Timing: every side that takes the op, the fastest one's result kept (they agree within
+  // rounding). The order rotates between the timed calls: a later side can find an earlier
+  // one's threads still spinning (OpenBLAS's after a BLAS call, OpenMP's after ours) and lose
+  // for that alone.
+  int first;
   {
     std::lock_guard<std::mutex> l(g.mu);
-    blas_first = g.timed % 2 == 0;
+    first = g.timed % runtime::GemmStep::kSides;
   }
-  torch::jit::Stack blas = stack;
-  double t_blas = 0;
-  auto time_blas = [&] {
+  torch::jit::Stack results[runtime::GemmStep::kSides];
+  double t[runtime::GemmStep::kSides] = {1e30, 1e30, 1e30};
+  for (int i = 0; i < runtime::GemmStep::kSides; ++i) {
+    int s = (first + i) % runtime::GemmStep::kSides;
+    results[s] = stack;
     double t0 = seconds_now();
-    runtime::blas_product(e.callee, op, blas);
-    t_blas = seconds_now() - t0;
-  };
-  if (blas_first) time_blas();
-  double t1 = seconds_now();
-  bool ok = runtime::own_matmul(e.callee, stack, &own, &g, b_version);
-  double t_own = seconds_now() - t1;
-  if (!blas_first) time_blas();
+    if (run_side((Mode)s, g, e.callee, b_version, op, results[s])) t[s] = seconds_now() - t0;
+  }
   std::lock_guard<std::mutex> l(g.mu);
-  if (!ok) {
-    g.mode = runtime::GemmStep::Blas;
-    stack = std::move(blas);
-    return;
+  int best = Mode::Blas;  // (always measured: it takes every op)
+  for (int s = 0; s < runtime::GemmStep::kSides; ++s) {
+    g.t[s] = std::min(g.t[s], t[s]);
+    if (t[s] < t[best]) best = s;
   }
-  g.t_blas = std::min(g.t_blas, t_blas);
-  g.t_own = std::min(g.t_own, t_own);
-  // The own GEMM's first call may also pack B: when it wins that one by 1.5x it is kept at once;
-  // otherwise a second call (B kept) decides.
-  bool clear = g.t_own * 1.5 < g.t_blas;
-  if (++g.timed >= runtime::kTimedCalls || clear) {
-    g.mode = g.t_own < g.t_blas ? runtime::GemmStep::Own : runtime::GemmStep::Blas;
-    if (getenv("DYNAMO_PRINT_CHOICES"))
-      fprintf(stderr, "%s %s: own %.1f us (B kept: %s), blas %.1f us\n", e.callee.c_str(),
-              g.mode == runtime::GemmStep::Own ? "own" : "blas", g.t_own * 1e6, b_version ? "yes" : "no", g.t_blas * 1e6);
+  // (The own GEMM's and MKL's first calls also pack B: the second call, B kept, decides for them.)
+  if (++g.timed >= runtime::kTimedCalls) {
+    int chosen = Mode::Blas;
+    for (int s = 0; s < runtime::GemmStep::kSides; ++s)
+      if (g.t[s] < g.t[chosen]) chosen = s;
+    g.mode = (Mode)chosen;
+    drop_unused_packings(g);
+    if (getenv("DYNAMO_PRINT_CHOICES")) {
+      fprintf(stderr, "%s %s (B kept: %s):", e.callee.c_str(), runtime::gemm_side_name(g.mode), b_version ? "yes" : "no");
+      for (int s = 0; s < runtime::GemmStep::kSides; ++s)
+        if (g.t[s] < 1e30) fprintf(stderr, " %s %.1f us", runtime::gemm_side_name((Mode)s), g.t[s] * 1e6);
+      fprintf(stderr, "\n");
+    }
   }
-  stack.clear();
-  if (g.t_own < g.t_blas)
-    stack.emplace_back(std::move(own));
-  else
-    stack = std::move(blas);
+  stack = std::move(results[best]);
 }
 
 }  // namespace

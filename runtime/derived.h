@@ -64,6 +64,13 @@ class Derived {
     return v;
   }
 
+  // Forgets the kept value (a path the step no longer takes).
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    value_.reset();
+    key_ = ContentKey{};
+  }
+
  private:
   std::mutex mu_;
   std::shared_ptr<const T> value_;

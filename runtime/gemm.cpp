@@ -14,6 +14,7 @@ namespace dynamo::runtime {
 namespace {
 
 constexpr int MR = 6, NR = 32;
+constexpr int DR = 6, DC = 4;  // dot_tile: rows of A, columns of B
 constexpr int64_t KC = 256, MC = 96, NC = 256;
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
@@ -106,6 +107,54 @@ void axpy(int64_t n, float alpha, const float *row, float *y) {
   for (int64_t j = 0; j < n; ++j) y[j] += alpha * row[j];
 }
 
+// -- few rows against a linear layer's weight ---------------------------------------------
+// out[i][j] = sum over k of x_i[k] * w_j[k] for 6 rows x_i and 4 rows w_j, all K long and
+// contiguous: 24 accumulator vectors along K (one load of each x_i and w_j per 16-deep step), summed
+// across lanes at the end. w is read straight from the weight, no packing; the next block's rows
+// (next, or null) are prefetched meanwhile, so memory and arithmetic overlap.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void dot_tile(int64_t K, const float *const *x, const float *const *w, const float *const *next, float out[DR][DC]) {
+  v16 acc[DR][DC];
+#pragma GCC unroll 6
+  for (int i = 0; i < DR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < DC; ++j) acc[i][j] = v16{};
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    v16 w0 = *reinterpret_cast<const v16 *>(w[0] + k), w1 = *reinterpret_cast<const v16 *>(w[1] + k);
+    v16 w2 = *reinterpret_cast<const v16 *>(w[2] + k), w3 = *reinterpret_cast<const v16 *>(w[3] + k);
+    if (next) {
+#pragma GCC unroll 4
+      for (int j = 0; j < DC; ++j) __builtin_prefetch(next[j] + k, 0, 3);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < DR; ++i) {
+      v16 xi = *reinterpret_cast<const v16 *>(x[i] + k);
+      acc[i][0] += xi * w0;
+      acc[i][1] += xi * w1;
+      acc[i][2] += xi * w2;
+      acc[i][3] += xi * w3;
+    }
+  }
+  for (int i = 0; i < DR; ++i) {
+    // the four accumulators' lanes summed by halves: [a b] then [a b c d] then within quarters
+    const v16 &a = acc[i][0], &b = acc[i][1], &c = acc[i][2], &d = acc[i][3];
+    v16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+             __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    v16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+             __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    v16 q = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+            __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    q += __builtin_shufflevector(q, q, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    q += __builtin_shufflevector(q, q, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    for (int j = 0; j < DC; ++j) {
+      float sum = q[4 * j];
+      for (int64_t t = k; t < K; ++t) sum += x[i][t] * w[j][t];
+      out[i][j] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accumulate, const ParallelFor &par) {
@@ -174,6 +223,38 @@ bool trivial(int64_t M, int64_t N, int64_t K, float *C, int64_t ldc, bool accumu
 }
 
 }  // namespace
+
+bool sgemm_few_rows(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                    const ParallelFor &par) {
+  if ((A.cs != 1 && K > 1) || (B.rs != 1 && K > 1)) return false;
+  if (trivial(M, N, K, C, ldc, accumulate)) return true;
+  // blocks of DC columns (weight rows), dealt to the threads; each block meets every tile of DR rows
+  par((N + DC - 1) / DC, 16, [&](int64_t b0, int64_t b1) {
+    auto rows = [&](int64_t b, const float **w) {  // block b's columns of B (the last repeated)
+      int64_t j0 = b * DC, nc = std::min<int64_t>(DC, N - j0);
+      for (int j = 0; j < DC; ++j) w[j] = B.data + (j0 + std::min<int64_t>(j, nc - 1)) * B.cs;
+    };
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t j0 = b * DC, nc = std::min<int64_t>(DC, N - j0);
+      const float *w[DC], *next[DC];
+      rows(b, w);
+      if (b + 1 < b1) rows(b + 1, next);
+      for (int64_t i0 = 0; i0 < M; i0 += DR) {
+        int64_t mr = std::min<int64_t>(DR, M - i0);
+        const float *x[DR];
+        for (int i = 0; i < DR; ++i) x[i] = A.data + (i0 + std::min<int64_t>(i, mr - 1)) * A.rs;
+        float out[DR][DC];
+        dot_tile(K, x, w, b + 1 < b1 ? next : nullptr, out);
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t j = 0; j < nc; ++j) {
+            float &c = C[(i0 + i) * ldc + j0 + j];
+            c = accumulate ? c + out[i][j] : out[i][j];
+          }
+      }
+    }
+  });
+  return true;
+}
 
 void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
            const ParallelFor &par) {

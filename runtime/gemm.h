@@ -30,6 +30,13 @@ std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &pa
 void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
                      bool accumulate, const ParallelFor &par);
 
+// C[M, N] (+)= A[M, K] * B[K, N] for few rows M (up to ~32) where A's rows and B's columns are
+// contiguous (B: a linear layer's weight, transposed): dot products along K, 6 rows by 4 columns
+// at a time, B streamed once from the weight itself (no packing: at M = 17 packing B is most of
+// the traffic). false when the strides do not fit (the caller uses sgemm).
+bool sgemm_few_rows(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                    const ParallelFor &par);
+
 // y[N] (+)= x[K] * B[K, N]: a matrix-vector product, memory-bound, so it streams B exactly once
 // (no packing) on the caller's threads. B must have a unit stride (rs or cs == 1) and x be
 // contiguous; returns false otherwise (the caller uses another path).

@@ -77,3 +77,60 @@ def test_one_row_addmm_and_strided_row(frame, k, n):
     bias, a, b = torch.randn(n), torch.randn(k, 3).t()[1:2], torch.randn(n, k).t()  # a: stride k, not 1
     got = run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[1,{n}]", bias, a, b)
     close(got, bias.double() + a.double() @ b.double())
+
+
+# Few-row products against a linear layer's weight (b: a transposed contiguous matrix) take the
+# own side's dot-product kernel (sgemm_few_rows: 6 rows by 4 columns, K in 16-wide steps and a
+# tail): every row count around its tiles, K and N off its multiples.
+@pytest.mark.parametrize("m", [2, 5, 6, 7, 17, 32])
+@pytest.mark.parametrize("k,n", [(1, 3), (15, 5), (17, 4), (200, 33), (1023, 9)])
+def test_few_row_products_against_a_weight(frame, m, k, n):
+    a, b = torch.randn(m, k), torch.randn(n, k).t()
+    close(run(frame, f"%r = extern aten::mm(%0, %1) : f32[{m},{n}]", a, b), a.double() @ b.double())
+    bias = torch.randn(n)
+    got = run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[{m},{n}]", bias, a[:, :], b)
+    close(got, bias.double() + a.double() @ b.double())
+
+
+# Linear layers through dynamo.optimize: their weights are versioned inputs, so the own side keeps
+# its packing and MKL's packed side (mkl::_mkl_linear) applies. Each side forced (DYNAMO_GEMM) and
+# the measured choice; weights then written in place (the packed forms must follow), and through
+# .data (a write PyTorch does not count: the content check catches it).
+@pytest.fixture(params=["auto", "0", "1", "mkl"])
+def gemm_side(request, monkeypatch):
+    if request.param == "auto":
+        monkeypatch.delenv("DYNAMO_GEMM", raising=False)
+    else:
+        monkeypatch.setenv("DYNAMO_GEMM", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("shape", [(1, 96), (5, 96), (17, 96), (33, 96), (130, 96), (2, 9, 96)])
+def test_linear_layers_on_each_side_follow_their_weights(gemm_side, shape):
+    import copy
+
+    import dynamo
+    torch.manual_seed(shape[0])
+    net = torch.nn.Sequential(torch.nn.Linear(96, 200), torch.nn.GELU(), torch.nn.Linear(200, 70, bias=False),
+                              torch.nn.ReLU(), torch.nn.Linear(70, 1030))
+    eager = copy.deepcopy(net)
+    jit = dynamo.optimize(net)
+    with torch.no_grad():
+        def check():
+            for _ in range(4):  # (the first two calls time the sides)
+                x = torch.randn(shape)
+                close(jit(x), eager(x).double())
+        check()
+        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        assert choices and all(ch in ("own", "blas", "mkl") for ch in choices), choices
+        if gemm_side != "auto":
+            assert set(choices) == {{"0": "blas", "1": "own"}.get(gemm_side, gemm_side)}, choices
+        for la, lb in zip(eager, net):
+            if isinstance(la, torch.nn.Linear):
+                la.weight.mul_(-0.5)
+                lb.weight.mul_(-0.5)
+        check()
+        w = torch.randn(1030, 70)
+        eager[4].weight.data = w.clone()
+        net[4].weight.data.copy_(w)  # same storage, same version: only the content differs
+        check()
