@@ -136,8 +136,75 @@ PyObject *run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   return tuple;
 }
 
+// -- module_attr: getattr for the guards' reads of module attributes ----------------------
+// A guard function reads a model's submodules and parameters (a[0].layer1, ...conv.weight) on
+// every call; through Python's getattr each read fails the ordinary lookup first and then runs
+// nn.Module.__getattr__ in Python (~0.5 us; a ViT's guards make ~300 such reads). module_attr(o,
+// name) is getattr(o, name) with that __getattr__ done here when o's class inherits
+// nn.Module.__getattr__ and object.__getattribute__ unchanged: the ordinary lookup (descriptors,
+// the instance dict), then the _parameters, _buffers and _modules dicts in Module.__getattr__'s
+// order. Anything else -- another class, a dict of another kind, a name found nowhere -- is
+// Python's own getattr, so the result (or the exception) is always getattr's.
+PyObject *g_module_getattr = nullptr;      // torch.nn.Module.__getattr__ (set_module_getattr)
+PyObject *g_object_getattribute = nullptr;  // object.__getattribute__
+PyObject *g_str_getattr = nullptr, *g_str_getattribute = nullptr;
+
+PyObject *set_module_getattr(PyObject *, PyObject *fn) {
+  if (!g_str_getattr) {
+    g_str_getattr = PyUnicode_InternFromString("__getattr__");
+    g_str_getattribute = PyUnicode_InternFromString("__getattribute__");
+    if (!g_str_getattr || !g_str_getattribute) return nullptr;
+    g_object_getattribute = _PyType_Lookup(&PyBaseObject_Type, g_str_getattribute);
+    Py_XINCREF(g_object_getattribute);
+  }
+  Py_XDECREF(g_module_getattr);
+  Py_INCREF(fn);
+  g_module_getattr = fn;
+  Py_RETURN_NONE;
+}
+
+PyObject *module_attr(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyUnicode_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "module_attr(object, name: str)");
+    return nullptr;
+  }
+  PyObject *obj = args[0], *name = args[1];
+  PyTypeObject *tp = Py_TYPE(obj);
+  if (!g_module_getattr || !g_object_getattribute || _PyType_Lookup(tp, g_str_getattr) != g_module_getattr ||
+      _PyType_Lookup(tp, g_str_getattribute) != g_object_getattribute)
+    return PyObject_GetAttr(obj, name);
+  PyObject *r = _PyObject_GenericGetAttrWithDict(obj, name, nullptr, 1);  // (suppress: not found is no error)
+  if (r || PyErr_Occurred()) return r;
+  PyObject *d = PyObject_GenericGetDict(obj, nullptr);
+  if (!d) {
+    PyErr_Clear();
+    return PyObject_GetAttr(obj, name);
+  }
+  static const char *const kDicts[] = {"_parameters", "_buffers", "_modules"};
+  for (const char *k : kDicts) {
+    PyObject *sub = PyDict_GetItemString(d, k);  // borrowed
+    if (!sub) continue;
+    if (!PyDict_CheckExact(sub)) break;  // (a mapping of another kind: Python's getattr decides)
+    PyObject *v = PyDict_GetItemWithError(sub, name);
+    if (v) {
+      Py_INCREF(v);
+      Py_DECREF(d);
+      return v;
+    }
+    if (PyErr_Occurred()) {
+      Py_DECREF(d);
+      return nullptr;
+    }
+  }
+  Py_DECREF(d);
+  return PyObject_GetAttr(obj, name);
+}
+
 PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "run(entry, inputs, nout) -> outputs | None | status"},
+    {"module_attr", (PyCFunction)(void (*)(void))module_attr, METH_FASTCALL,
+     "module_attr(object, name) -> getattr(object, name), nn.Module's __getattr__ done natively"},
+    {"set_module_getattr", set_module_getattr, METH_O, "set_module_getattr(torch.nn.Module.__getattr__)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -86,21 +86,36 @@ def plain(v, depth=0):
     return False
 
 
+def _module_attr():
+    """getattr for the guard functions' named reads of attributes (_at below): the native
+    _fastcall.module_attr where the extension is built (nn.Module.__getattr__ done in C, same
+    results), else getattr itself."""
+    try:
+        from . import _ext
+        fast = _ext.load("_fastcall")
+        fast.set_module_getattr(torch.nn.Module.__getattr__)
+        return fast.module_attr
+    except (ImportError, OSError, AttributeError):
+        return getattr
+
+
 # Names the compiled guard expressions may use besides their constants.
-_HELPERS = dict(Tensor=torch.Tensor, torch=torch, same_float=same_float, torch_state=torch_state)
+_HELPERS = dict(Tensor=torch.Tensor, torch=torch, same_float=same_float, torch_state=torch_state,
+                _at=_module_attr())
 
 
 class Source:
     """A path to a value; `expr` is Python source evaluated with a, k, g, f in scope."""
 
-    __slots__ = ("expr", "base")
+    __slots__ = ("expr", "base", "name")
 
-    def __init__(self, expr, base=None):
+    def __init__(self, expr, base=None, name=None):
         self.expr = expr
         self.base = base
+        self.name = name  # the attribute read, for a source made by attr()
 
     def attr(self, name):
-        return Source(f"{self.expr}.{name}" if name.isidentifier() else f"getattr({self.expr}, {name!r})", self)
+        return Source(f"{self.expr}.{name}" if name.isidentifier() else f"getattr({self.expr}, {name!r})", self, name)
 
     def item(self, key):
         return Source(f"{self.expr}[{key!r}]", self)
@@ -183,10 +198,14 @@ def _hoisted(checks, about, input_srcs):
         return src.expr
 
     def name_chain(src):
-        """Names (assigns a local to) each source on src's chain read twice or more, outermost first."""
+        """Names (assigns a local to) each source on src's chain read twice or more, outermost first.
+        An attribute read is spelled _at(base, name): getattr, with nn.Module's __getattr__ done
+        natively (the submodules and parameters of a model, read on every call)."""
         for n in reversed(_chain(src)):
             if n.expr not in named and uses.get(n.expr, 0) >= 2 and not n.expr.isidentifier():
                 text = local(n)
+                if n.name is not None and n.base is not None and not n.name.startswith("__"):
+                    text = f"_at({local(n.base)}, {n.name!r})"
                 named[n.expr] = f"_s{len(named)}"
                 lines.append(f"{named[n.expr]} = {text}")
 

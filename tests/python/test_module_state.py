@@ -289,3 +289,46 @@ def test_a_sequential_with_hooks_of_its_own_is_compiled_whole():
     assert len(seen) == 4
     f = m.forward
     assert len(f.compiled) >= 1 and f.native_runs >= 2 and not f.parts, dynamo.report()
+
+
+def test_guards_native_module_attr_is_getattr():
+    """The guard functions read attributes through guards._HELPERS['_at'] (_fastcall.module_attr:
+    nn.Module.__getattr__ done natively): every kind of read gives what getattr gives, the value
+    or the same exception."""
+    from collections import OrderedDict
+
+    from dynamo import guards
+    at = guards._HELPERS["_at"]
+    assert at is not getattr  # (the extension is built with the library)
+
+    class Shadow(torch.nn.Module):
+        @property
+        def gone(self):
+            raise AttributeError("a property that fails")
+
+    class OwnGetattr(torch.nn.Linear):
+        def __getattr__(self, name):
+            return "own:" + name if name.startswith("x") else super().__getattr__(name)
+
+    m = Shadow()
+    m.lin = torch.nn.Linear(2, 3, bias=False)
+    m.register_buffer("buf", torch.ones(2))
+    m.register_parameter("gone", torch.nn.Parameter(torch.zeros(1)))  # found once the property fails
+    m.__dict__["shadowed"] = "instance dict"
+    m._modules["shadowed"] = torch.nn.ReLU()
+    own = OwnGetattr(2, 2)
+    odd = torch.nn.Linear(2, 2)
+    odd._parameters = OrderedDict(odd._parameters)  # a mapping of another kind: getattr decides
+    objects = [(m, "lin"), (m, "buf"), (m, "gone"), (m, "shadowed"), (m.lin, "weight"), (m.lin, "bias"),
+               (m, "training"), (m, "forward"), (own, "xyz"), (own, "weight"), (odd, "weight"),
+               (3, "real"), (object(), "__class__"), ("text", "upper")]
+    for o, name in objects:
+        want = getattr(o, name)
+        got = at(o, name)
+        assert got is want or got == want, (o, name)
+    for o, name in [(m, "missing"), (m.lin, "nothing"), (3, "nope"), (own, "absent")]:
+        with pytest.raises(AttributeError) as want:
+            getattr(o, name)
+        with pytest.raises(AttributeError) as got:
+            at(o, name)
+        assert str(got.value) == str(want.value)
