@@ -86,22 +86,29 @@ def plain(v, depth=0):
     return False
 
 
-def _module_attr():
-    """getattr for the guard functions' named reads of attributes (_at below): the native
-    _fastcall.module_attr where the extension is built (nn.Module.__getattr__ done in C, same
-    results), else getattr itself."""
-    try:
-        from . import _ext
-        fast = _ext.load("_fastcall")
-        fast.set_module_getattr(torch.nn.Module.__getattr__)
-        return fast.module_attr
-    except (ImportError, OSError, AttributeError):
-        return getattr
+class _Helpers(dict):
+    """Names the compiled guard expressions may use besides their constants. `_at` is getattr for
+    the guard functions' named attribute reads: the native _fastcall.module_attr where the
+    extension is built (nn.Module.__getattr__ done in C, the same results), else getattr itself.
+    It is looked up on first use, after the library the extension links is loaded (loading the
+    extension first would map a second copy when DYNAMO_LIBRARY names another build)."""
+
+    def ready(self):
+        if "_at" not in self:
+            at = getattr
+            try:
+                from . import _ext, native
+                native.lib()
+                fast = _ext.load("_fastcall")
+                fast.set_module_getattr(torch.nn.Module.__getattr__)
+                at = fast.module_attr
+            except Exception:  # (no extension, or no library: getattr is always right)
+                pass
+            self["_at"] = at
+        return self
 
 
-# Names the compiled guard expressions may use besides their constants.
-_HELPERS = dict(Tensor=torch.Tensor, torch=torch, same_float=same_float, torch_state=torch_state,
-                _at=_module_attr())
+_HELPERS = _Helpers(Tensor=torch.Tensor, torch=torch, same_float=same_float, torch_state=torch_state)
 
 
 class Source:
@@ -469,7 +476,7 @@ class GuardSet:
                     body.append(f"    return {expr}")
             self._code = compile("\n".join(body), "<dynamo guards>", "exec")
             self._binder = binder
-            env = dict(self._consts, **_HELPERS)
+            env = dict(self._consts, **_HELPERS.ready())
             exec(self._code, env)
             self._fn = env["check"]
         return self._fn
@@ -499,7 +506,7 @@ class GuardSet:
     def failure(self, a, k, g, f, x=None):
         """(source expr, what it should be, what it is, the value found) of the first guard that
         rejects these arguments, or None: what `explain_failure` words."""
-        env = dict(self._consts, **_HELPERS, a=a, k=k, g=g, f=f, x=x)
+        env = dict(self._consts, **_HELPERS.ready(), a=a, k=k, g=g, f=f, x=x)
         for c, src in zip(self._checks, self._about):
             try:
                 ok = eval(c, env)  # noqa: S307 -- our own guard expressions
@@ -533,7 +540,7 @@ class GuardSet:
 
     def first_failure(self, a, k, g, f, x=None):
         """The first guard that rejects these arguments (for logs), or None."""
-        env = dict(self._consts, **_HELPERS, a=a, k=k, g=g, f=f, x=x)
+        env = dict(self._consts, **_HELPERS.ready(), a=a, k=k, g=g, f=f, x=x)
         for c in self._checks:
             try:
                 if not eval(c, env):  # noqa: S307 -- our own guard expressions

@@ -245,7 +245,7 @@ def bind(stored, a, k, g, f):
     or (None, why). The guards' code defines check() and, for each constant an identity guard
     found, _at_<name>() reading the source it was found at (GuardSet.compile(binder=True))."""
     consts = stored["consts"]
-    env = dict(_HELPERS, a=a, k=k, g=g, f=f, x=None)
+    env = dict(_HELPERS.ready(), a=a, k=k, g=g, f=f, x=None)
     exec(marshal.loads(stored["code"]), env)  # noqa: S102 -- our own, from a private file
     bound, ids = {}, set()
     try:

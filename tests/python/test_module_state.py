@@ -298,7 +298,7 @@ def test_guards_native_module_attr_is_getattr():
     from collections import OrderedDict
 
     from dynamo import guards
-    at = guards._HELPERS["_at"]
+    at = guards._HELPERS.ready()["_at"]
     assert at is not getattr  # (the extension is built with the library)
 
     class Shadow(torch.nn.Module):
@@ -332,3 +332,31 @@ def test_guards_native_module_attr_is_getattr():
         with pytest.raises(AttributeError) as got:
             at(o, name)
         assert str(got.value) == str(want.value)
+
+
+def test_guards_load_the_extension_beside_the_library_dynamo_library_names(tmp_path):
+    """A build copied elsewhere and named by DYNAMO_LIBRARY (as an installed copy is): the guard
+    functions' native helper is loaded after that library, so its extension links the same copy
+    (loading the extension first mapped the build tree's library as a second copy, whose operator
+    registrations aborted the process)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    lib = os.environ["DYNAMO_LIBRARY"]
+    build = os.path.dirname(os.path.abspath(lib))
+    for name in os.listdir(build):
+        if name.startswith("libdynamo.so"):  # (the soname links stay links)
+            shutil.copy(os.path.join(build, name), tmp_path / name, follow_symlinks=False)
+    shutil.copytree(os.path.join(build, "python"), tmp_path / "python")
+    code = ("import torch, dynamo\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())\n"
+            "want = m(torch.ones(2, 3))\n"
+            "f = dynamo.optimize(m)\n"
+            "for _ in range(3):\n"
+            "    assert torch.allclose(f(torch.ones(2, 3)), want)\n"
+            "print('ok', dynamo.counters()['native_runs'])\n")
+    env = dict(os.environ, DYNAMO_LIBRARY=str(tmp_path / os.path.basename(lib)), DYNAMO_CACHE_DIR="off")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[0] == "ok" and int(r.stdout.split()[1]) >= 1, r.stdout
