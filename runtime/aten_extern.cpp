@@ -401,15 +401,19 @@ bool mkl_matmul(const std::string &callee, const torch::jit::Stack &st, GemmStep
   }
   at::Tensor w = b.t();  // the weight, [N, K] contiguous
   ContentKey key = ContentKey::of(b, *b_version);
-  auto packed = g.mkl_b.get(&key, [&] {
-    torch::jit::Stack p{w, m};
-    ops.pack->callBoxed(&p);
-    return GemmStep::MklPacked{p.at(0).toTensor(), m};
-  });
-  // (a row count other than the packed one: MKL's op runs LibTorch's linear instead)
-  torch::jit::Stack call{a, packed->w, w, bias, packed->m};
-  ops.linear->callBoxed(&call);
-  *out = call.at(0).toTensor();
+  try {  // (MKL failing is this side not applying: the step's other sides remain)
+    auto packed = g.mkl_b.get(&key, [&] {
+      torch::jit::Stack p{w, m};
+      ops.pack->callBoxed(&p);
+      return GemmStep::MklPacked{p.at(0).toTensor(), m};
+    });
+    // (a row count other than the packed one: MKL's op runs LibTorch's linear instead)
+    torch::jit::Stack call{a, packed->w, w, bias, packed->m};
+    ops.linear->callBoxed(&call);
+    *out = call.at(0).toTensor();
+  } catch (const std::exception &) {
+    return false;
+  }
   return true;
 }
 
@@ -711,14 +715,13 @@ double seconds_now() {
 // side cannot take the op (the caller uses another).
 bool run_side(runtime::GemmStep::Mode m, runtime::GemmStep &g, const std::string &callee, const uint64_t *b_version,
               const c10::OperatorHandle &op, torch::jit::Stack &stack) {
-  at::Tensor out;
-  bool ok = m == runtime::GemmStep::Own   ? runtime::own_matmul(callee, stack, &out, &g, b_version)
-            : m == runtime::GemmStep::Mkl ? runtime::mkl_matmul(callee, stack, g, b_version, &out)
-                                          : false;
   if (m == runtime::GemmStep::Blas) {
     runtime::blas_product(callee, op, stack);
     return true;
   }
+  at::Tensor out;
+  bool ok = m == runtime::GemmStep::Own ? runtime::own_matmul(callee, stack, &out, &g, b_version)
+                                        : runtime::mkl_matmul(callee, stack, g, b_version, &out);
   if (!ok) return false;
   stack.clear();
   stack.emplace_back(std::move(out));
