@@ -1014,6 +1014,7 @@ def make_expr(dims, dtype):
     return {"float32": f"torch.randn(({dims}), generator={{g}})",
             "float64": f"torch.randn(({dims}), generator={{g}}, dtype=torch.float64)",
             "float16": f"torch.randn(({dims}), generator={{g}}).half()",
+            "bfloat16": f"torch.randn(({dims}), generator={{g}}).bfloat16()",  # (a matmul's weight for a bf16 value)
             "int64": f"torch.randint(-4, 5, ({dims}), generator={{g}})",
             "bool": f"(torch.randn(({dims}), generator={{g}}) > 0)"}[dtype]
 
