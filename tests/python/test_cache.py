@@ -62,11 +62,14 @@ t0 = time.perf_counter()
 entry = frame.compile(native.Trace(text))      # the JIT's first call: compile ...
 (out,) = frame.run(x, y)                        # ... and run
 first_ms = (time.perf_counter() - t0) * 1e3
+# The reference in float64: eager float32 differs from itself across processes (its tanh(b - y)
+# is not bitwise repeatable; one process in ~20 lands up to a few 1e-6 away here).
+ref = f(x.double(), y.double()).float()
 fast = dynamo.optimize(f)
 fast(x, y)
 print(json.dumps({"first_ms": first_ms, "from_cache": entry.stats().from_cache,
                   "cache_hits": dynamo.counters()["cache_hits"], "sum": float(out.double().sum()),
-                  "ok": bool(torch.allclose(out, f(x, y), atol=1e-6))}))
+                  "ok": bool(torch.allclose(out, ref, atol=1e-6))}))
 '''
 
 
