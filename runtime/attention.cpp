@@ -20,6 +20,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -279,41 +283,89 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor &q, const at:
   return {out, lse};
 }
 
-// Whether this call runs the kernel above. Its score tile keeps 24 512-bit accumulators in
-// registers, which AVX-512's 32 vector registers hold; with AVX2's 16 they spill to the stack on
-// every step (measured on an AVX2-only AMD EPYC: 23x slower than ATen's flash kernel at
-// [8, 4, 128, 64]). There the op calls ATen's CPU flash attention (the same math and results'
-// layout, vectorized for that ISA) until the kernel has a tiling for 16 registers.
+// Which kernel a call runs: the one above, or ATen's CPU flash attention (the same math and
+// results' layout). The kernel's score tile keeps 24 512-bit accumulators in registers, which
+// AVX-512's 32 vector registers hold; with AVX2's 16 they spill to the stack on every step
+// (measured on an AVX2-only AMD EPYC: 23x slower than ATen's at [8, 4, 128, 64]), so there ATen's
+// runs. With AVX-512 neither wins everywhere (on an Intel Xeon, ATen's was 1.1-1.4x faster at
+// BERT's and ViT's shapes, ours faster at others on an AMD one): the first kTimedCalls calls of
+// each problem shape run both, in turns (the first call only warms them up), and later calls of that shape run the faster, as the
+// product steps choose their GEMM (DYNAMO_PRINT_CHOICES prints each choice).
 // DYNAMO_ATTENTION=own or =aten forces either (the tests check the kernel on any CPU).
-bool own_kernel() {
+enum class Kernel { Own, Aten, Measure };
+
+bool wide_vectors() {
   static const bool wide = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   }();
-  const char *force = std::getenv("DYNAMO_ATTENTION");
-  if (force && std::strcmp(force, "own") == 0) return true;
-  if (force && std::strcmp(force, "aten") == 0) return false;
   return wide;
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                 double scale, bool causal) {
-  auto [out, lse] = attention_meta(q, k, v, scale, causal);
+constexpr int kTimedCalls = 3;
+
+// One problem shape's measurement: the fastest call of each kernel so far.
+struct ShapeChoice {
+  int timed = 0;
+  double t[2] = {1e30, 1e30};  // [own, aten], seconds
+  Kernel chosen = Kernel::Measure;
+};
+
+struct ShapeKey {
+  int64_t v[8];
+  bool operator==(const ShapeKey &o) const { return std::memcmp(v, o.v, sizeof v) == 0; }
+};
+struct ShapeHash {
+  size_t operator()(const ShapeKey &k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ (size_t)x) * 1099511628211ull;
+    return h;
+  }
+};
+
+std::mutex g_choice_mu;
+std::unordered_map<ShapeKey, ShapeChoice, ShapeHash> g_choices;
+constexpr size_t kMaxShapes = 4096;  // past that, new shapes run the default (a sweep of sizes)
+
+// The shape's key: sizes, causality, and whether each of q, k, v has unit-stride rows (what the
+// kernels' speed depends on besides the sizes).
+ShapeKey shape_key(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal) {
+  return ShapeKey{{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), (int64_t)causal,
+                   (q.stride(3) == 1) | (k.stride(3) == 1) << 1 | (v.stride(3) == 1) << 2, 0}};
+}
+
+Kernel kernel_for(const ShapeKey &key) {
+  const char *force = std::getenv("DYNAMO_ATTENTION");
+  if (force && std::strcmp(force, "own") == 0) return Kernel::Own;
+  if (force && std::strcmp(force, "aten") == 0) return Kernel::Aten;
+  if (!wide_vectors()) return Kernel::Aten;
+  std::lock_guard<std::mutex> l(g_choice_mu);
+  auto it = g_choices.find(key);
+  if (it == g_choices.end()) {
+    if (g_choices.size() >= kMaxShapes) return Kernel::Own;
+    it = g_choices.emplace(key, ShapeChoice{}).first;
+  }
+  return it->second.chosen;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ATen's CPU flash attention into out and lse.
+void aten_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool causal,
+                    at::Tensor &out, at::Tensor &lse) {
+  auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, scale);
+  if (o.strides() == out.strides()) out = o; else out.copy_(o);
+  lse.copy_(l);  // (ATen's is laid out [batch, rows, heads]; ours is contiguous)
+}
+
+// The kernel above into out and lse.
+void own_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool causal,
+                   at::Tensor &out, at::Tensor &lse) {
   Problem p{};
   p.B = q.size(0), p.H = q.size(1), p.L = q.size(2), p.S = k.size(2), p.D = q.size(3);
-  if (out.numel() == 0) return {out, lse};
-  if (p.S == 0) {  // no keys: softmax over nothing (as ATen's math path: NaN rows)
-    out.fill_(std::numeric_limits<float>::quiet_NaN());
-    lse.fill_(-std::numeric_limits<float>::infinity());
-    return {out, lse};
-  }
-  if (!own_kernel()) {
-    auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, scale);
-    if (o.strides() == out.strides()) out = o; else out.copy_(o);
-    lse.copy_(l);  // (ATen's is laid out [batch, rows, heads]; ours is contiguous)
-    return {out, lse};
-  }
   p.q = q.data_ptr<float>(), p.k = k.data_ptr<float>(), p.v = v.data_ptr<float>();
   for (int i = 0; i < 4; ++i) p.qs[i] = q.stride(i), p.ks[i] = k.stride(i), p.vs[i] = v.stride(i), p.os[i] = out.stride(i);
   p.out = out.data_ptr<float>(), p.lse = lse.data_ptr<float>();
@@ -334,6 +386,57 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor &q, const at::
       query_group(p, bh, i0, std::min<int64_t>(group, p.L - i0));
     }
   });
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                                 double scale, bool causal) {
+  auto [out, lse] = attention_meta(q, k, v, scale, causal);
+  if (out.numel() == 0) return {out, lse};
+  if (k.size(2) == 0) {  // no keys: softmax over nothing (as ATen's math path: NaN rows)
+    out.fill_(std::numeric_limits<float>::quiet_NaN());
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return {out, lse};
+  }
+  ShapeKey key = shape_key(q, k, v, causal);
+  Kernel kernel = kernel_for(key);
+  if (kernel == Kernel::Own) {
+    own_attention(q, k, v, scale, causal, out, lse);
+    return {out, lse};
+  }
+  if (kernel == Kernel::Aten) {
+    aten_attention(q, k, v, scale, causal, out, lse);
+    return {out, lse};
+  }
+  // Measuring: both kernels, the order alternating between calls (the second can find the
+  // first's threads still spinning); the own kernel's result is returned (they agree within
+  // rounding).
+  int turn;
+  {
+    std::lock_guard<std::mutex> l(g_choice_mu);
+    turn = g_choices[key].timed;
+  }
+  double t[2] = {1e30, 1e30};
+  at::Tensor out2 = at::empty_like(out), lse2 = at::empty_like(lse);
+  for (int i = 0; i < 2; ++i) {
+    int side = (turn + i) % 2;
+    double t0 = seconds_now();
+    if (side == 0)
+      own_attention(q, k, v, scale, causal, out, lse);
+    else
+      aten_attention(q, k, v, scale, causal, out2, lse2);
+    t[side] = seconds_now() - t0;
+  }
+  std::lock_guard<std::mutex> l(g_choice_mu);
+  ShapeChoice &c = g_choices[key];
+  if (c.timed++ > 0)  // (the first call warms both up: ATen's allocates and faults in its buffers)
+    for (int s = 0; s < 2; ++s) c.t[s] = std::min(c.t[s], t[s]);
+  if (c.timed > kTimedCalls && c.chosen == Kernel::Measure) {
+    c.chosen = c.t[1] < c.t[0] ? Kernel::Aten : Kernel::Own;
+    if (std::getenv("DYNAMO_PRINT_CHOICES"))
+      fprintf(stderr, "dynamo::attention [%lld,%lld,%lld,%lld,%lld]%s: %s (own %.1f us, aten %.1f us)\n",
+              (long long)key.v[0], (long long)key.v[1], (long long)key.v[2], (long long)key.v[3], (long long)key.v[4],
+              causal ? " causal" : "", c.chosen == Kernel::Aten ? "aten" : "own", c.t[0] * 1e6, c.t[1] * 1e6);
+  }
   return {out, lse};
 }
 

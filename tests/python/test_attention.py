@@ -14,11 +14,15 @@ from dynamo import native
 native.lib()  # registers dynamo::attention
 
 
-@pytest.fixture(autouse=True, params=["own", "aten"])
+@pytest.fixture(autouse=True, params=["own", "aten", "auto"])
 def kernel(request, monkeypatch):
-    """Every test with dynamo's kernel (on any CPU) and with what the op runs on a CPU without
-    AVX-512, ATen's flash kernel (runtime/attention.cpp, own_kernel)."""
-    monkeypatch.setenv("DYNAMO_ATTENTION", request.param)
+    """Every test with dynamo's kernel (on any CPU), with what the op runs on a CPU without
+    AVX-512, ATen's flash kernel, and with the default (runtime/attention.cpp, kernel_for): on
+    AVX-512, each shape's first calls run both kernels and time them, later ones the faster."""
+    if request.param == "auto":
+        monkeypatch.delenv("DYNAMO_ATTENTION", raising=False)
+    else:
+        monkeypatch.setenv("DYNAMO_ATTENTION", request.param)
     return request.param
 
 
