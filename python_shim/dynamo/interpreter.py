@@ -340,6 +340,8 @@ class Interpreter:
         self._list_srcs = {}      # id(list being built by BUILD_LIST / LIST_EXTEND) -> element sources (f(x, *args))
         self._sliced_modules = {}  # id(ModuleList/Sequential sliced in the call) -> its modules' sources
         self._cell_src = {}       # id(cell) -> source of its contents
+        self.outer_lists = {}     # id(list from outside the call handed to a builtin) -> its Source
+        #                           (a snapshot makes an iterator over it again over this call's list)
         self.outer_cells = {}     # id(cell) -> source of the cell: closure cells from outside the call
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
         self.deferred_reads = 0   # pairs holding a frames.ItemRead (numbers whose exit is not made yet)
@@ -915,6 +917,11 @@ class Interpreter:
         return [(cls, None), (first, src)]
 
     def _call_python(self, fn, fsrc, args, kwargs, self_pair, init=False):
+        if "_torchdynamo_orig_callable" in getattr(fn, "__dict__", ()):
+            # a function torch.compile (or torch.compiler.disable) wrapped: run as the program asked,
+            # a step between traces (torchvision compiles its Python roi_align on first use; traced
+            # op by op instead, its gathers ran 30x slower than Inductor's loop)
+            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is wrapped by torch.compile", self_pair)
         if getattr(fn, "_dynamo_disable", False):
             return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is marked dynamo.disable",
                                 self_pair)
@@ -922,6 +929,13 @@ class Interpreter:
         if why is None and self.depth >= MAX_DEPTH:
             why = "inlining too deep"
         mod = getattr(fn, "__module__", None) or ""
+        if mod.split(".")[:2] in (["torch", "_dynamo"], ["torch", "compiler"]):
+            # torch.compile's own queries (is_compiling(), is_compile_supported(): the platform,
+            # sysconfig, global flags of this process): run for real, as eager runs them, their
+            # answers constants of the trace (torchvision's roi_align asks before choosing its path)
+            if self_pair is not None:
+                args = [self_pair] + list(args)
+            return self._concrete(fn, args, kwargs)
         if why is not None and (mod == "torch" or mod.startswith("torch.")) and not mod.startswith("torch.nn.modules"):
             # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
             # the ATen ops they perform are recorded; their arguments are all we pass them.
@@ -2068,6 +2082,9 @@ class Interpreter:
                 self.guards.pin(self._dict_srcs[id(v)].get(key), x)
         else:
             self.touch_deep(v, s)
+            if type(v) is list and s is not None and id(v) not in self.local_objs:
+                self.outer_lists.setdefault(id(v), s)
+                self.keep.append(v)  # (its id stays its own while recording)
 
     def _branch_on_tensor(self, f, v, jump_if, target):
         """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by

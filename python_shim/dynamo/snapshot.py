@@ -198,10 +198,15 @@ def encode(interp, x, src, live, live_index):
     if t.__name__ in _SEQ_ITERATORS:
         r = x.__reduce__()  # (iter, (seq,), position); an exhausted one: (iter, ((),))
         seq = r[1][0]
+        seq_src = None
         if type(seq) is list and id(seq) not in interp.local_objs:
-            # made again as a copy, it would not see the program's appends to the real list
-            raise NoSnapshot("an iterator over a list from outside the call is live at the branch")
-        return ("seqiter", encode(interp, seq, None, live, live_index), r[2] if len(r) > 2 else 0, n)
+            # made again over a copy, it would not see the program's appends to the real list: it
+            # must be this call's list, read again from where the call found it (a builtin such
+            # as zip() was handed it: interp.outer_lists)
+            seq_src = interp.outer_lists.get(id(seq))
+            if seq_src is None or seq_src.expr.startswith("x["):
+                raise NoSnapshot("an iterator over a list from outside the call is live at the branch")
+        return ("seqiter", encode(interp, seq, seq_src, live, live_index), r[2] if len(r) > 2 else 0, n)
     if t in _LAZY:  # zip / enumerate over iterators: what they hold, in order
         r = x.__reduce__()
         parts = [encode(interp, p, None, live, live_index) for p in r[1]]
@@ -461,7 +466,11 @@ def _decode_pair(spec, env, live, interp):
     elif kind == "seqiter":
         # (made by this resume at the snapshot's position on every call: the side trace may
         # specialize on what next() gives, as on an iterator the call made)
-        v = _made(env)[spec[3]] = interp._mark_local(_seqiter(_decode_pair(spec[1], env, live, interp)[0], spec[2]))
+        seq, ssrc = _decode_pair(spec[1], env, live, interp)
+        if type(seq) is list and ssrc is not None and id(seq) not in interp.local_objs:
+            interp.outer_lists.setdefault(id(seq), ssrc)  # (this call's list, as encode found it)
+            interp.keep.append(seq)
+        v = _made(env)[spec[3]] = interp._mark_local(_seqiter(seq, spec[2]))
         return v, None
     elif kind == "lazy":
         v = _made(env)[spec[3]] = _lazy(spec, [_decode_pair(p, env, live, interp)[0] for p in spec[2]])

@@ -159,3 +159,77 @@ def test_calling_an_instance_of_a_python_class_is_inlined():
         Scale.__call__ = orig
     c = dynamo.counters()
     assert c["aborts"] == 0 and c["native_runs"] >= 2 and c["traces_compiled"] >= 3, c
+
+
+class Levels(torch.nn.Module):
+    """torchvision's MultiScaleRoIAlign shape: a loop zipping the call's own list with a list
+    the module holds (its scales), a data-dependent size inside the loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.scales = [0.5, 0.25, 2.0]
+
+    def forward(self, x, levels):
+        out = []
+        for k, (part, scale) in enumerate(zip([x, x * 2, x - 1], self.scales)):
+            idx = torch.where(levels == k)[0]   # nonzero: the iterator over self.scales is live
+            out.append(part[idx] * scale)
+        return torch.cat(out)
+
+
+def test_an_iterator_over_a_list_from_outside_the_call_is_live_at_an_exit():
+    m = Levels()
+    opt = dynamo.optimize(m)
+    x = torch.randn(12)
+    for k in range(8):
+        levels = torch.randint(0, 3, (12,))   # other counts per level: the exits are taken
+        if k == 5:
+            m.scales[1] = -3.0                # the program's list, read again: not a stale copy
+        if k == 6:
+            m.scales.append(9.0)              # a longer list: the loop still stops at the shorter
+        assert close(opt(x, levels), m(x, levels)), k
+    c = dynamo.counters()
+    assert c["aborts"] == 0 and c["native_runs"] >= 3, c
+
+
+def sum_over_given_list(x, weights):
+    total = x * 0
+    for w, t in zip(weights, [x, x * 3]):
+        keep = torch.where(t > 0)[0]   # sized by the data, with zip(weights, ...) live
+        total = total + w * t[keep].sum()
+    return total
+
+
+def test_a_list_argument_zipped_keeps_its_source_across_exits():
+    opt = dynamo.optimize(sum_over_given_list)
+    weights = [1.5, -2.0]
+    for k in range(8):
+        x = torch.randn(9)
+        if k == 4:
+            weights[0] = 7.0    # by value, guarded: a new trace or a guarded miss, never a stale one
+        assert close(opt(x, weights), sum_over_given_list(x, weights)), k
+    c = dynamo.counters()
+    assert c["aborts"] == 0 and c["native_runs"] >= 2, c
+
+
+def test_torch_compile_queries_and_wrapped_functions():
+    """torchvision's roi_align asks torch._dynamo's is_compile_supported() and calls a function it
+    compiled with torch.compile: the query runs as eager runs it, the compiled function as a step
+    between two traces (what the program asked for), and the rest is recorded."""
+    import torch._dynamo.utils as dynamo_utils
+
+    inner = torch.compile(lambda t: t.sin() * 2, backend="eager")
+
+    def f(x):
+        y = x.relu() + 1
+        if dynamo_utils.is_compile_supported(x.device.type) and not torch.compiler.is_compiling():
+            y = inner(y)
+        return y * 3
+
+    opt = dynamo.optimize(f)
+    for k in range(4):
+        x = torch.randn(33)
+        assert close(opt(x), f(x)), k
+    c = dynamo.counters()
+    assert c["aborts"] == 0 and c["native_runs"] >= 2 and c["stitches"] >= 1, c
+    assert "wrapped by torch.compile" in dynamo.report()
