@@ -1,7 +1,7 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
 // trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
 // native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
-// and common pointwise ops; reductions of at most four elements per output become pointwise. A
+// and common pointwise ops (addcmul and addcdiv included); reductions of at most four elements per output become pointwise. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused). A float16/bfloat16 extern
 // is rewritten in float32 and its results rounded once, as ATen's kernels compute it.
@@ -258,7 +258,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
     int64_t n = xt.sizes[0], ch = xt.sizes[1], g = groups.i;
     std::vector<int64_t> bshape = {ch};
     for (int64_t k = 2; k < rank; ++k) bshape.push_back(1);
-    int64_t per_group = n * g ? xt.numel() / (n * g) : 0;
+    int64_t per_group = n * g != 0 ? xt.numel() / (n * g) : 0;
     int32_t xr = r.emit(Op::reshape, {x, L({n, g, per_group})});
     int32_t mu = r.emit(Op::mean, {V(xr), L({2}), Bo(true)});
     int32_t var = r.emit(Op::var, {V(xr), L({2}), I(0), Bo(true)});
@@ -322,6 +322,19 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
     bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
     if (!unit) y = V(r.emit(Op::mul, {y, alpha}));
     return {r.emit(c[6] == 'a' ? Op::add : Op::sub, {x, y})};
+  }
+  if ((c == "aten::addcmul" || c == "aten::addcdiv") && in.args.size() <= 4) {
+    // self + value * t1 * t2 (or / t2), in ATen's kernel's order: (value * t1) op t2, then + self
+    // (timm's Affine layers, optimizers' moment updates)
+    const Operand &value = arg(in, 3);
+    if (value.kind != Operand::None && !value.is_scalar_literal()) return {};
+    if (value.kind == Operand::Bool) return {};
+    bool unit = value.kind == Operand::None || (value.kind == Operand::Int && value.i == 1) ||
+                (value.kind == Operand::Float && value.f == 1.0);
+    Operand t1 = arg(in, 1);
+    if (!unit) t1 = V(r.emit(Op::mul, {t1, value}));
+    int32_t m = r.emit(c == "aten::addcmul" ? Op::mul : Op::div, {t1, arg(in, 2)});
+    return {r.emit(Op::add, {x, V(m)})};
   }
   if (c == "aten::mean.dim" || c == "aten::sum.dim_IntList") {
     if (arg(in, 3).kind != Operand::None) return {};  // an explicit dtype

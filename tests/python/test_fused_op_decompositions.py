@@ -101,3 +101,40 @@ def test_encoder_layer_norms_are_kernels_not_calls():
     check(layer, lambda: (torch.randn(1, 7, 32),))
     text = dynamo.report()
     assert "5 LibTorch call(s)" in text, text
+
+
+def addc(b, a, x, y):
+    u = torch.addcmul(b, a, x)                        # timm's Affine: beta + alpha * x
+    v = torch.addcmul(b, a, x, value=0.5)
+    w = torch.addcdiv(x, a, y.abs() + 1, value=-2)
+    z = torch.addcdiv(b, x, y.abs() + 1)
+    return u.relu(), v * 2, w, z
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023, 0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_addcmul_and_addcdiv_are_kernels_not_calls(n, dtype):
+    """aten::addcmul / addcdiv become pointwise ops of the fused kernels (jit/decompose.cpp),
+    broadcast over a batch, in ATen's order of operations, with value given or not."""
+    opt = dynamo.optimize(addc)
+    for _ in range(3):
+        b, a, x, y = (torch.randn(*s).to(dtype) for s in ((n,), (n,), (3, n), (3, n)))
+        for got, want in zip(opt(b, a, x, y), addc(b, a, x, y)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            tol = 1e-6 if dtype == torch.float32 else 1e-3
+            assert torch.allclose(got.float(), want.float(), rtol=tol, atol=tol), (got.float() - want.float()).abs().max()
+    if n:
+        text = dynamo.report()
+        assert "0 LibTorch call(s)" in text, text
+
+
+def test_addcmul_of_integers_and_a_tensor_value_stay_right():
+    """Integer tensors (value an int) are computed as ATen computes them."""
+    def f(b, a, x):
+        return torch.addcmul(b, a, x, value=3), torch.addcmul(b.float(), a, x.float())
+
+    opt = dynamo.optimize(f)
+    for _ in range(3):
+        b, a, x = torch.randint(-5, 5, (7,)), torch.randint(-5, 5, (7,)), torch.randint(-5, 5, (2, 7))
+        for got, want in zip(opt(b, a, x), f(b, a, x)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
