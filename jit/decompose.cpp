@@ -1,7 +1,7 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
 // trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
 // native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
-// and common pointwise ops (addcmul and addcdiv included); reductions of at most four elements per output become pointwise. A
+// and common pointwise ops (addcmul, addcdiv, rsub, masked_fill with a number, _to_copy of a dtype); reductions of at most four elements per output become pointwise. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused). A float16/bfloat16 extern
 // is rewritten in float32 and its results rounded once, as ATen's kernels compute it.
@@ -322,6 +322,24 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
     bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
     if (!unit) y = V(r.emit(Op::mul, {y, alpha}));
     return {r.emit(c[6] == 'a' ? Op::add : Op::sub, {x, y})};
+  }
+  if (c == "aten::_to_copy" && in.args.size() == 2 && arg(in, 1).kind == Operand::Ident) {
+    DType d;  // a dtype conversion alone (no layout, device or memory format given)
+    if (!dtype_from_name(arg(in, 1).s, &d)) return {};
+    return {r.emit(Op::to, {x, arg(in, 1)})};
+  }
+  if (c == "aten::rsub.Scalar" && in.args.size() <= 3) {  // other - alpha * self
+    const Operand &other = arg(in, 1), &alpha = arg(in, 2);
+    if (!other.is_scalar_literal() || other.kind == Operand::Bool) return {};
+    bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
+    if (!unit && !alpha.is_scalar_literal()) return {};
+    Operand y = unit ? x : V(r.emit(Op::mul, {x, alpha}));
+    return {r.emit(Op::sub, {other, y})};
+  }
+  if (c == "aten::masked_fill.Scalar" && in.args.size() == 3 && arg(in, 2).is_scalar_literal()) {
+    // where(mask, value, self): self's dtype kept (a value of another kind makes where promote,
+    // which the result-type check below refuses: the extern stays)
+    return {r.emit(Op::where, {arg(in, 1), arg(in, 2), x})};
   }
   if ((c == "aten::addcmul" || c == "aten::addcdiv") && in.args.size() <= 4) {
     // self + value * t1 * t2 (or / t2), in ATen's kernel's order: (value * t1) op t2, then + self

@@ -138,3 +138,29 @@ def test_addcmul_of_integers_and_a_tensor_value_stay_right():
         b, a, x = torch.randint(-5, 5, (7,)), torch.randint(-5, 5, (7,)), torch.randint(-5, 5, (2, 7))
         for got, want in zip(opt(b, a, x), f(b, a, x)):
             assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def masks_and_casts(x, ids, m):
+    a = 1.0 - x                                        # aten::rsub.Scalar (T5's extended mask)
+    b = torch.rsub(x, 2, alpha=3)
+    c = x.masked_fill(m, float("-inf")).softmax(-1)    # masked_fill.Scalar before a softmax
+    d = ids.masked_fill(m, 7)                          # integer self, integer value
+    e = ids.to(torch.float32) * 0.5 + (x * 4).to(torch.int64)  # aten::_to_copy of a dtype, both ways
+    f = (x > 0).to(x.dtype) + ids.to(torch.float16).float()
+    return a, b, c, d, e, f
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023])
+def test_rsub_masked_fill_and_dtype_casts_are_kernels_not_calls(n):
+    opt = dynamo.optimize(masks_and_casts)
+    for _ in range(3):
+        x = torch.randn(3, n) * 3
+        ids = torch.randint(-50, 50, (3, n))
+        m = torch.rand(1, n) > 0.5                  # broadcast over the rows
+        m[0, 0] = False                              # (a row never all -inf)
+        for got, want in zip(opt(x, ids, m), masks_and_casts(x, ids, m)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.allclose(got.float(), want.float(), rtol=1e-6, atol=1e-6, equal_nan=True), \
+                (got.float() - want.float()).abs().max()
+    text = dynamo.report()
+    assert "0 LibTorch call(s)" in text, text
