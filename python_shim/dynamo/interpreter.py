@@ -921,7 +921,8 @@ class Interpreter:
             # a function torch.compile (or torch.compiler.disable) wrapped: run as the program asked,
             # a step between traces (torchvision compiles its Python roi_align on first use; traced
             # op by op instead, its gathers ran 30x slower than Inductor's loop)
-            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is wrapped by torch.compile", self_pair)
+            how = "marked torch.compiler.disable" if fn.__dict__.get("_torchdynamo_disable") else "wrapped by torch.compile"
+            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is {how}", self_pair)
         if getattr(fn, "_dynamo_disable", False):
             return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is marked dynamo.disable",
                                 self_pair)
@@ -935,7 +936,10 @@ class Interpreter:
             # answers constants of the trace (torchvision's roi_align asks before choosing its path)
             if self_pair is not None:
                 args = [self_pair] + list(args)
-            return self._concrete(fn, args, kwargs)
+            r = self._concrete(fn, args, kwargs)
+            if isinstance(r[0], torch.Tensor):  # (a tensor made outside the trace: not a constant of it)
+                self.abort(f"{fn.__qualname__} (torch.compile's helper) returned a tensor")
+            return r
         if why is not None and (mod == "torch" or mod.startswith("torch.")) and not mod.startswith("torch.nn.modules"):
             # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
             # the ATen ops they perform are recorded; their arguments are all we pass them.

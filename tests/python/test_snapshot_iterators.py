@@ -233,3 +233,23 @@ def test_torch_compile_queries_and_wrapped_functions():
     c = dynamo.counters()
     assert c["aborts"] == 0 and c["native_runs"] >= 2 and c["stitches"] >= 1, c
     assert "wrapped by torch.compile" in dynamo.report()
+
+
+def test_a_function_marked_torch_compiler_disable_is_a_step():
+    calls = []
+
+    @torch.compiler.disable
+    def log_and_scale(t):
+        calls.append(t.shape[0])   # an effect eager makes once per call
+        return t * 2
+
+    def f(x):
+        return log_and_scale(x.relu() + 1).sum(0)
+
+    opt = dynamo.optimize(f)
+    for k in range(4):
+        x = torch.randn(5, 3)
+        assert close(opt(x), f(x)), k
+    assert calls == [5] * 8            # once per call on either side, never while recording twice
+    assert "marked torch.compiler.disable" in dynamo.report()
+    assert dynamo.counters()["aborts"] == 0
