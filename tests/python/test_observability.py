@@ -108,7 +108,8 @@ opt = dynamo.optimize(f)
 x, w = torch.randn(64, 32), torch.randn(32, 48)
 for k in range(30):
     s = torch.tensor(1.0 if k % 3 else -1.0)
-    torch.testing.assert_close(opt(x, w, s), f(x, w, s))
+    # (the product's side -- BLAS, own or MKL -- is chosen by timing: sums in another order)
+    torch.testing.assert_close(opt(x, w, s), f(x, w, s), rtol=1e-4, atol=1e-4)
 print(json.dumps({"report": dynamo.report(), "profile": opt.compiled[0].entry.profile(),
                   "sides": [[lab, cc.entry.profile()] for lab, cc in explain._profiled_traces(opt)]}))
 '''
