@@ -287,10 +287,11 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor &q, const at:
 // results' layout). The kernel's score tile keeps 24 512-bit accumulators in registers, which
 // AVX-512's 32 vector registers hold; with AVX2's 16 they spill to the stack on every step
 // (measured on an AVX2-only AMD EPYC: 23x slower than ATen's at [8, 4, 128, 64]), so there ATen's
-// runs. With AVX-512 neither wins everywhere (on an Intel Xeon, ATen's was 1.1-1.4x faster at
-// BERT's and ViT's shapes, ours faster at others on an AMD one): the first kTimedCalls calls of
-// each problem shape run both, in turns (the first call only warms them up), and later calls of that shape run the faster, as the
-// product steps choose their GEMM (DYNAMO_PRINT_CHOICES prints each choice).
+// runs. With AVX-512 neither is known to win everywhere (on an Intel Xeon, ATen's was 1.1-1.4x
+// faster at BERT's and ViT's shapes in a quiet run, within noise in others): after one warm-up
+// call, the next kTimedCalls calls of each problem shape run both, in turns, and later calls of
+// that shape run the faster, as the product steps choose their GEMM (DYNAMO_PRINT_CHOICES prints
+// each choice).
 // DYNAMO_ATTENTION=own or =aten forces either (the tests check the kernel on any CPU).
 enum class Kernel { Own, Aten, Measure };
 
