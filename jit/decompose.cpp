@@ -1,12 +1,15 @@
 // decompose.cpp -- ATen ops recorded as externs that we generate ourselves are rewritten into
 // trace ops before fusion: _softmax, _log_softmax, native_layer_norm, layer_norm, eval-mode
 // native_batch_norm, native_group_norm, prelu, gelu, silu, hardswish, mean.dim, var_mean, sum/amax/amin/argmax/var/std
-// and common pointwise ops (addcmul, addcdiv, rsub, masked_fill with a number, _to_copy of a dtype); reductions of at most four elements per output become pointwise. A
+// and common pointwise ops (addcmul, addcdiv, rsub, masked_fill with a number, _to_copy of a dtype),
+// indexing by integer tensors (index.Tensor, index_select, embedding: the index op, a gather);
+// reductions of at most four elements per output become pointwise. A
 // rewrite is kept only if it reproduces the extern's declared result types exactly;
 // otherwise the extern stays (it is still correct, just not fused). A float16/bfloat16 extern
 // is rewritten in float32 and its results rounded once, as ATen's kernels compute it.
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "ir.h"
 
@@ -133,6 +136,73 @@ std::vector<int32_t> depthwise_conv1d(Rewriter &r, const Inst &in) {
   }
   if (is_tensor(out, b)) acc = r.emit(Op::add, {V(acc), V(r.emit(Op::reshape, {b, L({ch, 1})}))});
   return {acc};
+}
+
+// Indexing by integer tensors as the index op (a gather fused into the loops that read it):
+// aten::index.Tensor whose index tensors are one block of adjacent dims (Nones before it: x[:,
+// i, j]; ATen moves the result dims of separated index tensors to the front, which stays an
+// extern), aten::index_select and aten::embedding (the forward: rows of the weight). torchvision's
+// Python roi_align gathers its bilinear samples this way, relative position biases and
+// embeddings their rows. Half and bool sources are gathered as they are (no float32 copy: a
+// gather computes nothing). {} for anything else (boolean masks, other index dtypes).
+bool is_gather_callee(const std::string &c) {
+  return c == "aten::index.Tensor" || c == "aten::index_select" || c == "aten::embedding";
+}
+
+std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
+  Rewriter r(out);
+  const std::string &c = in.callee;
+  const Operand &x0 = arg(in, 0);
+  if (c == "aten::embedding") {  // embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+    const Operand &w = arg(in, 0), &ids = arg(in, 1);
+    if (!is_tensor(out, w) || !is_tensor(out, ids) || out.types[w.value].rank() != 2 ||
+        !is_int(out.types[ids.value].dtype))
+      return {};
+    return {r.emit(Op::index, {w, I(0), ids})};
+  }
+  if (!is_tensor(out, x0)) return {};
+  const int64_t rank = out.types[x0.value].rank();
+  if (c == "aten::index_select") {  // index_select(x, dim, index): a 0-dim index keeps the dim (size 1)
+    const Operand &dim = arg(in, 1), &ix = arg(in, 2);
+    if (dim.kind != Operand::Int || !is_tensor(out, ix) || rank == 0) return {};
+    const Type it = out.types[ix.value];
+    if (!is_int(it.dtype) || it.rank() > 1) return {};
+    int64_t d = dim.i < 0 ? dim.i + rank : dim.i;
+    if (d < 0 || d >= rank) return {};
+    Operand i1 = it.rank() == 1 ? ix : V(r.emit(Op::reshape, {ix, L({1})}));
+    return {r.emit(Op::index, {x0, I(d), i1})};
+  }
+  // index.Tensor(x, [i0, ...]): the list marker, then its elements
+  const Operand &list = arg(in, 1);
+  if (list.kind != Operand::TensorList) return {};
+  std::vector<Operand> args{x0, I(0)};
+  int64_t first = -1;
+  bool ended = false;
+  for (int64_t e = 0; e < list.i; ++e) {
+    const Operand &o = arg(in, 2 + (size_t)e);
+    if (o.kind == Operand::None) {
+      ended = first >= 0;
+      continue;
+    }
+    if (!is_tensor(out, o) || !is_int(out.types[o.value].dtype) || ended) return {};
+    if (first < 0) first = e;
+    args.push_back(o);
+  }
+  if (first < 0) return {};
+  args[1] = I(first);
+  return {r.emit(Op::index, std::move(args))};
+}
+
+std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in);
+
+// A reduction op (x, [dims], keepdim); one of at most kUnrolledReduction elements per output
+// unrolled into pointwise ops (unroll_small_reduction).
+int32_t reduction(Rewriter &r, Op op, std::vector<Operand> args) {
+  Inst in;
+  in.op = op;
+  in.args = args;
+  std::vector<int32_t> u = unroll_small_reduction(r.out, in);
+  return u.empty() ? r.emit(op, std::move(args)) : u[0];
 }
 
 // Returns the values replacing in.results (already remapped operands), or {} if not handled.
@@ -356,14 +426,14 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
   }
   if (c == "aten::mean.dim" || c == "aten::sum.dim_IntList") {
     if (arg(in, 3).kind != Operand::None) return {};  // an explicit dtype
-    return {r.emit(c == "aten::mean.dim" ? Op::mean : Op::sum, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
+    return {reduction(r, c == "aten::mean.dim" ? Op::mean : Op::sum, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
   }
   if (c == "aten::sum" || c == "aten::mean") {
     if (arg(in, 1).kind != Operand::None) return {};
-    return {r.emit(c == "aten::sum" ? Op::sum : Op::mean, {x, L({}), Bo(false)})};
+    return {reduction(r, c == "aten::sum" ? Op::sum : Op::mean, {x, L({}), Bo(false)})};
   }
   if (c == "aten::amax" || c == "aten::amin")
-    return {r.emit(c == "aten::amax" ? Op::amax : Op::amin, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
+    return {reduction(r, c == "aten::amax" ? Op::amax : Op::amin, {x, L(dims_of(arg(in, 1))), Bo(keep(2, false))})};
   if (c == "aten::argmax" || c == "aten::argmin") {
     const Operand &d = arg(in, 1);
     if (d.kind != Operand::Int && d.kind != Operand::None) return {};
@@ -395,31 +465,53 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
 // produces and consumes it, where a row kernel would loop over rows of two. Floating dtypes
 // only (an integer sum widens to int64); one element is a copy (a reduction never aliases).
 constexpr int64_t kUnrolledReduction = 4;
+constexpr int kPickDepth = 8;  // pointwise ops and gathers a pick goes up through
 
-// Index i of dim d of v: a select -- or, where v is computed by a
-// pointwise op whose tensor operands all have v's shape (or none), that op over the operands'
-// picks, so that the unrolled reduction reads its producer's operands and fuses with it (a
-// view of a computed value would be stored first). depth bounds how far up it goes.
-int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, int depth) {
+// Index i of dim d of v: a select -- or, where v is computed by a pointwise op, that op over
+// its operands' picks (an operand broadcast along d: its size-1 dim picked at 0; one that lacks
+// d: as it is), and where v is a gather (index), the gather over its source's or its index
+// tensors' picks, whichever holds dim d. The unrolled reduction then reads its producers'
+// operands and fuses with them (a view of a computed value would be stored first: roi_align's
+// [K, C, 7, 7, 2, 2] bilinear samples, summed over the last two dims). depth bounds how far up
+// it goes; memo gives each (value, dim, index) one pick.
+using PickMemo = std::map<std::tuple<int32_t, int64_t, int64_t>, int32_t>;
+int32_t pick(Rewriter &r, int32_t v, int64_t d, int64_t i, int depth, PickMemo &memo) {
   Trace &t = r.out;
-  int32_t at = t.def[(size_t)v];
-  if (depth > 0 && at >= 0 && op_info(t.insts[(size_t)at].op).kind == OpKind::POINTWISE &&
-      t.insts[(size_t)at].results.size() == 1) {
-    Op op = t.insts[(size_t)at].op;
-    std::vector<Operand> args = t.insts[(size_t)at].args;  // a copy: emit() grows t.insts
-    bool same_shape = true;
-    for (const Operand &o : args)
-      if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor && t.types[(size_t)o.value].rank() > 0 &&
-          t.types[(size_t)o.value].sizes != t.types[(size_t)v].sizes)
-        same_shape = false;
-    if (same_shape) {
-      for (Operand &o : args)
-        if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor && t.types[(size_t)o.value].rank() > 0)
-          o = V(pick(r, o.value, d, i, depth - 1));
-      return r.emit(op, std::move(args));
+  auto key = std::make_tuple(v, d, i);
+  if (auto hit = memo.find(key); hit != memo.end()) return hit->second;
+  int32_t at = t.def[(size_t)v], got = -1;
+  const Inst src = at >= 0 ? t.insts[(size_t)at] : Inst{};  // a copy: emit() grows t.insts
+  const int64_t rank = t.types[(size_t)v].rank();
+  auto shift = [&](const Operand &o, int64_t od, int d2) {  // o picked along its dim od (< 0: none)
+    if (od < 0) return o;
+    const Type &ot = t.types[(size_t)o.value];
+    return V(pick(r, o.value, od, ot.sizes[(size_t)od] == 1 ? 0 : i, d2, memo));
+  };
+  if (depth > 0 && at >= 0 && src.results.size() == 1 && src.op != Op::copy_ &&
+      op_info(src.op).kind == OpKind::POINTWISE) {
+    std::vector<Operand> args = src.args;
+    for (Operand &o : args)
+      if (o.kind == Operand::Value && t.types[(size_t)o.value].tensor)
+        o = shift(o, d - (rank - t.types[(size_t)o.value].rank()), depth - 1);
+    got = r.emit(src.op, std::move(args));
+  } else if (depth > 0 && at >= 0 && src.op == Op::index) {
+    std::vector<Operand> args = src.args;
+    const int64_t first = args[1].i, k = (int64_t)args.size() - 2;
+    const int64_t block = rank - (t.types[(size_t)args[0].value].rank() - k);
+    if (d < first || d >= first + block) {  // a dim of the source: a view of it (the source is memory)
+      int64_t xd = d < first ? d : d - block + k;
+      args[0] = V(r.emit(Op::select, {args[0], I(xd), I(i)}));
+      if (d < first) args[1] = I(first - 1);
+    } else {
+      for (size_t a = 2; a < args.size(); ++a)
+        args[a] = shift(args[a], (d - first) - (block - t.types[(size_t)args[a].value].rank()), depth - 1);
     }
+    got = r.emit(Op::index, std::move(args));
+  } else {
+    got = r.emit(Op::select, {V(v), I(d), I(i)});
   }
-  return r.emit(Op::select, {V(v), I(d), I(i)});
+  memo[key] = got;
+  return got;
 }
 
 std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
@@ -447,6 +539,7 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
   Rewriter r(out);
   int32_t x = in.args[0].value, acc = -1;
   Op combine = in.op == Op::prod ? Op::mul : in.op == Op::amax ? Op::maximum : in.op == Op::amin ? Op::minimum : Op::add;
+  PickMemo memo;
   for (int64_t flat = 0; flat < count; ++flat) {
     // The element's index along each reduced dim (row-major over them); selected from the last
     // dim first, so the earlier dims keep their numbers.
@@ -457,7 +550,8 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
       rest /= n;
     }
     int32_t term = x;
-    for (int64_t k = (int64_t)dims.size() - 1; k >= 0; --k) term = pick(r, term, dims[(size_t)k], index[(size_t)k], 2);
+    for (int64_t k = (int64_t)dims.size() - 1; k >= 0; --k)
+      term = pick(r, term, dims[(size_t)k], index[(size_t)k], kPickDepth, memo);
     acc = acc < 0 ? term : r.emit(combine, {V(acc), V(term)});
   }
   if (count == 1) acc = r.emit(Op::copy, {V(acc)});
@@ -518,7 +612,9 @@ int decompose_externs(Trace &t, bool conv_as_mm) {
       size_t mark_insts = out.insts.size(), mark_vals = out.types.size();
       std::vector<int32_t> repl;
       try {
-        repl = small_reduction ? unroll_small_reduction(out, in) : rewrite(out, widened(out, in), conv_as_mm);
+        repl = small_reduction                ? unroll_small_reduction(out, in)
+               : is_gather_callee(in.callee) ? rewrite_gather(out, in)
+                                              : rewrite(out, widened(out, in), conv_as_mm);
         if (!small_reduction) narrow_results(out, repl, t, orig);
       } catch (const Error &) {
         repl.clear();  // not expressible with our ops (dtype, shape): keep the extern

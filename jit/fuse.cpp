@@ -22,6 +22,26 @@ Map compose_map(const Type &user, const Type &operand, const Map &m) {
   return r;
 }
 
+Map operand_map(const Trace &t, int32_t v, size_t k, const Map &m) {
+  const Inst &in = t.insts[t.def[v]];
+  const Type &ut = t.types[v], &ot = t.types[in.args[k].value];
+  if (in.op != Op::index) return compose_map(ut, ot, m);
+  const int64_t first = in.args[1].i, nidx = (int64_t)in.args.size() - 2;
+  const int64_t x_rank = t.types[in.args[0].value].rank();
+  const int64_t block = ut.rank() - (x_rank - nidx);  // the broadcast index shape's rank
+  Map r(ot.sizes.size(), -1);
+  for (int64_t d = 0; d < ot.rank(); ++d) {
+    if (ot.sizes[d] == 1) continue;
+    if (k == 0) {  // the source: its dims before and after the indexed ones
+      if (d < first) r[d] = m[d];
+      else if (d >= first + nidx) r[d] = m[d - nidx + block];
+    } else {       // an index tensor, right-aligned in the block
+      r[d] = m[first + block - ot.rank() + d];
+    }
+  }
+  return r;
+}
+
 Map row_map(const Group &g, const std::vector<int64_t> &shape) {
   const auto &d = g.domain;
   auto reduced = [&](size_t k) { return std::binary_search(g.rdims.begin(), g.rdims.end(), (int64_t)k); };
@@ -97,7 +117,13 @@ struct Planner {
     p.scratch_bytes.push_back(bytes);
     return p.num_slots++;
   }
-  bool is_pointwise(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::POINTWISE; }
+  // Computed inline by the loops that read it: pointwise ops, and gathers (index), whose
+  // source operand is read from memory at computed positions (is_gather_source).
+  bool is_pointwise(int32_t v) const {
+    OpKind k = op_info(t.insts[t.def[v]].op).kind;
+    return k == OpKind::POINTWISE || k == OpKind::GATHER;
+  }
+  static bool is_gather_source(const Inst &in, size_t k) { return in.op == Op::index && k == 0; }
   bool is_reduction(int32_t v) const { return op_info(t.insts[t.def[v]].op).kind == OpKind::REDUCTION; }
   bool is_computed(int32_t v) const { return is_pointwise(v) || is_reduction(v); }
   std::vector<char> need_mat;  // reductions read outside their row's registers
@@ -219,8 +245,11 @@ struct Planner {
         size_t first = in.op == Op::copy_ ? 1 : 0;  // a copy_'s value does not read its destination
         for (size_t k = first; k < in.args.size(); ++k) {
           const Operand &o = in.args[k];
-          if (o.kind == Operand::Value && t.types[o.value].tensor)
-            stack.push_back({o.value, compose_map(t.types[v], t.types[o.value], m)});
+          if (is_gather_source(in, k)) {
+            out.push_back({-1, {}});  // read at positions only the data knows: a hazard
+            continue;
+          }
+          if (o.kind == Operand::Value && t.types[o.value].tensor) stack.push_back({o.value, operand_map(t, v, k, m)});
         }
         continue;
       }
@@ -604,8 +633,8 @@ struct Planner {
       for (auto [i, k] : users[v]) {
         const Inst &u = t.insts[i];
         OpKind kind = op_info(u.op).kind;
-        if (kind == OpKind::EXTERN || kind == OpKind::VIEW) m = true;
-        if (is_pointwise((int32_t)v) && kind == OpKind::POINTWISE &&
+        if (kind == OpKind::EXTERN || kind == OpKind::VIEW || is_gather_source(u, (size_t)k)) m = true;
+        if (is_pointwise((int32_t)v) && (kind == OpKind::POINTWISE || kind == OpKind::GATHER) &&
             t.types[u.results[0]].numel() != t.types[v].numel())
           m = true;
         // Read again past an extern: the loops after it would recompute v's whole expression,
@@ -668,14 +697,14 @@ struct Planner {
           p.buffer_backed[r] = 1;
           p.views[r] = {s, 0, contiguous_strides(ty.sizes)};
         }
-      } else if (info.kind == OpKind::POINTWISE || info.kind == OpKind::REDUCTION) {
+      } else if (info.kind == OpKind::POINTWISE || info.kind == OpKind::GATHER || info.kind == OpKind::REDUCTION) {
         int32_t v = in.results[0];
         if (!p.materialized[v]) continue;
         const Type &ty = t.types[v];
         int32_t s = out_slot[v] >= 0 ? out_slot[v] : new_slot(ty.numel() * dtype_bytes(ty.dtype));
         p.buffer_backed[v] = 1;
         p.views[v] = {s, 0, contiguous_strides(ty.sizes)};
-        if (info.kind == OpKind::POINTWISE) roots_at[i].insert(roots_at[i].begin(), Root{v, s});
+        if (info.kind != OpKind::REDUCTION) roots_at[i].insert(roots_at[i].begin(), Root{v, s});
       } else if (info.kind == OpKind::VIEW) {
         fold_view((int32_t)i);
       }
@@ -823,11 +852,18 @@ struct Planner {
         walk = false;
       }
       if (!walk) continue;
-      const std::vector<Operand> &args = t.insts[t.def[v]].args;
+      const Inst &def = t.insts[t.def[v]];
+      const std::vector<Operand> &args = def.args;
       for (size_t k = args.size(); k-- > 0;) {
         const Operand &o = args[k];
-        if (o.kind == Operand::Value && t.types[o.value].tensor)
-          work.push_back({o.value, compose_map(t.types[v], t.types[o.value], it.m), false});
+        if (is_gather_source(def, k)) {  // read from memory that must be complete before g runs
+          int32_t x = o.value;
+          if (g >= 0 && p.group_of[x] == g) return false;
+          if (p.buffer_backed[x] && g >= 0 && writes_slot(p.groups[g], p.views[x].slot)) return false;
+          if (is_reduction(x) && mark) need_mat[x] = 1;
+          continue;
+        }
+        if (o.kind == Operand::Value && t.types[o.value].tensor) work.push_back({o.value, operand_map(t, v, k, it.m), false});
       }
     }
     return true;

@@ -28,6 +28,11 @@ struct Root {            // one value a kernel stores, contiguous, into a slot
 using Map = std::vector<int32_t>;
 // The map of `operand` (broadcast right-aligned into `user`) given the user's map.
 Map compose_map(const Type &user, const Type &operand, const Map &m);
+// The map operand k of value v's instruction is read with, given v's map m: compose_map for a
+// pointwise op. For index (a gather) the source x follows v's dims outside the indexed block
+// and has -1 on the indexed dims (their positions come from the index tensors: an indirect
+// load), and each index tensor is broadcast right-aligned into the block's dims.
+Map operand_map(const Trace &t, int32_t v, size_t k, const Map &m);
 
 // One fused loop nest. A pointwise group runs over `domain`. A row group runs over the kept
 // dims of `domain` and, for each such row, over the reduced dims `rdims` once per reduction

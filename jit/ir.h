@@ -24,7 +24,7 @@ inline bool is_half(DType t) { return t == DType::F16 || t == DType::BF16; }
 inline bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
 
 /* -- Ops: generated from ops.def -- */
-enum class OpKind : uint8_t { INPUT, POINTWISE, REDUCTION, VIEW, EXTERN };
+enum class OpKind : uint8_t { INPUT, POINTWISE, REDUCTION, VIEW, EXTERN, GATHER };
 enum class DRule : uint8_t { PROMOTE, FLOAT, FLOATONLY, COMPARE, LOGICAL, CAST, RSUM, RSAME, RFLOAT, RINDEX, NONE };
 
 enum class Op : uint16_t {

@@ -25,10 +25,27 @@ void KernelEmitter::collect(int32_t v0, const Map &m0, std::map<std::pair<int32_
     if (!seen.emplace(std::make_pair(v, m), 1).second) continue;
     if (own_reduction(v)) continue;  // a register of this row; its input is collected by its stage
     if (inline_value(v)) {
-      const std::vector<Operand> &args = t.insts[t.def[v]].args;
-      for (size_t k = args.size(); k-- > 0;)
+      const Inst &in = t.insts[t.def[v]];
+      const std::vector<Operand> &args = in.args;
+      for (size_t k = args.size(); k-- > 0;) {
+        if (gather_source(in, k)) {  // a pattern of its own, whatever else reads the source
+          const int32_t x = args[0].value;
+          const BufferView &bv = p.views[x];
+          const Map xm = compose(m, v, 0);
+          Pattern pt{bv.slot, bv.offset, t.types[x].dtype, std::vector<int64_t>(g.domain.size(), 0)};
+          for (size_t d = 0; d < xm.size(); ++d)
+            if (xm[d] >= 0) pt.coef[xm[d]] += bv.strides[d];
+          const int64_t first = args[1].i;
+          for (size_t d = (size_t)first; d < (size_t)first + args.size() - 2; ++d)
+            pt.indexed.push_back({bv.strides[d], t.types[x].sizes[d]});
+          pt.gather = true;
+          gather_of[{v, m}] = (int32_t)pats.size();
+          pats.push_back(pt);
+          continue;
+        }
         if (args[k].kind == Operand::Value && t.types[args[k].value].tensor)
-          work.emplace_back(args[k].value, compose(m, v, args[k].value));
+          work.emplace_back(args[k].value, compose(m, v, k));
+      }
       continue;
     }
     const BufferView &bv = p.views[v];
@@ -58,8 +75,34 @@ void KernelEmitter::collapse() {
   std::vector<int> all;
   for (size_t d = 0; d < g.domain.size(); ++d) all.push_back((int)d);
   std::vector<std::vector<int64_t>> nc(pats.size());
-  merge_dims(all, nc);
+  merge_dims(loop_order(all), nc);
   for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
+}
+
+// The domain's order, unless its innermost collapsed dim is shorter than a short vector while
+// another dim is long (a [K, C, 7, 7] result read through broadcast index tensors: its last
+// dims do not merge): that dim then runs innermost, so the vector loop has lanes to fill (its
+// loads and stores strided: gathers and scatters; what does not move along it is loaded once
+// before the loop). Only where the target asks (reorders_short_inner: not on a GPU, whose
+// threads must walk the contiguous dim).
+std::vector<int> KernelEmitter::loop_order(const std::vector<int> &order) {
+  constexpr int64_t kShort = 8, kLong = 64;
+  if (!reorders_short_inner() || order.size() < 2) return order;
+  std::vector<Dim> saved = dims;
+  std::vector<std::vector<int64_t>> nc(pats.size());
+  merge_dims(order, nc);
+  int64_t inner = dims.back().size;
+  dims = saved;
+  if (inner >= kShort) return order;
+  int best = -1;
+  for (int d : order)
+    if (g.domain[d] >= kLong && (best < 0 || g.domain[d] > g.domain[best])) best = d;
+  if (best < 0 || best == order.back()) return order;
+  std::vector<int> r;
+  for (int d : order)
+    if (d != best) r.push_back(d);
+  r.push_back(best);
+  return r;
 }
 
 // Appends to dims (and each pattern's collapsed coefficients nc) the collapsed form of the
@@ -246,7 +289,7 @@ void KernelEmitter::emit_inner(size_t d, Value *begin, Value *end, const std::fu
   hoisted.clear();
   for (size_t k = 0; k < pats.size(); ++k) {
     bool is_store = std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end() || pats[k].store;
-    if (is_store || pats[k].coef[d] != 0) continue;
+    if (is_store || pats[k].gather || pats[k].coef[d] != 0) continue;
     L = 1;
     jidx = B.getInt64(0);
     hoisted[(int32_t)k] = load((int32_t)k).v;
@@ -427,7 +470,7 @@ EVal KernelEmitter::operand(int32_t v, const Map &m, const Operand &o, DType as)
   switch (o.kind) {
     case Operand::Value: {
       const Type &ty = t.types[o.value];
-      if (ty.tensor) return cast(value(o.value, compose(m, v, o.value)), as);
+      if (ty.tensor) return cast(value(o.value, compose_map(t.types[v], ty, m)), as);  // (pointwise ops)
       // A scalar input: its 8 bytes live in the slot itself.
       Value *bits = B.CreateLoad(B.getInt64Ty(), slot_addr(p.scalar_slot[o.value]));
       EVal s;
@@ -491,11 +534,13 @@ void KernelEmitter::prime(int32_t v0, const Map &m0) {
   std::vector<std::pair<Key, bool>> work;  // (value at map, its operands pushed already)
   std::vector<Key> order;
   auto push_operands = [&](const Key &k) {
-    const std::vector<Operand> &args = t.insts[t.def[k.first]].args;
+    const Inst &in = t.insts[t.def[k.first]];
+    const std::vector<Operand> &args = in.args;
     for (size_t i = args.size(); i-- > 0;) {
       const Operand &o = args[i];
+      if (gather_source(in, i)) continue;  // read from memory
       if (o.kind != Operand::Value || !t.types[o.value].tensor || !inline_value(o.value)) continue;
-      Key c{o.value, compose(k.second, k.first, o.value)};
+      Key c{o.value, compose(k.second, k.first, i)};
       if (!memo.count(c) && !entered.count(c)) work.push_back({c, false});
     }
   };
@@ -516,8 +561,48 @@ void KernelEmitter::prime(int32_t v0, const Map &m0) {
   priming = false;
 }
 
+EVal KernelEmitter::gather(int32_t v, const Map &m) {
+  const Inst &in = t.insts[t.def[v]];
+  const int32_t k = gather_of.at({v, m});
+  const Pattern &pt = pats[k];
+  // The loop-decided part of the address, per lane (as load() forms it) ...
+  int64_t c = pt.coef.back();
+  Value *off = B.CreateAdd(outer_off[k], B.getInt64(pt.offset));
+  if (c != 0) off = B.CreateAdd(off, B.CreateMul(jidx, c == 1 ? B.getInt64(1) : size(c)));
+  Value *addr = splat(off);
+  if (L > 1 && c != 0) addr = B.CreateAdd(addr, lane_offsets(c, c == 1 ? B.getInt64(1) : size(c)));
+  // ... plus each indexed dim's index (negative: from the end) times its stride; an index
+  // outside [-size, size) sets the status and reads nothing.
+  Value *ok = nullptr;
+  for (size_t d = 0; d < pt.indexed.size(); ++d) {
+    const int32_t iv = in.args[2 + d].value;
+    Value *i = cast(value(iv, compose(m, v, 2 + d)), DType::I64).v;
+    Value *n = splat(size(pt.indexed[d].size));
+    i = B.CreateSelect(B.CreateICmpSLT(i, splat(B.getInt64(0))), B.CreateAdd(i, n), i);
+    Value *in_range = B.CreateICmpULT(i, n);  // (unsigned: a still-negative index is huge)
+    ok = ok ? B.CreateAnd(ok, in_range) : in_range;
+    int64_t st = pt.indexed[d].stride;
+    addr = B.CreateAdd(addr, B.CreateMul(i, splat(st == 1 ? B.getInt64(1) : size(st))));
+  }
+  may_fail = true;
+  Value *all_ok = L == 1 ? ok : B.CreateAndReduce(ok);
+  Value *cur = B.CreateLoad(B.getInt32Ty(), flag);
+  B.CreateStore(B.CreateSelect(all_ok, cur, B.getInt32(DYNAMO_RT_INDEX_OUT_OF_RANGE)), flag);
+  llvm::Type *mt = mem_ty(pt.dt);
+  Value *mask = L == 1 ? B.CreateVectorSplat(1, ok) : ok;
+  Value *addrs = L == 1 ? B.CreateVectorSplat(1, addr) : addr;
+  Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], addrs);
+  auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)), mask);
+  decorate(ld, false);
+  Value *r = L == 1 ? B.CreateExtractElement(ld, (uint64_t)0) : (Value *)ld;
+  if (pt.dt == DType::Bool) r = B.CreateICmpNE(r, Constant::getNullValue(r->getType()));
+  if (is_half(pt.dt)) r = B.CreateFPExt(r, vec_ty(pt.dt));
+  return {r, pt.dt};
+}
+
 EVal KernelEmitter::compute(int32_t v, const Map &m) {
   const Inst &in = t.insts[t.def[v]];
+  if (in.op == Op::index) return gather(v, m);
   const Type &rt = t.types[v];
   // The dtype the op computes in: ATen's promoted type of its (promoting) operands.
   std::vector<const Operand *> promo;

@@ -40,6 +40,14 @@ struct Pattern {
   DType dt;
   std::vector<int64_t> coef;  // over original domain dims, then over collapsed dims
   bool store = false;         // written by the kernel (never hoisted as a load)
+  // The source of a gather (index): the coefficients give the part of the address the loop
+  // dims decide; each indexed dim adds (its index, read from an index tensor) * stride, the
+  // index checked against the dim's size. Never hoisted or prefetched.
+  struct Indexed {
+    int64_t stride, size;
+  };
+  std::vector<Indexed> indexed = {};
+  bool gather = false;
 };
 
 class KernelEmitter {
@@ -100,6 +108,7 @@ class KernelEmitter {
   virtual void free_row_scratch(const std::vector<Value *> &) {}
   virtual bool prefetches_next_row() const { return false; }  // later passes over a row: see below
   virtual int store_pass_copies() const { return 1; }  // unrolled copies of a row's store pass
+  virtual bool reorders_short_inner() const { return false; }  // see loop_order()
 
   Module &M;
   LLVMContext &C;
@@ -156,18 +165,19 @@ class KernelEmitter {
 
   bool inline_value(int32_t v) const {
     const Inst &in = t.insts[t.def[v]];
-    if (op_info(in.op).kind != OpKind::POINTWISE) return false;
+    if (op_info(in.op).kind != OpKind::POINTWISE && op_info(in.op).kind != OpKind::GATHER) return false;
     return !p.materialized[v] || p.group_of[v] == gi;
   }
-  Map compose(const Map &m, int32_t v, int32_t operand) const {
-    return compose_map(t.types[v], t.types[operand], m);
-  }
+  Map compose(const Map &m, int32_t v, size_t k) const { return operand_map(t, v, k, m); }  // operand k of v
+  static bool gather_source(const Inst &in, size_t k) { return in.op == Op::index && k == 0; }
+  std::map<std::pair<int32_t, Map>, int32_t> gather_of;  // (gather value, its map) -> its source's pattern
   bool own_reduction(int32_t v) const {
     return op_info(t.insts[t.def[v]].op).kind == OpKind::REDUCTION && p.group_of[v] == gi;
   }
   void collect(int32_t v, const Map &m, std::map<std::pair<int32_t, Map>, char> &seen);
   void collapse();
   void merge_dims(const std::vector<int> &which, std::vector<std::vector<int64_t>> &nc);
+  std::vector<int> loop_order(const std::vector<int> &order);
   void begin_function(const std::string &name);
   // A loop skeleton: its index starts at `from`, the body (emitted between the two calls) runs
   // while cond(index) holds, and close_loop gives the next iteration's index and leaves the
@@ -311,6 +321,7 @@ class KernelEmitter {
   EVal operand(int32_t v, const Map &m, const Operand &o, DType as);
   EVal value(int32_t v, const Map &m);
   EVal load(int32_t pat);
+  EVal gather(int32_t v, const Map &m);  // index(x, first, %i...) at map m: an indirect load of x
   EVal compute(int32_t v, const Map &m);
   void prime(int32_t v, const Map &m);
   bool priming = false;  // inside prime(): operands are computed deepest first already

@@ -55,6 +55,7 @@ class CpuEmitter final : public KernelEmitter {
     for (Value *b : bufs) B.CreateCall(fr, {b});
   }
   bool prefetches_next_row() const override { return true; }
+  bool reorders_short_inner() const override { return true; }
 };
 
 // SLEEF's u10 functions (1.0 ulp), as wide as SLEEF goes for this host.

@@ -245,7 +245,7 @@ void KernelEmitter::emit_prefetch_next_row() {
     const Pattern &pt = pats[k];
     bool is_store = pt.store || std::find(root_pat.begin(), root_pat.end(), (int32_t)k) != root_pat.end();
     int64_t next = pt.coef[n_outer - 1];
-    if (is_store || pt.coef.back() != 1 || next == 0 || hoisted.count((int32_t)k)) continue;
+    if (is_store || pt.gather || pt.coef.back() != 1 || next == 0 || hoisted.count((int32_t)k)) continue;
     Value *off = B.CreateAdd(B.CreateAdd(outer_off[k], size(pt.offset + next)), jidx);
     Value *ptr = B.CreateGEP(mem_ty(pt.dt), base[pt.slot], off);  // may point past the tensor: a hint only
     B.CreateIntrinsic(Intrinsic::prefetch, {B.getPtrTy()}, {ptr, B.getInt32(0), B.getInt32(2), B.getInt32(1)});  // read, into L2, data

@@ -8,6 +8,7 @@
 #define DYNAMO_RT_INT_DIV_BY_ZERO 1  /* integer floor division by zero (ATen raises) */
 #define DYNAMO_RT_EXTERN_FAILED 2    /* the extern call failed; message in the call context */
 #define DYNAMO_RT_SIDE_EXIT 3        /* a guard (side exit) failed: exit id and live values in the context */
+#define DYNAMO_RT_INDEX_OUT_OF_RANGE 4  /* an index op's index is outside its dim (ATen raises IndexError) */
 
 /* A fused kernel: computes indices [begin, end) of its outermost loop. */
 typedef int32_t (*dynamo_rt_kernel_fn)(void **slots, int64_t begin, int64_t end);

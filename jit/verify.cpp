@@ -353,6 +353,30 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
     return {r};
   }
 
+  if (info.kind == OpKind::GATHER) {  // index(x, first, %i0, ..., %ik-1)
+    const Type &x = tensor_arg(0);
+    int64_t first = int_arg(1), k = (int64_t)in.args.size() - 2;
+    if (k < 1) vfail(where, "index needs at least one index tensor");
+    if (first < 0 || first + k > x.rank())
+      vfail(where, "index: " + std::to_string(k) + " index tensor(s) from dim " + std::to_string(first) +
+                       " do not fit a tensor of rank " + std::to_string(x.rank()));
+    std::vector<int64_t> b;
+    for (size_t a = 2; a < in.args.size(); ++a) {
+      const Type &it = tensor_arg(a);
+      if (!is_int(it.dtype))
+        vfail(where, "index tensors must be int32 or int64, operand " + std::to_string(a) + " is " + dtype_name(it.dtype));
+      if (!(it.device == x.device)) vfail(where, "operands are on different devices");
+      if (!broadcast_shapes(b, it.sizes, &b)) vfail(where, "index tensors' shapes do not broadcast");
+    }
+    Type r;
+    r.dtype = x.dtype;
+    r.device = x.device;
+    r.sizes.assign(x.sizes.begin(), x.sizes.begin() + first);
+    r.sizes.insert(r.sizes.end(), b.begin(), b.end());
+    r.sizes.insert(r.sizes.end(), x.sizes.begin() + first + k, x.sizes.end());
+    return {r};
+  }
+
   // -- pointwise --
   std::vector<const Operand *> promo;   // operands that take part in type promotion
   std::vector<int64_t> shape;

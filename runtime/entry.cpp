@@ -327,8 +327,9 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
       for (DLManagedTensor *m : values) m->deleter(m);  // (no one to take them)
       return DYNAMO_EXIT;
     }
-    *msg = rc == DYNAMO_RT_INT_DIV_BY_ZERO ? "ZeroDivisionError: integer floor division by zero"
-                                           : "GPU program returned status " + std::to_string(rc);
+    *msg = rc == DYNAMO_RT_INT_DIV_BY_ZERO      ? "ZeroDivisionError: integer floor division by zero"
+           : rc == DYNAMO_RT_INDEX_OUT_OF_RANGE ? "IndexError: index out of range (an index op)"
+                                                : "GPU program returned status " + std::to_string(rc);
     return DYNAMO_ERR_RUNTIME;
   }
 
@@ -403,6 +404,7 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   switch (rc) {
     case DYNAMO_RT_OK: return DYNAMO_OK;
     case DYNAMO_RT_INT_DIV_BY_ZERO: *msg = "ZeroDivisionError: integer floor division by zero"; return DYNAMO_ERR_RUNTIME;
+    case DYNAMO_RT_INDEX_OUT_OF_RANGE: *msg = "IndexError: index out of range (an index op)"; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_EXTERN_FAILED: *msg = ctx.error; return DYNAMO_ERR_RUNTIME;
     case DYNAMO_RT_SIDE_EXIT: {
       exit_counts[ctx.exit.id].fetch_add(1, std::memory_order_relaxed);

@@ -30,6 +30,7 @@ const OpCase kPointwise[] = {
 #define OpKind_POINTWISE 1
 #define OpKind_REDUCTION 0
 #define OpKind_VIEW 0
+#define OpKind_GATHER 0
 #include "ops.def"
 #undef X
 };

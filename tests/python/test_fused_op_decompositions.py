@@ -164,3 +164,23 @@ def test_rsub_masked_fill_and_dtype_casts_are_kernels_not_calls(n):
                 (got.float() - want.float()).abs().max()
     text = dynamo.report()
     assert "0 LibTorch call(s)" in text, text
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_small_sums_through_broadcast_operands(n):
+    """A sum over a last dim of 2-4 elements (a pair of boxes, a 2x2 sample grid) of a product
+    whose operands broadcast along it: unrolled into pointwise ops over each operand's picks (a
+    size-1 dim picked at 0), one fused loop, no LibTorch call."""
+    def f(a, b, c):
+        u = (a[:, :, None] * b.exp()).sum(-1)                   # b: [n] broadcast over rows
+        v = torch.tanh(a[:, :2, None, None] - c).sum((-1, -2))  # c: [2, 1, n] picked where it varies
+        return u + 1, v
+
+    opt = dynamo.optimize(f)
+    for _ in range(3):
+        a, b, c = torch.randn(7, 5), torch.randn(n), torch.randn(2, 1, n)
+        for got, want in zip(opt(a, b, c), f(a, b, c)):
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got - want).abs().max()
+    text = dynamo.report()
+    assert "0 LibTorch call(s)" in text, text
