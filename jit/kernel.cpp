@@ -39,6 +39,10 @@ void KernelEmitter::collect(int32_t v0, const Map &m0, std::map<std::pair<int32_
           for (size_t d = (size_t)first; d < (size_t)first + args.size() - 2; ++d)
             pt.indexed.push_back({bv.strides[d], t.types[x].sizes[d]});
           pt.gather = true;
+          int64_t last = bv.offset;
+          for (size_t d = 0; d < bv.strides.size(); ++d)
+            last += std::max<int64_t>(0, t.types[x].sizes[d] - 1) * bv.strides[d];
+          pt.offsets32 = last < INT32_MAX;
           gather_of[{v, m}] = (int32_t)pats.size();
           pats.push_back(pt);
           continue;
@@ -79,12 +83,14 @@ void KernelEmitter::collapse() {
   for (size_t k = 0; k < pats.size(); ++k) pats[k].coef = nc[k];
 }
 
-// The domain's order, unless its innermost collapsed dim is shorter than a short vector while
-// another dim is long (a [K, C, 7, 7] result read through broadcast index tensors: its last
-// dims do not merge): that dim then runs innermost, so the vector loop has lanes to fill (its
-// loads and stores strided: gathers and scatters; what does not move along it is loaded once
-// before the loop). Only where the target asks (reorders_short_inner: not on a GPU, whose
-// threads must walk the contiguous dim).
+// The domain's order, unless its innermost collapsed dim is shorter than a short vector, a
+// gather's position along it comes from its index tensors (its source's own address does not
+// move along it: each lane a gather anyway), and another dim is long (roi_align's [K, C, 7, 7]
+// samples): that dim then runs innermost, so the vector loop has lanes to fill (its other
+// accesses strided: gathers and scatters, which are slow on some machines -- an embedding's
+// [tokens, 4] rows read contiguously stay as they are; what does not move along the new inner
+// dim is loaded once before the loop). Only where the target asks (reorders_short_inner: not
+// on a GPU, whose threads must walk the contiguous dim).
 std::vector<int> KernelEmitter::loop_order(const std::vector<int> &order) {
   constexpr int64_t kShort = 8, kLong = 64;
   if (!reorders_short_inner() || order.size() < 2) return order;
@@ -93,7 +99,9 @@ std::vector<int> KernelEmitter::loop_order(const std::vector<int> &order) {
   merge_dims(order, nc);
   int64_t inner = dims.back().size;
   dims = saved;
-  if (inner >= kShort) return order;
+  bool indexed_inner = false;
+  for (size_t k = 0; k < pats.size(); ++k) indexed_inner = indexed_inner || (pats[k].gather && nc[k].back() == 0);
+  if (inner >= kShort || !indexed_inner) return order;
   int best = -1;
   for (int d : order)
     if (g.domain[d] >= kLong && (best < 0 || g.domain[d] > g.domain[best])) best = d;
@@ -591,6 +599,8 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
   llvm::Type *mt = mem_ty(pt.dt);
   Value *mask = L == 1 ? B.CreateVectorSplat(1, ok) : ok;
   Value *addrs = L == 1 ? B.CreateVectorSplat(1, addr) : addr;
+  // 32-bit offsets where the source allows: one dword gather per 16 lanes instead of two qword ones
+  if (L > 1 && pt.offsets32) addrs = B.CreateTrunc(addrs, FixedVectorType::get(B.getInt32Ty(), L));
   Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], addrs);
   auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)), mask);
   decorate(ld, false);

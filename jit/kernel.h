@@ -48,6 +48,7 @@ struct Pattern {
   };
   std::vector<Indexed> indexed = {};
   bool gather = false;
+  bool offsets32 = false;  // every element offset of the gather's source fits in int32 (dword gathers)
 };
 
 class KernelEmitter {
