@@ -119,6 +119,11 @@ void test_reductions_and_norms(void **) {
       "trace @tiles {\n  %0 = input f64[512,1024]\n  %1 = input f16[1024]\n  %2 = add(%0, %1)\n"
       "  %3 = tanh(%2)\n  %4 = to(%3, f16) : f16[512,1024]\n  %5 = amax(%3, [1], true)\n  %6 = sub(%3, %5)\n"
       "  return %4, %6\n}\n",
+      // Gathers (the index op): rows of an embedding, and a sum of gathered samples in a row.
+      "trace @gather_rows {\n  %0 = input f32[50,64]\n  %1 = input i64[7,9]\n  %2 = index(%0, 0, %1) : f32[7,9,64]\n"
+      "  %3 = add(%2, 1.0)\n  return %3\n}\n",
+      "trace @gather_sum {\n  %0 = input f16[4,30,40]\n  %1 = input i32[30]\n  %2 = input i32[5,1]\n"
+      "  %3 = index(%0, 1, %1, %2) : f16[4,5,30]\n  %4 = sum(%3, [2], false)\n  return %4\n}\n",
   };
   for (const char *t : traces) check_trace(t);
 
