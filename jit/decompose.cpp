@@ -149,6 +149,14 @@ bool is_gather_callee(const std::string &c) {
   return c == "aten::index.Tensor" || c == "aten::index_select" || c == "aten::embedding";
 }
 
+// An index tensor for a dim of n elements where ATen refuses negative indices (embedding,
+// index_select raise IndexError where index.Tensor counts from the end): negatives made n, out of
+// range, so the index op stops with its IndexError status and eager raises its own.
+Operand no_negatives(Rewriter &r, const Operand &idx, int64_t n) {
+  int32_t neg = r.emit(Op::lt, {idx, I(0)});
+  return V(r.emit(Op::where, {V(neg), I(n), idx}));
+}
+
 std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
   Rewriter r(out);
   const std::string &c = in.callee;
@@ -158,7 +166,7 @@ std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
     if (!is_tensor(out, w) || !is_tensor(out, ids) || out.types[w.value].rank() != 2 ||
         !is_int(out.types[ids.value].dtype))
       return {};
-    return {r.emit(Op::index, {w, I(0), ids})};
+    return {r.emit(Op::index, {w, I(0), no_negatives(r, ids, out.types[w.value].sizes[0])})};
   }
   if (!is_tensor(out, x0)) return {};
   const int64_t rank = out.types[x0.value].rank();
@@ -170,7 +178,7 @@ std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
     int64_t d = dim.i < 0 ? dim.i + rank : dim.i;
     if (d < 0 || d >= rank) return {};
     Operand i1 = it.rank() == 1 ? ix : V(r.emit(Op::reshape, {ix, L({1})}));
-    return {r.emit(Op::index, {x0, I(d), i1})};
+    return {r.emit(Op::index, {x0, I(d), no_negatives(r, i1, out.types[x0.value].sizes[(size_t)d])})};
   }
   // index.Tensor(x, [i0, ...]): the list marker, then its elements
   const Operand &list = arg(in, 1);

@@ -569,6 +569,30 @@ void KernelEmitter::prime(int32_t v0, const Map &m0) {
   priming = false;
 }
 
+bool KernelEmitter::uniform_inner(int32_t v, const Map &m, int depth) {
+  auto key = std::make_pair(v, m);
+  if (auto it = uniform_memo.find(key); it != uniform_memo.end()) return it->second;
+  bool u = true;
+  if (depth <= 0) {
+    u = false;
+  } else if (own_reduction(v)) {
+    u = true;  // this row's register
+  } else if (inline_value(v)) {
+    const Inst &in = t.insts[t.def[v]];
+    if (in.op == Op::index) u = pats[gather_of.at(key)].coef.back() == 0;
+    for (size_t k = 0; u && k < in.args.size(); ++k) {
+      const Operand &o = in.args[k];
+      if (!gather_source(in, k) && o.kind == Operand::Value && t.types[o.value].tensor)
+        u = uniform_inner(o.value, compose(m, v, k), depth - 1);
+    }
+  } else {
+    auto it = leaf_of.find(key);
+    u = it != leaf_of.end() && pats[it->second].coef.back() == 0;
+  }
+  uniform_memo[key] = u;
+  return u;
+}
+
 EVal KernelEmitter::gather(int32_t v, const Map &m) {
   const Inst &in = t.insts[t.def[v]];
   const int32_t k = gather_of.at({v, m});
@@ -577,6 +601,38 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
   int64_t c = pt.coef.back();
   Value *off = B.CreateAdd(outer_off[k], B.getInt64(pt.offset));
   if (c != 0) off = B.CreateAdd(off, B.CreateMul(jidx, c == 1 ? B.getInt64(1) : size(c)));
+  llvm::Type *mt = mem_ty(pt.dt);
+  auto finish = [&](Value *r) -> EVal {
+    if (pt.dt == DType::Bool) r = B.CreateICmpNE(r, Constant::getNullValue(r->getType()));
+    if (is_half(pt.dt)) r = B.CreateFPExt(r, vec_ty(pt.dt));
+    return {r, pt.dt};
+  };
+  may_fail = true;
+  bool uniform = L > 1 && (c == 0 || c == 1);
+  for (size_t d = 0; uniform && d < pt.indexed.size(); ++d) uniform = uniform_inner(in.args[2 + d].value, compose(m, v, 2 + d));
+  if (uniform) {
+    // Every lane reads the same row (an embedding's, a bias table's): the index is one number,
+    // and the lanes are one contiguous masked load (c == 1) or one element splat (c == 0).
+    Value *ok = B.getTrue();
+    for (size_t d = 0; d < pt.indexed.size(); ++d) {
+      Value *iv = cast(value(in.args[2 + d].value, compose(m, v, 2 + d)), DType::I64).v;
+      Value *i = B.CreateExtractElement(iv, (uint64_t)0);
+      Value *n = size(pt.indexed[d].size);
+      i = B.CreateSelect(B.CreateICmpSLT(i, B.getInt64(0)), B.CreateAdd(i, n), i);
+      ok = B.CreateAnd(ok, B.CreateICmpULT(i, n));
+      int64_t st = pt.indexed[d].stride;
+      off = B.CreateAdd(off, B.CreateMul(i, st == 1 ? B.getInt64(1) : size(st)));
+    }
+    Value *cur = B.CreateLoad(B.getInt32Ty(), flag);
+    B.CreateStore(B.CreateSelect(ok, cur, B.getInt32(DYNAMO_RT_INDEX_OUT_OF_RANGE)), flag);
+    Value *ptr = B.CreateInBoundsGEP(mt, base[pt.slot], off);
+    int lanes_read = c == 1 ? L : 1;
+    auto *ld = B.CreateMaskedLoad(FixedVectorType::get(mt, lanes_read), ptr, Align(dtype_bytes(pt.dt)),
+                                  B.CreateVectorSplat(lanes_read, ok));
+    decorate(ld, false);
+    Value *r = c == 1 ? (Value *)ld : B.CreateVectorSplat(L, B.CreateExtractElement(ld, (uint64_t)0));
+    return finish(r);
+  }
   Value *addr = splat(off);
   if (L > 1 && c != 0) addr = B.CreateAdd(addr, lane_offsets(c, c == 1 ? B.getInt64(1) : size(c)));
   // ... plus each indexed dim's index (negative: from the end) times its stride; an index
@@ -592,11 +648,9 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
     int64_t st = pt.indexed[d].stride;
     addr = B.CreateAdd(addr, B.CreateMul(i, splat(st == 1 ? B.getInt64(1) : size(st))));
   }
-  may_fail = true;
   Value *all_ok = L == 1 ? ok : B.CreateAndReduce(ok);
   Value *cur = B.CreateLoad(B.getInt32Ty(), flag);
   B.CreateStore(B.CreateSelect(all_ok, cur, B.getInt32(DYNAMO_RT_INDEX_OUT_OF_RANGE)), flag);
-  llvm::Type *mt = mem_ty(pt.dt);
   Value *mask = L == 1 ? B.CreateVectorSplat(1, ok) : ok;
   Value *addrs = L == 1 ? B.CreateVectorSplat(1, addr) : addr;
   // 32-bit offsets where the source allows: one dword gather per 16 lanes instead of two qword ones
@@ -604,10 +658,7 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
   Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], addrs);
   auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)), mask);
   decorate(ld, false);
-  Value *r = L == 1 ? B.CreateExtractElement(ld, (uint64_t)0) : (Value *)ld;
-  if (pt.dt == DType::Bool) r = B.CreateICmpNE(r, Constant::getNullValue(r->getType()));
-  if (is_half(pt.dt)) r = B.CreateFPExt(r, vec_ty(pt.dt));
-  return {r, pt.dt};
+  return finish(L == 1 ? B.CreateExtractElement(ld, (uint64_t)0) : (Value *)ld);
 }
 
 EVal KernelEmitter::compute(int32_t v, const Map &m) {

@@ -323,6 +323,10 @@ class KernelEmitter {
   EVal value(int32_t v, const Map &m);
   EVal load(int32_t pat);
   EVal gather(int32_t v, const Map &m);  // index(x, first, %i...) at map m: an indirect load of x
+  // Does v at map m hold one value across the lanes of the innermost loop (none of its leaves
+  // moves along it)? false when unsure (an expression deeper than `depth`).
+  bool uniform_inner(int32_t v, const Map &m, int depth = 32);
+  std::map<std::pair<int32_t, Map>, bool> uniform_memo;
   EVal compute(int32_t v, const Map &m);
   void prime(int32_t v, const Map &m);
   bool priming = false;  // inside prime(): operands are computed deepest first already

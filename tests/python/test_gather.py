@@ -114,6 +114,30 @@ def test_out_of_range_raises_as_eager():
     assert torch.equal(opt(x, torch.tensor([1, 2])), f(x, torch.tensor([1, 2])))
 
 
+@pytest.mark.parametrize("which", ["embedding", "index_select"])
+def test_negative_ids_raise_where_aten_raises(which):
+    """embedding and index_select refuse negative indices (IndexError), where x[i] counts them
+    from the end: compiled, the same."""
+    def f(w, i):
+        return (F.embedding(i, w) if which == "embedding" else torch.index_select(w, 0, i)) + 1
+
+    opt = dynamo.optimize(f)
+    w = torch.randn(6, 20)
+    for _ in range(3):
+        i = torch.randint(0, 6, (5,))
+        assert torch.equal(opt(w, i), f(w, i))
+    for bad in ([-1], [2, -6, 1]):
+        for _ in range(2):  # (a failed run drops the trace: compiled again first)
+            i = torch.randint(0, 6, (len(bad),))
+            assert torch.equal(opt(w, i), f(w, i))
+        with pytest.raises(IndexError):
+            f(w, torch.tensor(bad))
+        failed = dynamo.counters()["abort_native_run"]
+        with pytest.raises(IndexError):
+            opt(w, torch.tensor(bad))
+        assert dynamo.counters()["abort_native_run"] > failed  # the compiled code caught it
+
+
 def test_mask_and_separated_indices_stay_externs():
     """A boolean mask, and index tensors separated by a slice (ATen moves their dims to the
     front): still right, through LibTorch."""
@@ -159,3 +183,28 @@ def test_torchvision_roi_align_is_recorded(sampling):
     run(f, make, exact=False, libtorch_calls=None)
     if sampling:
         assert dynamo.counters()["stitches"] == 0, dynamo.report()
+
+
+@pytest.mark.parametrize("width", [16, 37, 1023])
+def test_wide_rows_are_read_whole(width):
+    """Rows at least a vector wide (an embedding's token rows): each vector of a row is one
+    contiguous read at the row's index; negative indices, int32 ids, a row picked twice; an id
+    out of range raises eager's IndexError."""
+    def f(w, ids, pos):
+        return F.embedding(ids, w) * 2 + w[pos]
+
+    def make():
+        return (torch.randn(50, width), torch.randint(0, 50, (3, 7)),
+                torch.randint(-50, 50, (7,), dtype=torch.int32))
+    run(f, make)
+    opt = dynamo.optimize(f)
+    w, ids, pos = make()
+    for bad in (50, -1):
+        for _ in range(2):  # (a failed run drops the trace: compiled again first)
+            assert torch.equal(opt(w, ids, pos), f(w, ids, pos))
+        ids2 = ids.clone()
+        ids2[1, 3] = bad
+        failed = dynamo.counters()["abort_native_run"]
+        with pytest.raises(IndexError):
+            opt(w, ids2, pos)
+        assert dynamo.counters()["abort_native_run"] > failed  # the compiled code caught it
