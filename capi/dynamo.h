@@ -50,7 +50,7 @@ extern "C" {
   X(ERR_COMPILE, 5)           /* code generation or LLVM failure */                            \
   X(ERR_GUARD_MISS, 6)        /* no entry's guards accept these inputs */                      \
   X(ERR_ARGUMENT_MISMATCH, 7) /* run-time inputs/outputs do not match the entry */             \
-  X(ERR_RUNTIME, 8)           /* failure while running (extern op raised, int div by 0) */     \
+  X(ERR_RUNTIME, 8)           /* running failed: an extern raised, int div by 0, bad index */  \
   X(ERR_UNSUPPORTED, 9)       /* valid request this build cannot do (e.g. GPU tensors) */      \
   X(ERR_NO_DEVICE, 10)        /* a GPU was requested and no driver/device is present */        \
   X(ERR_OUT_OF_MEMORY, 11)                                                                     \
