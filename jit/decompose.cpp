@@ -93,6 +93,13 @@ const Operand &arg(const Inst &in, size_t k) {
 
 bool is_tensor(const Trace &t, const Operand &o) { return o.kind == Operand::Value && t.types[o.value].tensor; }
 
+// A multiplier (alpha, value) left to its default or given as 1; float_one: 1.0 counts too (where
+// ATen's kernel would not promote by it).
+bool is_one(const Operand &o, bool float_one = false) {
+  return o.kind == Operand::None || (o.kind == Operand::Int && o.i == 1) ||
+         (float_one && o.kind == Operand::Float && o.f == 1.0);
+}
+
 // A result the rewrite does not produce (-1 in its list): allowed only where nothing uses it.
 constexpr int32_t kUnused = -1;
 
@@ -397,7 +404,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
   if (c == "aten::add.Tensor" || c == "aten::sub.Tensor" || c == "aten::add.Scalar" || c == "aten::sub.Scalar") {
     const Operand &alpha = arg(in, 2);
     Operand y = arg(in, 1);
-    bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
+    bool unit = is_one(alpha);
     if (!unit) y = V(r.emit(Op::mul, {y, alpha}));
     return {r.emit(c[6] == 'a' ? Op::add : Op::sub, {x, y})};
   }
@@ -409,7 +416,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
   if (c == "aten::rsub.Scalar" && in.args.size() <= 3) {  // other - alpha * self
     const Operand &other = arg(in, 1), &alpha = arg(in, 2);
     if (!other.is_scalar_literal() || other.kind == Operand::Bool) return {};
-    bool unit = alpha.kind == Operand::None || (alpha.kind == Operand::Int && alpha.i == 1);
+    bool unit = is_one(alpha);
     if (!unit && !alpha.is_scalar_literal()) return {};
     Operand y = unit ? x : V(r.emit(Op::mul, {x, alpha}));
     return {r.emit(Op::sub, {other, y})};
@@ -425,8 +432,7 @@ std::vector<int32_t> rewrite(Trace &out, const Inst &in, bool conv_as_mm) {
     const Operand &value = arg(in, 3);
     if (value.kind != Operand::None && !value.is_scalar_literal()) return {};
     if (value.kind == Operand::Bool) return {};
-    bool unit = value.kind == Operand::None || (value.kind == Operand::Int && value.i == 1) ||
-                (value.kind == Operand::Float && value.f == 1.0);
+    bool unit = is_one(value, true);
     Operand t1 = arg(in, 1);
     if (!unit) t1 = V(r.emit(Op::mul, {t1, value}));
     int32_t m = r.emit(c == "aten::addcmul" ? Op::mul : Op::div, {t1, arg(in, 2)});

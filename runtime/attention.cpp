@@ -344,13 +344,20 @@ Kernel kernel_for(const ShapeKey &key) {
   if (force && std::strcmp(force, "own") == 0) return Kernel::Own;
   if (force && std::strcmp(force, "aten") == 0) return Kernel::Aten;
   if (!wide_vectors()) return Kernel::Aten;
+  // A decided choice never changes (entries are never removed): each thread keeps its last one,
+  // so a model's steady calls at one shape take no lock.
+  thread_local ShapeKey last_key{{-1}};
+  thread_local Kernel last_kernel = Kernel::Measure;
+  if (last_kernel != Kernel::Measure && last_key == key) return last_kernel;
   std::lock_guard<std::mutex> l(g_choice_mu);
   auto it = g_choices.find(key);
   if (it == g_choices.end()) {
     if (g_choices.size() >= kMaxShapes) return Kernel::Own;
     it = g_choices.emplace(key, ShapeChoice{}).first;
   }
-  return it->second.chosen;
+  last_key = key;
+  last_kernel = it->second.chosen;
+  return last_kernel;
 }
 
 double seconds_now() {
