@@ -31,8 +31,9 @@ static_assert(offsetof(dynamo_versioned_tensor, tensor) == 0, "the DLTensor must
 static_assert(sizeof(dynamo_tensor_info) == 8 + 8 * DYNAMO_MAX_DIMS, "dynamo_tensor_info layout changed");
 static_assert(sizeof(dynamo_output_alias) == 16 + 8 * DYNAMO_MAX_DIMS && offsetof(dynamo_output_alias, strides) == 16,
               "dynamo_output_alias layout changed");
-static_assert(sizeof(dynamo_entry_stats) == 32 && offsetof(dynamo_entry_stats, compile_ms) == 16 &&
-                  offsetof(dynamo_entry_stats, from_cache) == 24 && offsetof(dynamo_entry_stats, shared_code) == 28,
+static_assert(sizeof(dynamo_entry_stats) == 40 && offsetof(dynamo_entry_stats, compile_ms) == 16 &&
+                  offsetof(dynamo_entry_stats, from_cache) == 24 && offsetof(dynamo_entry_stats, shared_code) == 28 &&
+                  offsetof(dynamo_entry_stats, kept_steps) == 32 && offsetof(dynamo_entry_stats, kept_computes) == 36,
               "dynamo_entry_stats layout changed");
 static_assert(sizeof(dynamo_status) == sizeof(int), "dynamo_status must stay an int-sized enum");
 
@@ -906,6 +907,7 @@ dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry, dynamo_entry_sta
   size_t n = std::min<size_t>(stats->struct_size, sizeof(dynamo_entry_stats));
   dynamo_entry_stats s = entry->e->stats;
   s.struct_size = (uint32_t)n;
+  s.kept_computes = (uint32_t)std::min<int64_t>(entry->e->kept_computes.load(std::memory_order_relaxed), UINT32_MAX);
   memcpy(stats, &s, n);
   return DYNAMO_OK;
 }

@@ -25,8 +25,8 @@ extern "C" {
  * reset to 0 when DYNAMO_ABI_VERSION is bumped. A caller that needs something added in minor M
  * checks dynamo_abi_minor_version() >= M. Minor 1 added dynamo_abi_minor_version itself, minor 2
  * dynamo_entry_stats.shared_code, minor 3 sized traces (dynamo_frame_add_sized), minor 4
- * dynamo_entry_profile. */
-#define DYNAMO_ABI_MINOR 4u
+ * dynamo_entry_profile, minor 5 dynamo_entry_stats.kept_steps and kept_computes. */
+#define DYNAMO_ABI_MINOR 5u
 
 /* The most dimensions a tensor may have anywhere in the API (traces, DLTensors, info structs). */
 #define DYNAMO_MAX_DIMS 16
@@ -219,7 +219,8 @@ typedef enum dynamo_arg_kind {
 /* u.tensor points to the `tensor` member of a dynamo_versioned_tensor: the caller counts writes
  * to the tensor. While a tensor at the same address keeps its version (and its contents look
  * the same: the entry samples them), an entry may reuse what it derived from the contents --
- * convolution weights reordered for oneDNN, a linear layer's weight packed for the GEMM.
+ * convolution weights reordered for oneDNN, a linear layer's weight packed for the GEMM, and
+ * what the trace computes from its `weight` inputs alone (dynamo_entry_stats.kept_steps).
  * Without the flag they are derived anew on every call. PyTorch's shim passes each tensor's
  * version counter (Tensor._version). */
 #define DYNAMO_ARG_FLAG_VERSIONED 2u
@@ -319,6 +320,11 @@ typedef struct dynamo_entry_stats {
   uint32_t shared_code;     /* 1: the machine code is an earlier entry's, compiled for the same
                                program at other sizes (sizes are data of the code): no LLVM
                                compile ran. Since minor 2 (a library of minor 1 leaves it 0). */
+  uint32_t kept_steps;      /* steps computed from `weight` inputs alone (and constants): run only
+                               when one of those weights changed, their results kept across
+                               calls. Since minor 5. */
+  uint32_t kept_computes;   /* complete runs that computed the kept steps (the others reused
+                               their results). Since minor 5. */
 } dynamo_entry_stats;
 DYNAMO_API dynamo_status dynamo_entry_get_stats(const dynamo_entry *entry,
                                                 dynamo_entry_stats *stats);

@@ -994,9 +994,117 @@ struct Planner {
 
 }  // namespace
 
+namespace {
+
+// Extern ops whose results are not a function of their operands (random draws), or whose
+// contents are unspecified: never kept.
+bool random_extern(const std::string &callee) {
+  static const char *const words[] = {"rand", "bernoulli", "dropout", "normal", "uniform", "multinomial",
+                                      "exponential", "poisson", "cauchy", "geometric", "empty"};
+  for (const char *w : words)
+    if (callee.find(w) != std::string::npos) return true;
+  return false;
+}
+
+// Plan::step_kept and what goes with it (see fuse.h).
+void mark_kept_steps(const Trace &t, Plan &p) {
+  const size_t nv = t.types.size();
+  std::vector<char> mutated(t.inputs.size(), 0);
+  for (int32_t s : p.mutated_inputs) mutated[(size_t)s] = 1;
+  // A value computed from weights and constants alone, deterministically.
+  std::vector<char> fixed(nv, 0);
+  for (size_t i = 0; i < t.insts.size(); ++i) {
+    const Inst &in = t.insts[i];
+    bool f;
+    if (in.op == Op::input) {
+      f = false;
+      for (size_t k = 0; k < t.inputs.size(); ++k)
+        if (t.inputs[k] == in.results[0]) {
+          const Type &ty = t.types[(size_t)in.results[0]];
+          f = ty.tensor && ty.weight && !mutated[k];
+        }
+    } else if (in.op == Op::guard || in.op == Op::copy_) {
+      f = false;
+    } else {
+      f = !(op_info(in.op).kind == OpKind::EXTERN && random_extern(in.callee));
+      for (const Operand &o : in.args)
+        if (o.kind == Operand::Value && !fixed[(size_t)o.value]) f = false;
+    }
+    for (int32_t r : in.results) fixed[(size_t)r] = f;
+  }
+  const int32_t first_scratch = p.num_inputs + p.num_outputs;
+  std::vector<char> is_output(nv, 0);
+  for (int32_t v : t.outputs) is_output[(size_t)v] = 1;
+  std::vector<char> handed(p.num_slots, 0);
+  for (int32_t s : p.output_extern_slot)
+    if (s >= 0) handed[(size_t)s] = 1;
+  std::vector<char> step_kept(p.steps.size(), 0), slot_kept(p.num_slots, 0);
+  std::vector<int32_t> computed;  // the values of the kept steps
+  bool any = false;
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    const Step &s = p.steps[si];
+    std::vector<std::pair<int32_t, int32_t>> writes;  // (value, slot)
+    if (s.kind == Step::Extern) {
+      const ExternStep &e = p.externs[(size_t)s.index];
+      if (e.is_exit) continue;
+      for (size_t r = 0; r < e.result_values.size(); ++r) writes.push_back({e.result_values[r], e.result_slots[r]});
+    } else {
+      const Group &g = p.groups[(size_t)s.index];
+      if (g.optional_slot >= 0) continue;
+      bool strided = false;
+      for (const Root &r : g.roots) {
+        strided |= r.strided;
+        writes.push_back({r.value, r.slot});
+      }
+      for (const Root &r : g.row_roots) {
+        strided |= r.strided;
+        writes.push_back({r.value, r.slot});
+      }
+      bool reductions_fixed = true;
+      for (int32_t v : g.reductions) reductions_fixed &= fixed[(size_t)v] != 0;
+      if (strided || !reductions_fixed) continue;
+    }
+    bool keep = !writes.empty();
+    for (auto [v, slot] : writes)
+      if (!fixed[(size_t)v] || is_output[(size_t)v] || slot < first_scratch || handed[(size_t)slot]) keep = false;
+    if (!keep) continue;
+    step_kept[si] = 1;
+    any = true;
+    for (auto [v, slot] : writes) {
+      slot_kept[(size_t)slot] = 1;
+      computed.push_back(v);
+    }
+  }
+  if (!any) return;
+  // The weights the kept steps read: the inputs their values come from.
+  std::vector<char> seen(nv, 0);
+  std::vector<int32_t> weights;
+  while (!computed.empty()) {
+    int32_t v = computed.back();
+    computed.pop_back();
+    if (seen[(size_t)v]) continue;
+    seen[(size_t)v] = 1;
+    const Inst &in = t.insts[(size_t)t.def[(size_t)v]];
+    if (in.op == Op::input) {
+      for (size_t k = 0; k < t.inputs.size(); ++k)
+        if (t.inputs[k] == v) weights.push_back((int32_t)k);
+      continue;
+    }
+    for (const Operand &o : in.args)
+      if (o.kind == Operand::Value) computed.push_back(o.value);
+  }
+  std::sort(weights.begin(), weights.end());
+  p.step_kept = std::move(step_kept);
+  p.slot_kept = std::move(slot_kept);
+  p.kept_weights = std::move(weights);
+}
+
+}  // namespace
+
 Plan plan_trace(const Trace &t, const PlanOptions &opt) {
   Planner pl(t, opt);
   pl.run();
+  if (opt.kept_steps) mark_kept_steps(t, pl.p);
   return std::move(pl.p);
 }
 

@@ -118,6 +118,15 @@ struct Plan {
   // instead), or -1. Only in traces without side exits (a side trace given the root's outputs
   // would not know).
   std::vector<int32_t> output_extern_slot;
+  // Kept steps (PlanOptions::kept_steps): steps that compute from weight inputs alone
+  // (parameters and buffers: `input ... weight`) and constants, with no random op among them,
+  // writing scratch only (no output, no input, no extern result handed out). A run skips them
+  // when every weight they read is what the last complete run read (the runtime compares the
+  // weights' addresses, versions and sampled contents); their results stay in their slots,
+  // which persist across calls (slot_kept). Empty when the plan keeps nothing.
+  std::vector<char> step_kept;        // per step
+  std::vector<char> slot_kept;        // per slot: written by a kept step
+  std::vector<int32_t> kept_weights;  // the input slots the kept steps read (directly or not)
 };
 
 struct PlanOptions {
@@ -127,6 +136,8 @@ struct PlanOptions {
   // Plan::output_extern_slot (CPU: the runtime can hand out an extern's own tensor; the GPU
   // program writes a product's result straight into the output instead).
   bool extern_outputs = true;
+  // Plan::step_kept (CPU: the runtime skips those steps while their weights are unchanged).
+  bool kept_steps = false;
 };
 
 // Partitions a verified, simplified trace. Slots: inputs [0, nin), outputs [nin, nin+nout),

@@ -59,6 +59,8 @@ struct Type {
   std::vector<int64_t> strides;  // inputs only (elements); empty = contiguous
   Device device;                 // inputs only
   bool requires_grad = false;    // inputs only
+  bool weight = false;           // inputs only: a module's parameter or buffer (what is computed from
+                                 // weights alone is kept across calls: Plan::step_kept)
 
   int64_t numel() const;
   int rank() const { return (int)sizes.size(); }

@@ -212,7 +212,19 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   BasicBlock *fail_bb = BasicBlock::Create(ctx, "fail", tf);
   PHINode *fail_status = PHINode::Create(B.getInt32Ty(), 0, "status");
   int32_t marked = -1;
-  for (const Call &c : calls) {
+  // Kept steps (Plan::step_kept): each run of them is skipped when slots[num_slots + 1] is
+  // non-null (the runtime found their weights unchanged; their results are in kept slots).
+  auto kept = [&](const Call &c) { return !p.step_kept.empty() && p.step_kept[(size_t)c.step]; };
+  BasicBlock *after_kept = nullptr;
+  for (size_t ci = 0; ci < calls.size(); ++ci) {
+    const Call &c = calls[ci];
+    if (kept(c) && !after_kept) {
+      Value *flag = B.CreateLoad(ptr_ty, B.CreateConstInBoundsGEP1_64(ptr_ty, slots, p.num_slots + 1), "kept");
+      BasicBlock *run = BasicBlock::Create(ctx, "compute_kept", tf);
+      after_kept = BasicBlock::Create(ctx, "after_kept", tf);
+      B.CreateCondBr(B.CreateIsNull(flag), run, after_kept);
+      B.SetInsertPoint(run);
+    }
     if (opt.profile && c.step != marked) {
       B.CreateCall(prof, {rtctx, B.getInt32(c.step)});
       marked = c.step;
@@ -279,6 +291,11 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
     if (skip) {
       B.CreateBr(skip);
       B.SetInsertPoint(skip);
+    }
+    if (after_kept && (ci + 1 == calls.size() || !kept(calls[ci + 1]))) {
+      B.CreateBr(after_kept);
+      B.SetInsertPoint(after_kept);
+      after_kept = nullptr;
     }
   }
   if (opt.profile) B.CreateCall(prof, {rtctx, B.getInt32(-1)});

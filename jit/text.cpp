@@ -61,6 +61,7 @@ std::string print_type(const Type &t, bool input) {
       s += "{" + join_ints(t.strides) + "}";
     if (t.device.kind == DeviceKind::CUDA) s += " cuda:" + std::to_string(t.device.index);
     if (t.requires_grad) s += " requires_grad";
+    if (t.weight) s += " weight";
   }
   return s;
 }
@@ -247,6 +248,7 @@ struct Parser {
           } else pos = save;
         }
         if (accept_word("requires_grad")) ty.requires_grad = true;
+        if (accept_word("weight")) ty.weight = true;
       }
     } else {
       ty.tensor = false;

@@ -350,6 +350,7 @@ std::vector<Type> infer_types(const Trace &t, const Inst &in, const std::string 
     Type r = dst;
     r.strides.clear();
     r.requires_grad = false;
+    r.weight = false;
     return {r};
   }
 

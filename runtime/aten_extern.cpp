@@ -908,6 +908,8 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
       res = res.contiguous();
       slots[e.result_slots[r]] = res.data_ptr();
       ctx->keep.push_back(std::make_shared<at::Tensor>(std::move(res)));
+      if (!en.plan.slot_kept.empty() && en.plan.slot_kept[(size_t)e.result_slots[r]])  // (kept across calls)
+        ctx->kept_results.push_back({e.result_slots[r], slots[e.result_slots[r]], ctx->keep.back()});
     }
     return DYNAMO_RT_OK;
   } catch (const std::exception &ex) {

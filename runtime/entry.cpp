@@ -36,7 +36,21 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   jit::decompose_externs(e->trace, !nhwc);
   jit::simplify_trace(e->trace);
   if (nhwc && jit::nhwc_layouts(e->trace)) jit::simplify_trace(e->trace);
-  e->plan = jit::plan_trace(e->trace);
+  jit::PlanOptions popt;
+  popt.kept_steps = true;
+  e->plan = jit::plan_trace(e->trace, popt);
+  if (!e->plan.step_kept.empty()) {  // the kept kernel results' memory, allocated once
+    e->kept = std::make_unique<Entry::Kept>();
+    e->kept->offset.assign((size_t)e->plan.num_slots, 0);
+    size_t bytes = 0;
+    for (int32_t s = 0; s < e->plan.num_slots; ++s)
+      if (e->plan.slot_kept[(size_t)s] && e->plan.scratch_bytes[(size_t)s]) {
+        e->kept->offset[(size_t)s] = bytes;
+        bytes += ((size_t)e->plan.scratch_bytes[(size_t)s] + 63) & ~size_t(63);
+      }
+    if (bytes && !(e->kept->memory = aligned_alloc(64, bytes)))
+      jit::fail(ErrorCode::Runtime, "out of memory allocating " + std::to_string(bytes) + " bytes for kept results");
+  }
   e->guards = guards::guards_from_trace(e->trace);
   e->externs = resolve_externs(e->trace, e->plan);
   e->exits = jit::side_exits(e->trace);  // (verified: ids 0 .. n - 1, each once)
@@ -50,6 +64,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->code = engine.compile(e->trace, e->plan, fn_name, &nk, &cached);
   e->stats.struct_size = sizeof(dynamo_entry_stats);
   e->stats.num_kernels = (uint32_t)nk;
+  for (char k : e->plan.step_kept) e->stats.kept_steps += k != 0;
 
   e->stats.num_instructions = (uint32_t)e->trace.insts.size();
   e->stats.from_cache = cached ? 1 : 0;
@@ -60,6 +75,38 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
 }
 
 Entry::~Entry() = default;
+Entry::Kept::~Kept() { free(memory); }
+
+namespace {
+
+// What identifies a weight's contents for the kept steps: its address, the caller's version and
+// 32 sampled elements' bytes (derived.h's rule: a write the version does not count, through
+// .data, still shows in the sample); "" when the caller does not version it (nothing is kept).
+std::string weight_key(const dynamo_arg &a) {
+  if (a.kind != DYNAMO_ARG_TENSOR || !(a.flags & DYNAMO_ARG_FLAG_VERSIONED)) return "";
+  const DLTensor &t = *a.u.tensor;
+  uint64_t version = reinterpret_cast<const dynamo_versioned_tensor *>(a.u.tensor)->version;
+  const char *base = (const char *)t.data + t.byte_offset;
+  std::string key((const char *)&base, sizeof base);
+  key.append((const char *)&version, sizeof version);
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  const size_t es = ((size_t)t.dtype.bits * t.dtype.lanes + 7) / 8;
+  constexpr int64_t kSamples = 32;
+  for (int64_t s = 0; s < kSamples && n > 0; ++s) {
+    int64_t li = (s * (n - 1)) / (kSamples - 1), off = 0;
+    for (int d = t.ndim - 1; d >= 0; --d) {  // unravel li over the sizes, row-major
+      int64_t stride = t.strides ? t.strides[d] : 1;
+      if (!t.strides) for (int e = d + 1; e < t.ndim; ++e) stride *= t.shape[e];
+      off += (li % t.shape[d]) * stride;
+      li /= t.shape[d];
+    }
+    key.append(base + off * (int64_t)es, es);
+  }
+  return key;
+}
+
+}  // namespace
 
 bool Entry::profile_this_run() const {
   if (profile_warm.load(std::memory_order_relaxed) >= 2) return true;
@@ -335,14 +382,35 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
 
   // Slots: inputs, outputs, then scratch (one allocation) and extern results; after them the
   // size table the code reads (engine.h CompiledCode::sizes).
+  // Then slots[num_slots + 1]: non-null when the kept steps are skipped (their weights unchanged).
   void *stack_slots[64];
   std::vector<void *> heap_slots;
   void **slots = stack_slots;
-  if (p.num_slots + 1 > 64) {
-    heap_slots.resize(p.num_slots + 1);
+  if (p.num_slots + 2 > 64) {
+    heap_slots.resize(p.num_slots + 2);
     slots = heap_slots.data();
   }
   slots[p.num_slots] = const_cast<int64_t *>(code.sizes.data());
+  slots[p.num_slots + 1] = nullptr;
+  // Kept steps: skipped when the weights they read are the last complete run's.
+  std::shared_lock<std::shared_mutex> kept_shared;
+  std::unique_lock<std::shared_mutex> kept_alone;
+  std::vector<std::string> kept_keys;
+  bool skip_kept = false;
+  if (kept) {
+    bool keyed = true;
+    for (int32_t w : p.kept_weights) {
+      kept_keys.push_back(weight_key(args[w]));
+      keyed &= !kept_keys.back().empty();
+    }
+    kept_shared = std::shared_lock<std::shared_mutex>(kept->mu);
+    skip_kept = keyed && kept->valid && kept->keys == kept_keys;
+    if (!skip_kept) {
+      kept_shared.unlock();
+      kept_alone = std::unique_lock<std::shared_mutex>(kept->mu);
+      kept->valid = false;
+    }
+  }
   for (size_t k = 0; k < nargs; ++k) {
     const dynamo_arg &a = args[k];
     switch (a.kind) {
@@ -354,8 +422,10 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   }
   for (size_t k = 0; k < nouts; ++k)
     slots[p.num_inputs + k] = outs[k].data ? (char *)outs[k].data + outs[k].byte_offset : nullptr;
+  auto in_arena = [&](int32_t s) { return p.scratch_bytes[s] && !(kept && p.slot_kept[(size_t)s]); };
   size_t scratch = 0;
-  for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) scratch += (p.scratch_bytes[s] + 63) & ~size_t(63);
+  for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s)
+    if (in_arena(s)) scratch += (p.scratch_bytes[s] + 63) & ~size_t(63);
   Buffer arena_buf;
   if (scratch) {
     arena_buf = pool ? pool->acquire(scratch) : Buffer{aligned_alloc(64, (scratch + 63) & ~size_t(63)), scratch};
@@ -364,8 +434,16 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
   char *arena = (char *)arena_buf.data;
   size_t at = 0;
   for (int32_t s = p.num_inputs + p.num_outputs; s < p.num_slots; ++s) {
-    slots[s] = p.scratch_bytes[s] ? arena + at : nullptr;
-    at += (p.scratch_bytes[s] + 63) & ~size_t(63);
+    if (kept && p.slot_kept[(size_t)s]) {  // a kept kernel result lives in the entry's memory
+      slots[s] = p.scratch_bytes[s] ? (char *)kept->memory + kept->offset[(size_t)s] : nullptr;
+      continue;
+    }
+    slots[s] = in_arena(s) ? arena + at : nullptr;
+    if (in_arena(s)) at += (p.scratch_bytes[s] + 63) & ~size_t(63);
+  }
+  if (skip_kept) {  // the kept extern results, and the flag that skips their steps
+    for (const RunContext::KeptResult &r : kept->results) slots[r.slot] = r.data;
+    slots[p.num_slots + 1] = (void *)1;
   }
 
   RunContext ctx;
@@ -386,6 +464,12 @@ dynamo_status Entry::run(const dynamo_arg *args, size_t nargs, const DLTensor *o
     } else {
       rc = fn(slots, &ctx);
     }
+  }
+  if (kept && !skip_kept && rc == DYNAMO_RT_OK) {  // (a side exit or failure leaves them unkept)
+    kept->results = std::move(ctx.kept_results);
+    kept->keys = std::move(kept_keys);
+    kept->valid = std::find(kept->keys.begin(), kept->keys.end(), std::string()) == kept->keys.end();
+    kept_computes.fetch_add(1, std::memory_order_relaxed);
   }
   // Extern results handed out as outputs, before the scratch goes back to the pool (a result
   // that views scratch is copied out of it first).

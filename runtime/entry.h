@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,13 @@ struct RunContext {
   int64_t profile_at = 0;                   // DYNAMO_PROFILE: the last mark (steady clock, ns)
   int32_t profile_step = -1;                // and the step it began (-1: none)
   bool profile_on = false;                  // this run is counted (Entry::profile_this_run)
+  // Results of kept extern steps (plan.step_kept) this run made: (slot, data, the tensor).
+  struct KeptResult {
+    int32_t slot;
+    void *data;
+    std::shared_ptr<void> tensor;
+  };
+  std::vector<KeptResult> kept_results;
 };
 
 // DYNAMO_PROFILE: the time one plan step took over all runs, and how often it ran.
@@ -81,6 +89,19 @@ struct Entry {
   std::shared_ptr<gpu::Device> gpu_device;
   std::shared_ptr<gpu::Loaded> gpu;
   mutable std::mutex gpu_mu;
+  // Kept steps (plan.step_kept): what the last complete run computed from the weights, kept
+  // while they stay the same. Null when the plan keeps nothing.
+  struct Kept {
+    std::shared_mutex mu;  // a run that skips the kept steps reads them shared; one that computes them, alone
+    bool valid = false;    // the kept slots hold what the weights described by `keys` give
+    std::vector<std::string> keys;  // per plan.kept_weights: address, version and sampled bytes
+    std::vector<RunContext::KeptResult> results;  // the kept extern steps' results
+    std::vector<size_t> offset;  // per slot: where a kept kernel result lives in `memory`
+    void *memory = nullptr;
+    ~Kept();
+  };
+  std::unique_ptr<Kept> kept;
+  mutable std::atomic<int64_t> kept_computes{0};  // complete runs that computed the kept steps
   // DYNAMO_PROFILE=1 (jit::profile_enabled): time per plan step (null otherwise), and of the
   // trace function per run; entry_profile() reports them.
   std::unique_ptr<StepTime[]> step_times;

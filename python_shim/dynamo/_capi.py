@@ -3,7 +3,7 @@ import ctypes
 import os
 
 ABI_VERSION = 1
-ABI_MINOR = 4      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
+ABI_MINOR = 5      # the least DYNAMO_ABI_MINOR this package needs (dynamo_abi_minor_version)
 DYNAMO_DL_BOOL = 6
 
 
@@ -66,7 +66,8 @@ class EntryStats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_kernels", ctypes.c_uint32),
                 ("num_externs", ctypes.c_uint32), ("num_instructions", ctypes.c_uint32),
                 ("compile_ms", ctypes.c_double), ("from_cache", ctypes.c_uint32),
-                ("shared_code", ctypes.c_uint32)]
+                ("shared_code", ctypes.c_uint32), ("kept_steps", ctypes.c_uint32),
+                ("kept_computes", ctypes.c_uint32)]
 
 
 class EngineOptions(ctypes.Structure):

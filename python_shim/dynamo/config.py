@@ -75,6 +75,14 @@ training_batch_norm
                statistics, but measured 0.66-0.74x eager's speed per step on 2 cores (its
                compiled backward is slower than eager's: docs/PERFORMANCE.md). False (default):
                such calls run eagerly and a model's other parts compile apart.
+keep_weight_results
+               when True (default), what a trace computes from the modules' parameters and
+               buffers alone (and constants: a T5 model's relative position bias, a mask built
+               from aranges) is computed on a call and kept for the next calls, computed again
+               when one of those tensors changes (the native code compares their addresses,
+               version counters and 32 sampled elements; a write through .data shows in the
+               sample). False: computed on every call (what reads no tensor at all, such as
+               an arange, is still computed once).
 ddp_bucket_mb  when torch.distributed is initialized with more than one rank, a recording with
                grad on ends its trace before calling a submodule once the parameters it has used
                reach this many MiB (default 25, DistributedDataParallel's bucket size; 0: never):
@@ -111,6 +119,7 @@ dynamic = None
 size_probes = True
 training = True
 training_batch_norm = False
+keep_weight_results = True
 ddp_bucket_mb = 25
 
 _SETTINGS = tuple(n for n, v in list(globals().items())

@@ -198,6 +198,14 @@ def _family_lines(f):
     return lines
 
 
+def _kept_note(c):
+    """', 3 step(s) computed from weights alone (1 time)' for a trace with kept steps."""
+    if c.entry is None or not c.stats.kept_steps:
+        return ""
+    n = c.entry.stats().kept_computes
+    return f", {c.stats.kept_steps} step(s) computed from weights alone ({n} time(s), kept between calls)"
+
+
 def report():
     """Text summary of every optimized function alive now: compiled traces, fallbacks and why."""
     lines = []
@@ -222,7 +230,7 @@ def report():
                 continue
             lines.append(f"  trace {n}, {'from the trace store' if c.from_store else 'compiled'}: {len(c.ops)} ATen op(s) -> "
                          f"{c.stats.num_kernels} kernel(s), {c.stats.num_externs} LibTorch call(s), {c.runs} run(s)"
-                         f"{', shared code' if c.stats.shared_code else ''}")
+                         f"{', shared code' if c.stats.shared_code else ''}{_kept_note(c)}")
             lines.extend(_exit_tree(c, "    "))
         lines.extend(_family_lines(f))
         if PROFILE:

@@ -328,6 +328,7 @@ class Interpreter:
         self.keep = []
         self.tensor_src = {}      # id(tensor) -> source expr it was registered under
         self.input_objs = {}      # id(tensor) -> the input tensor itself (snapshots find views of inputs)
+        self._module_tensors = {}  # id(tensor) -> modules' registered buffers read (weight inputs)
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
@@ -408,7 +409,8 @@ class Interpreter:
                     self.guards.guard_state(f"({src.expr}) is ({prev})", True, f"{src.expr} is the same tensor as {prev}")
                     return
                 self.guards.guard(src, v)
-                if self.rec.add_input(v):
+                weight = config.keep_weight_results and (isinstance(v, torch.nn.Parameter) or id(v) in self._module_tensors)
+                if self.rec.add_input(v, weight=weight):
                     self.guards.add_tensor_input(src)
                     self.tensor_src[id(v)] = src.expr
                     self.input_objs[id(v)] = v
@@ -2043,6 +2045,9 @@ class Interpreter:
             if name != "grad" and name not in getattr(obj, "__dict__", ()):
                 return (v, None)
         src = osrc.attr(name)
+        if isinstance(v, torch.Tensor) and isinstance(obj, torch.nn.Module) and \
+                obj.__dict__.get("_buffers", {}).get(name) is v:
+            self._module_tensors[id(v)] = v  # a module's registered buffer: a weight input
         if isinstance(v, types.MethodType):
             # a bound method is made anew at each read: guard what it calls and on what
             if self.recording:

@@ -130,8 +130,10 @@ class Recorder(TorchDispatchMode):
         """The name of the newest trace value (a tensor), or of the first input."""
         return f"%v{self._n}" if self._n else "%i0"
 
-    def add_input(self, t):
-        """Registers tensor t (read from a guarded source) as the next trace input."""
+    def add_input(self, t, weight=False):
+        """Registers tensor t (read from a guarded source) as the next trace input. weight: t is
+        a module's parameter or buffer (declared `weight`: the native code keeps what it computes
+        from weights alone across calls, recomputed when one of them changes)."""
         if id(t) in self.vals:
             return False
         where = ""
@@ -155,6 +157,7 @@ class Recorder(TorchDispatchMode):
         name = f"%i{len(self.inputs)}"
         strides = ",".join(str(s) for s in t.stride())
         rg = " requires_grad" if t.requires_grad else ""
+        rg += " weight" if weight else ""
         self.inputs.append(f"  {name} = input {type_text(t)}{{{strides}}}{where}{rg}")
         self.input_tensors.append(t)
         self.vals[id(t)] = name

@@ -5,7 +5,7 @@
 static const char *kRoundTrip[] = {
     "trace @chain {\n"
     "  %0 = input f32[4,8]\n"
-    "  %1 = input f32[8]\n"
+    "  %1 = input f32[8] weight\n"
     "  %2 = add(%0, %1) : f32[4,8]\n"
     "  %3 = exp(%2) : f32[4,8]\n"
     "  %4 = mul(%3, 2.5) : f32[4,8]\n"

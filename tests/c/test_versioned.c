@@ -150,10 +150,90 @@ static void test_linear_weight_packing_follows_the_version(void **state) {
   assert_ok(dynamo_frame_destroy(f));
 }
 
+/* What a trace computes from its `weight` inputs alone -- a product of two weights (an extern)
+ * and a row sum of one (a kernel) -- is computed on a call and kept: later calls with the same
+ * weights skip those steps. A new version, contents the sample sees, an unversioned weight or a
+ * weight at another address computes them again; the per-call input x never does. */
+static const char *kKept =
+    "trace @kept {\n"
+    "  %0 = input f32[2,3] weight\n"
+    "  %1 = input f32[3,2] weight\n"
+    "  %2 = input f32[2,2]\n"
+    "  %3 = extern aten::mm(%0, %1) : f32[2,2]\n"
+    "  %4 = sum(%0, [1], true) : f32[2,1]\n"
+    "  %5 = add(%3, %4) : f32[2,2]\n"
+    "  %6 = mul(%5, %2) : f32[2,2]\n"
+    "  return %6\n"
+    "}\n";
+
+static void run_kept_and_check(dynamo_entry *e, versioned *va, versioned *vb, int flagged, const float *x) {
+  float y[4];
+  static const int64_t sx[2] = {2, 2};
+  test_tensor tx, ty;
+  tt_init(&tx, (float *)x, kDLFloat, 32, 2, sx, NULL);
+  tt_init(&ty, y, kDLFloat, 32, 2, sx, NULL);
+  dynamo_arg args[3] = {arg_versioned(va, flagged), arg_versioned(vb, 1), arg_tensor(&tx)};
+  assert_ok(dynamo_entry_run(e, args, 3, &ty.dl, 1));
+  const float *a = (const float *)va->vt.tensor.data, *b = (const float *)vb->vt.tensor.data;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      float mm = 0, rs = 0;
+      for (int k = 0; k < 3; ++k) mm += a[i * 3 + k] * b[k * 2 + j], rs += a[i * 3 + k];
+      float want = (mm + rs) * x[i * 2 + j];
+      assert_true(fabsf(y[i * 2 + j] - want) <= 1e-5f * (1.0f + fabsf(want)));
+    }
+}
+
+static uint32_t kept_computes(dynamo_entry *e, uint32_t *steps) {
+  dynamo_entry_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  assert_ok(dynamo_entry_get_stats(e, &st));
+  *steps = st.kept_steps;
+  return st.kept_computes;
+}
+
+static void test_steps_from_weights_alone_kept_while_unchanged(void **state) {
+  (void)state;
+  dynamo_frame *f = NULL;
+  dynamo_entry *e = compile(kKept, &f);
+  float a[6] = {1, -2, 3, 0.5f, 4, -1}, b[6] = {2, 1, -1, 3, 0.25f, -2}, a2[6], x[4] = {1, 2, -1, 0.5f};
+  static const int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+  versioned va, vb;
+  vt_init(&va, a, 2, sa, 1);
+  vt_init(&vb, b, 2, sb, 1);
+  uint32_t steps = 0;
+  for (int call = 0; call < 3; ++call) {
+    x[0] = (float)call;  /* the per-call input changes; the weights do not */
+    run_kept_and_check(e, &va, &vb, 1, x);
+  }
+  assert_int_equal(kept_computes(e, &steps), 1);
+  assert_int_equal(steps, 2);  /* the product and the row sum; the add and mul read x */
+  b[3] = 7;  /* new contents, new version */
+  vb.vt.version = 2;
+  run_kept_and_check(e, &va, &vb, 1, x);
+  assert_int_equal(kept_computes(e, &steps), 2);
+  for (int k = 0; k < 6; ++k) a[k] *= -1;  /* same version: the sample sees it */
+  run_kept_and_check(e, &va, &vb, 1, x);
+  assert_int_equal(kept_computes(e, &steps), 3);
+  memcpy(a2, a, sizeof a2);  /* the same values at another address */
+  vt_init(&va, a2, 2, sa, 1);
+  run_kept_and_check(e, &va, &vb, 1, x);
+  assert_int_equal(kept_computes(e, &steps), 4);
+  run_kept_and_check(e, &va, &vb, 0, x);  /* unversioned: computed on every call */
+  run_kept_and_check(e, &va, &vb, 0, x);
+  assert_int_equal(kept_computes(e, &steps), 6);
+  run_kept_and_check(e, &va, &vb, 1, x);  /* versioned again: computed once more, then kept */
+  run_kept_and_check(e, &va, &vb, 1, x);
+  assert_int_equal(kept_computes(e, &steps), 7);
+  assert_ok(dynamo_frame_destroy(f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_convolution_weights_kept_only_while_unchanged),
       cmocka_unit_test(test_linear_weight_packing_follows_the_version),
+      cmocka_unit_test(test_steps_from_weights_alone_kept_while_unchanged),
   };
   /* Both paths of each step are exercised: forced here to the ones that keep derived data. */
   setenv("DYNAMO_CONV", "onednn", 1);
