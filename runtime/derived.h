@@ -15,6 +15,18 @@
 
 namespace dynamo::runtime {
 
+// The elements a content key samples: kContentSamples of them, evenly spaced in row-major
+// order over a tensor of n > 0 elements; sample s's offset in elements (strides in elements).
+constexpr int64_t kContentSamples = 32;
+inline int64_t content_sample_offset(int64_t s, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides) {
+  int64_t li = (s * (n - 1)) / (kContentSamples - 1), off = 0;
+  for (int d = ndim - 1; d >= 0; --d) {  // unravel li over the sizes, row-major
+    off += (li % sizes[d]) * strides[d];
+    li /= sizes[d];
+  }
+  return off;
+}
+
 struct ContentKey {
   const void *ptr = nullptr;
   uint64_t version = 0;
@@ -22,20 +34,13 @@ struct ContentKey {
 
   // The key of float32 tensor t (any strides) at this version.
   static ContentKey of(const at::Tensor &t, uint64_t version) {
-    constexpr int64_t kSamples = 32;
     ContentKey k;
     k.ptr = t.data_ptr();
     k.version = version;
     const float *p = t.data_ptr<float>();
     int64_t n = t.numel();
-    for (int64_t s = 0; s < kSamples && n > 0; ++s) {
-      int64_t li = (s * (n - 1)) / (kSamples - 1), off = 0;
-      for (int64_t d = t.dim() - 1; d >= 0; --d) {  // unravel li over the sizes, row-major
-        off += (li % t.size(d)) * t.stride(d);
-        li /= t.size(d);
-      }
-      k.sample.push_back(p[off]);
-    }
+    for (int64_t s = 0; s < kContentSamples && n > 0; ++s)
+      k.sample.push_back(p[content_sample_offset(s, n, (int)t.dim(), t.sizes().data(), t.strides().data())]);
     return k;
   }
   bool operator==(const ContentKey &o) const {  // bitwise: NaN samples match themselves

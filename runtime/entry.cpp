@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gpu/program.h"
+#include "runtime/derived.h"
 #include "runtime/openblas.h"
 #include "jit/rt_abi.h"
 
@@ -80,7 +81,7 @@ Entry::Kept::~Kept() { free(memory); }
 namespace {
 
 // What identifies a weight's contents for the kept steps: its address, the caller's version and
-// 32 sampled elements' bytes (derived.h's rule: a write the version does not count, through
+// the bytes of the elements derived.h's content keys sample (the same rule: a write the version does not count, through
 // .data, still shows in the sample); "" when the caller does not version it (nothing is kept).
 std::string weight_key(const dynamo_arg &a) {
   if (a.kind != DYNAMO_ARG_TENSOR || !(a.flags & DYNAMO_ARG_FLAG_VERSIONED)) return "";
@@ -89,20 +90,15 @@ std::string weight_key(const dynamo_arg &a) {
   const char *base = (const char *)t.data + t.byte_offset;
   std::string key((const char *)&base, sizeof base);
   key.append((const char *)&version, sizeof version);
-  int64_t n = 1;
-  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
-  const size_t es = ((size_t)t.dtype.bits * t.dtype.lanes + 7) / 8;
-  constexpr int64_t kSamples = 32;
-  for (int64_t s = 0; s < kSamples && n > 0; ++s) {
-    int64_t li = (s * (n - 1)) / (kSamples - 1), off = 0;
-    for (int d = t.ndim - 1; d >= 0; --d) {  // unravel li over the sizes, row-major
-      int64_t stride = t.strides ? t.strides[d] : 1;
-      if (!t.strides) for (int e = d + 1; e < t.ndim; ++e) stride *= t.shape[e];
-      off += (li % t.shape[d]) * stride;
-      li /= t.shape[d];
-    }
-    key.append(base + off * (int64_t)es, es);
+  int64_t n = 1, contiguous[DYNAMO_MAX_DIMS];
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    contiguous[d] = n;
+    n *= t.shape[d];
   }
+  const int64_t *strides = t.strides ? t.strides : contiguous;
+  const size_t es = ((size_t)t.dtype.bits * t.dtype.lanes + 7) / 8;
+  for (int64_t s = 0; s < kContentSamples && n > 0; ++s)
+    key.append(base + content_sample_offset(s, n, t.ndim, t.shape, strides) * (int64_t)es, es);
   return key;
 }
 
