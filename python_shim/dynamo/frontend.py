@@ -136,6 +136,7 @@ class OptimizedFunction:
         self.nopython = nopython
         self._dropped = None      # the limits under which a trace found no room: no more recordings
         self.compiled = []        # the compiled root traces (one list for the function's life)
+        self._pending = []        # traces recorded in this call whose code waits for its end (_compile_native)
         self.families = []        # sizes.Family: traces serving other sizes without a recording
         self._warned_marks = False  # said once why dims marked dynamic got no size family
         self.name = getattr(fn, "__qualname__", "fn")
@@ -251,9 +252,18 @@ class OptimizedFunction:
         if result is MISS:
             if self.compiled and self._churns(fn, args, kwargs):
                 return self._eager(fn, args, kwargs, in_frame)
-            result = self._record(fn, args, kwargs, in_frame)
-        while type(result) is RecordSide:  # the runner stopped where a trace is to be recorded now
-            result = self._record_side(result, fn, args, kwargs)
+            try:
+                result = self._record(fn, args, kwargs, in_frame)
+            finally:
+                if self._pending and type(result) is not RecordSide:
+                    self._settle_pending()
+        if type(result) is RecordSide:
+            try:
+                while type(result) is RecordSide:  # the runner stopped where a trace is to be recorded now
+                    result = self._record_side(result, fn, args, kwargs)
+            finally:
+                if self._pending:
+                    self._settle_pending()
         return result
 
     def _missed(self, fn, args, kwargs):
@@ -570,9 +580,10 @@ class OptimizedFunction:
         self._attach_cut(c, rec)
         if side_of is not None:
             self._add_side(c, side_of)
-            if c.stats.shared_code:
-                bump("code_shared")
-            Runner.link(side_of[0], side_of[1], c)
+            if not c.is_pending:  # (a pending trace does both once it has its code)
+                if c.stats.shared_code:
+                    bump("code_shared")
+                Runner.link(side_of[0], side_of[1], c)
         else:
             self._keep_root(c, rec, gs, interp, text, out_spec, guards_only)
         return result
@@ -634,56 +645,102 @@ class OptimizedFunction:
 
     def _compile_native(self, rec, gs, interp, text, out_spec, guards_only, side_of):
         """The Compiled of trace `text` (its guards' function built while LLVM compiles), or None
-        when the compile fails (counted, and the recording's reason kept)."""
-        t0 = time.perf_counter()
+        when the compile fails (counted, and the recording's reason kept). A trace that ends at
+        a cut (a stitch: the call goes on recording the trace after it) is pending instead: built
+        when first needed or when the call ends (_settle_pending), and never when the call drops
+        its tree meanwhile (config.max_stitches: a detection model's per-class loop)."""
         frame = self._frame_for(rec.device)
-        job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
-        try:
-            gs.compile(binder=self._storable(rec, side_of, guards_only))  # (ctypes drops the GIL meanwhile)
-        finally:
-            job.thread.join()
-        entry = None
-        try:
-            entry = job.result()
-        except DynamoError as e:
-            bump("compile_failures")
-            reason = f"compile failed: {e.message}"
-            if side_of is not None:
-                self.policy.side_aborted(side_of[0].exits[side_of[1]], reason)
-                return None
-            self.policy.aborted(reason, rec.ops, interp.inlined)
-            self.policy.fallback(reason)
-            return None
-        finally:
-            if entry is None and not guards_only:
-                bump("compile_seconds", time.perf_counter() - t0)
-        c = Compiled(gs, text, entry, ("cut",) if guards_only else out_spec, gs.tensor_inputs, rec.ops,
-                     interp.inlined, rec.exits, mutates=rec.mutated)
-        bump("compile_seconds", c.stats.compile_ms / 1e3)  # the native compile (guards were built meanwhile)
+        ops, inlined, nexits = rec.ops, interp.inlined, len(rec.exits)
+        binder = self._storable(rec, side_of, guards_only)
         kind = _trace_name(self, side_of)
-        if c.stats.from_cache:
-            bump("cache_hits")
-        log("traces", f"{self.name}: compiled {kind}: {len(rec.ops)} ATen op(s), {c.stats.num_instructions} IR "
-                      f"instruction(s), {len(rec.exits)} side exit(s) -> {c.stats.num_kernels} fused kernel(s), "
-                      f"{c.stats.num_externs} LibTorch call(s), {c.stats.compile_ms:.1f} ms"
-                      f"{_code_note(c.stats)}")
-        log("perf", f"{self.name}: {kind} compiled in {c.stats.compile_ms:.1f} ms")
+
+        def build():
+            """(entry, None), or (None, why not) after counting the failure; c: the pending
+            Compiled (None when built at once)."""
+            t0 = time.perf_counter()
+            job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
+            try:
+                gs.compile(binder=binder)  # (ctypes drops the GIL meanwhile)
+            finally:
+                job.thread.join()
+            try:
+                entry = job.result()
+            except DynamoError as e:
+                bump("compile_failures")
+                bump("compile_seconds", time.perf_counter() - t0)
+                return None, f"compile failed: {e.message}"
+            if entry is not None:
+                st = entry.stats()
+                bump("compile_seconds", st.compile_ms / 1e3)  # the native compile (guards were built meanwhile)
+                if st.from_cache:
+                    bump("cache_hits")
+                log("traces", f"{self.name}: compiled {kind}: {len(ops)} ATen op(s), {st.num_instructions} IR "
+                              f"instruction(s), {nexits} side exit(s) -> {st.num_kernels} fused kernel(s), "
+                              f"{st.num_externs} LibTorch call(s), {st.compile_ms:.1f} ms{_code_note(st)}")
+                log("perf", f"{self.name}: {kind} compiled in {st.compile_ms:.1f} ms")
+            return entry, None
+
+        def failed(why, c=None):
+            """The compile failed: counted as the recording's abort (a pending trace c leaves its tree)."""
+            if side_of is not None:
+                snap = side_of[0].exits[side_of[1]]
+                if c is not None and c in snap.sides:
+                    snap.sides.remove(c)
+                self.policy.side_aborted(snap, why)
+            else:
+                if c is not None and c in self.compiled:
+                    self.compiled.remove(c)
+                self.policy.aborted(why, ops, inlined)
+                self.policy.fallback(why)
+
+        out_spec = ("cut",) if guards_only else out_spec
+        if rec.cut is None:
+            entry, why = build()
+            if why is not None:
+                failed(why)
+                return None
+            return Compiled(gs, text, entry, out_spec, gs.tensor_inputs, ops, inlined, rec.exits, mutates=rec.mutated)
+
+        def pending():
+            if c.root not in self.compiled:  # the call dropped its tree (or the root found no room)
+                bump("compiles_skipped")
+                log("perf", f"{self.name}: {kind} not compiled: its trace tree was dropped first")
+                return None, "its trace tree was dropped before it was compiled"
+            entry, why = build()
+            if why is not None:
+                failed(why, c)
+            return entry, why
+
+        def settled():
+            if c.failed is None and c.stats.shared_code:
+                bump("code_shared")
+            if side_of is not None:
+                Runner.link(side_of[0], side_of[1], c)
+
+        c = Compiled(gs, text, None, out_spec, gs.tensor_inputs, ops, inlined, rec.exits, mutates=rec.mutated,
+                     pending=(pending, settled))
+        self._pending.append(c)
         return c
+
+    def _settle_pending(self):
+        """Builds the traces this call left pending (_compile_native), in the order recorded."""
+        while self._pending:
+            self._pending.pop(0).settle()
 
     def _keep_root(self, c, rec, gs, interp, text, out_spec, guards_only):
         """A compiled root trace joins the function's traces, when its kind has room (else it
         goes, and no more recordings come), then its size family and the trace store."""
-        if (self._shared_count() >= config.size_variants if c.stats.shared_code
+        if (self._shared_count() >= config.size_variants if _shares_code(c)
                 else self._own_count() >= config.cache_limit):
             # no room for this kind of trace (the other kind had room): it goes, and no more
             # recordings come (one recording past a limit at most)
             self._dropped = (config.cache_limit, config.size_variants)
             log("recompiles", f"{self.name}: trace dropped: "
                               + (f"{config.size_variants} traces share machine code already (size_variants)"
-                                 if c.stats.shared_code else
+                                 if _shares_code(c) else
                                  f"{config.cache_limit} traces have machine code of their own already (cache_limit)"))
             return
-        if c.stats.shared_code:
+        if _shares_code(c):
             bump("code_shared")
         self._add_root(c, rec, interp)
         if not rec.exits and rec.cut is None and not guards_only and rec.device is None:
@@ -756,7 +813,7 @@ class OptimizedFunction:
         bump("traces_compiled")
 
     def _own_count(self):
-        return sum(1 for c in self.compiled if not c.stats.shared_code and c.family is None)
+        return sum(1 for c in self.compiled if not _shares_code(c) and c.family is None)
 
     def _join_family(self, c, size_read):
         """After recording root trace c: with an earlier trace of the same program at other sizes
@@ -976,6 +1033,12 @@ class OptimizedFunction:
         if device not in self.frames:
             self.frames[device] = native.Frame(registry.engine(device), self.name)
         return self.frames[device]
+
+
+def _shares_code(c):
+    """Whether trace c runs machine code compiled for another (the same program at other sizes);
+    False while its code is pending (it counts as code of its own until built)."""
+    return not c.is_pending and bool(c.stats.shared_code)
 
 
 class _InBackground:

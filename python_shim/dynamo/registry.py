@@ -7,7 +7,7 @@ from . import native, reasons
 COUNTER_NAMES = ("calls", "native_runs", "interpreted_runs", "eager_runs", "traces_compiled",
                  "side_traces_compiled", "guard_misses", "side_exits", "exits_resumed", "aborts", "recompiles",
                  "compile_failures", "verify_failures", "cache_hits", "compile_seconds", "stitches",
-                 "stitch_traces", "traces_from_store", "code_shared", "size_instances", "size_probes", "backward_traces_compiled",
+                 "stitch_traces", "traces_from_store", "code_shared", "compiles_skipped", "size_instances", "size_probes", "backward_traces_compiled",
                  "backward_native_runs") + reasons.COUNTERS
 _counters = dict.fromkeys(COUNTER_NAMES, 0)
 _counters["compile_seconds"] = 0.0

@@ -13,6 +13,7 @@ import ctypes
 import dataclasses
 import itertools
 import sys
+import threading
 
 import torch
 
@@ -46,6 +47,17 @@ class _NoCode:
     compile_ms = 0.0
 
 
+# A pending Compiled's attributes that exist once its code is built (Compiled.settle).
+_FROM_ENTRY = frozenset(("check", "entry", "handle", "input_meta", "nout", "shapes", "aliases", "has_alias",
+                         "_ptrs_type", "stats"))
+_settle_lock = threading.RLock()  # (settling one trace may settle another: a side trace links to its parent)
+
+
+def _never(*args, **kwargs):
+    """The guard function of a trace that got no code: it takes no call."""
+    return None
+
+
 class Compiled:
     """One compiled trace: its guards, the native entry, and how to rebuild the result. entry is
     None for a trace that recorded nothing before a stitch: its guards pick the path, and the
@@ -53,28 +65,24 @@ class Compiled:
     store) is given here, by keyword; only the tree it joins and the store fill in more later."""
 
     def __init__(self, guards, text, entry, out_spec, input_srcs, ops, inlined, exits=(), *, mutates=False,
-                 shape_key=None, family=None, size_read="?", size_fixed=None, stored=None, retimer=None):
+                 shape_key=None, family=None, size_read="?", size_fixed=None, stored=None, retimer=None,
+                 pending=None):
         self.guards = guards
         self.exits = list(exits)  # Snapshot per side exit id
-        self.check = guards.compile()
         self.text = text
-        self.entry = entry
-        self.handle = entry.handle if entry is not None else None
-        # no native code (nothing recorded before a stitch): the tensor checks a native entry
-        # makes are made here (a stitch's step reads the inputs as the recorded call had them)
-        meta = getattr(guards, "tensor_meta", {})
-        self.input_meta = [meta.get(e) for e in guards.tensor_inputs] if entry is None else None
+        self.failed = None  # why a pending trace got no code (its compile failed, its tree went first)
+        # pending: a trace recorded in a call that goes on recording after it (a stitch's
+        # continuation); its guards and native code are built when something first needs them
+        # or when that call ends -- pending: (build, then): build() -> (entry, None) or (None, why
+        # not); then() after the attributes are set -- so that a tree the same call drops
+        # (config.max_stitches) costs no compile
+        self._pending = pending
+        if pending is None:
+            self._take_entry(entry)
         self.out_spec = out_spec
         self.ops = ops
         self.inlined = inlined
         self.input_srcs = input_srcs
-        specs = entry.output_specs() if entry is not None else []
-        self.nout = len(specs)
-        self.shapes = [s for _, s in specs]
-        self.aliases = entry.output_aliases() if entry is not None else []
-        self.has_alias = any(a is not None for a in self.aliases)
-        self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
-        self.stats = entry.stats() if entry is not None else _NoCode()
         self.runs = 0
         self.num_native_exits = len(self.exits)
         self.cut_id = None        # a trace cut at config.max_trace_ops: its snapshot's index in exits
@@ -98,8 +106,54 @@ class Compiled:
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
+
+    def _take_entry(self, entry):
+        """What the native entry says of the trace (None: no native code)."""
+        guards = self.guards
+        self.check = guards.compile() if self.failed is None else _never
+        self.entry = entry
+        self.handle = entry.handle if entry is not None else None
+        # no native code (nothing recorded before a stitch): the tensor checks a native entry
+        # makes are made here (a stitch's step reads the inputs as the recorded call had them)
+        meta = getattr(guards, "tensor_meta", {})
+        self.input_meta = [meta.get(e) for e in guards.tensor_inputs] if entry is None else None
+        specs = entry.output_specs() if entry is not None else []
+        self.nout = len(specs)
+        self.shapes = [s for _, s in specs]
+        self.aliases = entry.output_aliases() if entry is not None else []
+        self.has_alias = any(a is not None for a in self.aliases)
+        self._ptrs_type = ctypes.c_void_p * max(self.nout, 1)
+        self.stats = entry.stats() if entry is not None else _NoCode()
         if self.handle is not None:
             _compiled_by_entry[self.handle.value] = self
+
+    def __getattr__(self, name):
+        # (only for attributes not set yet: those of a pending trace's code)
+        if name in _FROM_ENTRY and self.__dict__.get("_pending") is not None:
+            self.settle()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def is_pending(self):
+        return self.__dict__.get("_pending") is not None
+
+    def settle(self):
+        """Builds a pending trace's guards and code now (nothing when it has them)."""
+        if self.__dict__.get("_pending") is None:
+            return
+        with _settle_lock:
+            make = self.__dict__.get("_pending")
+            if make is None:  # (another thread settled it meanwhile)
+                return
+            build, then = make
+            try:
+                entry, self.failed = build()
+            except Exception as e:  # noqa: BLE001 -- build() counts its own failures; this is a last guard
+                entry, self.failed = None, f"internal error while compiling: {type(e).__name__}: {e}"
+            self._take_entry(entry)
+            self._pending = None
+            then()
 
     def mutates_any(self):
         """Does this trace, or a side trace under it, write into the call's tensors?"""
@@ -107,13 +161,17 @@ class Compiled:
 
     def exits_taken(self):
         """Times this trace's guards failed (natively counted), its side traces' included."""
-        L = native.lib()
-        n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(self.num_native_exits))
+        n = 0
+        if self.handle is not None:
+            L = native.lib()
+            n = sum(L.dynamo_entry_exit_count(self.handle, k) for k in range(self.num_native_exits))
         return n + sum(side.exits_taken() for snap in self.exits for side in snap.sides)
 
     def run(self, inputs):
         """Runs natively; returns the flat outputs, or None on a native guard miss."""
         if self.handle is None:
+            if self.failed is not None:  # (a pending trace that got no code: it takes no call)
+                return None
             for t, m in zip(inputs, self.input_meta):
                 if isinstance(t, torch.Tensor) and (m is None or tensor_meta(t) != m):
                     return None  # a guard miss, as a native entry's

@@ -97,3 +97,66 @@ def test_a_cache_filled_on_the_first_call_is_recorded_again_once_filled():
     f = model.forward
     assert len(f.compiled) == 1 and f.native_runs >= 3 and not f.parts, dynamo.report()
     assert "max_stitches" in dynamo.report()  # (the first call's tree, said)
+
+
+def test_a_tree_the_call_drops_is_not_compiled():
+    """The traces of a tree that the same call drops (past config.max_stitches) wait for the
+    call's end to be compiled, and are not: no LLVM time, no guard function; the results are
+    eager's."""
+    old = dynamo.config.max_stitches
+    dynamo.config.max_stitches = 3
+    try:
+        opt = dynamo.optimize(many_steps)
+        x = torch.randn(7)
+        got, want = [], []
+        assert torch.allclose(opt(x, got), many_steps(x, want)) and got == want
+        c = dynamo.counters()
+        assert c["compile_seconds"] == 0.0 and c["compiles_skipped"] == 4, c  # the root and 3 stitch traces
+        assert not opt.compiled and "max_stitches" in dynamo.report()
+    finally:
+        dynamo.config.max_stitches = old
+
+
+def steps_then_more(x, log):
+    for i in range(4):
+        x = x * 2 + i
+        log.append(i)   # a stitch each time round
+    return torch.tanh(x)
+
+
+def test_a_stitched_tree_is_compiled_when_its_call_ends():
+    """A tree that fits: every trace of it has its code when the recording call returns, and the
+    next calls run it natively (the continuations linked as they were before), with eager's results."""
+    opt = dynamo.optimize(steps_then_more)
+    x = torch.randn(1023)
+    got, want = [], []
+    assert torch.allclose(opt(x, got), steps_then_more(x, want)) and got == want
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 1 and c["stitch_traces"] == 4 and c["compiles_skipped"] == 0, c
+    root = opt.compiled[0]
+    tree, todo = [], [root]
+    while todo:
+        t = todo.pop()
+        tree.append(t)
+        todo += [s for snap in t.exits for s in snap.sides]
+    assert len(tree) == 5 and not any(t.is_pending for t in tree) and all(t.handle is not None for t in tree)
+    for k in range(3):
+        x = torch.randn(1023)
+        got, want = [], []
+        assert torch.allclose(opt(x, got), steps_then_more(x, want)) and got == want
+    assert dynamo.counters()["native_runs"] == 3, dynamo.counters()
+    assert dynamo.counters()["interpreted_runs"] == c["interpreted_runs"]  # nothing recorded again
+
+
+def test_a_stitched_tree_whose_compile_fails_runs_eagerly(monkeypatch):
+    """The compile of a pending trace fails at the call's end (DYNAMO_FAULT=compile): counted and
+    said like a compile failure at once, its tree dropped, and every call returns eager's result."""
+    monkeypatch.setenv("DYNAMO_FAULT", "compile")
+    opt = dynamo.optimize(steps_then_more)
+    for _ in range(3):
+        x = torch.randn(7)
+        got, want = [], []
+        assert torch.allclose(opt(x, got), steps_then_more(x, want)) and got == want
+    c = dynamo.counters()
+    assert c["compile_failures"] >= 1 and c["native_runs"] == 0, c
+    assert "injected fault" in dynamo.report(), dynamo.report()
