@@ -404,13 +404,25 @@ def _lazy(spec, parts):
     return enumerate(parts[0], parts[1])
 
 
+_SOURCE_CODE = {}  # source expression -> its compiled code (a side trace's inputs are read at every recording)
+
+
+def _source_code(expr):
+    code = _SOURCE_CODE.get(expr)
+    if code is None:
+        if len(_SOURCE_CODE) > 20000:
+            _SOURCE_CODE.clear()
+        code = _SOURCE_CODE[expr] = compile(expr, "<dynamo source>", "eval")
+    return code
+
+
 def eval_source(expr, env, rec):
     """The value of source expr now, read without recording: a source may make a tensor (the
     guards' `c7(c8, dtype=c9)` for a torch.tensor of numbers), which is the trace's input, not
     an op of the trace being recorded."""
     rec.paused += 1
     try:
-        return eval(expr, env)  # noqa: S307 -- our own guard expressions
+        return eval(_source_code(expr), env)  # noqa: S307 -- our own guard expressions
     finally:
         rec.paused -= 1
 
