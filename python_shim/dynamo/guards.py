@@ -86,24 +86,34 @@ def plain(v, depth=0):
     return False
 
 
+def plain_call(m, forward, runs_class_forward):
+    """Whether calling module m runs forward (its class's), with no hooks; _fastcall.plain_call
+    is the same expression evaluated natively."""
+    return type(m).forward is forward and not (('forward' in m.__dict__ and not runs_class_forward(m)) or
+                                               m._forward_hooks or m._forward_pre_hooks or m._backward_hooks)
+
+
 class _Helpers(dict):
     """Names the compiled guard expressions may use besides their constants. `_at` is getattr for
     the guard functions' named attribute reads: the native _fastcall.module_attr where the
-    extension is built (nn.Module.__getattr__ done in C, the same results), else getattr itself.
-    It is looked up on first use, after the library the extension links is loaded (loading the
-    extension first would map a second copy when DYNAMO_LIBRARY names another build)."""
+    extension is built (nn.Module.__getattr__ done in C, the same results), else getattr itself;
+    `_mc` is plain_call (a module call's guard), natively there too. They are looked up on first
+    use, after the library the extension links is loaded (loading the extension first would map a
+    second copy when DYNAMO_LIBRARY names another build)."""
 
     def ready(self):
         if "_at" not in self:
-            at = getattr
+            at, mc = getattr, plain_call
             try:
                 from . import _ext, native
                 native.lib()
                 fast = _ext.load("_fastcall")
                 fast.set_module_getattr(torch.nn.Module.__getattr__)
                 at = fast.module_attr
+                mc = getattr(fast, "plain_call", plain_call)
             except Exception:  # (no extension, or no library: getattr is always right)
                 pass
+            self["_mc"] = mc
             self["_at"] = at
         return self
 

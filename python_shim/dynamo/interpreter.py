@@ -1999,8 +1999,7 @@ class Interpreter:
         if msrc is not None:  # one guard per module call
             e, c = msrc.expr, self.guards.const_source(type(m).forward).expr
             h = self.guards.const_source(runs_class_forward).expr
-            self.guards.guard_state(f"type({e}).forward is {c} and not (('forward' in {e}.__dict__ and not {h}({e})) or "
-                                    f"{e}._forward_hooks or {e}._forward_pre_hooks or {e}._backward_hooks)", True,
+            self.guards.guard_state(f"_mc({e}, {c}, {h})", True,  # (guards.plain_call)
                                     f"{e} runs {type(m).__qualname__}.forward, with no hooks", src=msrc)
         g = self.guards.const_source(mm).expr
         self.guards.guard_state(f"not ({g}._global_forward_hooks or {g}._global_forward_pre_hooks or "

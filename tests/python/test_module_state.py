@@ -334,6 +334,58 @@ def test_guards_native_module_attr_is_getattr():
         assert str(got.value) == str(want.value)
 
 
+def test_guards_native_plain_call_is_the_python_expression():
+    """A module call's guard (guards._HELPERS['_mc'], _fastcall.plain_call) gives what
+    guards.plain_call -- the Python expression -- gives for every way a call can stop running the
+    class's forward: a hook of each kind, a forward set on the instance (an optimized one of this
+    very forward is no change), another forward on the class; and raises what it raises."""
+    from dynamo import guards
+    from dynamo.interpreter import runs_class_forward
+    mc = guards._HELPERS.ready()["_mc"]
+    assert mc is not guards.plain_call  # (the extension is built with the library)
+
+    class Sub(torch.nn.Linear):
+        pass
+
+    fwd = torch.nn.Linear.forward
+    cases = []
+    plain = torch.nn.Linear(2, 2)
+    cases.append((plain, fwd))
+    cases.append((Sub(2, 2), fwd))
+    cases.append((torch.nn.ReLU(), fwd))  # another class's forward
+    hooked = [torch.nn.Linear(2, 2) for _ in range(3)]
+    hooked[0].register_forward_hook(lambda m, i, o: None)
+    hooked[1].register_forward_pre_hook(lambda m, i: None)
+    hooked[2].register_full_backward_hook(lambda m, gi, go: None)
+    cases += [(h, fwd) for h in hooked]
+    own = torch.nn.Linear(2, 2)
+    own.forward = lambda x: x  # a forward on the instance
+    cases.append((own, fwd))
+    opt = torch.nn.Linear(2, 2)
+    dynamo.optimize(opt)  # its forward: an optimized function of the class's own
+    cases.append((opt, fwd))
+    removed = torch.nn.Linear(2, 2)
+    removed.register_forward_hook(lambda m, i, o: None).remove()  # (an emptied hook dict)
+    cases.append((removed, fwd))
+    for m, f in cases:
+        want = guards.plain_call(m, f, runs_class_forward)
+        assert mc(m, f, runs_class_forward) is want, (m, want)
+    assert [mc(m, f, runs_class_forward) for m, f in cases] == \
+        [True, True, False, False, False, False, False, True, True]
+
+    def boom(m):
+        raise RuntimeError("runs_class_forward failed")
+
+    for helper in (mc, guards.plain_call):  # an exception from any read propagates from both
+        with pytest.raises(RuntimeError, match="runs_class_forward failed"):
+            helper(own, fwd, boom)
+    bare = torch.nn.Linear(2, 2)
+    del bare.__dict__["_backward_hooks"]
+    for helper in (mc, guards.plain_call):
+        with pytest.raises(AttributeError, match="_backward_hooks"):
+            helper(bare, fwd, runs_class_forward)
+
+
 def test_guards_load_the_extension_beside_the_library_dynamo_library_names(tmp_path):
     """A build copied elsewhere and named by DYNAMO_LIBRARY (as an installed copy is): the guard
     functions' native helper is loaded after that library, so its extension links the same copy
