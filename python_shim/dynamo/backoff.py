@@ -63,15 +63,28 @@ def _call_state(args):
     return (torch.is_grad_enabled(), tuple(seen))
 
 
+_STORES = ("setattr", "setitem", "delattr")  # the steps of stitches that store into outside objects
+
+
 def _stores_in_tree(c):
     """Whether a stitch in the trace tree under c stores into an object from outside the call
     (setattr, setitem or delattr steps)."""
     for snap in c.exits:
-        if snap.step is not None and snap.step[0] in ("setattr", "setitem", "delattr"):
+        if snap.step is not None and snap.step[0] in _STORES:
             return True
         if any(_stores_in_tree(side) for side in snap.sides):
             return True
     return False
+
+
+def _plain_stitches(c):
+    """Stitches in the trace tree under c that are not stores (their continuations recorded)."""
+    n = 0
+    for snap in c.exits:
+        if snap.step is not None and snap.sides and snap.step[0] not in _STORES:
+            n += 1
+        n += sum(_plain_stitches(side) for side in snap.sides)
+    return n
 
 
 class Policy:
@@ -216,9 +229,10 @@ class Policy:
             log("aborts", f"{self.name}: runs in CPython ({why}); compiling its submodules apart: "
                           f"{', '.join(self.parts)}")
 
-    def side_aborted(self, snap, reason, kind="internal"):
+    def side_aborted(self, snap, reason, kind="internal", overflow=False):
         """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
-        continuation is blacklisted at once, and its root trace dropped (see below)."""
+        continuation is blacklisted at once, and its root trace dropped (see below). overflow:
+        it failed for want of room (config.max_stitches)."""
         bump("aborts")
         bump(f"abort_{kind}")
         log("aborts", f"{self.name}: side trace from {snap.where} falls back: {reason}")
@@ -244,7 +258,13 @@ class Policy:
                 self.traces.remove(root)
                 why = f"the trace after the stitch at {snap.where} cannot be recorded ({reason})"
                 self.aborted(why, root.ops, root.inlined, kind="continuation")
-                if not self.traces and not _stores_in_tree(root):
+                # Not when it overflowed config.max_stitches and the stitches that are no stores
+                # fill it alone (a detection model's per-class loop of nms calls): without the
+                # stores it would be full where it overflowed, and overflow again at any stitch
+                # after that one.
+                again = _stores_in_tree(root) and not (
+                    overflow and _plain_stitches(root) + (snap.step[0] not in _STORES) >= config.max_stitches)
+                if not self.traces and not again:
                     self.disabled_reason = why
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)

@@ -571,7 +571,8 @@ class Runner:
                 # the whole function (a detection model's post-processing: dozens of nms and
                 # unique steps): the root trace goes, as for a continuation that cannot be recorded.
                 self.policy.side_aborted(snap, f"the trace tree reached config.max_stitches ({config.max_stitches}) "
-                                         f"stitches{_sides_miss(snap, fn, args, kwargs, values)}", "continuation")
+                                         f"stitches{_sides_miss(snap, fn, args, kwargs, values)}", "continuation",
+                                         overflow=True)
         else:
             room = c.root.side_count < config.max_side_traces
             # (a DDP bucket's cut is taken by every call: its continuation is recorded at once)

@@ -160,3 +160,32 @@ def test_a_stitched_tree_whose_compile_fails_runs_eagerly(monkeypatch):
     c = dynamo.counters()
     assert c["compile_failures"] >= 1 and c["native_runs"] == 0, c
     assert "injected fault" in dynamo.report(), dynamo.report()
+
+
+def steps_and_a_store(x, log, cache):
+    cache["seen"] = x.shape[0]  # a store into an outside object: a stitch
+    for i in range(6):
+        x = x * 2 + i
+        log.append(i)   # a stitch each time round (a call, no store)
+    return torch.tanh(x)
+
+
+def test_a_tree_full_without_its_stores_is_not_recorded_again():
+    """A tree past config.max_stitches whose stitches include a store into an outside object is
+    recorded once more (the store may be gone next time: a cache filled on the first call) --
+    unless the stitches that are no stores fill the tree alone: then it would overflow again, and
+    the function is left to CPython at once (a detection model's per-class loop of nms calls was
+    recorded twice, ~1 s each). Results are eager's on every call."""
+    old = dynamo.config.max_stitches
+    dynamo.config.max_stitches = 4
+    try:
+        opt = dynamo.optimize(steps_and_a_store)
+        for k in range(4):
+            x = torch.randn(5 + k)
+            got, want, c1, c2 = [], [], {}, {}
+            assert torch.allclose(opt(x, got, c1), steps_and_a_store(x, want, c2)) and got == want and c1 == c2
+        c = dynamo.counters()
+        assert c["interpreted_runs"] == 1 + 4, c  # the root and 4 continuations, in the first call only
+        assert c["eager_runs"] == 3 and "max_stitches" in dynamo.report(), c
+    finally:
+        dynamo.config.max_stitches = old
