@@ -655,8 +655,8 @@ class OptimizedFunction:
         kind = _trace_name(self, side_of)
 
         def build():
-            """(entry, None), or (None, why not) after counting the failure; c: the pending
-            Compiled (None when built at once)."""
+            """The guard function and native code: (entry, None), or (None, why not) with the
+            failure counted (compile_failures)."""
             t0 = time.perf_counter()
             job = _InBackground(lambda: frame.compile(native.Trace(text)) if not guards_only else None)
             try:
