@@ -371,6 +371,8 @@ class GuardSet:
             c = self._const(value)
             if value is None:
                 self._add(src, f"{e} is None")
+            elif t is bool:  # (True and False are the only bools: `is` says both type and value)
+                self._add(src, f"{e} is {c}")
             elif t is float and (value != value or value == 0):
                 self._add(src, f"type({e}) is float and same_float({e}, {c})")
             else:

@@ -362,3 +362,29 @@ def test_a_list_made_from_star_arguments_is_guarded():
         assert torch.equal(opt_u(x, *a), unpacked(x, *a)), a
         assert torch.equal(opt_d(x, list(a)), displayed(x, list(a))), a
         assert torch.equal(opt_f(x, a[0] * torch.ones(3)), forwarded(x, a[0] * torch.ones(3))), a
+
+
+# -- a flag's guard: a bool is guarded by identity (True and False are the only bools) -----------
+
+def test_a_flag_flipped_or_replaced_by_a_number_between_calls():
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.on = True
+
+        def forward(self, x):
+            return torch.tanh(x) if self.on else x * 2
+
+    m = Gate()
+    opt = dynamo.optimize(Gate())  # (its own copy: flags set on both below)
+    x = torch.randn(7)
+
+    def setting(v):
+        def change():
+            m.on = opt.on = v
+        return change, (x,)
+    # 1 and 0 are no bools: `1 is True` is False, so they miss the flag's trace (as `type is bool` did)
+    _each_call_matches(opt, m, [setting(True), setting(True), setting(False), setting(1), setting(0),
+                                setting(True), setting(False)])
+    f = opt.forward
+    assert len(f.compiled) >= 3 and f.native_runs >= 1, dynamo.report()
