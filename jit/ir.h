@@ -155,6 +155,9 @@ bool broadcast_shapes(const std::vector<int64_t> &a, const std::vector<int64_t> 
 
 // passes.cpp: dead code elimination and common subexpression elimination, in place.
 void simplify_trace(Trace &t);
+// passes.cpp: a softmax whose probabilities only matrix products read computes them with
+// exp_flush (no subnormals); returns how many. CPU traces, after decompose_externs.
+int flush_softmax_subnormals(Trace &t);
 // decompose.cpp: rewrites externs we generate ourselves (softmax, layer norm, ...) into trace
 // ops, in place; returns how many were rewritten. conv_as_mm: a 2-D 1x1 convolution of one
 // image becomes a matrix product (false where layout.cpp makes it a channels-last convolution).

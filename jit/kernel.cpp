@@ -791,6 +791,7 @@ EVal KernelEmitter::compute(int32_t v, const Map &m) {
     case Op::logical_xor: return R(B.CreateXor(x(), arg(1, ct)));
     case Op::logical_not: return R(B.CreateNot(x()));
     case Op::exp: return R(exp_of(ct, x()));
+    case Op::exp_flush: return R(ct == DType::F64 ? math("exp", ct, {x()}) : exp_f32(x(), true));
     case Op::expm1: return R(math("expm1", ct, {x()}));
     case Op::log: return R(math("log", ct, {x()}));
     case Op::log1p: {

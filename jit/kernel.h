@@ -339,7 +339,8 @@ class KernelEmitter {
   Value *max_c(Value *x, double c);
   Value *horner(Value *x, const float *c, int n);  // c[0] + x c[1] + ... + x^(n-1) c[n-1]
   Value *scale_pow2(Value *p, Value *n);           // p * 2^n, n integer-valued
-  Value *exp_f32(Value *x);
+  // flush_subnormal: results below float32's normal range (x < ln FLT_MIN) are 0 (exp_flush).
+  Value *exp_f32(Value *x, bool flush_subnormal = false);
   Value *erf_f32(Value *x);
   Value *tanh_f32(Value *x);
   Value *sigmoid_f32(Value *x);

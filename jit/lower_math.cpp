@@ -56,9 +56,10 @@ Value *KernelEmitter::horner(Value *x, const float *c, int n) {
 // every step; x > 88.8 gives inf through the clamp. x < -104 (e^x below half the least
 // denormal: 0) is selected as 0 and computed as e^0: scaling into the underflow costs an x86
 // microcode assist per element, 4x a masked softmax's time when half its scores are -inf or
-// finfo.min (causal masks). Results between -104 and -87.3 are denormals, kept as eager keeps them.
-Value *KernelEmitter::exp_f32(Value *x) {
-  Value *zero = B.CreateFCmpOLT(x, f32c(-104.0));
+// finfo.min (causal masks). Results between -104 and -87.3 are denormals, kept as eager keeps them;
+// exp_flush makes them 0 too (x < ln FLT_MIN = -87.3365: every result it gives is normal or 0).
+Value *KernelEmitter::exp_f32(Value *x, bool flush_subnormal) {
+  Value *zero = B.CreateFCmpOLT(x, f32c(flush_subnormal ? -87.33654475 : -104.0));
   Value *xc = B.CreateSelect(zero, f32c(0.0), min_c(x, 88.8));
   Value *n = B.CreateUnaryIntrinsic(Intrinsic::roundeven, B.CreateFMul(xc, f32c(1.44269504088896341)));
   Value *r = fma32(n, f32c(-0.693145751953125), xc);  // ln 2 high part (exact in 16 bits)

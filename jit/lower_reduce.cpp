@@ -19,7 +19,7 @@ namespace {
 
 bool is_math(Op op) {
   switch (op) {
-    case Op::exp: case Op::expm1: case Op::log: case Op::log1p: case Op::log2: case Op::sin: case Op::cos:
+    case Op::exp: case Op::exp_flush: case Op::expm1: case Op::log: case Op::log1p: case Op::log2: case Op::sin: case Op::cos:
     case Op::tan: case Op::tanh: case Op::erf: case Op::pow: case Op::sigmoid: case Op::silu: case Op::gelu:
     case Op::gelu_tanh: case Op::softplus:
       return true;

@@ -1,6 +1,7 @@
 // passes.cpp -- trace simplification: common subexpression elimination, slices of
 // slice_scatter chains folded, and dead code elimination, rebuilding value numbers densely.
-// Inputs are never removed (they are slots).
+// Inputs are never removed (they are slots). Also: softmaxes read only by matrix products
+// flush their subnormal probabilities (flush_softmax_subnormals).
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -140,6 +141,103 @@ void simplify_trace(Trace &t) {
   }
   for (int32_t o : t.outputs) out.outputs.push_back(renum[o]);
   t = std::move(out);
+}
+
+namespace {
+
+// Where value p may go for its subnormals not to matter: into a matrix product as one of the two
+// matrices (not addmm's or linear's bias), through views and copies; not into an output, a
+// guard (the interpreter would see it at a side exit), an in-place write or any other op.
+bool read_only_by_products(const Trace &t, int32_t p, const std::vector<std::vector<std::pair<int32_t, int32_t>>> &uses,
+                           const std::vector<char> &is_output) {
+  std::vector<int32_t> work = {p};
+  while (!work.empty()) {
+    int32_t v = work.back();
+    work.pop_back();
+    if (is_output[(size_t)v]) return false;
+    for (auto [i, k] : uses[(size_t)v]) {
+      const Inst &u = t.insts[(size_t)i];
+      OpKind kind = op_info(u.op).kind;
+      if ((kind == OpKind::VIEW || u.op == Op::copy) && k == 0 && u.results.size() == 1) {
+        work.push_back(u.results[0]);
+        continue;
+      }
+      if (u.op != Op::extern_) return false;
+      const std::string &c = u.callee;
+      bool both = c == "aten::bmm" || c == "aten::mm" || c == "aten::matmul";
+      bool after_bias = c == "aten::addmm" || c == "aten::baddbmm";
+      bool ok = (both && (k == 0 || k == 1)) || (after_bias && (k == 1 || k == 2)) ||
+                (c == "aten::linear" && (k == 0 || k == 1));
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// A softmax as decompose.cpp writes it -- e = exp(x - amax(x, d)), p = e * reciprocal(sum(e, d))
+// (or e / sum(e, d)) -- whose p reaches only matrix products: its exp becomes exp_flush, so
+// probabilities below float32's normal range (x more than 87.3 under the row's max) are 0.
+// Eager keeps them as subnormals, and every product that reads them (and what reads the
+// product's subnormal results, such as the rows of a shifted-window attention that see only
+// masked keys) runs at the x86 subnormal penalty: 10-50x per element. The products' results
+// differ by less than (row length) x 2^-126 x max|other operand|, below any float tolerance,
+// and the row sums not at all (the row's max gives e = 1, so the sum is >= 1). Not where the
+// probabilities themselves can be seen: an output, a side exit's live values, a log of them.
+int flush_softmax_subnormals(Trace &t) {
+  const size_t nv = t.types.size();
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> uses(nv);
+  for (size_t i = 0; i < t.insts.size(); ++i)
+    for (size_t k = 0; k < t.insts[i].args.size(); ++k)
+      if (t.insts[i].args[k].kind == Operand::Value) uses[(size_t)t.insts[i].args[k].value].push_back({(int32_t)i, (int32_t)k});
+  std::vector<char> is_output(nv, 0);
+  for (int32_t o : t.outputs) is_output[(size_t)o] = 1;
+  auto def = [&](const Operand &o) -> const Inst * {
+    return o.kind == Operand::Value && t.def[(size_t)o.value] >= 0 ? &t.insts[(size_t)t.def[(size_t)o.value]] : nullptr;
+  };
+  auto dims = [&](const Inst &r) { return reduce_info(t, r); };
+  int changed = 0;
+  for (Inst &ex : t.insts) {
+    if (ex.op != Op::exp || ex.results.size() != 1) continue;
+    int32_t e = ex.results[0];
+    DType dt = t.types[(size_t)e].dtype;
+    if (dt != DType::F32 && dt != DType::BF16 && dt != DType::F16) continue;
+    // x - amax(x, d, keepdim)
+    const Inst *sub = def(ex.args[0]);
+    if (!sub || sub->op != Op::sub || sub->args.size() != 2 || sub->args[0].kind != Operand::Value) continue;
+    const Inst *mx = def(sub->args[1]);
+    if (!mx || mx->op != Op::amax || mx->args.empty() || mx->args[0].kind != Operand::Value ||
+        mx->args[0].value != sub->args[0].value)
+      continue;
+    ReduceInfo dm = dims(*mx);
+    if (!dm.keepdim || is_output[(size_t)e] || uses[(size_t)e].size() != 2) continue;
+    // e's two readers: sum(e, d, keepdim) and e * reciprocal(that sum) / e / that sum.
+    int32_t s = -1, p = -1;
+    const Inst *other = nullptr;
+    for (auto [i, k] : uses[(size_t)e]) {
+      const Inst &u = t.insts[(size_t)i];
+      if (u.op == Op::sum && k == 0) {
+        ReduceInfo ds = dims(u);
+        if (ds.keepdim && ds.dims == dm.dims) s = u.results[0];
+      } else {
+        other = &u;
+      }
+    }
+    if (s < 0 || !other || other->args.size() != 2 || other->args[0].kind != Operand::Value || other->args[0].value != e)
+      continue;
+    if (other->op == Op::div && other->args[1].kind == Operand::Value && other->args[1].value == s) {
+      p = other->results[0];
+    } else if (other->op == Op::mul) {
+      const Inst *rc = def(other->args[1]);
+      if (rc && rc->op == Op::reciprocal && rc->args[0].kind == Operand::Value && rc->args[0].value == s) p = other->results[0];
+    }
+    if (p < 0 || t.types[(size_t)p].sizes != t.types[(size_t)e].sizes || !read_only_by_products(t, p, uses, is_output))
+      continue;
+    ex.op = Op::exp_flush;
+    ++changed;
+  }
+  return changed;
 }
 
 }  // namespace dynamo::jit

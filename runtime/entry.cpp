@@ -36,6 +36,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   bool nhwc = jit::nhwc_layouts_enabled();
   jit::decompose_externs(e->trace, !nhwc);
   jit::simplify_trace(e->trace);
+  jit::flush_softmax_subnormals(e->trace);
   if (nhwc && jit::nhwc_layouts(e->trace)) jit::simplify_trace(e->trace);
   jit::PlanOptions popt;
   popt.kept_steps = true;

@@ -1,6 +1,8 @@
 // test_pointwise.cpp -- every pointwise op in every dtype against LibTorch eager on random
 // inputs: odd and zero sizes, broadcasting, non-contiguous inputs, type promotion with Python
 // scalars, and special values. Where our verifier rejects an op/dtype, ATen must reject it too.
+#include <cfloat>
+#include <cstring>
 #include <functional>
 #include <map>
 
@@ -369,6 +371,34 @@ static void test_inline_math_ulp_bounds(void **state) {
   assert_int_equal(bad, 0);
 }
 
+// exp_flush (the exp of a softmax read only by matrix products): exp's value bit for bit where
+// that is a normal float or inf/NaN, 0 where exp's would be subnormal (x < ln FLT_MIN).
+static void test_exp_flush_is_exp_without_subnormals(void **state) {
+  (void)state;
+  const int64_t n = (int64_t(1) << 32) / 1021 + 1;
+  at::Tensor bits = at::arange(n, at::kLong).mul_(1021).to(at::kInt);
+  at::Tensor x = at::cat({bits.view(at::kFloat), at::linspace(-90.0, -85.0, 4097)}).contiguous();
+  std::vector<Value> ins = {Value::tensor(x)};
+  check::Result r = check::run_text(g_engine, check::trace_text(ins, {"%a = exp(%0)", "%b = exp_flush(%0)"}, "%a, %b"), ins);
+  assert_int_equal(r.status, DYNAMO_OK);
+  const float *e = r.outs[0].data_ptr<float>(), *f = r.outs[1].data_ptr<float>();
+  int64_t bad = 0, flushed = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    bool sub = e[i] != 0 && std::fabs(e[i]) < FLT_MIN;
+    if (sub) {
+      bad += f[i] != 0;
+      ++flushed;
+    } else {
+      bad += !(std::memcmp(&e[i], &f[i], sizeof(float)) == 0 || (std::isnan(e[i]) && std::isnan(f[i])));
+    }
+  }
+  printf("exp_flush: %lld subnormal results of exp made 0, %lld mismatches over %lld inputs\n", (long long)flushed,
+         (long long)bad, (long long)x.numel());
+  g_compared += 1;
+  assert_true(flushed > 0);
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   at::manual_seed(1234);
   if (dynamo_engine_create(NULL, &g_engine) != DYNAMO_OK) {
@@ -377,6 +407,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_ops_every_dtype),
+      cmocka_unit_test(test_exp_flush_is_exp_without_subnormals),
       cmocka_unit_test(test_binary_ops_every_dtype),
       cmocka_unit_test(test_type_promotion),
       cmocka_unit_test(test_ops_with_parameters),
