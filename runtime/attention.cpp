@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <cmath>
@@ -384,13 +385,23 @@ void own_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v
   p.Sp = round_up(p.S, KB), p.Dp = round_up(p.D, DB);
   int64_t heads = p.B * p.H;
   p.v_direct = p.vs[3] == 1 && p.D == p.Dp;
-  std::vector<float> packed((size_t)(heads * (p.D * p.Sp + (p.v_direct ? 0 : p.Sp * p.Dp))));
-  float *kt = packed.data(), *vp = packed.data() + heads * p.D * p.Sp;
+  // (not zeroed: pack_head writes every element, the padding included)
+  std::unique_ptr<float[]> packed(new float[(size_t)(heads * (p.D * p.Sp + (p.v_direct ? 0 : p.Sp * p.Dp)))]);
+  float *kt = packed.get(), *vp = packed.get() + heads * p.D * p.Sp;
   p.kt = kt, p.vp = vp;
+  const int64_t group = QB * TILES, groups = (p.L + group - 1) / group;
+  if (groups == 1) {  // one group of queries per head: packing and the group in one task (one fork)
+    at::parallel_for(0, heads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t bh = b; bh < e; ++bh) {
+        pack_head(p, bh, kt + bh * p.D * p.Sp, vp + bh * p.Sp * p.Dp);
+        query_group(p, bh, 0, p.L);
+      }
+    });
+    return;
+  }
   at::parallel_for(0, heads, 1, [&](int64_t b, int64_t e) {
     for (int64_t bh = b; bh < e; ++bh) pack_head(p, bh, kt + bh * p.D * p.Sp, vp + bh * p.Sp * p.Dp);
   });
-  const int64_t group = QB * TILES, groups = (p.L + group - 1) / group;
   at::parallel_for(0, heads * groups, 1, [&](int64_t b, int64_t e) {
     for (int64_t w = b; w < e; ++w) {
       int64_t bh = w / groups, i0 = (w % groups) * group;
