@@ -241,13 +241,17 @@ struct OnednnConv {
   at::Tensor run(const ConvArgs &a, const uint64_t *version) {
     dnnl::stream &strm = cpu_stream();
     std::shared_ptr<const at::Tensor> w = weights(a, version, strm);
-    // (a tensor the program may get: ATen's own, resizable; [N, H, W, C] for conv_nhwc)
-    std::vector<int64_t> out_shape = out_sizes;  // [N, C, spatial...], or [N, spatial..., C] for conv_nhwc
+    // [N, C, spatial...], or [N, spatial..., C] for conv_nhwc. From the pool: a result of
+    // megabytes malloc'ed and freed on every call can cost a page fault per 4 KiB, depending on
+    // the heap's state (ssdlite320's backbone: ~4,500 faults a call, +20%, after torch.compile
+    // had run in the same process). The buffer goes back to the pool when the tensor dies, so a
+    // result the program gets stays its own (not resizable, as the kernels' results).
+    std::vector<int64_t> out_shape = out_sizes;
     if (nhwc) {
       out_shape.erase(out_shape.begin() + 1);
       out_shape.push_back(out_sizes[1]);
     }
-    at::Tensor out = at::empty(out_shape);
+    at::Tensor out = pooled(out_shape, at::kFloat);
     memory src(src_user, cpu_engine(), a.x.data_ptr());
     memory dst(dst_user, cpu_engine(), out.data_ptr());
     memory src_p = src, dst_p = dst;

@@ -158,6 +158,25 @@ def test_residual_block_with_batch_norm(conv_path):
     compare(f, lambda: (torch.randn(1, 8, 10, 10),))
 
 
+def test_results_kept_across_calls_stay_the_programs_own(conv_path):
+    """Convolution results come from a pool (no malloc of megabytes per call); a buffer goes back
+    to it only when its tensor dies, so each call's results, kept by the program, still hold
+    that call's values after later calls."""
+    a, b = conv_bn_relu(8, 16), conv_bn_relu(16, 16)
+
+    def f(x):
+        y = a(x)
+        return b[0](y), b(y)  # a bare convolution's result, and one after more steps
+    jit = dynamo.optimize(f)
+    with torch.no_grad():
+        inputs = [torch.randn(1, 8, 20, 20) for _ in range(5)]
+        got = [jit(x) for x in inputs]
+        for x, g in zip(inputs, got):
+            for u, w in zip(g, f(x)):
+                close(u, w)
+    assert dynamo.counters()["native_runs"] >= 3
+
+
 @pytest.mark.parametrize("affine", [False, True])
 def test_batch_norm_1d_and_3d(affine):
     bn1 = nn.BatchNorm1d(6, affine=affine).eval()
