@@ -106,7 +106,7 @@ bool reshape_strides(const std::vector<int64_t> &old_sizes, const std::vector<in
 struct Planner {
   const Trace &t;
   Plan p;
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> users;  // value -> (inst, operand)
+  ValueUsers users;  // value -> (inst, operand)
   std::vector<int32_t> copy_slot;    // value -> contiguous copy slot made for a reshape
   std::vector<std::vector<Root>> roots_at;  // inst index -> roots to compute after it
 
@@ -141,15 +141,10 @@ struct Planner {
     p.group_of.assign(nv, -1);
     p.materialized.assign(nv, 0);
     p.scalar_slot.assign(nv, -1);
-    users.assign(nv, {});
+    users = value_users(t);
     copy_slot.assign(nv, -1);
     need_mat.assign(nv, 0);
     roots_at.assign(t.insts.size(), {});
-
-    for (size_t i = 0; i < t.insts.size(); ++i)
-      for (size_t k = 0; k < t.insts[i].args.size(); ++k)
-        if (t.insts[i].args[k].kind == Operand::Value)
-          users[t.insts[i].args[k].value].push_back({(int32_t)i, (int32_t)k});
 
     decide_materialization();
     assign_buffers();

@@ -97,4 +97,12 @@ bool fault_injected(const char *name) {
   return all.find(std::string(",") + name + ",") != std::string::npos;
 }
 
+ValueUsers value_users(const Trace &t) {
+  ValueUsers users(t.types.size());
+  for (size_t i = 0; i < t.insts.size(); ++i)
+    for (size_t k = 0; k < t.insts[i].args.size(); ++k)
+      if (t.insts[i].args[k].kind == Operand::Value) users[(size_t)t.insts[i].args[k].value].push_back({(int32_t)i, (int32_t)k});
+  return users;
+}
+
 }  // namespace dynamo::jit

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dynamo::jit {
@@ -116,6 +117,11 @@ struct Trace {
     return (int32_t)types.size() - 1;
   }
 };
+
+// Each value's readers: (instruction index, operand index) per Value operand, in trace order
+// (ir.cpp). The planner and passes.cpp walk a value's uses with it.
+using ValueUsers = std::vector<std::vector<std::pair<int32_t, int32_t>>>;
+ValueUsers value_users(const Trace &t);
 
 /* Errors inside the JIT are exceptions of this type; capi/ turns them into statuses. */
 enum class ErrorCode : uint8_t { Parse, Verify, Compile, Unsupported, Runtime, Internal };

@@ -148,8 +148,7 @@ namespace {
 // Where value p may go for its subnormals not to matter: into a matrix product as one of the two
 // matrices (not addmm's or linear's bias), through views and copies; not into an output, a
 // guard (the interpreter would see it at a side exit), an in-place write or any other op.
-bool read_only_by_products(const Trace &t, int32_t p, const std::vector<std::vector<std::pair<int32_t, int32_t>>> &uses,
-                           const std::vector<char> &is_output) {
+bool read_only_by_products(const Trace &t, int32_t p, const ValueUsers &uses, const std::vector<char> &is_output) {
   std::vector<int32_t> work = {p};
   while (!work.empty()) {
     int32_t v = work.back();
@@ -187,16 +186,12 @@ bool read_only_by_products(const Trace &t, int32_t p, const std::vector<std::vec
 // probabilities themselves can be seen: an output, a side exit's live values, a log of them.
 int flush_softmax_subnormals(Trace &t) {
   const size_t nv = t.types.size();
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> uses(nv);
-  for (size_t i = 0; i < t.insts.size(); ++i)
-    for (size_t k = 0; k < t.insts[i].args.size(); ++k)
-      if (t.insts[i].args[k].kind == Operand::Value) uses[(size_t)t.insts[i].args[k].value].push_back({(int32_t)i, (int32_t)k});
+  const ValueUsers uses = value_users(t);
   std::vector<char> is_output(nv, 0);
   for (int32_t o : t.outputs) is_output[(size_t)o] = 1;
   auto def = [&](const Operand &o) -> const Inst * {
     return o.kind == Operand::Value && t.def[(size_t)o.value] >= 0 ? &t.insts[(size_t)t.def[(size_t)o.value]] : nullptr;
   };
-  auto dims = [&](const Inst &r) { return reduce_info(t, r); };
   int changed = 0;
   for (Inst &ex : t.insts) {
     if (ex.op != Op::exp || ex.results.size() != 1) continue;
@@ -210,7 +205,7 @@ int flush_softmax_subnormals(Trace &t) {
     if (!mx || mx->op != Op::amax || mx->args.empty() || mx->args[0].kind != Operand::Value ||
         mx->args[0].value != sub->args[0].value)
       continue;
-    ReduceInfo dm = dims(*mx);
+    ReduceInfo dm = reduce_info(t, *mx);
     if (!dm.keepdim || is_output[(size_t)e] || uses[(size_t)e].size() != 2) continue;
     // e's two readers: sum(e, d, keepdim) and e * reciprocal(that sum) / e / that sum.
     int32_t s = -1, p = -1;
@@ -218,7 +213,7 @@ int flush_softmax_subnormals(Trace &t) {
     for (auto [i, k] : uses[(size_t)e]) {
       const Inst &u = t.insts[(size_t)i];
       if (u.op == Op::sum && k == 0) {
-        ReduceInfo ds = dims(u);
+        ReduceInfo ds = reduce_info(t, u);
         if (ds.keepdim && ds.dims == dm.dims) s = u.results[0];
       } else {
         other = &u;
