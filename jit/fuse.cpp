@@ -488,7 +488,72 @@ struct Planner {
   // input, or an inline expression of it) cannot be served and is refused.
   size_t flushed = 0;  // mutations [0, flushed) are scheduled
 
+  // Writes that share a kernel: the accesses of its writes so far (slot, coefficients over its
+  // domain; writes flagged), and the inline ops their values evaluate.
+  struct MutationAccess {
+    int32_t slot;
+    std::vector<int64_t> coef;
+    bool write;
+  };
+  std::vector<MutationAccess> group_access;
+  int64_t group_cost = 0;
+  bool group_closed = false;  // a write of it reads memory only the data names: it stays alone
+
+  // Can write k join group g, the kernel of the writes scheduled just before it? The kernel
+  // computes every value of an element before it stores any (KernelEmitter::emit_body), so one
+  // kernel is the same as the writes in order when every slot any of them writes is read and
+  // written at the same elements by all of them (each element read, then written, in one
+  // iteration; two writes into one element land in order). Records k's accesses when it joins
+  // (or when g is k's own new group).
+  bool join_mutation(size_t k, int32_t g) {
+    int32_t c = mutations[k];
+    const Type &ty = t.types[c];
+    if (g < 0 || p.groups[g].domain != ty.sizes) return false;
+    const bool fresh = p.groups[g].roots.empty();
+    if (!fresh && (group_closed || p.groups[g].roots.size() >= kMaxRoots)) return false;
+    const Operand &from = t.insts[(size_t)t.def[c]].args[1];
+    const bool inline_src = from.kind == Operand::Value && is_pointwise(from.value) && !p.materialized[from.value];
+    const int64_t cost = 1 + (inline_src ? inline_ops[from.value] : 0);
+    if (!fresh && group_cost + cost > kMaxInlineOps) return false;
+    size_t rank = ty.sizes.size();
+    Map id(rank);
+    for (size_t d = 0; d < rank; ++d) id[d] = ty.sizes[d] == 1 ? -1 : (int32_t)d;
+    std::vector<Access> reads;
+    leaves(c, id, rank, reads);
+    std::vector<MutationAccess> mine;
+    bool hazard = false;
+    for (Access &a : reads) {
+      if (a.first < 0) {  // memory only the data names (a gather's source): never shares a kernel
+        hazard = true;
+        continue;
+      }
+      for (size_t d = 0; d < rank; ++d)
+        if (ty.sizes[d] == 1) a.second[d] = 0;
+      mine.push_back({a.first, std::move(a.second), false});
+    }
+    std::vector<int64_t> own(rank + 1, 0);
+    for (size_t d = 0; d < rank; ++d)
+      if (ty.sizes[d] != 1) own[d] = mutation_dest[k].strides[d];
+    own[rank] = mutation_dest[k].offset;
+    mine.push_back({mutation_dest[k].slot, own, true});
+    if (!fresh) {
+      auto clash = [](const std::vector<MutationAccess> &writes, const std::vector<MutationAccess> &any) {
+        for (const MutationAccess &w : writes)
+          if (w.write)
+            for (const MutationAccess &a : any)
+              if (a.slot == w.slot && a.coef != w.coef) return true;
+        return false;
+      };
+      if (hazard || clash(group_access, mine) || clash(mine, group_access)) return false;
+    }
+    group_closed = group_closed || hazard;
+    group_access.insert(group_access.end(), mine.begin(), mine.end());
+    group_cost += cost;
+    return true;
+  }
+
   void schedule_mutations(size_t upto = SIZE_MAX) {
+    int32_t g = -1;
     // At the end nothing reads the written memory again: a write that a later one replaces
     // exactly (same memory, same view, same shape) is not done (`x.copy_(a); x.copy_(b)`).
     std::vector<char> replaced(mutations.size(), 0);
@@ -507,7 +572,15 @@ struct Planner {
         continue;
       }
       int32_t c = mutations[k];
-      int32_t g = open_group(false, t.types[c].sizes, {});
+      // At the end, writes over one domain share a kernel where that is the same as running
+      // them one after another (join_mutation); else each has its own.
+      if (upto != SIZE_MAX || !join_mutation(k, g)) {
+        g = open_group(false, t.types[c].sizes, {});
+        group_access.clear();
+        group_cost = 0;
+        group_closed = false;
+        join_mutation(k, g);  // (records k's accesses and cost for the next write)
+      }
       Root r{c, mutation_dest[k].slot};
       if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), r.slot) == p.mutated_inputs.end())
         p.mutated_inputs.push_back(r.slot);

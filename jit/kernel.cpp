@@ -153,6 +153,13 @@ void KernelEmitter::begin_function(const std::string &name) {
   MDNode *domain = mdb.createAnonymousAliasScopeDomain(name.substr(name.rfind("_k") == std::string::npos ? 0 : name.rfind("_k")));
   scope_read = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "reads"));
   scope_write = MDNode::get(C, mdb.createAnonymousAliasScope(domain, "writes"));
+  inplace_slots.clear();
+  for (const Pattern &w : pats)
+    if (w.store)
+      for (const Pattern &r : pats)
+        if (!r.store && r.slot == w.slot &&
+            std::find(inplace_slots.begin(), inplace_slots.end(), w.slot) == inplace_slots.end())
+          inplace_slots.push_back(w.slot);
 
   auto *fty = FunctionType::get(B.getInt32Ty(), {B.getPtrTy(), B.getInt64Ty(), B.getInt64Ty()}, false);
   // External (not internal) linkage keeps each kernel a named symbol in the object: perf maps
@@ -392,9 +399,17 @@ void KernelEmitter::emit_body(int lanes_now) {
   L = lanes_now;
   memo.clear();
   Map id = identity();
+  // A group that writes memory it also reads (in-place writes of an optimizer's parameter and
+  // its state, each element read where it is written) computes every root before it stores
+  // any: each element's old contents are read before they are replaced. Other groups store
+  // each root as it is computed (fewer values live at once).
+  const bool defer = !inplace_slots.empty();
+  std::vector<EVal> vals;
+  if (defer)
+    for (const Root &root : g.roots) vals.push_back(cast(value(root.value, id), t.types[root.value].dtype));
   for (size_t r = 0; r < g.roots.size(); ++r) {
     const Root &root = g.roots[r];
-    EVal v = cast(value(root.value, id), t.types[root.value].dtype);
+    EVal v = defer ? vals[r] : cast(value(root.value, id), t.types[root.value].dtype);
     const Pattern &pt = pats[root_pat[r]];
     int64_t c = pt.coef.back();
     Value *step = c == 0 || c == 1 ? B.getInt64(c) : size(c);
@@ -403,11 +418,11 @@ void KernelEmitter::emit_body(int lanes_now) {
     if (L > 1 && c != 1) {  // the loop walks a strided output dim (a row group's reduced dim)
       Value *idx = B.CreateAdd(B.CreateVectorSplat(L, off), lane_offsets(c, step));
       Value *ptrs = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], idx);
-      decorate(B.CreateMaskedScatter(sv, ptrs, Align(dtype_bytes(pt.dt))), true);
+      decorate(B.CreateMaskedScatter(sv, ptrs, Align(dtype_bytes(pt.dt))), true, pt.slot);
       continue;
     }
     Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], off);
-    decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true);
+    decorate(B.CreateAlignedStore(sv, ptr, Align(dtype_bytes(pt.dt))), true, pt.slot);
   }
 }
 
@@ -428,14 +443,14 @@ EVal KernelEmitter::load(int32_t k) {
     Value *ptr = B.CreateInBoundsGEP(mt, base[pt.slot], o);
     llvm::Type *lt = L == 1 ? mt : (llvm::Type *)FixedVectorType::get(mt, L);
     auto *ld = B.CreateAlignedLoad(lt, ptr, Align(dtype_bytes(pt.dt)));
-    decorate(ld, false);
+    decorate(ld, false, pt.slot);
     v = ld;
   } else {
     Value *step = c == 0 ? B.getInt64(0) : size(c);
     Value *idx = B.CreateAdd(B.CreateVectorSplat(L, B.CreateAdd(off, B.CreateMul(jidx, step))), lane_offsets(c, step));
     Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], idx);
     auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)));
-    decorate(ld, false);
+    decorate(ld, false, pt.slot);
     v = ld;
   }
   if (pt.dt == DType::Bool) v = B.CreateICmpNE(v, Constant::getNullValue(v->getType()));
@@ -629,7 +644,7 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
     int lanes_read = c == 1 ? L : 1;
     auto *ld = B.CreateMaskedLoad(FixedVectorType::get(mt, lanes_read), ptr, Align(dtype_bytes(pt.dt)),
                                   B.CreateVectorSplat(lanes_read, ok));
-    decorate(ld, false);
+    decorate(ld, false, pt.slot);
     Value *r = c == 1 ? (Value *)ld : B.CreateVectorSplat(L, B.CreateExtractElement(ld, (uint64_t)0));
     return finish(r);
   }
@@ -657,7 +672,7 @@ EVal KernelEmitter::gather(int32_t v, const Map &m) {
   if (L > 1 && pt.offsets32) addrs = B.CreateTrunc(addrs, FixedVectorType::get(B.getInt32Ty(), L));
   Value *ptrs = B.CreateInBoundsGEP(mt, base[pt.slot], addrs);
   auto *ld = B.CreateMaskedGather(FixedVectorType::get(mt, L), ptrs, Align(dtype_bytes(pt.dt)), mask);
-  decorate(ld, false);
+  decorate(ld, false, pt.slot);
   return finish(L == 1 ? B.CreateExtractElement(ld, (uint64_t)0) : (Value *)ld);
 }
 

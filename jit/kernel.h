@@ -13,6 +13,7 @@
 // Internal to the lowerings.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -348,7 +349,12 @@ class KernelEmitter {
   Value *exp_of(DType d, Value *x) { return d == DType::F64 ? math("exp", d, {x}) : exp_f32(x); }
   Value *erf_of(DType d, Value *x) { return d == DType::F64 ? math("erf", d, {x}) : erf_f32(x); }
   Value *tanh_of(DType d, Value *x) { return d == DType::F64 ? math("tanh", d, {x}) : tanh_f32(x); }
-  void decorate(Instruction *I, bool is_store) {
+  // Loads and stores promise LLVM that reads and writes do not overlap, except in a slot the
+  // kernel both reads and writes (in-place writes of one group, each element read where it is
+  // written): those carry no promise, so no load moves below a store of the same element.
+  std::vector<int32_t> inplace_slots;
+  void decorate(Instruction *I, bool is_store, int32_t slot) {
+    if (std::find(inplace_slots.begin(), inplace_slots.end(), slot) != inplace_slots.end()) return;
     I->setMetadata(LLVMContext::MD_alias_scope, is_store ? scope_write : scope_read);
     I->setMetadata(LLVMContext::MD_noalias, is_store ? scope_read : scope_write);
   }

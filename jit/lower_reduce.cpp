@@ -231,7 +231,7 @@ void KernelEmitter::store_row_roots() {
     int32_t pk = row_pat[(int32_t)k][0];
     const Pattern &pt = pats[pk];
     Value *ptr = B.CreateInBoundsGEP(mem_ty(pt.dt), base[pt.slot], outer_off[pk]);
-    decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true);
+    decorate(B.CreateAlignedStore(to_memory(v.v, pt.dt), ptr, Align(dtype_bytes(pt.dt))), true, pt.slot);
   }
   if (skip) {
     B.CreateBr(skip);

@@ -1,9 +1,10 @@
-"""In-place writes into a trace's inputs run after the trace, one kernel each, in an order the
-planner chooses (jit/fuse.cpp, order_mutations): writes into one input keep program order, and
-a write whose expression reads an input's old contents runs before the other writes into that
-input; cycles go through a buffer. Each program here writes several inputs that read each other
-and is compared with eager on fresh copies of random inputs: results and every input after the
-call, over odd sizes and several calls."""
+"""In-place writes into a trace's inputs run after the trace in an order the planner chooses
+(jit/fuse.cpp, order_mutations): writes into one input keep program order, and a write whose
+expression reads an input's old contents runs before the other writes into that input; cycles go
+through a buffer. Writes over one shape share a kernel when every memory they write is read and
+written at the same elements by all of them (join_mutation); else each has its own. Each program
+here writes several inputs that read each other and is compared with eager on fresh copies of
+random inputs: results and every input after the call, over odd sizes and several calls."""
 import pytest
 import torch
 
@@ -103,3 +104,53 @@ def test_the_same_input_written_twice_exactly_and_read_between():
         a.add_(b)  # replaces it: a = 3a + (b + 3a)
         return a
     check(f, (6,), (6,))
+
+
+def test_a_momentum_step_writes_each_parameter_and_its_buffer_in_one_kernel():
+    # buf and p read and written at the same elements: one pass over p, g and buf per parameter
+    # (two kernels each before, the second reading g and buf again).
+    def sgd(p1, g1, b1, p2, g2, b2, p3, g3, b3):
+        for p, g, b in ((p1, g1, b1), (p2, g2, b2), (p3, g3, b3)):
+            b.mul_(0.9).add_(g)
+            p.add_(b, alpha=-0.01)
+
+    jit = dynamo.optimize(sgd)
+    shapes = [(7, 5), (1,), (1023,)]
+    for call in range(3):
+        args = [torch.randn(*s) for s in shapes for _ in range(3)]
+        mine, ref = [a.clone() for a in args], [a.clone() for a in args]
+        jit(*mine)
+        sgd(*ref)
+        for k, (a, b) in enumerate(zip(mine, ref)):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=0, msg=f"call {call}, input {k}")
+    (c,) = jit.compiled
+    assert c.runs >= 2, dynamo.report()
+    assert c.stats.num_kernels <= 4, dynamo.report()  # a kernel per parameter (and one output copy)
+
+
+@pytest.mark.parametrize("rows", [2, 7, 64])
+def test_a_write_that_reads_a_row_another_write_replaces_stays_apart(rows):
+    # a's write reads b's row 0 for every row; b's write replaces row 0 first: in one loop, a's
+    # later rows would read the new row 0. Separate kernels, a's first (it reads b's old contents).
+    def f(a, b):
+        a.add_(b[0])
+        b.mul_(2)
+        return a.sum()
+    check(f, (rows, 33), (rows, 33))
+
+
+def test_two_writes_into_overlapping_windows_of_one_input_keep_their_order():
+    def f(x, y):
+        x[:, :3].mul_(2)
+        x[:, 1:4].add_(y)  # overlaps the first window's columns 1 and 2
+        return x.sum()
+    check(f, (5, 6), (5, 3))
+
+
+def test_writes_that_read_each_other_at_other_elements_through_transposes():
+    def f(a, b, c):
+        c.add_(a.t())  # reads a transposed where a's write below lands untransposed
+        a.mul_(b)
+        b.sub_(1)
+        return c.sum()
+    check(f, (9, 9), (9, 9), (9, 9))
