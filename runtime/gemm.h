@@ -30,6 +30,12 @@ std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &pa
 void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
                      bool accumulate, const ParallelFor &par);
 
+// C = A * B with B packed by pack_b and A read in place (row i at A + i * lda, unit column
+// stride), on the calling thread: many small products (Winograd's, runtime/winograd.cpp) where
+// packing A and a call's setup would cost as much as the product.
+void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *packed_b,
+                          float *C, int64_t ldc);
+
 // C[M, N] (+)= A[M, K] * B[K, N] for few rows M (up to ~32) where A's rows and B's columns are
 // contiguous (B: a linear layer's weight, transposed): dot products along K, 6 rows by 4 columns
 // at a time, B streamed once from the weight itself (no packing: at M = 17 packing B is most of

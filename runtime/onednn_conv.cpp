@@ -18,7 +18,9 @@
 #include "buffer_pool.h"
 #include "derived.h"
 #include "jit/ir.h"
+#include "winograd.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -333,6 +335,43 @@ struct PackedConv {
   }
 };
 
+// dynamo's own F(2, 3) Winograd (winograd.h) for channels-last steps, which oneDNN's Winograd
+// kernels do not take: 3x3 and 3x3x3 (and 1x3x3) kernels, stride 1, padding 1. The transformed
+// weights are kept as derived.h says.
+struct OwnWinograd {
+  WinogradShape shape;
+  std::vector<int64_t> out_shape;  // [N, spatial..., Cout]
+  Derived<std::vector<std::vector<float>>> u;
+
+  // Throws when F(2, 3) does not compute this convolution. a.x: the [N, C, ...] view.
+  explicit OwnWinograd(const ConvArgs &a) {
+    if (jit::fault_injected("own_winograd"))  // tests
+      throw std::runtime_error("injected fault: no own Winograd");
+    std::vector<int64_t> xs(a.x.sizes().begin(), a.x.sizes().end()), ws(a.w.sizes().begin(), a.w.sizes().end());
+    std::string why = winograd_refusal(xs, ws, a.stride, a.padding, a.dilation, a.groups, &shape);
+    if (!why.empty()) throw std::runtime_error(why);
+    out_shape.assign(xs.begin(), xs.end());
+    out_shape.erase(out_shape.begin() + 1);
+    out_shape.push_back(ws[0]);
+  }
+
+  at::Tensor run(const ConvArgs &a, const uint64_t *version) {
+    at::Tensor x = (a.x.dim() == 5 ? a.x.permute({0, 2, 3, 4, 1}) : a.x.permute({0, 2, 3, 1})).contiguous();
+    std::optional<ContentKey> key;
+    if (version) key = ContentKey::of(a.w, *version);
+    auto w = u.get(key ? &*key : nullptr, [&] {
+      at::Tensor wc = a.w.contiguous();
+      return winograd_weights(shape, wc.data_ptr<float>(), [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
+        at::parallel_for(0, n, grain, body);
+      });
+    });
+    at::Tensor b = a.b.defined() ? a.b.contiguous() : at::Tensor();
+    at::Tensor out = pooled(out_shape, at::kFloat);  // (from the pool: see OnednnConv::run)
+    winograd_conv(shape, x.data_ptr<float>(), *w, b.defined() ? b.data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return out;
+  }
+};
+
 struct ConvStep {
   std::mutex mu;
   // The paths, also the index of t[]: LibTorch's kernel, oneDNN's direct kernel, oneDNN's
@@ -357,6 +396,7 @@ struct ConvStep {
   // stored choice builds only the primitive it runs (a later process's first call pays no
   // Winograd kernel it does not use).
   std::unique_ptr<OnednnConv> direct, wino;  // wino: null where it does not apply
+  std::unique_ptr<OwnWinograd> own_wino;     // channels-last steps' Winograd: null where it does not apply
   std::unique_ptr<PackedConv> packed;         // null where it does not apply
   std::atomic<bool> direct_built{false}, wino_tried{false}, packed_tried{false};
   double wino_setup = 0;  // seconds: building the Winograd primitive, plus its first call's extra
@@ -367,6 +407,21 @@ struct ConvStep {
   // LibTorch's oneDNN then: oneDNN 2.6 has no channels-last kernel for dilated convolutions).
   void build(const ConvArgs &a, Mode mode) {
     groups = a.groups;
+    const char *no_wino = getenv("DYNAMO_CONV_WINOGRAD");
+    if ((mode == Timing || mode == Winograd) && !wino_tried && nhwc) {
+      if (no_wino && !strcmp(no_wino, "0")) {
+        why_not_wino = "DYNAMO_CONV_WINOGRAD=0";
+      } else {
+        try {
+          double t0 = now();
+          own_wino = std::make_unique<OwnWinograd>(a);
+          wino_setup = now() - t0;
+        } catch (const std::exception &e) {
+          why_not_wino = std::string("dynamo's Winograd: ") + e.what();
+        }
+      }
+      wino_tried = true;
+    }
     if ((mode == Timing || mode == Winograd) && !wino_tried) {
       if (!winograd_shape(a, nhwc)) {
         why_not_wino = "not a 3x3, stride 1, ungrouped 2-D convolution of multiples of 16 channels";
@@ -393,7 +448,7 @@ struct ConvStep {
       }
       packed_tried = true;
     }
-    if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino) || (mode == Packed && !packed)) &&
+    if ((mode == Timing || mode == OneDNN || (mode == Winograd && !wino && !own_wino) || (mode == Packed && !packed)) &&
         !direct_built) {
       try {
         direct = std::make_unique<OnednnConv>(a, dnnl::algorithm::convolution_direct, nhwc);
@@ -408,12 +463,13 @@ struct ConvStep {
   // The primitive `mode` runs on when it is built (Winograd: the direct kernel where oneDNN has
   // no Winograd one; Packed: see ready_packed), else null.
   OnednnConv *ready(Mode mode) const {
-    if (mode == Winograd && wino_tried) return wino ? wino.get() : direct_built ? direct.get() : nullptr;
+    if (mode == Winograd && wino_tried) return wino ? wino.get() : own_wino ? nullptr : direct_built ? direct.get() : nullptr;
     if (mode == Packed && packed_tried && !packed) return direct_built ? direct.get() : nullptr;
     if (mode == OneDNN && direct_built) return direct.get();
     return nullptr;
   }
   PackedConv *ready_packed(Mode mode) const { return mode == Packed && packed_tried ? packed.get() : nullptr; }
+  OwnWinograd *ready_own(Mode mode) const { return mode == Winograd && wino_tried ? own_wino.get() : nullptr; }
 
   // The fastest path measured among those still allowed, and its time. Winograd must win by
   // kWinogradMargin, and save its one-time cost (building its kernel, transforming the weights
@@ -450,7 +506,7 @@ std::shared_ptr<ConvStep> conv_step_for(const std::string &callee) {
 std::string conv_step_choice(const ConvStep &s) {
   switch (s.mode) {
     case ConvStep::OneDNN: return "onednn";
-    case ConvStep::Winograd: return s.wino_tried && !s.wino ? "onednn" : "winograd";  // forced where it has none
+    case ConvStep::Winograd: return s.wino_tried && !s.wino && !s.own_wino ? "onednn" : "winograd";  // forced where none applies
     case ConvStep::Packed: return s.packed_tried && !s.packed ? "onednn" : "packed";
     case ConvStep::Aten: return s.why_aten.empty() ? "aten" : "aten (" + s.why_aten + ")";
     default: return "timing";
@@ -517,6 +573,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     s.t[mode] = mine;
     if (s.t_watch > 1.5 * other) {
       s.mode = alt;
+      if (s.own_wino) s.own_wino->u.clear();
       if (getenv("DYNAMO_PRINT_CHOICES"))
         fprintf(stderr, "conv switched to %s: its %d calls took %.1f us at best, %s measured %.1f us\n",
                 path_name(alt), kWatchCalls, s.t_watch * 1e6, path_name(alt), other * 1e6);
@@ -541,12 +598,21 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   };
   auto onednn_or_aten = [&](OnednnConv &c, const ConvArgs &a) { run_or_aten(c, a, "oneDNN"); };
   auto packed_or_aten = [&](PackedConv &p, const ConvArgs &a) { run_or_aten(p, a, "LibTorch's oneDNN"); };
+  auto own_or_aten = [&](OwnWinograd &w, const ConvArgs &a) { run_or_aten(w, a, "dynamo's Winograd"); };
   ConvArgs a;
   if (PackedConv *p = s.ready_packed(mode)) {
     a.x = nchw_view(st[0].toTensor());
     a.w = st[1].toTensor();
     if (st[2].isTensor()) a.b = st[2].toTensor();
     packed_or_aten(*p, a);
+    if (watch) watched();
+    return;
+  }
+  if (OwnWinograd *w = s.ready_own(mode)) {
+    a.x = nchw_view(st[0].toTensor());
+    a.w = st[1].toTensor();
+    if (st[2].isTensor()) a.b = st[2].toTensor();
+    own_or_aten(*w, a);
     if (watch) watched();
     return;
   }
@@ -578,6 +644,8 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   if (mode != ConvStep::Timing) {
     if (PackedConv *p = s.ready_packed(mode)) {
       packed_or_aten(*p, a);
+    } else if (OwnWinograd *w = s.ready_own(mode)) {
+      own_or_aten(*w, a);
     } else if (OnednnConv *c = s.ready(mode)) {
       onednn_or_aten(*c, a);
     } else {  // (a forced path this step has no primitive for)
@@ -600,12 +668,12 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     std::lock_guard<std::mutex> g(s.mu);
     first = s.timed % kPaths;
     try_direct = s.direct && s.direct_failed.empty();
-    try_wino = s.wino && s.why_not_wino.empty() && s.direct_failed.empty();
+    try_wino = s.own_wino ? s.why_not_wino.empty() : s.wino && s.why_not_wino.empty() && s.direct_failed.empty();
     try_packed = s.packed && s.why_not_packed.empty();
   }
   at::Tensor got[kPaths];
   double took[kPaths] = {1e30, 1e30, 1e30, 1e30};
-  std::string dnnl_failed, packed_failed;
+  std::string dnnl_failed, packed_failed, own_failed;
   for (int i = 0; i < kPaths; ++i) {
     int m = (first + i) % kPaths;
     if ((m == ConvStep::Winograd && !try_wino) || (m == ConvStep::Packed && !try_packed) ||
@@ -619,6 +687,13 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
         got[m] = s.packed->run(a, weight_version);
       } catch (const std::exception &e) {
         packed_failed = e.what();
+        continue;
+      }
+    } else if (m == ConvStep::Winograd && s.own_wino) {
+      try {
+        got[m] = s.own_wino->run(a, weight_version);
+      } catch (const std::exception &e) {
+        own_failed = e.what();
         continue;
       }
     } else {
@@ -637,6 +712,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
               " of the largest output";
   std::lock_guard<std::mutex> g(s.mu);
   if (!packed_failed.empty()) s.why_not_packed = "LibTorch's oneDNN: " + packed_failed;  // (the others still time)
+  if (!own_failed.empty()) s.why_not_wino = "dynamo's Winograd: " + own_failed;
   if (!dnnl_failed.empty()) {
     if (!try_packed || !packed_failed.empty()) {  // (no oneDNN path left)
       s.mode = ConvStep::Aten;
@@ -663,11 +739,12 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   // never wins at once: oneDNN's reorder can take 15x its convolution, 2 ms for 512x512x3x3).
   // Winograd's first call also transforms the weights (65 ms for 512x512x3x3) and touches its
   // large scratchpad for the first time: a step where it applies always takes the second call.
-  bool clear = m != ConvStep::Aten && !(s.timed == 0 && s.wino && s.why_not_wino.empty());
+  bool clear = m != ConvStep::Aten && !(s.timed == 0 && (s.wino || s.own_wino) && s.why_not_wino.empty());
   for (int k = 0; k < kPaths; ++k)
     if (k != m && s.t[k] < 1e30 && best * 1.5 >= s.t[k]) clear = false;
   if (++s.timed >= kTimedCalls || clear) {
     s.mode = m;
+    if (m != ConvStep::Winograd && s.own_wino) s.own_wino->u.clear();  // (its weights: up to 4 MB)
     if (getenv("DYNAMO_PRINT_CHOICES"))
       fprintf(stderr, "conv %s: onednn %.1f us, winograd %s, packed %s, aten %.1f us (src %s)\n",
               conv_step_choice(s).c_str(), s.t[ConvStep::OneDNN] * 1e6,

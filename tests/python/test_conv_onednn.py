@@ -2,9 +2,10 @@
 fused pointwise ops (jit/decompose.cpp), compared with eager on every call.
 
 Each case is called several times: the first calls run LibTorch, oneDNN's direct kernel and
-(3x3, stride 1, multiples of 16 channels) its Winograd kernel (the step measures which is
-fastest), later calls only the chosen one, so every path is compared; each path is also forced
-(DYNAMO_CONV). The
+(3x3, stride 1, multiples of 16 channels) its Winograd kernel, or for channels-last steps
+dynamo's own F(2, 3) Winograd (runtime/winograd.cpp: 3x3 and 3x3x3 kernels, stride 1, padding 1)
+(the step measures which is fastest), later calls only the chosen one, so every path is
+compared; each path is also forced (DYNAMO_CONV). The
 reordered weights are reused across calls, so the cases that change a weight between calls
 (in place, through `.data`, by a new Parameter at a freed one's address) check that the
 change is seen."""
@@ -97,10 +98,93 @@ def test_winograd_shapes_match_eager(xs, ws, kw, bias, conv_path):
     choices = jit.compiled[0].entry.choices().split()
     assert len(choices) == 1 and choices[0].split("=")[1] in ("onednn", "winograd", "packed", "aten"), choices
     path, _, layout = conv_path.partition("/")
-    if path == "winograd" and (not WINOGRAD_KERNELS or not layout):  # (channels-last steps have none)
+    own = not layout and own_winograd_applies(xs, ws, kw)  # (channels-last steps: dynamo's own)
+    if path == "winograd" and ((layout and not WINOGRAD_KERNELS) or (not layout and not own)):
         assert choices[0].endswith("=onednn"), choices  # the direct kernel stands in
     elif path != "auto":
         assert choices[0].endswith("=" + path), choices
+
+
+def own_winograd_applies(xs, ws, kw):
+    """dynamo's own Winograd's rule (runtime/winograd.cpp, winograd_refusal): stride 1, undilated,
+    ungrouped, each kernel dim 3 with padding 1 or 1 with padding 0 (two or more of 3), 64 output
+    tiles (2 per dim of 3) or more, transformed weights (4 per dim of 3) of 4 MB at most."""
+    sd = len(xs) - 2
+    pad = kw.get("padding", 0)
+    pad = [pad] * sd if isinstance(pad, int) else list(pad)
+    if kw.get("stride", 1) != 1 or kw.get("dilation", 1) != 1 or kw.get("groups", 1) != 1:
+        return False
+    if any((k, p) not in ((3, 1), (1, 0)) for k, p in zip(ws[2:], pad)) or list(ws[2:]).count(3) < 2:
+        return False
+    tiles, positions = xs[0], 1
+    for k, n in zip(ws[2:], xs[2:]):
+        tiles *= (n + 1) // 2 if k == 3 else n
+        positions *= 4 if k == 3 else 1
+    return tiles >= 64 and positions * ws[0] * ws[1] * 4 <= 4 << 20
+
+
+OWN_WINOGRAD_CONVS = [  # channels-last shapes dynamo's own Winograd takes
+    ((1, 5, 4, 17, 18), (7, 5, 3, 3, 3)),      # 3x3x3, channels not in 16s, odd sizes
+    ((2, 16, 3, 7, 9), (20, 16, 3, 3, 3)),     # batch 2, every spatial size odd
+    ((1, 24, 8, 8, 8), (32, 24, 1, 3, 3)),     # (2+1)-D's spatial part
+    ((1, 40, 9, 11, 10), (48, 40, 3, 3, 3)),   # several blocks of tiles
+    ((2, 19, 13, 15), (33, 19, 3, 3)),         # 2-D
+    ((1, 64, 8, 32, 32), (64, 64, 3, 3, 3)),   # r3d_18's first stage
+]
+
+
+@pytest.mark.parametrize("xs,ws", OWN_WINOGRAD_CONVS)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("path", ["winograd", "auto"])
+def test_own_winograd_matches_eager(xs, ws, bias, path, monkeypatch):
+    """Forced (DYNAMO_CONV=winograd) the step runs dynamo's Winograd on every call; measured, it
+    runs whichever path is fastest. Either way within rounding of eager's, at the edges of the
+    input (padding), in the last partial tile of odd sizes and in the last channels."""
+    assert own_winograd_applies(xs, ws, {"padding": tuple(1 if k == 3 else 0 for k in ws[2:])})
+    if path == "auto":
+        monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    else:
+        monkeypatch.setenv("DYNAMO_CONV", path)
+    monkeypatch.delenv("DYNAMO_LAYOUT", raising=False)
+    w = torch.randn(ws) / (ws[1] * 27) ** 0.5
+    b = torch.randn(ws[0]) if bias else None
+    pad = tuple(1 if k == 3 else 0 for k in ws[2:])
+    conv = F.conv3d if len(xs) == 5 else F.conv2d
+
+    def f(x):
+        return torch.relu(conv(x, w, b, padding=pad)) + 1
+    jit = compare(f, lambda: (torch.randn(xs),))
+    (choice,) = jit.compiled[0].entry.choices().split()
+    if path == "winograd":
+        assert choice.endswith("=winograd"), choice
+
+
+@pytest.mark.parametrize("kw,xs", [(dict(stride=2, padding=1), (1, 8, 8, 16, 16)),    # strided
+                                   (dict(padding=1, dilation=2), (1, 8, 8, 16, 16)),  # dilated
+                                   (dict(padding=0), (1, 8, 8, 16, 16)),              # no padding
+                                   (dict(padding=1), (1, 8, 2, 8, 8))])               # 32 tiles
+def test_own_winograd_refuses_what_it_does_not_compute(kw, xs, monkeypatch):
+    monkeypatch.setenv("DYNAMO_CONV", "winograd")
+    monkeypatch.delenv("DYNAMO_LAYOUT", raising=False)
+    w = torch.randn(8, 8, 3, 3, 3)
+    assert not own_winograd_applies(xs, w.shape, kw)
+
+    def f(x):
+        return F.conv3d(x, w, **kw) * 2
+    jit = compare(f, lambda: (torch.randn(xs),))
+    assert jit.compiled[0].entry.choices().endswith("=onednn")  # the direct kernel stands in
+
+
+def test_own_winograd_that_cannot_be_built_leaves_the_other_paths(monkeypatch):
+    monkeypatch.setenv("DYNAMO_FAULT", "own_winograd")
+    monkeypatch.delenv("DYNAMO_CONV", raising=False)
+    monkeypatch.delenv("DYNAMO_LAYOUT", raising=False)
+    w = torch.randn(16, 16, 3, 3, 3) / 11
+
+    def f(x):
+        return F.conv3d(x, w, padding=1) - 1
+    jit = compare(f, lambda: (torch.randn(1, 16, 4, 16, 16),), calls=6)
+    assert jit.compiled[0].entry.choices().split("=")[1] in ("onednn", "packed", "aten")
 
 
 def test_winograd_refused_when_its_result_differs(monkeypatch):
@@ -208,7 +292,7 @@ def test_weight_changed_in_place_between_calls(conv_path):
     ref = conv_bn_relu(16, 32)
     ref.load_state_dict(m.state_dict())
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 16, 12, 12)
+    x = torch.randn(1, 16, 16, 18)  # (64 tiles or more: dynamo's own Winograd applies)
     with torch.no_grad():
         for step in range(6):
             close(jit(x), ref(x))
@@ -221,7 +305,7 @@ def test_weight_changed_in_place_between_calls(conv_path):
 def test_weight_rewritten_through_data(conv_path):
     m = conv_bn_relu(16, 32)
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 16, 12, 12)
+    x = torch.randn(1, 16, 16, 18)  # (64 tiles or more: dynamo's own Winograd applies)
     with torch.no_grad():
         for step in range(5):
             close(jit(x), m(x))
@@ -232,7 +316,7 @@ def test_weight_rewritten_through_data(conv_path):
 def test_weight_replaced_by_new_parameters(conv_path):
     m = conv_bn_relu(16, 32)
     jit = dynamo.optimize(m)
-    x = torch.randn(1, 16, 12, 12)
+    x = torch.randn(1, 16, 16, 18)  # (64 tiles or more: dynamo's own Winograd applies)
     with torch.no_grad():
         for step in range(6):
             # the old Parameter dies: the new one may take its address and has version 0 too
