@@ -14,6 +14,7 @@ namespace dynamo::runtime {
 namespace {
 
 constexpr int MR = 6, NR = 32;
+constexpr int RR = 12;  // rows of the in-place kernel (micro_kernel_rows)
 constexpr int DR = 6, DC = 4;  // dot_tile: rows of A, columns of B
 constexpr int64_t KC = 256, MC = 96, NC = 256;
 
@@ -22,28 +23,28 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));
 // c (mr x nr, row stride ldc) (+)= a (mr x kc) * pb (kc x NR, packed). Packed: a is a panel
 // (kc x MR, element (i, k) at a[k * MR + i]); else row i of a starts at a + i * lda (rows past
 // mr read row mr - 1's elements, never memory outside a).
-template <bool Packed>
+template <bool Packed, int R = MR>
 __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a, int64_t lda, const float *pb, float *c,
                                                       int64_t ldc, int mr, int nr, bool add) {
-  v16 acc[MR][2];
-  const float *row[MR];
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
+  v16 acc[R][2];
+  const float *row[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
     acc[i][0] = acc[i][1] = v16{};
     row[i] = a + (Packed ? i : std::min(i, mr - 1) * lda);
   }
   for (int64_t k = 0; k < kc; ++k) {
     v16 b0 = *reinterpret_cast<const v16 *>(pb + k * NR);
     v16 b1 = *reinterpret_cast<const v16 *>(pb + k * NR + 16);
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
       float x = Packed ? row[0][k * MR + i] : row[i][k];
       acc[i][0] += x * b0;
       acc[i][1] += x * b1;
     }
   }
-  if (mr == MR && nr == NR) {
-    for (int i = 0; i < MR; ++i) {
+  if (mr == R && nr == NR) {
+    for (int i = 0; i < R; ++i) {
       v16 *out = reinterpret_cast<v16 *>(c + i * ldc);
       if (add) {
         out[0] += acc[i][0];
@@ -55,7 +56,7 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
     }
     return;
   }
-  float tile[MR][NR];
+  float tile[R][NR];
   memcpy(tile, acc, sizeof tile);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = add ? c[i * ldc + j] + tile[i][j] : tile[i][j];
@@ -69,7 +70,7 @@ void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void micro_kernel_rows(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
                        bool add) {
-  micro_body<false>(kc, a, lda, pb, c, ldc, mr, nr, add);
+  micro_body<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add);
 }
 
 // B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
@@ -314,8 +315,8 @@ void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64
     for (int64_t j = 0; j < N; j += NR) {
       const float *pb = bp + (j / NR) * kc * NR;
       const int nr = (int)std::min<int64_t>(NR, N - j);
-      for (int64_t i = 0; i < M; i += MR)
-        micro_kernel_rows(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc, (int)std::min<int64_t>(MR, M - i), nr,
+      for (int64_t i = 0; i < M; i += RR)
+        micro_kernel_rows(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc, (int)std::min<int64_t>(RR, M - i), nr,
                           k0 > 0);
     }
   }

@@ -8,8 +8,8 @@
 // contents); a call without a version reorders them again.
 //
 // Which path runs is measured, not assumed: the first call (two unless one path wins the
-// first by 1.5x over every other) runs LibTorch, oneDNN's direct kernel and its Winograd
-// kernel, and the step keeps the fastest (1x1 convolutions are often a plain GEMM that the
+// first by 1.5x over every other) runs LibTorch, oneDNN's direct kernel and a Winograd
+// kernel (oneDNN's; dynamo's own, winograd.h, for channels-last steps), and the step keeps the fastest (1x1 convolutions are often a plain GEMM that the
 // BLAS does better). Winograd's result must agree with LibTorch's within kWinogradTolerance
 // on every timed call, or the step never uses it. A oneDNN failure of any kind makes the step
 // use LibTorch from then on.

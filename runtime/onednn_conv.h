@@ -2,9 +2,10 @@
 // the library LibTorch itself uses only for some shapes: at batch 1 with small images LibTorch
 // takes its im2col + GEMM path (thnn), several times slower than oneDNN's direct kernels.
 // One ConvStep per extern step of an entry: the primitive is built once (shapes are static in a
-// trace), and the step times LibTorch, oneDNN's direct kernel and (3x3, stride 1) its Winograd
-// kernel on its first calls and keeps the fastest (DYNAMO_CONV=onednn, winograd or aten, read
-// when an entry is compiled, decides instead; DYNAMO_CONV_WINOGRAD=0 leaves Winograd out).
+// trace), and the step times LibTorch, oneDNN's direct kernel and (3x3, stride 1) a Winograd
+// kernel -- oneDNN's, or dynamo's own for channels-last steps (winograd.h) -- on its first calls
+// and keeps the fastest (DYNAMO_CONV=onednn, winograd or aten, read when an entry is compiled,
+// decides instead; DYNAMO_CONV_WINOGRAD=0 leaves Winograd out).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -172,7 +172,7 @@ void transform_outputs(const WinogradShape &s, const Dims &D, const float *M, in
 // 6 (the GEMM micro-kernel's rows) from 6 to 96.
 int64_t block_tiles(const WinogradShape &s, int64_t P) {
   int64_t per_tile = P * (s.cin + s.cout);
-  return std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(1, per_tile), 6, 96) / 6 * 6;
+  return std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(1, per_tile), 12, 96) / 12 * 12;
 }
 
 constexpr int64_t kMinTiles = 64;
