@@ -56,10 +56,14 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
     }
     return;
   }
+  if (!add) {  // (a row's acc[i][0], acc[i][1] are its 32 columns, in order)
+    for (int i = 0; i < mr; ++i) memcpy(c + i * ldc, &acc[i][0], (size_t)nr * sizeof(float));
+    return;
+  }
   float tile[R][NR];
   memcpy(tile, acc, sizeof tile);
   for (int i = 0; i < mr; ++i)
-    for (int j = 0; j < nr; ++j) c[i * ldc + j] = add ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] += tile[i][j];
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

@@ -54,34 +54,46 @@ struct Dims {
   }
 };
 
-// The tile's array b (4 x 4 x 4 at most) transformed along dim d: v = B^T d.
-inline void input_transform(v16 *b, const Dims &D, int d) {
-  if (D.a[d] != 4) return;
-  const int o1 = d == 0 ? 1 : 0, o2 = d == 2 ? 1 : 2;  // the other two dims
-  const int64_t s = D.st[d];
-  for (int64_t i = 0; i < D.a[o1]; ++i)
-    for (int64_t j = 0; j < D.a[o2]; ++j) {
-      v16 *x = b + i * D.st[o1] + j * D.st[o2];
-      v16 d0 = x[0], d1 = x[s], d2 = x[2 * s], d3 = x[3 * s];
-      x[0] = d0 - d2;
-      x[s] = d1 + d2;
-      x[2 * s] = d2 - d1;
-      x[3 * s] = d1 - d3;
-    }
+// The extents of a tile's array per dim (4 along a kernel dim of 3, else 1), known at compile
+// time: the transforms' loops unroll, and a 2-D tile (16 vectors) stays in registers.
+template <int A0, int A1, int A2>
+struct Ext {
+  static constexpr int a[3] = {A0, A1, A2};
+  static constexpr int st[3] = {A1 * A2, A2, 1};  // strides in the array
+  static constexpr int m[3] = {A0 == 4 ? 2 : 1, A1 == 4 ? 2 : 1, A2 == 4 ? 2 : 1};
+  static constexpr int P = A0 * A1 * A2;
+};
+
+// The tile's array b transformed along dim d: v = B^T d.
+template <class E, int d>
+__attribute__((always_inline)) inline void input_transform(v16 *b) {
+  if constexpr (E::a[d] == 4) {
+    constexpr int o1 = d == 0 ? 1 : 0, o2 = d == 2 ? 1 : 2, s = E::st[d];  // (o1, o2: the other dims)
+    for (int i = 0; i < E::a[o1]; ++i)
+      for (int j = 0; j < E::a[o2]; ++j) {
+        v16 *x = b + i * E::st[o1] + j * E::st[o2];
+        v16 d0 = x[0], d1 = x[s], d2 = x[2 * s], d3 = x[3 * s];
+        x[0] = d0 - d2;
+        x[s] = d1 + d2;
+        x[2 * s] = d2 - d1;
+        x[3 * s] = d1 - d3;
+      }
+  }
 }
 
 // Along dim d: y = A^T m, the 2 results where m0 and m1 were.
-inline void output_transform(v16 *b, const Dims &D, int d) {
-  if (D.a[d] != 4) return;
-  const int o1 = d == 0 ? 1 : 0, o2 = d == 2 ? 1 : 2;
-  const int64_t s = D.st[d];
-  for (int64_t i = 0; i < D.a[o1]; ++i)
-    for (int64_t j = 0; j < D.a[o2]; ++j) {
-      v16 *x = b + i * D.st[o1] + j * D.st[o2];
-      v16 m0 = x[0], m1 = x[s], m2 = x[2 * s], m3 = x[3 * s];
-      x[0] = m0 + m1 + m2;
-      x[s] = m1 - m2 - m3;
-    }
+template <class E, int d>
+__attribute__((always_inline)) inline void output_transform(v16 *b) {
+  if constexpr (E::a[d] == 4) {
+    constexpr int o1 = d == 0 ? 1 : 0, o2 = d == 2 ? 1 : 2, s = E::st[d];
+    for (int i = 0; i < E::a[o1]; ++i)
+      for (int j = 0; j < E::a[o2]; ++j) {
+        v16 *x = b + i * E::st[o1] + j * E::st[o2];
+        v16 m0 = x[0], m1 = x[s], m2 = x[2 * s], m3 = x[3 * s];
+        x[0] = m0 + m1 + m2;
+        x[s] = m1 - m2 - m3;
+      }
+  }
 }
 
 // Image, and first input coordinate per dim, of tile `t` (over the whole batch).
@@ -97,11 +109,11 @@ inline int64_t tile_origin(const Dims &D, int64_t t, int64_t o[3]) {
 }
 
 // V[p][tile - t0][c] for the block's tiles [t0, t1).
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void transform_inputs(const WinogradShape &s, const Dims &D, const float *x, int64_t t0, int64_t t1, float *V,
-                      int64_t tb) {
-  const int64_t C = s.cin, P = D.a[0] * D.a[1] * D.a[2];
-  v16 b[64];
+template <class E>
+__attribute__((always_inline)) inline void inputs_body(const WinogradShape &s, const Dims &D, const float *x,
+                                                       int64_t t0, int64_t t1, float *V, int64_t tb) {
+  const int64_t C = s.cin;
+  v16 b[E::P];
   for (int64_t t = t0; t < t1; ++t) {
     int64_t o[3];
     const int64_t img = tile_origin(D, t, o);
@@ -109,11 +121,11 @@ void transform_inputs(const WinogradShape &s, const Dims &D, const float *x, int
     const float *xi = x + img * s.in[0] * s.in[1] * s.in[2] * C;
     for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
       const int64_t cnt = std::min<int64_t>(kLanes, C - c0);
-      for (int64_t i0 = 0; i0 < D.a[0]; ++i0)
-        for (int64_t i1 = 0; i1 < D.a[1]; ++i1)
-          for (int64_t i2 = 0; i2 < D.a[2]; ++i2) {
+      for (int i0 = 0; i0 < E::a[0]; ++i0)
+        for (int i1 = 0; i1 < E::a[1]; ++i1)
+          for (int i2 = 0; i2 < E::a[2]; ++i2) {
             const int64_t z = o[0] + i0, y = o[1] + i1, w = o[2] + i2;
-            v16 &dst = b[i0 * D.st[0] + i1 * D.st[1] + i2];
+            v16 &dst = b[i0 * E::st[0] + i1 * E::st[1] + i2];
             if (z < 0 || z >= s.in[0] || y < 0 || y >= s.in[1] || w < 0 || w >= s.in[2]) {
               dst = v16{};
               continue;
@@ -122,11 +134,11 @@ void transform_inputs(const WinogradShape &s, const Dims &D, const float *x, int
             if (cnt == kLanes) memcpy(&dst, src, sizeof(v16));
             else load_part(&dst, src, cnt);
           }
-      input_transform(b, D, 2);
-      input_transform(b, D, 1);
-      input_transform(b, D, 0);
+      input_transform<E, 2>(b);
+      input_transform<E, 1>(b);
+      input_transform<E, 0>(b);
       float *v = V + (t - t0) * C + c0;
-      for (int64_t p = 0; p < P; ++p) {
+      for (int p = 0; p < E::P; ++p) {
         if (cnt == kLanes) memcpy(v + p * tb * C, &b[p], sizeof(v16));
         else store_part(v + p * tb * C, &b[p], cnt);
       }
@@ -135,11 +147,12 @@ void transform_inputs(const WinogradShape &s, const Dims &D, const float *x, int
 }
 
 // The block's outputs from M[p][tile - t0][c], plus bias.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void transform_outputs(const WinogradShape &s, const Dims &D, const float *M, int64_t t0, int64_t t1, int64_t tb,
-                       const float *bias, float *y) {
-  const int64_t C = s.cout, P = D.a[0] * D.a[1] * D.a[2];
-  v16 b[64];
+template <class E>
+__attribute__((always_inline)) inline void outputs_body(const WinogradShape &s, const Dims &D, const float *M,
+                                                        int64_t t0, int64_t t1, int64_t tb, const float *bias,
+                                                        float *y) {
+  const int64_t C = s.cout;
+  v16 b[E::P];
   for (int64_t t = t0; t < t1; ++t) {
     int64_t o[3];
     const int64_t img = tile_origin(D, t, o);
@@ -147,19 +160,19 @@ void transform_outputs(const WinogradShape &s, const Dims &D, const float *M, in
     for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
       const int64_t cnt = std::min<int64_t>(kLanes, C - c0);
       const float *m = M + (t - t0) * C + c0;
-      for (int64_t p = 0; p < P; ++p) {
+      for (int p = 0; p < E::P; ++p) {
         if (cnt == kLanes) memcpy(&b[p], m + p * tb * C, sizeof(v16));
         else load_part(&b[p], m + p * tb * C, cnt);
       }
-      output_transform(b, D, 2);
-      output_transform(b, D, 1);
-      output_transform(b, D, 0);
+      output_transform<E, 2>(b);
+      output_transform<E, 1>(b);
+      output_transform<E, 0>(b);
       v16 bv{};
       if (bias) load_part(&bv, bias + c0, cnt);
-      for (int64_t j0 = 0; j0 < D.m[0] && o[0] + j0 < s.in[0]; ++j0)
-        for (int64_t j1 = 0; j1 < D.m[1] && o[1] + j1 < s.in[1]; ++j1)
-          for (int64_t j2 = 0; j2 < D.m[2] && o[2] + j2 < s.in[2]; ++j2) {
-            v16 r = b[j0 * D.st[0] + j1 * D.st[1] + j2] + bv;
+      for (int j0 = 0; j0 < E::m[0] && o[0] + j0 < s.in[0]; ++j0)
+        for (int j1 = 0; j1 < E::m[1] && o[1] + j1 < s.in[1]; ++j1)
+          for (int j2 = 0; j2 < E::m[2] && o[2] + j2 < s.in[2]; ++j2) {
+            v16 r = b[j0 * E::st[0] + j1 * E::st[1] + j2] + bv;
             float *dst = yi + (((o[0] + j0) * s.in[1] + o[1] + j1) * s.in[2] + o[2] + j2) * C + c0;
             if (cnt == kLanes) memcpy(dst, &r, sizeof(v16));
             else store_part(dst, &r, cnt);
@@ -168,11 +181,44 @@ void transform_outputs(const WinogradShape &s, const Dims &D, const float *M, in
   }
 }
 
-// Tiles per block: the block's V and M (P x tiles x channels each) within ~1 MB, a multiple of
-// 6 (the GEMM micro-kernel's rows) from 6 to 96.
+using InputsFn = void (*)(const WinogradShape &, const Dims &, const float *, int64_t, int64_t, float *, int64_t);
+using OutputsFn = void (*)(const WinogradShape &, const Dims &, const float *, int64_t, int64_t, int64_t,
+                           const float *, float *);
+
+// Per tile shape (the dims of kernel 3), the transforms built for three ISA levels like gemm.cpp's.
+#define DYNAMO_WINOGRAD_TRANSFORMS(A0, A1, A2)                                                                     \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void inputs_##A0##A1##A2(          \
+      const WinogradShape &s, const Dims &D, const float *x, int64_t t0, int64_t t1, float *V, int64_t tb) {       \
+    inputs_body<Ext<A0, A1, A2>>(s, D, x, t0, t1, V, tb);                                                           \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void outputs_##A0##A1##A2(         \
+      const WinogradShape &s, const Dims &D, const float *M, int64_t t0, int64_t t1, int64_t tb, const float *bias, \
+      float *y) {                                                                                                  \
+    outputs_body<Ext<A0, A1, A2>>(s, D, M, t0, t1, tb, bias, y);                                                    \
+  }
+DYNAMO_WINOGRAD_TRANSFORMS(4, 4, 4)
+DYNAMO_WINOGRAD_TRANSFORMS(1, 4, 4)
+DYNAMO_WINOGRAD_TRANSFORMS(4, 1, 4)
+DYNAMO_WINOGRAD_TRANSFORMS(4, 4, 1)
+#undef DYNAMO_WINOGRAD_TRANSFORMS
+
+void transforms_for(const Dims &D, InputsFn *in, OutputsFn *out) {
+  const int key = (D.a[0] == 4) * 4 + (D.a[1] == 4) * 2 + (D.a[2] == 4);
+  switch (key) {
+    case 7: *in = inputs_444; *out = outputs_444; break;
+    case 3: *in = inputs_144; *out = outputs_144; break;
+    case 5: *in = inputs_414; *out = outputs_414; break;
+    default: *in = inputs_441; *out = outputs_441; break;  // (6: winograd_refusal admits no other)
+  }
+}
+
+// Tiles per block: the block's V and M (P x tiles x channels each) within ~0.5 MB (the
+// transformed weights then stay in L2 beside them: 12 tiles a block took r3d_18's 64-channel
+// convolution 3.5-3.7 ms, 24 tiles 3.7-4.2 ms), a multiple of 12 (the micro-kernel's rows) from
+// 12 to 96.
 int64_t block_tiles(const WinogradShape &s, int64_t P) {
   int64_t per_tile = P * (s.cin + s.cout);
-  return std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(1, per_tile), 12, 96) / 12 * 12;
+  return std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(1, per_tile), 12, 96) / 12 * 12;
 }
 
 constexpr int64_t kMinTiles = 64;
@@ -264,17 +310,20 @@ void winograd_conv(const WinogradShape &s, const float *x, const std::vector<std
   const int64_t P = s.positions();
   const int64_t tiles = s.n * D.tiles[0] * D.tiles[1] * D.tiles[2];
   const int64_t tb = block_tiles(s, P), blocks = (tiles + tb - 1) / tb;
+  InputsFn in;
+  OutputsFn out;
+  transforms_for(D, &in, &out);
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> V, M;
     V.resize((size_t)(P * tb * s.cin));
     M.resize((size_t)(P * tb * s.cout));
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t t0 = blk * tb, t1 = std::min(tiles, t0 + tb), rows = t1 - t0;
-      transform_inputs(s, D, x, t0, t1, V.data(), tb);
+      in(s, D, x, t0, t1, V.data(), tb);
       for (int64_t p = 0; p < P; ++p)
         sgemm_prepacked_rows(rows, s.cout, s.cin, V.data() + p * tb * s.cin, s.cin, u[(size_t)p].data(),
                              M.data() + p * tb * s.cout, s.cout);
-      transform_outputs(s, D, M.data(), t0, t1, tb, bias, y);
+      out(s, D, M.data(), t0, t1, tb, bias, y);
     }
   });
 }
