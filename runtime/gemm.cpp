@@ -23,7 +23,8 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));
 // c (mr x nr, row stride ldc) (+)= a (mr x kc) * pb (kc x NR, packed). Packed: a is a panel
 // (kc x MR, element (i, k) at a[k * MR + i]); else row i of a starts at a + i * lda (rows past
 // mr read row mr - 1's elements, never memory outside a).
-template <bool Packed, int R = MR>
+// NV: vectors of 16 columns computed (2: the whole panel; 1: its first 16, a tail of nr <= 16).
+template <bool Packed, int R = MR, int NV = 2>
 __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a, int64_t lda, const float *pb, float *c,
                                                       int64_t ldc, int mr, int nr, bool add) {
   v16 acc[R][2];
@@ -35,12 +36,12 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
   }
   for (int64_t k = 0; k < kc; ++k) {
     v16 b0 = *reinterpret_cast<const v16 *>(pb + k * NR);
-    v16 b1 = *reinterpret_cast<const v16 *>(pb + k * NR + 16);
+    v16 b1 = NV == 2 ? *reinterpret_cast<const v16 *>(pb + k * NR + 16) : v16{};
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       float x = Packed ? row[0][k * MR + i] : row[i][k];
       acc[i][0] += x * b0;
-      acc[i][1] += x * b1;
+      if (NV == 2) acc[i][1] += x * b1;
     }
   }
   if (mr == R && nr == NR) {
@@ -75,6 +76,13 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void micro_kernel_rows(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
                        bool add) {
   micro_body<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add);
+}
+
+// The same for a last panel of at most 16 columns (half the multiplications).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void micro_kernel_rows16(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr,
+                         int nr, bool add) {
+  micro_body<false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add);
 }
 
 // B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
@@ -320,8 +328,8 @@ void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64
       const float *pb = bp + (j / NR) * kc * NR;
       const int nr = (int)std::min<int64_t>(NR, N - j);
       for (int64_t i = 0; i < M; i += RR)
-        micro_kernel_rows(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc, (int)std::min<int64_t>(RR, M - i), nr,
-                          k0 > 0);
+        (nr <= 16 ? micro_kernel_rows16 : micro_kernel_rows)(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc,
+                                                              (int)std::min<int64_t>(RR, M - i), nr, k0 > 0);
     }
   }
 }
