@@ -9,10 +9,10 @@
 //
 // Which path runs is measured, not assumed: the first call (two unless one path wins the
 // first by 1.5x over every other) runs LibTorch, oneDNN's direct kernel and a Winograd
-// kernel (oneDNN's; dynamo's own, winograd.h, for channels-last steps), and the step keeps the fastest (1x1 convolutions are often a plain GEMM that the
-// BLAS does better). Winograd's result must agree with LibTorch's within kWinogradTolerance
-// on every timed call, or the step never uses it. A oneDNN failure of any kind makes the step
-// use LibTorch from then on.
+// kernel (oneDNN's; dynamo's own, winograd.h, for channels-last steps), and the step keeps
+// the fastest (1x1 convolutions are often a plain GEMM that the BLAS does better). Winograd's
+// result must agree with LibTorch's within kWinogradTolerance on every timed call, or the
+// step never uses it. A oneDNN failure of any kind makes the step use LibTorch from then on.
 #include "onednn_conv.h"
 
 #include "buffer_pool.h"
@@ -363,11 +363,12 @@ struct OwnWinograd {
     at::Tensor x = (a.x.dim() == 5 ? a.x.permute({0, 2, 3, 4, 1}) : a.x.permute({0, 2, 3, 1})).contiguous();
     std::optional<ContentKey> key;
     if (version) key = ContentKey::of(a.w, *version);
+    const ParallelFor par = [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
+      at::parallel_for(0, n, grain, body);
+    };
     auto w = u.get(key ? &*key : nullptr, [&] {
       at::Tensor wc = a.w.contiguous();
-      return winograd_weights(shape, wc.data_ptr<float>(), [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &body) {
-        at::parallel_for(0, n, grain, body);
-      });
+      return winograd_weights(shape, wc.data_ptr<float>(), par);
     });
     at::Tensor b = a.b.defined() ? a.b.contiguous() : at::Tensor();
     at::Tensor out = pooled(out_shape, at::kFloat);  // (from the pool: see OnednnConv::run)
@@ -467,7 +468,8 @@ struct ConvStep {
   // The primitive `mode` runs on when it is built (Winograd: the direct kernel where oneDNN has
   // no Winograd one; Packed: see ready_packed), else null.
   OnednnConv *ready(Mode mode) const {
-    if (mode == Winograd && wino_tried) return wino ? wino.get() : own_wino ? nullptr : direct_built ? direct.get() : nullptr;
+    if (mode == Winograd && wino_tried)
+      return wino ? wino.get() : own_wino ? nullptr : direct_built ? direct.get() : nullptr;
     if (mode == Packed && packed_tried && !packed) return direct_built ? direct.get() : nullptr;
     if (mode == OneDNN && direct_built) return direct.get();
     return nullptr;
@@ -512,7 +514,8 @@ std::shared_ptr<ConvStep> conv_step_for(const std::string &callee) {
 std::string conv_step_choice(const ConvStep &s) {
   switch (s.mode) {
     case ConvStep::OneDNN: return "onednn";
-    case ConvStep::Winograd: return s.wino_tried && !s.wino && !s.own_wino ? "onednn" : "winograd";  // forced where none applies
+    case ConvStep::Winograd:  // (forced where none applies: the direct kernel)
+      return s.wino_tried && !s.wino && !s.own_wino ? "onednn" : "winograd";
     case ConvStep::Packed: return s.packed_tried && !s.packed ? "onednn" : "packed";
     case ConvStep::Aten: return s.why_aten.empty() ? "aten" : "aten (" + s.why_aten + ")";
     default: return "timing";
@@ -579,7 +582,7 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
     s.t[mode] = mine;
     if (s.t_watch > 1.5 * other) {
       s.mode = alt;
-      if (s.own_wino) s.own_wino->u.clear();
+      if (alt != ConvStep::Winograd && s.own_wino) s.own_wino->u.clear();
       if (getenv("DYNAMO_PRINT_CHOICES"))
         fprintf(stderr, "conv switched to %s: its %d calls took %.1f us at best, %s measured %.1f us\n",
                 path_name(alt), kWatchCalls, s.t_watch * 1e6, path_name(alt), other * 1e6);

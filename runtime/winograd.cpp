@@ -235,10 +235,12 @@ int64_t WinogradShape::positions() const {
 std::string winograd_refusal(const std::vector<int64_t> &x_sizes, const std::vector<int64_t> &w_sizes,
                              const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
                              const std::vector<int64_t> &dilation, int64_t groups, WinogradShape *shape) {
+  if (x_sizes.size() < 3 || x_sizes.size() > 5 || w_sizes.size() != x_sizes.size())
+    return "not a 1-3 dimensional convolution";
   const size_t sd = x_sizes.size() - 2;
-  if (x_sizes.size() < 3 || x_sizes.size() > 5 || w_sizes.size() != x_sizes.size()) return "not a 1-3 dimensional convolution";
   if (groups != 1) return "a grouped convolution";
-  if (stride.size() != sd || padding.size() != sd || dilation.size() != sd) return "stride, padding or dilation of another rank";
+  if (stride.size() != sd || padding.size() != sd || dilation.size() != sd)
+    return "stride, padding or dilation of another rank";
   WinogradShape s;
   s.n = x_sizes[0];
   s.cin = x_sizes[1];
