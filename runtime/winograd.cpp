@@ -81,21 +81,6 @@ __attribute__((always_inline)) inline void input_transform(v16 *b) {
   }
 }
 
-// Along dim d: y = A^T m, the 2 results where m0 and m1 were.
-template <class E, int d>
-__attribute__((always_inline)) inline void output_transform(v16 *b) {
-  if constexpr (E::a[d] == 4) {
-    constexpr int o1 = d == 0 ? 1 : 0, o2 = d == 2 ? 1 : 2, s = E::st[d];
-    for (int i = 0; i < E::a[o1]; ++i)
-      for (int j = 0; j < E::a[o2]; ++j) {
-        v16 *x = b + i * E::st[o1] + j * E::st[o2];
-        v16 m0 = x[0], m1 = x[s], m2 = x[2 * s], m3 = x[3 * s];
-        x[0] = m0 + m1 + m2;
-        x[s] = m1 - m2 - m3;
-      }
-  }
-}
-
 // Image, and first input coordinate per dim, of tile `t` (over the whole batch).
 inline int64_t tile_origin(const Dims &D, int64_t t, int64_t o[3]) {
   int64_t t2 = t % D.tiles[2], r = t / D.tiles[2];
@@ -108,10 +93,12 @@ inline int64_t tile_origin(const Dims &D, int64_t t, int64_t o[3]) {
   return r / D.tiles[0];
 }
 
-// V[p][tile - t0][c] for the block's tiles [t0, t1).
+// V[p][tile - t0][c] for the block's tiles [t0, t1). The transform along dim 0 is done as the
+// input is loaded, the one along dim 1 as V is stored (one pass over the tile's array, not three).
 template <class E>
 __attribute__((always_inline)) inline void inputs_body(const WinogradShape &s, const Dims &D, const float *x,
                                                        int64_t t0, int64_t t1, float *V, int64_t tb) {
+  constexpr int A0 = E::a[0], A1 = E::a[1], A2 = E::a[2], S0 = E::st[0], S1 = E::st[1];
   const int64_t C = s.cin;
   v16 b[E::P];
   for (int64_t t = t0; t < t1; ++t) {
@@ -121,36 +108,61 @@ __attribute__((always_inline)) inline void inputs_body(const WinogradShape &s, c
     const float *xi = x + img * s.in[0] * s.in[1] * s.in[2] * C;
     for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
       const int64_t cnt = std::min<int64_t>(kLanes, C - c0);
-      for (int i0 = 0; i0 < E::a[0]; ++i0)
-        for (int i1 = 0; i1 < E::a[1]; ++i1)
-          for (int i2 = 0; i2 < E::a[2]; ++i2) {
-            const int64_t z = o[0] + i0, y = o[1] + i1, w = o[2] + i2;
-            v16 &dst = b[i0 * E::st[0] + i1 * E::st[1] + i2];
-            if (z < 0 || z >= s.in[0] || y < 0 || y >= s.in[1] || w < 0 || w >= s.in[2]) {
-              dst = v16{};
-              continue;
-            }
-            const float *src = xi + ((z * s.in[1] + y) * s.in[2] + w) * C + c0;
-            if (cnt == kLanes) memcpy(&dst, src, sizeof(v16));
-            else load_part(&dst, src, cnt);
+      for (int i1 = 0; i1 < A1; ++i1)
+        for (int i2 = 0; i2 < A2; ++i2) {
+          const int64_t yy = o[1] + i1, w = o[2] + i2;
+          const bool row = yy >= 0 && yy < s.in[1] && w >= 0 && w < s.in[2];
+          v16 d[A0];
+          for (int i0 = 0; i0 < A0; ++i0) {
+            const int64_t z = o[0] + i0;
+            d[i0] = v16{};
+            if (!row || z < 0 || z >= s.in[0]) continue;
+            const float *src = xi + ((z * s.in[1] + yy) * s.in[2] + w) * C + c0;
+            if (cnt == kLanes) memcpy(&d[i0], src, sizeof(v16));
+            else load_part(&d[i0], src, cnt);
           }
+          v16 *e = b + i1 * S1 + i2;
+          if constexpr (A0 == 4) {
+            e[0] = d[0] - d[2];
+            e[S0] = d[1] + d[2];
+            e[2 * S0] = d[2] - d[1];
+            e[3 * S0] = d[1] - d[3];
+          } else {
+            e[0] = d[0];
+          }
+        }
       input_transform<E, 2>(b);
-      input_transform<E, 1>(b);
-      input_transform<E, 0>(b);
       float *v = V + (t - t0) * C + c0;
-      for (int p = 0; p < E::P; ++p) {
-        if (cnt == kLanes) memcpy(v + p * tb * C, &b[p], sizeof(v16));
-        else store_part(v + p * tb * C, &b[p], cnt);
-      }
+      for (int i0 = 0; i0 < A0; ++i0)
+        for (int i2 = 0; i2 < A2; ++i2) {
+          const v16 *e = b + i0 * S0 + i2;
+          v16 r[A1];
+          if constexpr (A1 == 4) {
+            r[0] = e[0] - e[2 * S1];
+            r[1] = e[S1] + e[2 * S1];
+            r[2] = e[2 * S1] - e[S1];
+            r[3] = e[S1] - e[3 * S1];
+          } else {
+            r[0] = e[0];
+          }
+          for (int i1 = 0; i1 < A1; ++i1) {
+            float *dst = v + (i0 * S0 + i1 * S1 + i2) * tb * C;
+            if (cnt == kLanes) memcpy(dst, &r[i1], sizeof(v16));
+            else store_part(dst, &r[i1], cnt);
+          }
+        }
     }
   }
 }
 
-// The block's outputs from M[p][tile - t0][c], plus bias.
+// The block's outputs from M[p][tile - t0][c], plus bias. The transform along dim 2 is done as
+// M is loaded, the one along dim 0 as the output is stored.
 template <class E>
 __attribute__((always_inline)) inline void outputs_body(const WinogradShape &s, const Dims &D, const float *M,
                                                         int64_t t0, int64_t t1, int64_t tb, const float *bias,
                                                         float *y) {
+  constexpr int A0 = E::a[0], A1 = E::a[1], A2 = E::a[2], S0 = E::st[0], S1 = E::st[1];
+  constexpr int M0 = E::m[0], M1 = E::m[1], M2 = E::m[2];
   const int64_t C = s.cout;
   v16 b[E::P];
   for (int64_t t = t0; t < t1; ++t) {
@@ -160,23 +172,49 @@ __attribute__((always_inline)) inline void outputs_body(const WinogradShape &s, 
     for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
       const int64_t cnt = std::min<int64_t>(kLanes, C - c0);
       const float *m = M + (t - t0) * C + c0;
-      for (int p = 0; p < E::P; ++p) {
-        if (cnt == kLanes) memcpy(&b[p], m + p * tb * C, sizeof(v16));
-        else load_part(&b[p], m + p * tb * C, cnt);
-      }
-      output_transform<E, 2>(b);
-      output_transform<E, 1>(b);
-      output_transform<E, 0>(b);
+      for (int i0 = 0; i0 < A0; ++i0)
+        for (int i1 = 0; i1 < A1; ++i1) {
+          v16 q[A2];
+          for (int i2 = 0; i2 < A2; ++i2) {
+            const float *src = m + (i0 * S0 + i1 * S1 + i2) * tb * C;
+            if (cnt == kLanes) memcpy(&q[i2], src, sizeof(v16));
+            else load_part(&q[i2], src, cnt);
+          }
+          v16 *e = b + i0 * S0 + i1 * S1;
+          if constexpr (A2 == 4) {
+            e[0] = q[0] + q[1] + q[2];
+            e[1] = q[1] - q[2] - q[3];
+          } else {
+            e[0] = q[0];
+          }
+        }
+      if constexpr (A1 == 4)  // along dim 1, over the M2 results of dim 2
+        for (int i0 = 0; i0 < A0; ++i0)
+          for (int j2 = 0; j2 < M2; ++j2) {
+            v16 *e = b + i0 * S0 + j2;
+            v16 m0 = e[0], m1 = e[S1], m2 = e[2 * S1], m3 = e[3 * S1];
+            e[0] = m0 + m1 + m2;
+            e[S1] = m1 - m2 - m3;
+          }
       v16 bv{};
       if (bias) load_part(&bv, bias + c0, cnt);
-      for (int j0 = 0; j0 < E::m[0] && o[0] + j0 < s.in[0]; ++j0)
-        for (int j1 = 0; j1 < E::m[1] && o[1] + j1 < s.in[1]; ++j1)
-          for (int j2 = 0; j2 < E::m[2] && o[2] + j2 < s.in[2]; ++j2) {
-            v16 r = b[j0 * E::st[0] + j1 * E::st[1] + j2] + bv;
-            float *dst = yi + (((o[0] + j0) * s.in[1] + o[1] + j1) * s.in[2] + o[2] + j2) * C + c0;
-            if (cnt == kLanes) memcpy(dst, &r, sizeof(v16));
-            else store_part(dst, &r, cnt);
+      for (int j1 = 0; j1 < M1; ++j1)
+        for (int j2 = 0; j2 < M2; ++j2) {
+          const v16 *e = b + j1 * S1 + j2;
+          v16 r[M0];
+          if constexpr (A0 == 4) {
+            r[0] = e[0] + e[S0] + e[2 * S0] + bv;
+            r[M0 - 1] = e[S0] - e[2 * S0] - e[3 * S0] + bv;
+          } else {
+            r[0] = e[0] + bv;
           }
+          if (o[1] + j1 >= s.in[1] || o[2] + j2 >= s.in[2]) continue;
+          for (int j0 = 0; j0 < M0 && o[0] + j0 < s.in[0]; ++j0) {
+            float *dst = yi + (((o[0] + j0) * s.in[1] + o[1] + j1) * s.in[2] + o[2] + j2) * C + c0;
+            if (cnt == kLanes) memcpy(dst, &r[j0], sizeof(v16));
+            else store_part(dst, &r[j0], cnt);
+          }
+        }
     }
   }
 }

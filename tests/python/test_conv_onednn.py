@@ -127,6 +127,8 @@ OWN_WINOGRAD_CONVS = [  # channels-last shapes dynamo's own Winograd takes
     ((1, 5, 4, 17, 18), (7, 5, 3, 3, 3)),      # 3x3x3, channels not in 16s, odd sizes
     ((2, 16, 3, 7, 9), (20, 16, 3, 3, 3)),     # batch 2, every spatial size odd
     ((1, 24, 8, 8, 8), (32, 24, 1, 3, 3)),     # (2+1)-D's spatial part
+    ((1, 8, 9, 6, 10), (12, 8, 3, 1, 3)),      # the other tile shapes: 4x1x4
+    ((1, 8, 9, 10, 6), (12, 8, 3, 3, 1)),      # and 4x4x1
     ((1, 40, 9, 11, 10), (48, 40, 3, 3, 3)),   # several blocks of tiles
     ((2, 19, 13, 15), (33, 19, 3, 3)),         # 2-D
     ((1, 64, 8, 32, 32), (64, 64, 3, 3, 3)),   # r3d_18's first stage
