@@ -7,7 +7,8 @@
 // (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015); a dim of kernel
 // 1 is a tile of 1 with no transform. The element-wise products summed over input channels are
 // one GEMM per position p of the transformed tile: M[p] (tiles x Cout) = V[p] (tiles x Cin) *
-// U[p] (Cin x Cout), U packed once per weight (sgemm_prepacked).
+// U[p] (Cin x Cout), U packed once per weight by pack_b and multiplied by sgemm_prepacked_rows
+// (V read in place).
 //
 // Work goes in blocks of tiles sized so that a block's V and M stay in the core's L2 cache:
 // each thread transforms a block's inputs, runs its GEMMs and transforms their results into the
