@@ -609,28 +609,18 @@ void run_conv(ConvStep &s, const torch::jit::Stack &st, const uint64_t *weight_v
   auto packed_or_aten = [&](PackedConv &p, const ConvArgs &a) { run_or_aten(p, a, "LibTorch's oneDNN"); };
   auto own_or_aten = [&](OwnWinograd &w, const ConvArgs &a) { run_or_aten(w, a, "dynamo's Winograd"); };
   ConvArgs a;
-  if (PackedConv *p = s.ready_packed(mode)) {
-    a.x = nchw_view(st[0].toTensor());
-    a.w = st[1].toTensor();
-    if (st[2].isTensor()) a.b = st[2].toTensor();
-    packed_or_aten(*p, a);
-    if (watch) watched();
-    return;
-  }
-  if (OwnWinograd *w = s.ready_own(mode)) {
-    a.x = nchw_view(st[0].toTensor());
-    a.w = st[1].toTensor();
-    if (st[2].isTensor()) a.b = st[2].toTensor();
-    own_or_aten(*w, a);
-    if (watch) watched();
-    return;
-  }
-  if (OnednnConv *c = s.ready(mode)) {  // checked when built; a trace's shapes are static
+  // A path built already: the arguments were checked then (a trace's shapes are static).
+  PackedConv *packed = s.ready_packed(mode);
+  OwnWinograd *own = packed ? nullptr : s.ready_own(mode);
+  OnednnConv *prim = packed || own ? nullptr : s.ready(mode);
+  if (packed || own || prim) {
     a.x = s.nhwc ? nchw_view(st[0].toTensor()) : st[0].toTensor();
     a.w = st[1].toTensor();
     if (st[2].isTensor()) a.b = st[2].toTensor();
     a.groups = s.groups;
-    onednn_or_aten(*c, a);
+    if (packed) packed_or_aten(*packed, a);
+    else if (own) own_or_aten(*own, a);
+    else onednn_or_aten(*prim, a);
     if (watch) watched();
     return;
   }
