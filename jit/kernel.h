@@ -66,6 +66,9 @@ class KernelEmitter {
   const std::vector<int32_t> &slot_table() const { return local_slots; }  // what the caller passes
   const std::vector<int64_t> &slot_offsets() const { return local_offsets; }  // bytes added to each
   bool can_fail() const { return may_fail; }  // emitted code may set the runtime status (after emit)
+  // Transcendental ops (exp, erf, tanh, ...) the kernel evaluates per element of its domain: a
+  // measure of its work beside its element count (the caller's threshold for using threads).
+  int math_ops() const;
 
  protected:
   struct Dim {

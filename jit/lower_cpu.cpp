@@ -24,6 +24,10 @@ namespace dynamo::jit {
 
 using namespace llvm;
 
+// A kernel's elements count this many times more per transcendental op each one evaluates, in the
+// threshold for running it on threads (LowerOptions::parallel_min_elems) and in its grain.
+constexpr int64_t kMathWeight = 4;
+
 namespace detail {
 
 namespace {
@@ -148,7 +152,7 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
   struct Call {
     bool kernel;
     Function *fn;
-    int64_t n0, inner;
+    int64_t n0, inner;  // inner: elements per index of dim 0, weighted by the work per element
     int32_t ext;
     int32_t optional_slot;
     int32_t step;                // the plan step it runs (a split reduction: two calls, one step)
@@ -194,7 +198,11 @@ std::unique_ptr<Module> lower_trace(const Trace &t, const Plan &p, LLVMContext &
       calls.push_back({true, k, 1, 1, -1, -1, step, table, ke.slot_offsets()});
       continue;
     }
-    calls.push_back({true, k, ke.outer_size(), std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())), -1,
+    // A transcendental costs several plain ops: a kernel of them takes threads at fewer elements
+    // (erf's GELU over [128, 384]: 31 us on one thread).
+    const int64_t weight = 1 + kMathWeight * ke.math_ops();
+    calls.push_back({true, k, ke.outer_size(),
+                     std::max<int64_t>(1, ke.numel() / std::max<int64_t>(1, ke.outer_size())) * weight, -1,
                      p.groups[s.index].optional_slot, step, table, ke.slot_offsets()});
   }
   if (num_kernels) *num_kernels = nk;

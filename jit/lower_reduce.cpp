@@ -30,6 +30,27 @@ bool is_math(Op op) {
 
 }  // namespace
 
+int KernelEmitter::math_ops() const {
+  std::set<int32_t> seen;
+  int n = 0;
+  std::vector<int32_t> stack;
+  auto push_args = [&](int32_t v) {
+    for (const Operand &o : t.insts[t.def[v]].args)
+      if (o.kind == Operand::Value && t.types[o.value].tensor) stack.push_back(o.value);
+  };
+  for (const Root &r : g.roots) stack.push_back(r.value);
+  for (const Root &r : g.row_roots) stack.push_back(r.value);
+  for (int32_t r : g.reductions) push_args(r);
+  while (!stack.empty()) {
+    int32_t v = stack.back();
+    stack.pop_back();
+    if (!inline_value(v) || !seen.insert(v).second) continue;
+    n += is_math(t.insts[t.def[v]].op);
+    push_args(v);
+  }
+  return n;
+}
+
 void KernelEmitter::plan_row_cache() {
   if (!has_row_scratch()) return;  // the later stages compute the values again
   int64_t extent = 1;

@@ -168,9 +168,16 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
 constexpr int64_t kFewRows = 32;
 
 // C (+)= a * b by the GEMM, with b packed once and kept when its version is known (b_version).
-void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, GemmStep *g,
+// bias (or null; n floats, one per column; only without accumulate): C = bias + a * b, the packed
+// path adding it as it stores C, the others starting C at it.
+void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, const float *bias, GemmStep *g,
                  const uint64_t *b_version) {
   int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  const bool packed_path = m > kFewRows && g && b_version;
+  if (bias && !accumulate && !packed_path) {
+    for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
+    accumulate = true;
+  }
   if (m <= kFewRows && sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
   if (!g || !b_version) {
     sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
@@ -178,7 +185,7 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
   }
   ContentKey key = ContentKey::of(b, *b_version);
   auto packed = g->packed_b.get(&key, [&] { return pack_b(n, k, view_of(b), parallel); });
-  sgemm_prepacked(m, n, k, view_of(a), packed->data(), c, n, accumulate, parallel);
+  sgemm_prepacked(m, n, k, view_of(a), packed->data(), c, n, accumulate, parallel, accumulate ? nullptr : bias);
 }
 
 // Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
@@ -190,7 +197,7 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
     if (a.size(1) != b.size(0)) return false;
     *out = at::empty({a.size(0), b.size(1)});
     if (a.size(0) == 1 && one_row(a, b, *out, false)) return true;
-    gemm_b_kept(a, b, out->data_ptr<float>(), false, g, b_version);
+    gemm_b_kept(a, b, out->data_ptr<float>(), false, nullptr, g, b_version);
     return true;
   }
   if (callee == "aten::addmm" && st.size() == 5 && st[0].isTensor() && st[0].toTensor().scalar_type() == at::kFloat &&
@@ -199,9 +206,19 @@ bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tens
     if (a.size(1) != b.size(0)) return false;
     int64_t m = a.size(0), n = b.size(1);
     *out = at::empty({m, n});
-    out->copy_(st[0].toTensor().expand({m, n}));  // a copy: the bias input is never written
-    if (m == 1 && one_row(a, b, *out, true)) return true;
-    gemm_b_kept(a, b, out->data_ptr<float>(), true, g, b_version);
+    const at::Tensor &bias = st[0].toTensor();
+    // a bias of one row (a linear layer's) goes into the GEMM; another is copied into the result
+    // first (the bias input itself is never written)
+    at::Tensor row = bias.dim() <= 2 && bias.numel() == n && n > 0 && (bias.dim() < 2 || bias.size(0) == 1)
+                         ? bias.reshape({n}).contiguous()
+                         : at::Tensor();
+    if (m == 1 || !row.defined()) {
+      out->copy_(bias.expand({m, n}));
+      if (m == 1 && one_row(a, b, *out, true)) return true;
+      gemm_b_kept(a, b, out->data_ptr<float>(), true, nullptr, g, b_version);
+      return true;
+    }
+    gemm_b_kept(a, b, out->data_ptr<float>(), false, row.data_ptr<float>(), g, b_version);
     return true;
   }
   if (callee == "aten::bmm" && st.size() == 2 && is_f32(st[0], 3) && is_f32(st[1], 3)) {

@@ -24,9 +24,11 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));
 // (kc x MR, element (i, k) at a[k * MR + i]); else row i of a starts at a + i * lda (rows past
 // mr read row mr - 1's elements, never memory outside a).
 // NV: vectors of 16 columns computed (2: the whole panel; 1: its first 16, a tail of nr <= 16).
+// bias (or null): nr values added to every row when the tile is stored, not added to (!add).
 template <bool Packed, int R = MR, int NV = 2>
 __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a, int64_t lda, const float *pb, float *c,
-                                                      int64_t ldc, int mr, int nr, bool add) {
+                                                      int64_t ldc, int mr, int nr, bool add,
+                                                      const float *bias = nullptr) {
   v16 acc[R][2];
   const float *row[R];
 #pragma GCC unroll 12
@@ -45,6 +47,13 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
     }
   }
   if (mr == R && nr == NR) {
+    if (bias && !add) {
+      const v16 b0 = *reinterpret_cast<const v16 *>(bias), b1 = *reinterpret_cast<const v16 *>(bias + 16);
+      for (int i = 0; i < R; ++i) {
+        acc[i][0] += b0;
+        acc[i][1] += b1;
+      }
+    }
     for (int i = 0; i < R; ++i) {
       v16 *out = reinterpret_cast<v16 *>(c + i * ldc);
       if (add) {
@@ -59,6 +68,9 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
   }
   if (!add) {  // (a row's acc[i][0], acc[i][1] are its 32 columns, in order)
     for (int i = 0; i < mr; ++i) memcpy(c + i * ldc, &acc[i][0], (size_t)nr * sizeof(float));
+    if (bias)
+      for (int i = 0; i < mr; ++i)
+        for (int j = 0; j < nr; ++j) c[i * ldc + j] += bias[j];
     return;
   }
   float tile[R][NR];
@@ -74,15 +86,15 @@ void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void micro_kernel_rows(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                       bool add) {
-  micro_body<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add);
+                       bool add, const float *bias) {
+  micro_body<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add, bias);
 }
 
 // The same for a last panel of at most 16 columns (half the multiplications).
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void micro_kernel_rows16(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr,
-                         int nr, bool add) {
-  micro_body<false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add);
+                         int nr, bool add, const float *bias) {
+  micro_body<false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add, bias);
 }
 
 // B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
@@ -309,9 +321,60 @@ std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &pa
   return packed;
 }
 
+namespace {
+
+// Rows of A per chunk of the in-place driver: a chunk's K block (at most MCR x KC floats, 144 KB)
+// stays in L2 while the thread's panels pass over it.
+constexpr int64_t MCR = 12 * RR;
+
+// C (+)= A * B (+ bias), B packed by pack_b, A's rows read in place (unit column stride): no packing of A
+// and 24 accumulators per step (RR rows x 32 columns) where sgemm_blocks' packed 6-row panels have
+// 12. The work is a grid of (chunk of MCR rows, panel of 32 columns) tasks, chunk-major, dealt to
+// the threads in contiguous runs: a thread keeps its panels' K blocks in L1/L2 over its rows, and
+// one parallel region covers every K block (the micro-kernel adds the blocks after the first).
+void rows_driver(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *packed_b, float *C,
+                 int64_t ldc, bool accumulate, const float *bias, const ParallelFor &par) {
+  const int64_t npanels = (N + NR - 1) / NR;
+  // chunks of whole RR-row tiles, as even as they can be (the threads take equal runs of tasks);
+  // at most MCR rows, fewer when there are few panels to share out (at least 8 tasks)
+  const int64_t tiles = (M + RR - 1) / RR;
+  int64_t most = MCR / RR;
+  if (npanels < 8) most = std::max<int64_t>(1, std::min(most, tiles * npanels / 8));
+  const int64_t nchunks = (tiles + most - 1) / most, chunk = (tiles + nchunks - 1) / nchunks * RR;
+  par(nchunks * npanels, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = (t / npanels) * chunk, i1 = std::min(M, i0 + chunk), p = t % npanels, j = p * NR;
+      const int nr = (int)std::min<int64_t>(NR, N - j);
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = std::min(KC, K - k0);
+        const float *pb = packed_b + k0 * npanels * NR + p * kc * NR;
+        for (int64_t i = i0; i < i1; i += RR)
+          (nr <= 16 ? micro_kernel_rows16 : micro_kernel_rows)(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc,
+                                                                (int)std::min<int64_t>(RR, i1 - i), nr,
+                                                                accumulate || k0 > 0, bias ? bias + j : nullptr);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
-                     bool accumulate, const ParallelFor &par) {
+                     bool accumulate, const ParallelFor &par, const float *bias) {
+  if (M == 0 || N == 0) return;
+  if (bias && !accumulate && K > 0 && (A.cs == 1 || K == 1)) {
+    rows_driver(M, N, K, A.data, A.rs, packed_b, C, ldc, false, bias, par);
+    return;
+  }
+  if (bias && !accumulate) {  // (the other paths add into C: start it at the bias)
+    for (int64_t i = 0; i < M; ++i) memcpy(C + i * ldc, bias, (size_t)N * sizeof(float));
+    accumulate = true;
+  }
   if (trivial(M, N, K, C, ldc, accumulate)) return;
+  if (A.cs == 1 || K == 1) {
+    rows_driver(M, N, K, A.data, A.rs, packed_b, C, ldc, accumulate, nullptr, par);
+    return;
+  }
   const int64_t npanels = (N + NR - 1) / NR;
   sgemm_blocks(M, N, K, A, C, ldc, accumulate, par,
                [&](int64_t k0, int64_t) { return packed_b + k0 * npanels * NR; });
@@ -329,7 +392,7 @@ void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64
       const int nr = (int)std::min<int64_t>(NR, N - j);
       for (int64_t i = 0; i < M; i += RR)
         (nr <= 16 ? micro_kernel_rows16 : micro_kernel_rows)(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc,
-                                                              (int)std::min<int64_t>(RR, M - i), nr, k0 > 0);
+                                                              (int)std::min<int64_t>(RR, M - i), nr, k0 > 0, nullptr);
     }
   }
 }

@@ -26,9 +26,11 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
 // (zero-padded), the layout sgemm packs into on every call. Reused while B does not change
 // (a linear layer's weight).
 std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &par);
-// sgemm with B already packed by pack_b.
+// sgemm with B already packed by pack_b. bias (or null; N values, read when !accumulate): C = bias
+// + A * B, the bias added as the first K block is stored (a linear layer's addmm without a pass
+// that fills C with it first). A with a unit column stride is read in place (12 rows at a time).
 void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *packed_b, float *C, int64_t ldc,
-                     bool accumulate, const ParallelFor &par);
+                     bool accumulate, const ParallelFor &par, const float *bias = nullptr);
 
 // C = A * B with B packed by pack_b and A read in place (row i at A + i * lda, unit column
 // stride), on the calling thread: many small products (Winograd's, runtime/winograd.cpp) where

@@ -134,3 +134,28 @@ def test_linear_layers_on_each_side_follow_their_weights(gemm_side, shape):
         eager[4].weight.data = w.clone()
         net[4].weight.data.copy_(w)  # same storage, same version: only the content differs
         check()
+
+
+# The own side's GEMM against a kept weight: A's rows read in place 12 at a time, the rows dealt to
+# the threads in chunks of equal tiles, K in blocks of 256, and a linear layer's bias added as the
+# first block is stored (no pass filling the result with it first). Row counts around the tiles and
+# chunks (13: the few-row kernel, its bias added after), K of one and several blocks, N with
+# 16-column tails, A contiguous and a column slice of a wider tensor (row stride > K).
+@pytest.mark.parametrize("m", [13, 37, 130, 197, 301])
+@pytest.mark.parametrize("k,n", [(1, 40), (300, 17), (600, 1030)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
+    import copy
+
+    import dynamo
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m + k + n)
+    lin = torch.nn.Linear(k, n, bias=bias)
+    eager = copy.deepcopy(lin)
+    jit = dynamo.optimize(lin)
+    with torch.no_grad():
+        for x in (torch.randn(m, k), torch.randn(m, k + 5)[:, 2:k + 2]):
+            for _ in range(3):
+                close(jit(x), eager(x).double())
+        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        assert choices and set(choices) == {"own"}, choices
