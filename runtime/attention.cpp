@@ -47,15 +47,19 @@ inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // exp(x) on 16 floats: x = n ln2 + r, |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial,
 // 2^n through the exponent bits. -inf (a masked score) gives 0; x below -87 underflows to 0.
+// n = round(x / ln2) by the 1.5 * 2^23 trick: adding it rounds to an integer in the low bits of
+// the sum (|t| <= 126 here), which are n's bits plus the constant's.
 __attribute__((always_inline)) inline v16 vexp(v16 x) {
   const v16i under = x < -87.0f;  // -1 where the result underflows (and at -inf): 0 there
   v16 t = x * 1.44269504088896341f;
   t = t < -126.0f ? v16{} - 126.0f : t;
   t = t > 126.0f ? v16{} + 126.0f : t;
-  v16i ni = __builtin_convertvector(t, v16i);  // toward zero
-  ni += (v16i)(__builtin_convertvector(ni, v16) > t);  // -1 where that went up: floor
-  ni -= (v16i)((t - __builtin_convertvector(ni, v16)) > 0.5f);  // to nearest
-  const v16 nf = __builtin_convertvector(ni, v16);
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  const v16 shifted = t + kShift;
+  const v16 nf = shifted - kShift;
+  v16i ni;
+  memcpy(&ni, &shifted, sizeof ni);
+  ni -= 0x4B400000;  // kShift's bits: ni is n
   const v16 r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
   v16 p = v16{} + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -74,6 +78,20 @@ __attribute__((always_inline)) inline v16 vexp(v16 x) {
   memcpy(&y, &ybits, sizeof y);
   return y;
 }
+
+// The 16 lanes combined as a tree (4 dependent steps, not a chain of 15): sum, max.
+__attribute__((always_inline)) inline v16 fold_halves(v16 x, bool max) {
+  v16 y = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  x = max ? (x > y ? x : y) : x + y;
+  y = __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  x = max ? (x > y ? x : y) : x + y;
+  y = __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  x = max ? (x > y ? x : y) : x + y;
+  y = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return max ? (x > y ? x : y) : x + y;
+}
+__attribute__((always_inline)) inline float hsum(v16 x) { return fold_halves(x, false)[0]; }
+__attribute__((always_inline)) inline float hmax(v16 x) { return fold_halves(x, true)[0]; }
 
 struct Problem {
   int64_t B, H, L, S, D;            // batch, heads, queries, keys, head size (of q, k and v)
@@ -152,8 +170,7 @@ __attribute__((always_inline)) inline void tile_step(const Problem &p, Tile &t, 
     v16 top = x[0];
 #pragma GCC unroll 4
     for (int u = 1; u < KV; ++u) top = top > x[u] ? top : x[u];
-    float mx = t.m[r];
-    for (int c = 0; c < 16; ++c) mx = std::max(mx, top[c]);
+    float mx = std::max(t.m[r], hmax(top));
     if (mx == -std::numeric_limits<float>::infinity()) {  // every key masked so far (causal, later tile)
       std::fill(sr, sr + KB, 0.0f);
       continue;
@@ -166,9 +183,7 @@ __attribute__((always_inline)) inline void tile_step(const Problem &p, Tile &t, 
       both += x[u];
     }
     memcpy(sr, x, sizeof x);
-    float sum = 0.0f;
-    for (int c = 0; c < 16; ++c) sum += both[c];
-    t.l[r] = t.l[r] * corr + sum;
+    t.l[r] = t.l[r] * corr + hsum(both);
     t.m[r] = mx;
     if (corr != 1.0f)
       for (int64_t d = 0; d < p.Dp; ++d) t.acc[r][d] *= corr;

@@ -67,6 +67,20 @@ def test_empty_and_keyless_attention():
     assert out.isnan().all()  # softmax over no keys, as eager's math path
 
 
+def test_a_nan_score_makes_its_row_nan_and_leaves_the_others():
+    # (the row max and sum combine lanes as a tree: a NaN lane must still reach the row's result)
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 100, 16), torch.randn(1, 2, 100, 16)
+    q[0, 1, 7, 3] = float("nan")
+    k[0, 0, 70, 5] = float("nan")  # every row of head 0 sees it, in the second key block
+    out, _ = torch.ops.dynamo.attention(q, k, v, 0.25, False)
+    eager, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, scale=0.25)
+    assert out[0, 0].isnan().all() and out[0, 1, 7].isnan().all()
+    keep = torch.ones(40, dtype=torch.bool)
+    keep[7] = False
+    torch.testing.assert_close(out[0, 1, keep], eager[0, 1, keep], rtol=1e-5, atol=2e-6)
+
+
 def test_bad_inputs_are_refused_with_a_message():
     x = torch.randn(1, 2, 4, 8)
     with pytest.raises(RuntimeError, match="float32"):
