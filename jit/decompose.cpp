@@ -208,6 +208,45 @@ std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
   return {r.emit(Op::index, std::move(args))};
 }
 
+// aten::stack(tensors, dim) of 2-4 tensors of one dtype and shape, as where() over the positions
+// along the new dim: where(pos == 0, t0, where(pos == 1, t1, ... t_n-1)), each tensor unsqueezed
+// at dim (broadcast along it) and pos an aten::arange(n) shaped to lie along dim (computed from
+// constants alone: a kept step). It then fuses with its producers and readers where the extern
+// copied every element (rotary embeddings' stack of -x[..., 1::2] and x[..., ::2]).
+std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
+  Rewriter r(out);
+  const Operand &list = arg(in, 0);
+  if (list.kind != Operand::TensorList || list.i < 2 || list.i > 4) return {};
+  const int64_t n = list.i;
+  std::vector<Operand> ts;
+  for (int64_t e = 0; e < n; ++e) {
+    const Operand &o = arg(in, 1 + (size_t)e);
+    if (!is_tensor(out, o)) return {};
+    const Type &ty = out.types[o.value];
+    if (!ts.empty() && (ty.dtype != out.types[ts[0].value].dtype || ty.sizes != out.types[ts[0].value].sizes)) return {};
+    ts.push_back(o);
+  }
+  const Operand &dim = arg(in, 1 + (size_t)n);
+  const int64_t rank = out.types[ts[0].value].rank() + 1;
+  if (dim.kind != Operand::Int && dim.kind != Operand::None) return {};
+  int64_t d = dim.kind == Operand::Int ? dim.i : 0;
+  if (d < 0) d += rank;
+  if (d < 0 || d >= rank) return {};
+  Type pt;
+  pt.dtype = DType::I64;
+  pt.sizes = {n};
+  int32_t pos = r.emit_extern("aten::arange", {I(n)}, pt);
+  std::vector<int64_t> along{n};
+  for (int64_t k = d + 1; k < rank; ++k) along.push_back(1);
+  const Operand at = V(r.emit(Op::reshape, {V(pos), L(along)}));
+  int32_t acc = r.emit(Op::unsqueeze, {ts[(size_t)n - 1], I(d)});
+  for (int64_t k = n - 2; k >= 0; --k) {
+    int32_t here = r.emit(Op::eq, {at, I(k)});
+    acc = r.emit(Op::where, {V(here), V(r.emit(Op::unsqueeze, {ts[(size_t)k], I(d)})), V(acc)});
+  }
+  return {acc};
+}
+
 std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in);
 
 // A reduction op (x, [dims], keepdim); one of at most kUnrolledReduction elements per output
@@ -628,6 +667,7 @@ int decompose_externs(Trace &t, bool conv_as_mm) {
       try {
         repl = small_reduction                ? unroll_small_reduction(out, in)
                : is_gather_callee(in.callee) ? rewrite_gather(out, in)
+               : in.callee == "aten::stack"  ? rewrite_stack(out, in)
                                               : rewrite(out, widened(out, in), conv_as_mm);
         if (!small_reduction) narrow_results(out, repl, t, orig);
       } catch (const Error &) {
