@@ -247,6 +247,62 @@ std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
   return {acc};
 }
 
+// aten::cat(tensors, dim) of 2-4 non-empty tensors of one dtype and rank, as where() over the
+// positions along dim: input k is gathered (the index op) at pos - offset_k, clamped into its
+// extent, and chosen where pos falls in its span; pos is an aten::arange kept between calls, and
+// the clamped positions computed from it are kept too. Each gather reads whole rows where dim is
+// not the last (a contiguous load per row), so the concatenation fuses with its producers and
+// readers (rotary embeddings' cat of -x2 and x1, a class token's cat before them). 4-D values
+// along dim 1 -- a CNN's channel concatenation -- stay the extern, which the layout pass keeps
+// channels-last (jit/layout.cpp).
+std::vector<int32_t> rewrite_cat(Trace &out, const Inst &in) {
+  Rewriter r(out);
+  const Operand &list = arg(in, 0);
+  if (list.kind != Operand::TensorList || list.i < 2 || list.i > 4) return {};
+  const int64_t n = list.i;
+  std::vector<Operand> ts;
+  for (int64_t e = 0; e < n; ++e) {
+    const Operand &o = arg(in, 1 + (size_t)e);
+    if (!is_tensor(out, o)) return {};
+    ts.push_back(o);
+  }
+  const Type &t0 = out.types[ts[0].value];
+  const int64_t rank = t0.rank();
+  const Operand &dim = arg(in, 1 + (size_t)n);
+  if (rank == 0 || (dim.kind != Operand::Int && dim.kind != Operand::None)) return {};
+  int64_t d = dim.kind == Operand::Int ? dim.i : 0;
+  if (d < 0) d += rank;
+  if (d < 0 || d >= rank || (rank == 4 && d == 1)) return {};
+  std::vector<int64_t> offset;
+  int64_t total = 0;
+  for (const Operand &o : ts) {
+    const Type &ty = out.types[o.value];
+    if (ty.dtype != t0.dtype || ty.rank() != rank || ty.sizes[(size_t)d] == 0) return {};
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != d && ty.sizes[(size_t)k] != t0.sizes[(size_t)k]) return {};
+    offset.push_back(total);
+    total += ty.sizes[(size_t)d];
+  }
+  Type pt;
+  pt.dtype = DType::I64;
+  pt.sizes = {total};
+  const Operand pos = V(r.emit_extern("aten::arange", {I(total)}, pt));
+  std::vector<int64_t> along{total};
+  for (int64_t k = d + 1; k < rank; ++k) along.push_back(1);
+  auto piece = [&](size_t k) {
+    const int64_t extent = out.types[ts[k].value].sizes[(size_t)d];
+    int32_t at = r.emit(Op::clamp, {V(r.emit(Op::sub, {pos, I(offset[k])})), I(0), I(extent - 1)});
+    return r.emit(Op::index, {ts[k], I(d), V(at)});
+  };
+  int32_t acc = piece((size_t)n - 1);
+  for (int64_t k = n - 2; k >= 0; --k) {
+    const int64_t end = offset[(size_t)k] + out.types[ts[(size_t)k].value].sizes[(size_t)d];
+    int32_t here = r.emit(Op::reshape, {V(r.emit(Op::lt, {pos, I(end)})), L(along)});
+    acc = r.emit(Op::where, {V(here), V(piece((size_t)k)), V(acc)});
+  }
+  return {acc};
+}
+
 std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in);
 
 // A reduction op (x, [dims], keepdim); one of at most kUnrolledReduction elements per output
@@ -668,6 +724,7 @@ int decompose_externs(Trace &t, bool conv_as_mm) {
         repl = small_reduction                ? unroll_small_reduction(out, in)
                : is_gather_callee(in.callee) ? rewrite_gather(out, in)
                : in.callee == "aten::stack"  ? rewrite_stack(out, in)
+               : in.callee == "aten::cat"    ? rewrite_cat(out, in)
                                               : rewrite(out, widened(out, in), conv_as_mm);
         if (!small_reduction) narrow_results(out, repl, t, orig);
       } catch (const Error &) {
