@@ -249,8 +249,8 @@ std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
 
 // aten::cat(tensors, dim) of 2-4 non-empty tensors of one dtype and rank, as where() over the
 // positions along dim: input k is gathered (the index op) at pos - offset_k, clamped into its
-// extent, and chosen where pos falls in its span; pos is an aten::arange kept between calls, and
-// the clamped positions computed from it are kept too. Each gather reads whole rows where dim is
+// extent, and chosen where pos falls in its span; pos, the clamped positions and the spans are
+// externs computed from constants alone (kept between calls). Each gather reads whole rows where dim is
 // not the last (a contiguous load per row), so the concatenation fuses with its producers and
 // readers (rotary embeddings' cat of -x2 and x1, a class token's cat before them). 4-D values
 // along dim 1 -- a CNN's channel concatenation -- stay the extern, which the layout pass keeps
@@ -289,15 +289,22 @@ std::vector<int32_t> rewrite_cat(Trace &out, const Inst &in) {
   const Operand pos = V(r.emit_extern("aten::arange", {I(total)}, pt));
   std::vector<int64_t> along{total};
   for (int64_t k = d + 1; k < rank; ++k) along.push_back(1);
+  // The positions each input is read at, and where each one's span ends, are externs too: their
+  // numbers follow from the sizes, and kept as literals in the kernels they would make each
+  // size's code its own (no sharing of machine code across a size family).
   auto piece = [&](size_t k) {
     const int64_t extent = out.types[ts[k].value].sizes[(size_t)d];
-    int32_t at = r.emit(Op::clamp, {V(r.emit(Op::sub, {pos, I(offset[k])})), I(0), I(extent - 1)});
+    int32_t from = r.emit_extern("aten::sub.Scalar", {pos, I(offset[k])}, pt);
+    int32_t at = r.emit_extern("aten::clamp", {V(from), I(0), I(extent - 1)}, pt);
     return r.emit(Op::index, {ts[k], I(d), V(at)});
   };
+  Type mt;
+  mt.dtype = DType::Bool;
+  mt.sizes = {total};
   int32_t acc = piece((size_t)n - 1);
   for (int64_t k = n - 2; k >= 0; --k) {
     const int64_t end = offset[(size_t)k] + out.types[ts[(size_t)k].value].sizes[(size_t)d];
-    int32_t here = r.emit(Op::reshape, {V(r.emit(Op::lt, {pos, I(end)})), L(along)});
+    int32_t here = r.emit(Op::reshape, {V(r.emit_extern("aten::lt.Scalar", {pos, I(end)}, mt)), L(along)});
     acc = r.emit(Op::where, {V(here), V(piece((size_t)k)), V(acc)});
   }
   return {acc};

@@ -105,3 +105,19 @@ def test_cat_it_does_not_cover_stays_the_extern():
     run(lambda a, b: torch.cat([a, b], 0) * 2, lambda: (torch.randn(2, 3), torch.randn(0, 3)), fused=False)
     run(lambda a, b: torch.cat([a, b], 1) * 2, lambda: (torch.randn(1, 2, 3, 3), torch.randn(1, 4, 3, 3)),
         fused=False)
+
+
+def test_cat_over_changing_sizes_shares_machine_code():
+    """The positions and spans of a cat are computed by externs from its sizes, not written into
+    its kernels: the traces of other sizes along the cat dim share one compiled code (with them
+    as literals every size compiled its own, and the function hit its cache limit at 8)."""
+    dynamo.reset()
+
+    def f(x, y):
+        return torch.cat([x[:, :1], y * 2], dim=1) * 2
+    opt = dynamo.optimize(f)
+    for n in range(2, 16):
+        x, y = torch.randn(4, n), torch.randn(4, n + 3)
+        assert torch.equal(opt(x, y), f(x, y))
+    c = dynamo.counters()
+    assert c["code_shared"] >= 10 and c["eager_runs"] == 0, c
