@@ -250,10 +250,10 @@ std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
 // aten::cat(tensors, dim) of 2-4 non-empty tensors of one dtype and rank, as where() over the
 // positions along dim: input k is gathered (the index op) at pos - offset_k, clamped into its
 // extent, and chosen where pos falls in its span; pos, the clamped positions and the spans are
-// externs computed from constants alone (kept between calls). Each gather reads whole rows where dim is
-// not the last (a contiguous load per row), so the concatenation fuses with its producers and
-// readers (rotary embeddings' cat of -x2 and x1, a class token's cat before them). 4-D values
-// along dim 1 -- a CNN's channel concatenation -- stay the extern, which the layout pass keeps
+// externs computed from constants alone (kept between calls). Each gather reads whole rows where
+// dim is not the last (a contiguous load per row), so the concatenation fuses with its readers
+// (rotary embeddings' cat of -x2 and x1, a class token's cat before them). 4-D values along dim
+// 1 -- a CNN's channel concatenation -- stay the extern, which the layout pass keeps
 // channels-last (jit/layout.cpp).
 std::vector<int32_t> rewrite_cat(Trace &out, const Inst &in) {
   Rewriter r(out);
