@@ -208,6 +208,26 @@ std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
   return {r.emit(Op::index, std::move(args))};
 }
 
+// A stack/cat's arguments: 2-4 tensors of one dtype (ts) and its dim, made non-negative for a
+// result of `rank` dims (rank_extra: 1 for stack's new dim, 0 for cat). false when it is not
+// that (another count, a non-tensor, mixed dtypes, a dim out of range).
+bool list_and_dim(const Trace &out, const Inst &in, int64_t rank_extra, std::vector<Operand> *ts, int64_t *dim) {
+  const Operand &list = arg(in, 0);
+  if (list.kind != Operand::TensorList || list.i < 2 || list.i > 4) return false;
+  for (int64_t e = 0; e < list.i; ++e) {
+    const Operand &o = arg(in, 1 + (size_t)e);
+    if (!is_tensor(out, o) || (!ts->empty() && out.types[o.value].dtype != out.types[(*ts)[0].value].dtype))
+      return false;
+    ts->push_back(o);
+  }
+  const Operand &d = arg(in, 1 + (size_t)list.i);
+  const int64_t rank = out.types[(*ts)[0].value].rank() + rank_extra;
+  if (rank == 0 || (d.kind != Operand::Int && d.kind != Operand::None)) return false;
+  *dim = d.kind == Operand::Int ? d.i : 0;
+  if (*dim < 0) *dim += rank;
+  return *dim >= 0 && *dim < rank;
+}
+
 // aten::stack(tensors, dim) of 2-4 tensors of one dtype and shape, as where() over the positions
 // along the new dim: where(pos == 0, t0, where(pos == 1, t1, ... t_n-1)), each tensor unsqueezed
 // at dim (broadcast along it) and pos an aten::arange(n) shaped to lie along dim (computed from
@@ -215,23 +235,12 @@ std::vector<int32_t> rewrite_gather(Trace &out, const Inst &in) {
 // copied every element (rotary embeddings' stack of -x[..., 1::2] and x[..., ::2]).
 std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
   Rewriter r(out);
-  const Operand &list = arg(in, 0);
-  if (list.kind != Operand::TensorList || list.i < 2 || list.i > 4) return {};
-  const int64_t n = list.i;
   std::vector<Operand> ts;
-  for (int64_t e = 0; e < n; ++e) {
-    const Operand &o = arg(in, 1 + (size_t)e);
-    if (!is_tensor(out, o)) return {};
-    const Type &ty = out.types[o.value];
-    if (!ts.empty() && (ty.dtype != out.types[ts[0].value].dtype || ty.sizes != out.types[ts[0].value].sizes)) return {};
-    ts.push_back(o);
-  }
-  const Operand &dim = arg(in, 1 + (size_t)n);
-  const int64_t rank = out.types[ts[0].value].rank() + 1;
-  if (dim.kind != Operand::Int && dim.kind != Operand::None) return {};
-  int64_t d = dim.kind == Operand::Int ? dim.i : 0;
-  if (d < 0) d += rank;
-  if (d < 0 || d >= rank) return {};
+  int64_t d;
+  if (!list_and_dim(out, in, 1, &ts, &d)) return {};
+  for (const Operand &o : ts)
+    if (out.types[o.value].sizes != out.types[ts[0].value].sizes) return {};
+  const int64_t n = (int64_t)ts.size(), rank = out.types[ts[0].value].rank() + 1;
   Type pt;
   pt.dtype = DType::I64;
   pt.sizes = {n};
@@ -257,27 +266,17 @@ std::vector<int32_t> rewrite_stack(Trace &out, const Inst &in) {
 // channels-last (jit/layout.cpp).
 std::vector<int32_t> rewrite_cat(Trace &out, const Inst &in) {
   Rewriter r(out);
-  const Operand &list = arg(in, 0);
-  if (list.kind != Operand::TensorList || list.i < 2 || list.i > 4) return {};
-  const int64_t n = list.i;
   std::vector<Operand> ts;
-  for (int64_t e = 0; e < n; ++e) {
-    const Operand &o = arg(in, 1 + (size_t)e);
-    if (!is_tensor(out, o)) return {};
-    ts.push_back(o);
-  }
+  int64_t d;
+  if (!list_and_dim(out, in, 0, &ts, &d)) return {};
   const Type &t0 = out.types[ts[0].value];
-  const int64_t rank = t0.rank();
-  const Operand &dim = arg(in, 1 + (size_t)n);
-  if (rank == 0 || (dim.kind != Operand::Int && dim.kind != Operand::None)) return {};
-  int64_t d = dim.kind == Operand::Int ? dim.i : 0;
-  if (d < 0) d += rank;
-  if (d < 0 || d >= rank || (rank == 4 && d == 1)) return {};
+  const int64_t n = (int64_t)ts.size(), rank = t0.rank();
+  if (rank == 4 && d == 1) return {};
   std::vector<int64_t> offset;
   int64_t total = 0;
   for (const Operand &o : ts) {
     const Type &ty = out.types[o.value];
-    if (ty.dtype != t0.dtype || ty.rank() != rank || ty.sizes[(size_t)d] == 0) return {};
+    if (ty.rank() != rank || ty.sizes[(size_t)d] == 0) return {};
     for (int64_t k = 0; k < rank; ++k)
       if (k != d && ty.sizes[(size_t)k] != t0.sizes[(size_t)k]) return {};
     offset.push_back(total);
