@@ -791,3 +791,35 @@ def test_slice_that_keeps_a_whole_dim_does_not_generalize():
         for _ in range(2):
             x = torch.randn(2, n)
             assert same(opt(x), f(x)), n
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_garbage_collector_paused_while_recording_and_restored(collector_on):
+    """A recording pauses Python's cyclic collector (its full collections walked every object of
+    the process: 0.1-0.15 s of a detection model's first call) and leaves it as it found it; a
+    step between traces that runs while recording sees it paused, the same step in later calls
+    (native runs) sees the program's own setting."""
+    seen = []
+
+    @dynamo.disable
+    def note():
+        seen.append(gc.isenabled())
+
+    def f(x):
+        y = x * 2
+        note()
+        return y + 1
+
+    opt = dynamo.optimize(f)
+    was = gc.isenabled()
+    try:
+        (gc.enable if collector_on else gc.disable)()
+        x = torch.randn(5)
+        for _ in range(3):
+            assert torch.equal(opt(x), x * 2 + 1)
+            assert gc.isenabled() is collector_on
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert dynamo.counters()["native_runs"] >= 1, dynamo.report()
+    assert len(seen) == 3 and seen[0] is False, seen  # the first call records
+    assert seen[-1] is collector_on, seen
