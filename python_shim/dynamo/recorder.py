@@ -1705,18 +1705,23 @@ def _index_long(func, args, kwargs):
     keeps the op as the program called it. A large gather over every dim: _flat_gather."""
     if len(args) < 2 or not isinstance(args[1], (list, tuple)):
         return func(*args, **kwargs)
-    narrow = any(isinstance(i, torch.Tensor) and i.dtype == torch.int32 for i in args[1])
-    if not narrow and func is not _aten.index.Tensor:
+    tensors = [i for i in args[1] if isinstance(i, torch.Tensor)]
+    narrow = any(i.dtype == torch.int32 for i in tensors)
+    if (not narrow and func is not _aten.index.Tensor) or \
+            not all(i.dtype in (torch.int32, torch.int64) for i in tensors):  # (a mask indexes otherwise)
         return func(*args, **kwargs)
-    idx = [i.to(torch.int64, memory_format=torch.contiguous_format)
-           if isinstance(i, torch.Tensor) and i.dtype == torch.int32 else i for i in args[1]]
-    shape = _broadcast(i.shape for i in idx if isinstance(i, torch.Tensor))
-    if shape is None or not all(_row_major(i, shape) for i in idx if isinstance(i, torch.Tensor)):
+    try:
+        idx = [i.to(torch.int64, memory_format=torch.contiguous_format)
+               if isinstance(i, torch.Tensor) and i.dtype == torch.int32 else i for i in args[1]]
+        shape = _broadcast(i.shape for i in idx if isinstance(i, torch.Tensor))
+        if shape is None or not all(_row_major(i, shape) for i in idx if isinstance(i, torch.Tensor)):
+            return func(*args, **kwargs)
+        if func is _aten.index.Tensor and not kwargs:
+            out = _flat_gather(args[0], idx, shape)
+            if out is not None:
+                return out
+    except RuntimeError:  # (not expected: then ATen's own call decides, its errors the program's)
         return func(*args, **kwargs)
-    if func is _aten.index.Tensor and not kwargs:
-        out = _flat_gather(args[0], idx, shape)
-        if out is not None:
-            return out
     return func(args[0], idx, *args[2:], **kwargs) if narrow else func(*args, **kwargs)
 
 

@@ -288,3 +288,16 @@ def test_large_roi_align_gathers_record_and_compile():
         xy = torch.rand(40, 2) * 60
         return torch.randn(1, 180, 10, 10), torch.cat([xy, xy + torch.rand(40, 2) * 30 + 1], 1)
     run(f, make, exact=False, libtorch_calls=None)
+
+
+def test_recorder_index_with_a_mask_and_int32_indices():
+    """A boolean mask beside an int32 index (its dims are the mask's nonzeros, not a broadcast):
+    ATen's own call, same values."""
+    from dynamo import recorder
+    aten = torch.ops.aten
+    x = torch.randn(4, 5, 6)
+    m = torch.tensor([True, False, True, True])
+    j = torch.tensor([0, 2, 5], dtype=torch.int32)
+    want = aten.index.Tensor(x, [m, None, j])
+    got = recorder._index_long(aten.index.Tensor, (x, [m, None, j]), {})
+    assert torch.equal(got, want) and got.stride() == want.stride()
