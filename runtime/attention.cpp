@@ -309,7 +309,8 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor &q, const at:
 // that shape run the faster, as the product steps choose their GEMM (DYNAMO_PRINT_CHOICES prints
 // each choice). While the two fastest times are within kClearWin of each other the turns go on,
 // up to kMaxTimedCalls (at BERT's [1, 4, 128, 32] ATen's kernel ran 61 us steadily but 90-98 us
-// in some runs' three turns, and the slower kernel was chosen in 2 runs of 3).
+// in some runs' three turns, and the slower kernel was chosen in 2 runs of 3). A sweep of shapes
+// measures its first ones only (sweep_default).
 // DYNAMO_ATTENTION=own or =aten forces either (the tests check the kernel on any CPU).
 enum class Kernel { Own, Aten, Measure };
 
@@ -330,6 +331,7 @@ struct ShapeChoice {
   int timed = 0;
   double t[2] = {1e30, 1e30};  // [own, aten], seconds
   Kernel chosen = Kernel::Measure;
+  uint64_t last = 0;  // g_clock at its latest measured call
 };
 
 struct ShapeKey {
@@ -346,6 +348,7 @@ struct ShapeHash {
 
 std::mutex g_choice_mu;
 std::unordered_map<ShapeKey, ShapeChoice, ShapeHash> g_choices;
+uint64_t g_clock = 0;  // calls that looked their shape up in g_choices (a sweep's every call)
 constexpr size_t kMaxShapes = 4096;  // past that, new shapes run the default (a sweep of sizes)
 
 // The shape's key: sizes, causality, and whether each of q, k, v has unit-stride rows (what the
@@ -353,6 +356,41 @@ constexpr size_t kMaxShapes = 4096;  // past that, new shapes run the default (a
 ShapeKey shape_key(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal) {
   return ShapeKey{{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), (int64_t)causal,
                    (q.stride(3) == 1) | (k.stride(3) == 1) << 1 | (v.stride(3) == 1) << 2, 0}};
+}
+
+// While kSweepShapes shapes are still being measured (sizes that keep changing: a sweep of
+// sequence lengths, each called a few times, where the turns never finish and double every
+// call's attention), a new shape is not measured: it takes the kernel of the decided shape most
+// like it (the same heads, head size, causality and strides; the nearest work, batch x rows x
+// keys, by ratio), or the own kernel while none is decided. Either kernel gives the same results.
+// Called with g_choice_mu held.
+// (Shapes whose turns stopped short long ago -- called a few times, then no more -- do not count:
+// only those measured within the last kRecentCalls look-ups; a sweep of many shapes so measures
+// about kSweepShapes of every kRecentCalls new ones.)
+constexpr size_t kSweepShapes = 8;
+constexpr uint64_t kRecentCalls = 64;
+
+ShapeChoice sweep_default(const ShapeKey &key) {
+  ShapeChoice c;
+  c.last = g_clock;
+  size_t measuring = 0;
+  double best = 1e300;
+  Kernel nearest = Kernel::Own;
+  for (const auto &[k, v] : g_choices) {
+    if (v.chosen == Kernel::Measure) {
+      measuring += g_clock - v.last < kRecentCalls;
+      continue;
+    }
+    if (k.v[1] != key.v[1] || k.v[4] != key.v[4] || k.v[5] != key.v[5] || k.v[6] != key.v[6]) continue;
+    const double work = (double)key.v[0] * key.v[2] * key.v[3], there = (double)k.v[0] * k.v[2] * k.v[3];
+    const double d = std::fabs(std::log((work + 1) / (there + 1)));
+    if (d < best) {
+      best = d;
+      nearest = v.chosen;
+    }
+  }
+  if (measuring >= kSweepShapes) c.chosen = nearest;
+  return c;
 }
 
 Kernel kernel_for(const ShapeKey &key) {
@@ -366,10 +404,11 @@ Kernel kernel_for(const ShapeKey &key) {
   thread_local Kernel last_kernel = Kernel::Measure;
   if (last_kernel != Kernel::Measure && last_key == key) return last_kernel;
   std::lock_guard<std::mutex> l(g_choice_mu);
+  ++g_clock;
   auto it = g_choices.find(key);
   if (it == g_choices.end()) {
     if (g_choices.size() >= kMaxShapes) return Kernel::Own;
-    it = g_choices.emplace(key, ShapeChoice{}).first;
+    it = g_choices.emplace(key, sweep_default(key)).first;
   }
   last_key = key;
   last_kernel = it->second.chosen;
@@ -465,6 +504,7 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor &q, const at::
   }
   std::lock_guard<std::mutex> l(g_choice_mu);
   ShapeChoice &c = g_choices[key];
+  c.last = g_clock;
   if (c.timed++ > 0)  // (the first call warms both up: ATen's allocates and faults in its buffers)
     for (int s = 0; s < 2; ++s) c.t[s] = std::min(c.t[s], t[s]);
   const bool clear = c.t[0] > kClearWin * c.t[1] || c.t[1] > kClearWin * c.t[0];

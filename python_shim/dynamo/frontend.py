@@ -916,8 +916,9 @@ class OptimizedFunction:
         Steps no member has decided time themselves -- unless the sizes keep changing (two
         instances made already: a sweep, one call per size, where no step ever finishes timing
         and each would time its three convolution paths, Winograd's weight transform included,
-        at every size): then undecided convolutions take oneDNN's direct kernel at once (products
-        still time theirs: two cheap paths without setup), and Winograd
+        at every size): then undecided convolutions take oneDNN's direct kernel at once and
+        undecided products LibTorch's BLAS (eager's own path; timing their three sides took an
+        encoder layer's first two calls at a new size to ~3x a steady call), and Winograd
         (whose setup pays back over many calls at one size) gives way to oneDNN; the instance
         times them after all once it is hot at its size (Compiled.retime_at). Returns the
         inherited choices when it made such defaults, else None."""
@@ -945,10 +946,12 @@ class OptimizedFunction:
         decided = {w.split("=")[0] for w in words}
         for k in range(entry.stats().num_externs):
             if str(k) not in decided:
-                try:  # (refused by a step that is not a convolution)
-                    entry.set_choices(f"{k}=onednn")
-                except DynamoError:
-                    pass
+                for choice in ("onednn", "blas"):  # (a step refuses what it is not: a convolution, a product)
+                    try:
+                        entry.set_choices(f"{k}={choice}")
+                        break
+                    except DynamoError:
+                        pass
         return " ".join(w for w in inherited.split() if not w.endswith("=winograd"))
 
     def _entry_maker(self, text, choices):

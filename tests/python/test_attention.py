@@ -287,3 +287,27 @@ def test_attention_written_out_with_a_write_in_between_is_not_fused():
             for _ in range(3):
                 q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
                 torch.testing.assert_close(fast(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_a_sweep_of_shapes_measures_its_first_ones_only(kernel, capfd, monkeypatch):
+    """Sequence lengths that keep changing, one call each per round: while 8 shapes are being
+    measured (both kernels run on their first calls), a new shape takes the kernel of the
+    nearest decided one, or dynamo's own, without running both (runtime/attention.cpp,
+    sweep_default); every call still matches the reference."""
+    if kernel != "auto":
+        pytest.skip("the choice between kernels is made only without DYNAMO_ATTENTION")
+    monkeypatch.setenv("DYNAMO_PRINT_CHOICES", "1")
+    for i in range(80):  # shapes other tests left undecided go stale (64 look-ups): two shapes in turn
+        q = torch.randn(1, 3, 30 + i % 2, 48)
+        torch.ops.dynamo.attention(q, q, q, 0.125, False)
+    lengths = [37 + 3 * i for i in range(12)]  # (head size 40, 3 heads: shapes no other test uses)
+    for _ in range(10):  # (a shape without a clear winner takes up to 9 calls to decide)
+        for n in lengths:
+            q, k, v = (torch.randn(1, 3, n, 40) for _ in range(3))
+            out, lse = torch.ops.dynamo.attention(q, k, v, 0.125, False)
+            want, wl = reference(q, k, v, 0.125, False)
+            torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
+    err = capfd.readouterr().err
+    decided = [ln for ln in err.splitlines() if ln.startswith("dynamo::attention [1,3,") and ",40]" in ln]
+    wide = "avx512f" in open("/proc/cpuinfo").read()
+    assert len(decided) == (8 if wide else 0), err

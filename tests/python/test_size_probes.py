@@ -315,6 +315,26 @@ def test_a_sweep_of_sizes_does_not_time_convolutions_at_every_size():
     assert last.handle is not handle and last.retimer is None
 
 
+def test_a_sweep_of_sizes_does_not_time_products_at_every_size():
+    """One call per batch size: from the third instance on, products nobody has timed start on
+    LibTorch's BLAS (eager's path) instead of running all three sides on their first calls."""
+    from dynamo import frontend
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 32)).eval()
+    ref = copy.deepcopy(net)
+    opt = dynamo.optimize(net)
+    with torch.no_grad():
+        for b in range(40, 47):
+            x = torch.randn(b, 64)
+            torch.testing.assert_close(opt(x), ref(x), atol=1e-5, rtol=1e-5)
+    ofs = [o for o in gc.get_objects() if isinstance(o, frontend.OptimizedFunction) and o.families]
+    assert len(ofs) == 1
+    last = ofs[0].compiled[-1]
+    assert last.family is not None and last.retime_at == frontend.RETIME_AFTER, last.retime_at
+    choices = last.entry.choices().split()
+    assert len(choices) >= 2 and all(w.endswith("=blas") for w in choices), choices
+
+
 def test_a_miss_on_strides_alone_runs_no_probe():
     """Same sizes, other strides (a backward graph's gradients come in either layout): a new
     recording, no probes (they look for sizes)."""
