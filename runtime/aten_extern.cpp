@@ -41,7 +41,19 @@ struct GemmStep {
   // out 1.5x slower than another side measured switches once.
   int watched = 0;
   double t_watch = 1e30;
+  // Whether the sides were timed a second time: a step whose B changed between calls (a weight in
+  // training) times them again after the watch, the fastest call of each side over both rounds
+  // deciding (a training loop's first steps run colder than its later ones, and the own side's
+  // first call packs B).
+  bool retimed = false;
   Derived<std::vector<float>> packed_b;
+  // B as the last call saw it, and for how many calls in a row before it had not changed. A B
+  // that changes between calls (a weight in training) is not packed and kept (that would cost a
+  // pass over it on every call): the own side packs it a block at a time or reads it in place,
+  // until it stays the same for two calls in a row again.
+  ContentKey last_b;
+  int b_same = 0;
+  bool b_changing = false;
   struct MklPacked {
     at::Tensor w;  // MKL's packed form (an opaque mkldnn tensor)
     int64_t m;     // the row count it was packed for
@@ -164,8 +176,12 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
   return sgemv(b.size(1), b.size(0), x.data_ptr<float>(), view_of(b), out.data_ptr<float>(), accumulate, parallel);
 }
 
-// Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows.
-constexpr int64_t kFewRows = 32;
+// Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows; of up to
+// kSmallRows rows against such a B of at least kBigB elements that has no version, or changed
+// since it was packed (a weight in training), sgemm_small_m: the weight read in place, never
+// packed (a kept packing would be rebuilt on every call). Another B that changed since it was
+// packed is packed a block at a time by sgemm, into a buffer that stays in cache.
+constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16;
 
 // C (+)= a * b by the GEMM, with b packed once and kept when its version is known (b_version).
 // bias (or null; n floats, one per column; only without accumulate): C = bias + a * b, the packed
@@ -173,18 +189,34 @@ constexpr int64_t kFewRows = 32;
 void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, const float *bias, GemmStep *g,
                  const uint64_t *b_version) {
   int64_t m = a.size(0), n = b.size(1), k = a.size(1);
-  const bool packed_path = m > kFewRows && g && b_version;
+  std::optional<ContentKey> key;  // (set: B packed and kept)
+  if (g && b_version) {
+    key = ContentKey::of(b, *b_version);
+    std::lock_guard<std::mutex> l(g->mu);
+    const bool same = g->last_b == *key;
+    if (!same && g->last_b.ptr) g->b_changing = true;
+    g->b_same = same ? g->b_same + 1 : 0;
+    if (g->b_same >= 2) g->b_changing = false;
+    g->last_b = *key;
+    if (g->b_changing) {  // no kept packing
+      g->packed_b.clear();
+      key.reset();
+    }
+  }
+  if (m > kFewRows && m <= kSmallRows && n * k >= kBigB && !key &&
+      sgemm_small_m(m, n, k, view_of(a), view_of(b), c, n, accumulate, bias, parallel))
+    return;
+  const bool packed_path = m > kFewRows && key;
   if (bias && !accumulate && !packed_path) {
     for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
     accumulate = true;
   }
   if (m <= kFewRows && sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
-  if (!g || !b_version) {
+  if (!key) {
     sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
     return;
   }
-  ContentKey key = ContentKey::of(b, *b_version);
-  auto packed = g->packed_b.get(&key, [&] { return pack_b(n, k, view_of(b), parallel); });
+  auto packed = g->packed_b.get(&*key, [&] { return pack_b(n, k, view_of(b), parallel); });
   sgemm_prepacked(m, n, k, view_of(a), packed->data(), c, n, accumulate, parallel, accumulate ? nullptr : bias);
 }
 
@@ -809,6 +841,12 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
                     runtime::gemm_side_name(other), g.t[other] * 1e6);
           g.mode = other;
           drop_unused_packings(g);
+        } else if (g.b_changing && !g.retimed) {
+          g.retimed = true;
+          g.mode = Mode::Timing;
+          g.timed = 0;
+          g.watched = 0;
+          g.t_watch = 1e30;
         }
       }
     }
@@ -845,7 +883,8 @@ void run_product(runtime::GemmStep &g, const jit::ExternStep &e, const runtime::
     g.mode = (Mode)chosen;
     drop_unused_packings(g);
     if (getenv("DYNAMO_PRINT_CHOICES")) {
-      fprintf(stderr, "%s %s (B kept: %s):", e.callee.c_str(), runtime::gemm_side_name(g.mode), b_version ? "yes" : "no");
+      fprintf(stderr, "%s %s (B kept: %s%s):", e.callee.c_str(), runtime::gemm_side_name(g.mode), b_version ? "yes" : "no",
+              g.retimed ? "; timed again, B changing" : "");
       for (int s = 0; s < runtime::GemmStep::kSides; ++s)
         if (g.t[s] < 1e30) fprintf(stderr, " %s %.1f us", runtime::gemm_side_name((Mode)s), g.t[s] * 1e6);
       fprintf(stderr, "\n");

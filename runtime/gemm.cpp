@@ -99,22 +99,48 @@ void micro_kernel_rows16(int64_t kc, const float *a, int64_t lda, const float *p
   micro_body<false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add, bias);
 }
 
+// The C tile of the next micro-kernel call, rows x NR floats at stride ldc, asked for ahead (for
+// writing): a product whose C is not in cache (a weight's gradient, written fresh each step) would
+// otherwise wait for every line of it as the tile is stored.
+inline void prefetch_tile(const float *c, int64_t ldc, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    __builtin_prefetch(c + r * ldc, 1, 3);
+    __builtin_prefetch(c + r * ldc + 16, 1, 3);
+  }
+}
+
+// B[k0 : k0 + kc, columns of panel p] into dst, kc x NR (zero-padded).
+void pack_b_panel(const MatView &B, int64_t k0, int64_t kc, int64_t N, int64_t p, float *dst) {
+  int64_t j0 = p * NR, nr = std::min<int64_t>(NR, N - j0);
+  if (B.rs == 1 && B.cs != 1) {  // B's columns contiguous (a weight's transpose): read each one
+    // along k, scatter into the panel (kc x NR, in cache); reading across the columns instead
+    // would touch nr lines per k at one stride, often all in one cache set
+    for (int64_t kb = 0; kb < kc; kb += 64) {  // (64 rows of the panel, 8 KB, written at a time)
+      const int64_t ke = std::min<int64_t>(kc, kb + 64);
+      for (int64_t j = 0; j < nr; ++j) {
+        const float *src = B.data + k0 + (j0 + j) * B.cs;
+        for (int64_t k = kb; k < ke; ++k) dst[k * NR + j] = src[k];
+      }
+    }
+    for (int64_t k = 0; k < kc && nr < NR; ++k)
+      for (int64_t j = nr; j < NR; ++j) dst[k * NR + j] = 0.0f;
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float *src = B.data + (k0 + k) * B.rs + j0 * B.cs;
+    float *d = dst + k * NR;
+    if (B.cs == 1) {
+      memcpy(d, src, nr * sizeof(float));
+    } else {
+      for (int64_t j = 0; j < nr; ++j) d[j] = src[j * B.cs];
+    }
+    for (int64_t j = nr; j < NR; ++j) d[j] = 0.0f;
+  }
+}
+
 // B[k0 : k0 + kc, all columns] into panels of NR columns (zero-padded), kc x NR each.
 void pack_b_block(const MatView &B, int64_t k0, int64_t kc, int64_t N, float *out, int64_t p0, int64_t p1) {
-  for (int64_t p = p0; p < p1; ++p) {
-    float *dst = out + p * kc * NR;
-    int64_t j0 = p * NR, nr = std::min<int64_t>(NR, N - j0);
-    for (int64_t k = 0; k < kc; ++k) {
-      const float *src = B.data + (k0 + k) * B.rs + j0 * B.cs;
-      float *d = dst + k * NR;
-      if (B.cs == 1) {
-        memcpy(d, src, nr * sizeof(float));
-      } else {
-        for (int64_t j = 0; j < nr; ++j) d[j] = src[j * B.cs];
-      }
-      for (int64_t j = nr; j < NR; ++j) d[j] = 0.0f;
-    }
-  }
+  for (int64_t p = p0; p < p1; ++p) pack_b_panel(B, k0, kc, N, p, out + p * kc * NR);
 }
 
 // A[i0 : i0 + mc, k0 : k0 + kc] into panels of MR rows (zero-padded), kc x MR each.
@@ -250,6 +276,7 @@ void sgemm_blocks(int64_t M, int64_t N, int64_t K, MatView A, float *C, int64_t 
           int nr = (int)std::min<int64_t>(NR, N - j);
           for (int64_t i = 0; i < mc; i += MR) {
             int mr = (int)std::min<int64_t>(MR, mc - i);
+            if (i + MR < mc) prefetch_tile(C + (i0 + i + MR) * ldc + j, ldc, std::min<int64_t>(MR, mc - i - MR));
             micro_kernel(kc, ap.data() + (i / MR) * kc * MR, pb, C + (i0 + i) * ldc + j, ldc, mr, nr, add);
           }
         }
@@ -350,10 +377,12 @@ void rows_driver(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
       for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kc = std::min(KC, K - k0);
         const float *pb = packed_b + k0 * npanels * NR + p * kc * NR;
-        for (int64_t i = i0; i < i1; i += RR)
+        for (int64_t i = i0; i < i1; i += RR) {
+          if (i + RR < i1) prefetch_tile(C + (i + RR) * ldc + j, ldc, std::min<int64_t>(RR, i1 - i - RR));
           (nr <= 16 ? micro_kernel_rows16 : micro_kernel_rows)(kc, A + i * lda + k0, lda, pb, C + i * ldc + j, ldc,
                                                                 (int)std::min<int64_t>(RR, i1 - i), nr,
                                                                 accumulate || k0 > 0, bias ? bias + j : nullptr);
+        }
       }
     }
   });
@@ -380,6 +409,93 @@ void sgemm_prepacked(int64_t M, int64_t N, int64_t K, MatView A, const float *pa
   const int64_t npanels = (N + NR - 1) / NR;
   sgemm_blocks(M, N, K, A, C, ldc, accumulate, par,
                [&](int64_t k0, int64_t) { return packed_b + k0 * npanels * NR; });
+}
+
+// -- a few dozen rows against a big weight's transpose that changes between calls ---------------
+// A training step's forward products at a batch of 64: X W^T. The weight changes every step, so a
+// packing of it kept across calls is rebuilt on every call: a transposing pass over the weight
+// that writes a copy as big. Here only X is packed, once, and shared by the threads; W is read
+// once, in place (or a block of a tile at a time into a per-thread buffer where its row stride
+// would crowd the cache), as the micro-kernel's A of C^T = W X^T. (The input gradient G W reads W
+// row-major: packing it per call (sgemm) was as fast as reading it in panels, measured.)
+namespace {
+
+constexpr int64_t SKC = 512;  // K block of the small-M products
+
+// Floats from one row of a copied tile to the next: the K block rounded up to whole vectors,
+// plus one, so rows in a row do not share cache sets (a 4 KB row stride would put all 12 in one).
+int64_t skewed(int64_t kc) { return (kc + 15) / 16 * 16 + 16; }
+
+// Whether RR rows at a stride of ld floats crowd into few sets of a 64-set, 8-way L1 (more than 4
+// of them in one set): read in place, each k step would evict lines the next steps need.
+bool crowded(int64_t ld) {
+  int count[64] = {0};
+  for (int64_t i = 0; i < RR; ++i)
+    if (++count[(uint64_t)(i * ld * (int64_t)sizeof(float) / 64) % 64] > 4) return true;
+  return false;
+}
+
+// C = X W^T with W's rows contiguous (B = W^T: B.rs == 1): computed as C^T = W X^T, W's rows
+// the micro-kernel's in-place A (12 at a time, copied per K block), X^T packed into panels of 32
+// of X's rows; each tile of C^T is kept over the K blocks and stored transposed.
+void small_m_transposed(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc,
+                        bool accumulate, const float *bias, const ParallelFor &par) {
+  const int64_t npm = (M + NR - 1) / NR;  // panels of X^T
+  std::vector<float> xt((size_t)(npm * K * NR));
+  const MatView at{A.data, A.cs, A.rs};  // X^T as a K x M matrix
+  for (int64_t k0 = 0; k0 < K; k0 += SKC)
+    pack_b_block(at, k0, std::min(SKC, K - k0), M, xt.data() + k0 * npm * NR, 0, npm);
+  const int64_t tiles = (N + RR - 1) / RR;
+  const bool copy = crowded(B.cs);  // W's rows read in place unless their stride crowds the cache
+  par(tiles, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> abuf(copy ? (size_t)(RR * skewed(SKC)) : 0), acc((size_t)(npm * RR * NR));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = t * RR;
+      const int mr = (int)std::min<int64_t>(RR, N - i0);
+      for (int64_t k0 = 0; k0 < K; k0 += SKC) {
+        const int64_t kc = std::min(SKC, K - k0), lda = copy ? skewed(kc) : B.cs;
+        const float *a = B.data + k0 + i0 * B.cs;
+        {  // the next K block of these rows, or the next tile's first, asked for while this one runs
+          const int64_t nk = k0 + SKC < K ? k0 + SKC : 0, ni = nk ? i0 : i0 + RR;
+          const int64_t nrows = std::min<int64_t>(RR, N - ni), nkc = std::min(SKC, K - nk);
+          if (ni < N && (t + 1 < t1 || nk))
+            for (int64_t i = 0; i < nrows; ++i)
+              for (int64_t k = 0; k < nkc; k += 16) __builtin_prefetch(B.data + nk + k + (ni + i) * B.cs, 0, 2);
+        }
+        if (copy) {
+          for (int i = 0; i < mr; ++i) memcpy(abuf.data() + i * lda, a + i * B.cs, kc * sizeof(float));
+          a = abuf.data();
+        }
+        for (int64_t p = 0; p < npm; ++p) {
+          const int nr = (int)std::min<int64_t>(NR, M - p * NR);
+          (nr <= 16 ? micro_kernel_rows16 : micro_kernel_rows)(kc, a, lda, xt.data() + k0 * npm * NR + p * kc * NR,
+                                                                acc.data() + p * RR * NR, NR, mr, nr, k0 > 0, nullptr);
+        }
+      }
+      for (int64_t p = 0; p < npm; ++p) {  // tile (i, j) of C^T is C[p * NR + j][i0 + i]
+        const int64_t nr = std::min<int64_t>(NR, M - p * NR);
+        const float *tile = acc.data() + p * RR * NR;
+        for (int64_t j = 0; j < nr; ++j) {
+          float *row = C + (p * NR + j) * ldc + i0;
+          for (int i = 0; i < mr; ++i) {
+            float v = tile[i * NR + j];
+            if (accumulate) row[i] += v;
+            else row[i] = bias ? v + bias[i0 + i] : v;
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool sgemm_small_m(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                   const float *bias, const ParallelFor &par) {
+  if (M == 0 || N == 0) return true;
+  if (K == 0 || B.rs != 1) return false;
+  small_m_transposed(M, N, K, A, B, C, ldc, accumulate, accumulate ? nullptr : bias, par);
+  return true;
 }
 
 void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *packed_b,

@@ -45,6 +45,13 @@ void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64
 bool sgemm_few_rows(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
                     const ParallelFor &par);
 
+// C[M, N] (+)= A[M, K] * B[K, N] (+ bias: N values, read when !accumulate) for a few dozen rows
+// M against a big B = W^T that changes between calls (a linear layer's weight in training),
+// computed as C^T = W A^T: only A is packed, W is read once, in place. B's columns must be
+// contiguous (B.rs == 1); false otherwise or when K == 0.
+bool sgemm_small_m(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                   const float *bias, const ParallelFor &par);
+
 // y[N] (+)= x[K] * B[K, N]: a matrix-vector product, memory-bound, so it streams B exactly once
 // (no packing) on the caller's threads. B must have a unit stride (rs or cs == 1) and x be
 // contiguous; returns false otherwise (the caller uses another path).

@@ -159,3 +159,53 @@ def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
                 close(jit(x), eager(x).double())
         choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
         assert choices and set(choices) == {"own"}, choices
+
+
+# A weight that changes between calls (training) is not packed and kept: after its first change
+# the own side reads it in place. A linear layer of 33..128 rows against a weight of >= 64k elements
+# then takes the small-M product (C^T = W X^T, W's rows the in-place operand: copied a K block at a
+# time where their stride would crowd the cache, K = 1024; read in place otherwise), other products
+# a per-call packing (x @ W, W row-major). Row counts around the 32-wide panels of X^T and the
+# 12-row tiles of W, K over one and several 512-deep blocks, X contiguous and a column slice; the
+# weight then left alone again (the kept packing comes back) and written once more.
+@pytest.mark.parametrize("m", [33, 47, 64, 100, 128])
+@pytest.mark.parametrize("k,n", [(784, 1030), (1024, 100), (1030, 77)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_own_gemm_on_a_weight_that_changes_every_call(monkeypatch, m, k, n, bias):
+    import copy
+
+    import dynamo
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m + k + n)
+    lin = torch.nn.Linear(k, n, bias=bias)
+    eager = copy.deepcopy(lin)
+    jit = dynamo.optimize(lin)
+    with torch.no_grad():
+        for step in range(10):
+            if step < 4 or step >= 8:  # written in place between calls; left alone at steps 4-7
+                for p, q in ((eager.weight, lin.weight), (eager.bias, lin.bias)):
+                    if p is not None:
+                        d = torch.randn_like(p) * 0.1
+                        p.add_(d)
+                        q.add_(d)
+            x = torch.randn(m, k) if step % 2 else torch.randn(m, k + 5)[:, 2:k + 2]
+            close(jit(x), eager(x).double())
+        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        assert choices and set(choices) == {"own"}, choices
+
+
+@pytest.mark.parametrize("m", [40, 64])
+def test_own_gemm_row_major_weight_that_changes_every_call(monkeypatch, m):
+    import dynamo
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m)
+    w = torch.randn(300, 1030)
+
+    def f(x, w):
+        return x @ w
+    jit = dynamo.optimize(f)
+    with torch.no_grad():
+        for _ in range(5):
+            w.add_(torch.randn_like(w) * 0.1)
+            x = torch.randn(m, 300)
+            close(jit(x, w), (x.double() @ w.double()))
