@@ -47,7 +47,7 @@ struct GemmStep {
   // first call packs B).
   bool retimed = false;
   Derived<std::vector<float>> packed_b;
-  // B as the last call saw it, and for how many calls in a row before it had not changed. A B
+  // B as the last call saw it, and for how many calls in a row before it had not changed. A big B
   // that changes between calls (a weight in training) is not packed and kept (that would cost a
   // pass over it on every call): the own side packs it a block at a time or reads it in place,
   // until it stays the same for two calls in a row again.
@@ -198,7 +198,7 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
     g->b_same = same ? g->b_same + 1 : 0;
     if (g->b_same >= 2) g->b_changing = false;
     g->last_b = *key;
-    if (g->b_changing) {  // no kept packing
+    if (g->b_changing && n * k >= kBigB) {  // no kept packing (a small B is packed again, cheaply)
       g->packed_b.clear();
       key.reset();
     }
