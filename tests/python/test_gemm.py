@@ -209,3 +209,29 @@ def test_own_gemm_row_major_weight_that_changes_every_call(monkeypatch, m):
             w.add_(torch.randn_like(w) * 0.1)
             x = torch.randn(m, 300)
             close(jit(x, w), (x.double() @ w.double()))
+
+
+# A product step whose B changes between calls times its sides a second time after its first
+# eight chosen calls; one whose B stays does not.
+@pytest.mark.parametrize("changing", [True, False])
+def test_a_step_with_a_changing_weight_is_timed_again(monkeypatch, capfd, changing):
+    import copy
+
+    import dynamo
+    monkeypatch.delenv("DYNAMO_GEMM", raising=False)
+    monkeypatch.setenv("DYNAMO_PRINT_CHOICES", "1")
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(300, 400)
+    eager = copy.deepcopy(lin)
+    jit = dynamo.optimize(lin)
+    with torch.no_grad():
+        for _ in range(14):
+            if changing:
+                d = torch.randn_like(lin.weight) * 0.1
+                lin.weight.add_(d)
+                eager.weight.add_(d)
+            x = torch.randn(64, 300)
+            close(jit(x), eager(x).double())
+    err = capfd.readouterr().err
+    assert "aten::addmm" in err, err
+    assert ("timed again, B changing" in err) == changing, err
