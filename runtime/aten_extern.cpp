@@ -177,9 +177,10 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
 }
 
 // Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows; of up to
-// kSmallRows rows against such a B of at least kBigB elements that has no version, or changed
-// since it was packed (a weight in training), sgemm_small_m: the weight read in place, never
-// packed (a kept packing would be rebuilt on every call). Another B that changed since it was
+// kSmallRows rows against such a B of at least kBigB elements and at least as many columns as A
+// has rows that has no version, or changed since it was packed (a weight in training),
+// sgemm_small_m: the weight read in place, never packed (a kept packing would be rebuilt on every
+// call; only A^T is packed, no bigger than the weight). Another big B that changed since it was
 // packed is packed a block at a time by sgemm, into a buffer that stays in cache.
 constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16;
 
@@ -203,7 +204,7 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
       key.reset();
     }
   }
-  if (m > kFewRows && m <= kSmallRows && n * k >= kBigB && !key &&
+  if (m > kFewRows && m <= kSmallRows && n * k >= kBigB && n >= m && !key &&
       sgemm_small_m(m, n, k, view_of(a), view_of(b), c, n, accumulate, bias, parallel))
     return;
   const bool packed_path = m > kFewRows && key;
