@@ -311,6 +311,17 @@ std::vector<int32_t> rewrite_cat(Trace &out, const Inst &in) {
 
 std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in);
 
+// dims (negative ones counted from the end) as dims of a tensor of rank dims, sorted; false when
+// one is out of range or appears twice.
+bool normalize_dims(std::vector<int64_t> &dims, int64_t rank) {
+  for (int64_t &d : dims) {
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank) return false;
+  }
+  std::sort(dims.begin(), dims.end());
+  return std::adjacent_find(dims.begin(), dims.end()) == dims.end();
+}
+
 // A reduction op (x, [dims], keepdim); one of at most kUnrolledReduction elements per output
 // unrolled into pointwise ops (unroll_small_reduction).
 int32_t reduction(Rewriter &r, Op op, std::vector<Operand> args) {
@@ -332,10 +343,7 @@ bool column_reduction(const Trace &out, const Operand &x, std::vector<int64_t> d
   if (xt.device.kind != DeviceKind::CPU || (xt.dtype != DType::F32 && xt.dtype != DType::F64) || dims.empty())
     return false;
   const int64_t rank = xt.rank();
-  for (int64_t &d : dims) {
-    if (d < 0) d += rank;
-    if (d < 0 || d >= rank) return false;
-  }
+  if (!normalize_dims(dims, rank)) return false;
   int64_t reduced = 1, kept = 1, last_reduced = -1, first_kept = rank;
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t n = xt.sizes[(size_t)d];
@@ -677,12 +685,7 @@ std::vector<int32_t> unroll_small_reduction(Trace &out, const Inst &in) {
   std::vector<int64_t> dims = in.args[1].list;
   if (dims.empty())
     for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
-  for (int64_t &d : dims) {
-    if (d < 0) d += rank;
-    if (d < 0 || d >= rank) return {};
-  }
-  std::sort(dims.begin(), dims.end());
-  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) return {};
+  if (!normalize_dims(dims, rank)) return {};
   int64_t count = 1;
   for (int64_t d : dims) count *= xt.sizes[(size_t)d];
   if (count < 1 || count > kUnrolledReduction) return {};

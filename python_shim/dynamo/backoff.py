@@ -109,6 +109,8 @@ class Policy:
         self._comebacks = 0         # tries since (each waits 4x longer)
         self._abort_base = 0        # aborts before the last try (abort_limit counts those after)
         self.fast_eager = None      # left to CPython with nothing compiled: (calls until a new try, config._version)
+        self.split_at_once = {}     # part name -> why: the part, once compiled apart, runs in CPython
+        #                             with its own parts compiled apart from its first call (_parts_full)
         if native.load_error() is not None:  # (said at import) for good: see _comes_back
             self.disabled_reason = f"libdynamo is not loaded ({native.load_error()})"
 
@@ -224,10 +226,50 @@ class Policy:
             if isinstance(fwd, types.FunctionType) and not getattr(fwd, "_dynamo_disable", False):
                 self._install(child)
                 self.parts.append(names[id(child)])
+                why = self.split_at_once.get(names[id(child)])
+                if why is not None:  # recorded alone it would stop where the module did: split it now
+                    child.__dict__["forward"].policy.leave(why)
         if self.parts:
             why = self.disabled_reason or self.attempts[-1].reason
             log("aborts", f"{self.name}: runs in CPython ({why}); compiling its submodules apart: "
                           f"{', '.join(self.parts)}")
+
+    def _parts_full(self, root, snap):
+        """The module's parts whose own stitches -- in root's trace tree, plus snap, the stitch that
+        found no room -- fill config.max_stitches: recorded alone, such a part's tree would overflow
+        alike (a detection model's RoIHeads, its per-class nms loop). A stitch belongs to the part
+        whose forward is the first of its snapshot's frames under the root's; parts of one class
+        are not told apart (none of them is named)."""
+        names = self.part_names()
+        by_code = {}
+        for child in self.owner.modules():
+            if id(child) in names:
+                code = getattr(type(child).forward, "__code__", None)
+                by_code.setdefault(code, []).append(names[id(child)])
+
+        def part_of(s):
+            for fs in s.frames[1:]:
+                hit = by_code.get(fs.code)
+                if hit is not None:
+                    return hit[0] if len(hit) == 1 else None
+            return None
+        counts = {}
+
+        def count(s):
+            p = part_of(s)
+            if p is not None:
+                counts[p] = counts.get(p, 0) + 1
+
+        def walk(c):
+            for s in c.exits:
+                if s.step is not None and s.sides and s.step[0] not in _STORES:
+                    count(s)
+                for side in s.sides:
+                    walk(side)
+        walk(root)
+        if snap.step is not None and snap.step[0] not in _STORES:
+            count(snap)
+        return [p for p, n in counts.items() if n >= config.max_stitches]
 
     def side_aborted(self, snap, reason, kind="internal", overflow=False):
         """A side-trace recording from snap failed: back off, then blacklist the exit; a stitch's
@@ -266,6 +308,12 @@ class Policy:
                     overflow and _plain_stitches(root) + (snap.step[0] not in _STORES) >= config.max_stitches)
                 if not self.traces and not again:
                     self.disabled_reason = why
+                    if overflow and self.owner is not None and config.compile_parts:
+                        for part in self._parts_full(root, snap):
+                            self.split_at_once[part] = (
+                                f"its own stitches filled config.max_stitches ({config.max_stitches}) in the trace "
+                                f"tree of {self.name}, which stopped at {snap.where}: recorded alone it would stop "
+                                "there as well")
         else:
             snap.retry_at = snap.count + 2 ** len(snap.aborts)
 

@@ -1710,6 +1710,9 @@ def _index_long(func, args, kwargs):
     if (not narrow and func is not _aten.index.Tensor) or \
             not all(i.dtype in (torch.int32, torch.int64) for i in tensors):  # (a mask indexes otherwise)
         return func(*args, **kwargs)
+    if not narrow and (kwargs or not isinstance(args[0], torch.Tensor) or len(args[1]) != args[0].dim() or
+                       not args[0].is_contiguous()):  # (nothing to widen, and no flat gather: _flat_gather)
+        return func(*args, **kwargs)
     try:
         idx = [i.to(torch.int64, memory_format=torch.contiguous_format)
                if isinstance(i, torch.Tensor) and i.dtype == torch.int32 else i for i in args[1]]
@@ -1747,8 +1750,10 @@ def _flat_gather(src, idx, shape):
                     for i in idx)) or math.prod(shape) < _FLAT_GATHER_MIN:
         return None
     for i, n in zip(idx, src.shape):
-        if i.numel() and (int(i.min()) < 0 or int(i.max()) >= n):
-            return None
+        if i.numel():
+            lo, hi = torch.aminmax(i)
+            if int(lo) < 0 or int(hi) >= n:
+                return None
     parts = sorted((i * st for i, st in zip(idx, src.stride())), key=lambda t: t.numel())
     offsets = parts[0]
     for t in parts[1:]:

@@ -189,3 +189,57 @@ def test_a_tree_full_without_its_stores_is_not_recorded_again():
         assert c["eager_runs"] == 3 and "max_stitches" in dynamo.report(), c
     finally:
         dynamo.config.max_stitches = old
+
+
+class Heads(torch.nn.Module):
+    """A detection model's RoIHeads in small: parts of its own, then a loop of stitches (its
+    per-class nms calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.pool(x)
+        kept = [unrecordable(y[i] * 2) for i in range(6)]  # a stitch each
+        return self.out(torch.stack(kept))
+
+
+class TwoParts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        self.heads = Heads()
+
+    def forward(self, x):
+        return self.heads(self.backbone(x))
+
+
+def test_a_part_whose_own_stitches_overflowed_is_split_at_once():
+    """The module's first recording overflows config.max_stitches with stitches that are all
+    inside one of its parts: the module runs in CPython with its parts compiled apart, and that
+    part, which recorded alone would overflow the same way, runs in CPython with its own parts
+    compiled apart from its first call (not recorded once more to find that out: a detection
+    model's second call recorded RoIHeads in vain)."""
+    old = dynamo.config.max_stitches
+    dynamo.config.max_stitches = 3
+    try:
+        torch.manual_seed(0)
+        model = TwoParts()
+        ref = TwoParts()
+        ref.load_state_dict(model.state_dict())
+        opt = dynamo.optimize(model)
+        with torch.no_grad():
+            for _ in range(4):
+                x = torch.randn(6, 8)
+                torch.testing.assert_close(opt(x), ref(x))
+        heads = model.heads.forward
+        assert "filled config.max_stitches" in (heads.policy.disabled_reason or ""), dynamo.report()
+        tries = heads.policy.attempts  # never recorded: the one attempt is the split
+        assert len(tries) == 1 and "filled config.max_stitches" in tries[0].reason and not tries[0].ops, \
+            [a.reason for a in tries]
+        assert sorted(heads.parts) == ["out", "pool"], heads.parts
+        assert model.heads.pool.forward.native_runs >= 2 and model.backbone.forward.native_runs >= 2, dynamo.report()
+    finally:
+        dynamo.config.max_stitches = old
