@@ -190,6 +190,13 @@ constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16;
 void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, const float *bias, GemmStep *g,
                  const uint64_t *b_version) {
   int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  if (m <= kFewRows) {  // (no packing to keep or drop: B is read in place)
+    if (bias && !accumulate) {
+      for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
+      accumulate = true;
+    }
+    if (sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
+  }
   std::optional<ContentKey> key;  // (set: B packed and kept)
   if (g && b_version) {
     key = ContentKey::of(b, *b_version);
@@ -212,7 +219,6 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
     for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
     accumulate = true;
   }
-  if (m <= kFewRows && sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
   if (!key) {
     sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
     return;
