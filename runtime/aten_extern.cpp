@@ -190,11 +190,14 @@ constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16;
 void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumulate, const float *bias, GemmStep *g,
                  const uint64_t *b_version) {
   int64_t m = a.size(0), n = b.size(1), k = a.size(1);
-  if (m <= kFewRows) {  // (no packing to keep or drop: B is read in place)
+  auto start_at_bias = [&] {  // (for the paths that add into C)
     if (bias && !accumulate) {
       for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
       accumulate = true;
     }
+  };
+  if (m <= kFewRows) {  // (no packing to keep or drop: B is read in place)
+    start_at_bias();
     if (sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
   }
   std::optional<ContentKey> key;  // (set: B packed and kept)
@@ -214,12 +217,8 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
   if (m > kFewRows && m <= kSmallRows && n * k >= kBigB && n >= m && !key &&
       sgemm_small_m(m, n, k, view_of(a), view_of(b), c, n, accumulate, bias, parallel))
     return;
-  const bool packed_path = m > kFewRows && key;
-  if (bias && !accumulate && !packed_path) {
-    for (int64_t i = 0; i < m; ++i) memcpy(c + i * n, bias, (size_t)n * sizeof(float));
-    accumulate = true;
-  }
   if (!key) {
+    start_at_bias();
     sgemm(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel);
     return;
   }

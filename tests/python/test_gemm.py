@@ -121,7 +121,7 @@ def test_linear_layers_on_each_side_follow_their_weights(gemm_side, shape):
                 x = torch.randn(shape)
                 close(jit(x), eager(x).double())
         check()
-        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        choices = choices_of(jit)
         assert choices and all(ch in ("own", "blas", "mkl") for ch in choices), choices
         if gemm_side != "auto":
             assert set(choices) == {{"0": "blas", "1": "own"}.get(gemm_side, gemm_side)}, choices
@@ -136,6 +136,24 @@ def test_linear_layers_on_each_side_follow_their_weights(gemm_side, shape):
         check()
 
 
+def own_linear(monkeypatch, m, k, n, bias):
+    """An nn.Linear(k, n) (seeded by the sizes), an eager copy and the optimized one, the own GEMM
+    forced."""
+    import copy
+
+    import dynamo
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m + k + n)
+    lin = torch.nn.Linear(k, n, bias=bias)
+    eager = copy.deepcopy(lin)
+    return lin, eager, dynamo.optimize(lin)
+
+
+def choices_of(jit):
+    """The side each product step of an optimized module's traces chose ("own", "blas", "mkl")."""
+    return [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+
+
 # The own side's GEMM against a kept weight: A's rows read in place 12 at a time, the rows dealt to
 # the threads in chunks of equal tiles, K in blocks of 256, and a linear layer's bias added as the
 # first block is stored (no pass filling the result with it first). Row counts around the tiles and
@@ -145,19 +163,12 @@ def test_linear_layers_on_each_side_follow_their_weights(gemm_side, shape):
 @pytest.mark.parametrize("k,n", [(1, 40), (300, 17), (600, 1030)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
-    import copy
-
-    import dynamo
-    monkeypatch.setenv("DYNAMO_GEMM", "1")
-    torch.manual_seed(m + k + n)
-    lin = torch.nn.Linear(k, n, bias=bias)
-    eager = copy.deepcopy(lin)
-    jit = dynamo.optimize(lin)
+    lin, eager, jit = own_linear(monkeypatch, m, k, n, bias)
     with torch.no_grad():
         for x in (torch.randn(m, k), torch.randn(m, k + 5)[:, 2:k + 2]):
             for _ in range(3):
                 close(jit(x), eager(x).double())
-        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        choices = choices_of(jit)
         assert choices and set(choices) == {"own"}, choices
 
 
@@ -172,14 +183,7 @@ def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
 @pytest.mark.parametrize("k,n", [(784, 1030), (1024, 100), (1030, 77)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_own_gemm_on_a_weight_that_changes_every_call(monkeypatch, m, k, n, bias):
-    import copy
-
-    import dynamo
-    monkeypatch.setenv("DYNAMO_GEMM", "1")
-    torch.manual_seed(m + k + n)
-    lin = torch.nn.Linear(k, n, bias=bias)
-    eager = copy.deepcopy(lin)
-    jit = dynamo.optimize(lin)
+    lin, eager, jit = own_linear(monkeypatch, m, k, n, bias)
     with torch.no_grad():
         for step in range(10):
             if step < 4 or step >= 8:  # written in place between calls; left alone at steps 4-7
@@ -190,7 +194,7 @@ def test_own_gemm_on_a_weight_that_changes_every_call(monkeypatch, m, k, n, bias
                         q.add_(d)
             x = torch.randn(m, k) if step % 2 else torch.randn(m, k + 5)[:, 2:k + 2]
             close(jit(x), eager(x).double())
-        choices = [w.split("=")[1] for c in jit.forward.compiled for w in c.entry.choices().split()]
+        choices = choices_of(jit)
         assert choices and set(choices) == {"own"}, choices
 
 

@@ -81,19 +81,26 @@ class CachedBias(torch.nn.Module):
         return torch.tanh(x + self.cache[key])
 
 
+def matches_its_twin(make, calls, shape):
+    """make() optimized, called `calls` times under no_grad on random inputs of shape beside an
+    eager twin with the same state (results equal each call); returns the optimized module."""
+    torch.manual_seed(0)
+    model, ref = make(), make()
+    ref.load_state_dict(model.state_dict())
+    opt = dynamo.optimize(model)
+    with torch.no_grad():
+        for _ in range(calls):
+            x = torch.randn(shape)
+            torch.testing.assert_close(opt(x), ref(x))
+    return model
+
+
 def test_a_cache_filled_on_the_first_call_is_recorded_again_once_filled():
     """More cache fills than config.max_stitches on the first call: the stitch tree overflows and
     the root goes, but its stitches were stores into the module's own objects -- the next call
     finds the caches filled and records the forward whole (it was left to CPython, run in parts)."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[CachedBias(8) for _ in range(dynamo.config.max_stitches + 2)])
-    ref = torch.nn.Sequential(*[CachedBias(8) for _ in range(len(model))])
-    ref.load_state_dict(model.state_dict())
-    opt = dynamo.optimize(model)
-    with torch.no_grad():
-        for k in range(5):
-            x = torch.randn(3, 8)
-            torch.testing.assert_close(opt(x), ref(x))
+    n = dynamo.config.max_stitches + 2
+    model = matches_its_twin(lambda: torch.nn.Sequential(*[CachedBias(8) for _ in range(n)]), 5, (3, 8))
     f = model.forward
     assert len(f.compiled) == 1 and f.native_runs >= 3 and not f.parts, dynamo.report()
     assert "max_stitches" in dynamo.report()  # (the first call's tree, said)
@@ -225,15 +232,7 @@ def test_a_part_whose_own_stitches_overflowed_is_split_at_once():
     old = dynamo.config.max_stitches
     dynamo.config.max_stitches = 3
     try:
-        torch.manual_seed(0)
-        model = TwoParts()
-        ref = TwoParts()
-        ref.load_state_dict(model.state_dict())
-        opt = dynamo.optimize(model)
-        with torch.no_grad():
-            for _ in range(4):
-                x = torch.randn(6, 8)
-                torch.testing.assert_close(opt(x), ref(x))
+        model = matches_its_twin(TwoParts, 4, (6, 8))
         heads = model.heads.forward
         assert "filled config.max_stitches" in (heads.policy.disabled_reason or ""), dynamo.report()
         tries = heads.policy.attempts  # never recorded: the one attempt is the split
