@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace dynamo::runtime {
@@ -252,37 +253,66 @@ bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accum
 
 namespace {
 
-// C (+)= A * B with B's K block starting at k0 (kc deep) packed at block(k0, kc).
+// A per-call float buffer left uninitialized (every element read is written first: packing
+// writes its padding too): a std::vector's zero fill would be a serial pass over megabytes.
+struct Scratch {
+  std::unique_ptr<float[]> p;
+  explicit Scratch(size_t n) : p(new float[std::max<size_t>(n, 1)]) {}
+  float *data() const { return p.get(); }
+};
+
+// C (+)= A * B over rows i0 : i0 + mc (at most MC), B's K block (k0, kc) packed at bp: A's rows
+// packed into ap (MR-row panels), then every panel of B against them.
+void rows_times_block(int64_t i0, int64_t mc, int64_t N, MatView A, int64_t k0, int64_t kc, const float *bp, float *ap,
+                      float *C, int64_t ldc, bool add) {
+  pack_a(A, i0, mc, k0, kc, ap);
+  for (int64_t j = 0; j < N; j += NR) {
+    const float *pb = bp + (j / NR) * kc * NR;
+    const int nr = (int)std::min<int64_t>(NR, N - j);
+    for (int64_t i = 0; i < mc; i += MR) {
+      const int mr = (int)std::min<int64_t>(MR, mc - i);
+      if (i + MR < mc) prefetch_tile(C + (i0 + i + MR) * ldc + j, ldc, std::min<int64_t>(MR, mc - i - MR));
+      micro_kernel(kc, ap + (i / MR) * kc * MR, pb, C + (i0 + i) * ldc + j, ldc, mr, nr, add);
+    }
+  }
+}
+
+// C (+)= A * B with B's K block starting at k0 (kc deep) packed at block(k0, kc). The threads
+// share C's rows out in whole MR-row panels (as even as the panels allow), each taking its rows
+// MC at a time.
 void sgemm_blocks(int64_t M, int64_t N, int64_t K, MatView A, float *C, int64_t ldc, bool accumulate,
                   const ParallelFor &par, const std::function<const float *(int64_t, int64_t)> &block) {
-  const int64_t mblocks = (M + MC - 1) / MC, nblocks = (N + NC - 1) / NC;
+  const int64_t panels = (M + MR - 1) / MR;
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t kc = std::min(KC, K - k0);
     const float *bp = block(k0, kc);
     const bool add = accumulate || k0 > 0;
-    par(mblocks * nblocks, 1, [&](int64_t t0, int64_t t1) {
-      std::vector<float> ap((size_t)(((MC + MR - 1) / MR) * MR * kc));
-      int64_t packed_m = -1;
-      for (int64_t t = t0; t < t1; ++t) {
-        int64_t mb = t / nblocks, nb = t % nblocks;
-        int64_t i0 = mb * MC, mc = std::min(MC, M - i0);
-        if (packed_m != mb) {
-          pack_a(A, i0, mc, k0, kc, ap.data());
-          packed_m = mb;
-        }
-        int64_t j0 = nb * NC, j1 = std::min(N, j0 + NC);
-        for (int64_t j = j0; j < j1; j += NR) {
-          const float *pb = bp + (j / NR) * kc * NR;
-          int nr = (int)std::min<int64_t>(NR, N - j);
-          for (int64_t i = 0; i < mc; i += MR) {
-            int mr = (int)std::min<int64_t>(MR, mc - i);
-            if (i + MR < mc) prefetch_tile(C + (i0 + i + MR) * ldc + j, ldc, std::min<int64_t>(MR, mc - i - MR));
-            micro_kernel(kc, ap.data() + (i / MR) * kc * MR, pb, C + (i0 + i) * ldc + j, ldc, mr, nr, add);
-          }
-        }
+    par(panels, 1, [&](int64_t q0, int64_t q1) {
+      Scratch ap((size_t)(MC * kc));
+      for (int64_t q = q0; q < q1; q += MC / MR) {
+        const int64_t i0 = q * MR, i1 = std::min(M, std::min(q1, q + MC / MR) * MR);
+        rows_times_block(i0, i1 - i0, N, A, k0, kc, bp, ap.data(), C, ldc, add);
       }
     });
   }
+}
+
+// C (+)= A * B for at most MC rows: the threads share C's columns out in whole NR-column panels,
+// each packing every row of A and its own panels of B, one K block at a time, in one parallel
+// region (a few rows split by rows would leave a thread idle for a panel's worth, and a B packed
+// by all the threads would need a region per K block). A training step's input gradient G W.
+void sgemm_columns(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                   const ParallelFor &par) {
+  par((N + NR - 1) / NR, 1, [&](int64_t p0, int64_t p1) {
+    const int64_t j0 = p0 * NR, nc = std::min(N, p1 * NR) - j0;
+    Scratch ap((size_t)(MC * std::min(K, KC))), bp((size_t)((p1 - p0) * std::min(K, KC) * NR));
+    const MatView mine{B.data + j0 * B.cs, B.rs, B.cs};
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+      const int64_t kc = std::min(KC, K - k0);
+      pack_b_block(mine, k0, kc, nc, bp.data(), 0, p1 - p0);
+      rows_times_block(0, M, nc, A, k0, kc, bp.data(), ap.data(), C + j0, ldc, accumulate || k0 > 0);
+    }
+  });
 }
 
 // The trivial shapes: nothing to do, or C = 0 (K == 0). True when handled.
@@ -332,7 +362,11 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
            const ParallelFor &par) {
   if (trivial(M, N, K, C, ldc, accumulate)) return;
   const int64_t npanels = (N + NR - 1) / NR;
-  std::vector<float> bp((size_t)(npanels * std::min(K, KC) * NR));
+  if (M <= MC && npanels >= 2 * ((M + MR - 1) / MR)) {
+    sgemm_columns(M, N, K, A, B, C, ldc, accumulate, par);
+    return;
+  }
+  Scratch bp((size_t)(npanels * std::min(K, KC) * NR));
   sgemm_blocks(M, N, K, A, C, ldc, accumulate, par, [&](int64_t k0, int64_t kc) {
     par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b_block(B, k0, kc, N, bp.data(), p0, p1); });
     return bp.data();
@@ -441,14 +475,19 @@ bool crowded(int64_t ld) {
 void small_m_transposed(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc,
                         bool accumulate, const float *bias, const ParallelFor &par) {
   const int64_t npm = (M + NR - 1) / NR;  // panels of X^T
-  std::vector<float> xt((size_t)(npm * K * NR));
+  Scratch xt((size_t)(npm * K * NR));
   const MatView at{A.data, A.cs, A.rs};  // X^T as a K x M matrix
-  for (int64_t k0 = 0; k0 < K; k0 += SKC)
-    pack_b_block(at, k0, std::min(SKC, K - k0), M, xt.data() + k0 * npm * NR, 0, npm);
+  const int64_t kblocks = (K + SKC - 1) / SKC;
+  par(kblocks * npm, 1, [&](int64_t t0, int64_t t1) {  // (K block, panel) pairs
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t k0 = t / npm * SKC, kc = std::min(SKC, K - k0);
+      pack_b_block(at, k0, kc, M, xt.data() + k0 * npm * NR, t % npm, t % npm + 1);
+    }
+  });
   const int64_t tiles = (N + RR - 1) / RR;
   const bool copy = crowded(B.cs);  // W's rows read in place unless their stride crowds the cache
   par(tiles, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> abuf(copy ? (size_t)(RR * skewed(SKC)) : 0), acc((size_t)(npm * RR * NR));
+    Scratch abuf(copy ? (size_t)(RR * skewed(SKC)) : 0), acc((size_t)(npm * RR * NR));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = t * RR;
       const int mr = (int)std::min<int64_t>(RR, N - i0);

@@ -172,6 +172,28 @@ def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
         assert choices and set(choices) == {"own"}, choices
 
 
+
+# The own GEMM with B packed per call (an input, no weight to keep): up to 96 rows against at least
+# twice as many 32-column panels as 6-row panels are split by columns (each thread packs all of A
+# and its own panels of B, K block by K block), other shapes by rows in whole 6-row panels (an
+# input gradient G W and a weight gradient G^T X in training). Rows around the panels, K over one
+# and several 256-deep blocks, N with partial panels, transposed operands, and addmm with a full
+# bias (the product added to it).
+@pytest.mark.parametrize("m,k,n", [(1, 40, 70), (7, 300, 1030), (64, 1024, 1024), (50, 257, 65), (96, 600, 200),
+                                   (97, 300, 70), (200, 513, 40), (1023, 64, 784)])
+@pytest.mark.parametrize("layout", ["rows", "transposed"])
+def test_own_gemm_split_by_rows_or_columns(frame, monkeypatch, m, k, n, layout):
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m * 7 + k + n)
+    if layout == "rows":
+        a, b = torch.randn(m, k), torch.randn(k, n)
+    else:
+        a, b = torch.randn(k, m).t(), torch.randn(n, k).t()
+    close(run(frame, f"%r = extern aten::mm(%0, %1) : f32[{m},{n}]", a, b), a.double() @ b.double())
+    bias = torch.randn(m, n)
+    close(run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[{m},{n}]", bias, a, b),
+          bias.double() + a.double() @ b.double())
+
 # A weight that changes between calls (training) is not packed and kept: after its first change
 # the own side reads it in place. A linear layer of 33..128 rows against a weight of >= 64k elements
 # then takes the small-M product (C^T = W X^T, W's rows the in-place operand: copied a K block at a
