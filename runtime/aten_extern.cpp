@@ -176,7 +176,8 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
   return sgemv(b.size(1), b.size(0), x.data_ptr<float>(), view_of(b), out.data_ptr<float>(), accumulate, parallel);
 }
 
-// Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows; of up to
+// Products of up to kFewRows rows whose B is a weight's transpose take sgemm_few_rows (and products
+// of many rows against up to kFewRows columns of one, as their transpose); of up to
 // kSmallRows rows against such a B of at least kBigB elements and at least as many columns as A
 // has rows that has no version, or changed since it was packed (a weight in training),
 // sgemm_small_m: the weight read in place, never packed (a kept packing would be rebuilt on every
@@ -199,6 +200,20 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
   if (m <= kFewRows) {  // (no packing to keep or drop: B is read in place)
     start_at_bias();
     if (sgemm_few_rows(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
+  }
+  if (n <= kFewRows && m > n && k > 0 && a.stride(1) == 1 && b.stride(0) == 1) {
+    // many rows against few columns of a weight's transpose (a classifier's head, X W^T): C^T =
+    // W X^T by the few-row products, both read in place, then stored transposed
+    const MatView w{b.data_ptr<float>(), b.stride(1), 1}, xt{a.data_ptr<float>(), 1, a.stride(0)};
+    std::unique_ptr<float[]> ct(new float[(size_t)(n * m)]);
+    if (sgemm_few_rows(n, m, k, w, xt, ct.get(), m, false, parallel)) {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = ct[(size_t)(j * m + i)];
+          c[i * n + j] = accumulate ? c[i * n + j] + v : bias ? bias[j] + v : v;
+        }
+      return;
+    }
   }
   std::optional<ContentKey> key;  // (set: B packed and kept)
   if (g && b_version) {

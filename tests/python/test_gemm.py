@@ -195,6 +195,20 @@ def test_own_gemm_split_by_rows_or_columns(frame, monkeypatch, m, k, n, layout):
     close(run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[{m},{n}]", bias, a, b),
           bias.double() + a.double() @ b.double())
 
+
+# Many rows against at most 32 columns of a weight's transpose (a classifier's head, X W^T) are
+# computed as C^T = W X^T by the few-row products and stored transposed: without a bias, with a
+# linear layer's bias, with a full bias the product is added to.
+@pytest.mark.parametrize("m,k,n", [(33, 64, 10), (64, 1024, 10), (100, 1, 7), (1023, 300, 32), (40, 17, 1)])
+def test_own_gemm_many_rows_few_columns(frame, monkeypatch, m, k, n):
+    monkeypatch.setenv("DYNAMO_GEMM", "1")
+    torch.manual_seed(m + k + n)
+    a, b = torch.randn(m, k), torch.randn(n, k).t()
+    close(run(frame, f"%r = extern aten::mm(%0, %1) : f32[{m},{n}]", a, b), a.double() @ b.double())
+    for bias in (torch.randn(n), torch.randn(m, n)):
+        close(run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[{m},{n}]", bias, a, b),
+              bias.double() + a.double() @ b.double())
+
 # A weight that changes between calls (training) is not packed and kept: after its first change
 # the own side reads it in place. A linear layer of 33..128 rows against a weight of >= 64k elements
 # then takes the small-M product (C^T = W X^T, W's rows the in-place operand: copied a K block at a
