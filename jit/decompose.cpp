@@ -335,9 +335,10 @@ int32_t reduction(Rewriter &r, Op op, std::vector<Operand> args) {
 // A float sum or mean over leading dims -- every reduced dim of more than one element before
 // every kept one, at least 16 elements kept: a column reduction (a linear layer's bias gradient,
 // sum(0) of [64, 1024]; layer norm's weight gradients over [B, T, C]). A row kernel walks each
-// kept element's column with strided gathers, ~10x eager's time there (98 against 10 us); ATen
-// vectorizes across the kept elements, so the extern stays (its input is stored: in a backward
-// the product that follows reads it anyway). CPU values only.
+// kept element's column with strided gathers, ~10x eager's time there (98 against 10 us), so the
+// extern stays (its input is stored: in a backward the product that follows reads it anyway) and
+// the runtime sums down the columns (aten_extern.cpp own_column_sum; LibTorch's sum where the
+// input is strided or has fewer than 64 columns). CPU values only.
 bool column_reduction(const Trace &out, const Operand &x, std::vector<int64_t> dims) {
   const Type &xt = out.types[x.value];
   if (xt.device.kind != DeviceKind::CPU || (xt.dtype != DType::F32 && xt.dtype != DType::F64) || dims.empty())

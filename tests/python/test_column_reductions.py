@@ -1,10 +1,12 @@
 """Float sums and means over leading dims (every reduced dim of more than one element before
 every kept one, at least 16 elements kept) -- a linear layer's bias gradient `g.sum(0)`, layer
-norm's weight gradients over [B, T, C] -- stay ATen's `aten::sum.dim_IntList` / `aten::mean.dim`
-(jit/decompose.cpp `column_reduction`): a row kernel walks each kept element's column with
-strided gathers, ~10x eager's time. Values compared with eager on random inputs (odd sizes,
-keepdim, a fused producer, a transposed input, size-1 dims); the row cases and tiny reductions
-stay compiled kernels."""
+norm's weight gradients over [B, T, C] -- stay extern steps `aten::sum.dim_IntList` /
+`aten::mean.dim` (jit/decompose.cpp `column_reduction`: a row kernel walks each kept element's
+column with strided gathers, ~10x eager's time), run by the runtime's column sum where the input
+is contiguous with at least 64 kept elements (runtime/aten_extern.cpp `own_column_sum`), by
+LibTorch otherwise. Values compared with eager on random inputs (odd sizes, long columns,
+keepdim, negative dims, a fused producer, a transposed input, size-1 dims); the row cases and
+tiny reductions stay compiled kernels."""
 import pytest
 import torch
 
@@ -27,7 +29,8 @@ def run(f, make, libtorch_calls, calls=3):
 
 @pytest.mark.parametrize("shape,dims,keep", [
     ((64, 1024), 0, False), ((7, 1023), 0, True), ((8, 64, 256), (0, 1), False),
-    ((1, 33, 48), 1, False), ((2, 5, 16), (0, 1), True), ((300, 17), (0,), False)])
+    ((1, 33, 48), 1, False), ((2, 5, 16), (0, 1), True), ((300, 17), (0,), False),
+    ((8192, 64), 0, False), ((4, 6, 130), (-3, -2), True), ((3, 200), (0,), True)])
 @pytest.mark.parametrize("op", ["sum", "mean"])
 def test_column_reductions_run_in_aten(shape, dims, keep, op):
     def f(x):
