@@ -8,6 +8,7 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -271,6 +272,31 @@ struct Scratch {
   float *data() const { return p.get(); }
 };
 
+// [0, n) handed out in runs from a shared counter, each an eighth of what is left (between least
+// and most items): a thread slowed down (an interrupt, a colder cache, a neighbour on its core)
+// takes less of the work, where a fixed split would leave the others waiting at the region's end.
+// Every thread of a region loops on take() until it returns false.
+class Runs {
+ public:
+  Runs(int64_t n, int64_t least, int64_t most) : n_(n), least_(least), most_(std::max(least, most)) {}
+  bool take(int64_t &b, int64_t &e) {
+    int64_t cur = next_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (cur >= n_) return false;
+      const int64_t len = std::min(n_ - cur, std::clamp((n_ - cur) / 8, least_, most_));
+      if (next_.compare_exchange_weak(cur, cur + len, std::memory_order_relaxed)) {
+        b = cur;
+        e = cur + len;
+        return true;
+      }
+    }
+  }
+
+ private:
+  std::atomic<int64_t> next_{0};
+  const int64_t n_, least_, most_;
+};
+
 // C (+)= A * B over rows i0 : i0 + mc (at most MC), B's K block (k0, kc) packed at bp: A's rows
 // packed into ap (MR-row panels), then every panel of B against them, a panel's tiles down C's
 // rows. once: this block is all of K, so C's lines are written once, cold (a weight's gradient,
@@ -307,8 +333,7 @@ void rows_times_block(int64_t i0, int64_t mc, int64_t N, MatView A, int64_t k0, 
 }
 
 // C (+)= A * B with B's K block starting at k0 (kc deep) packed at block(k0, kc). The threads
-// share C's rows out in whole MR-row panels (as even as the panels allow), each taking its rows
-// MC at a time.
+// take C's rows in runs of whole MR-row panels (Runs: at most MC rows, at least 2 panels).
 void sgemm_blocks(int64_t M, int64_t N, int64_t K, MatView A, float *C, int64_t ldc, bool accumulate,
                   const ParallelFor &par, const std::function<const float *(int64_t, int64_t)> &block) {
   const int64_t panels = (M + MR - 1) / MR;
@@ -316,30 +341,47 @@ void sgemm_blocks(int64_t M, int64_t N, int64_t K, MatView A, float *C, int64_t 
     const int64_t kc = std::min(KC, K - k0);
     const float *bp = block(k0, kc);
     const bool add = accumulate || k0 > 0;
-    par(panels, 1, [&](int64_t q0, int64_t q1) {
+    Runs runs(panels, 2, MC / MR);
+    par(panels, 2, [&](int64_t, int64_t) {
       Scratch ap((size_t)(MC * kc));
-      for (int64_t q = q0; q < q1; q += MC / MR) {
-        const int64_t i0 = q * MR, i1 = std::min(M, std::min(q1, q + MC / MR) * MR);
+      for (int64_t q0, q1; runs.take(q0, q1);) {
+        const int64_t i0 = q0 * MR, i1 = std::min(M, q1 * MR);
         rows_times_block(i0, i1 - i0, N, A, k0, kc, bp, ap.data(), C, ldc, add, kc == K);
       }
     });
   }
 }
 
-// C (+)= A * B for at most MC rows: the threads share C's columns out in whole NR-column panels,
-// each packing every row of A and its own panels of B, one K block at a time, in one parallel
-// region (a few rows split by rows would leave a thread idle for a panel's worth, and a B packed
-// by all the threads would need a region per K block). A training step's input gradient G W.
+// C (+)= A * B for at most MC rows: the threads take C's columns in runs of whole NR-column
+// panels (Runs: 2 to 4), each thread having packed all of A (every K block) first, and a run its
+// panels of B one K block at a time; one parallel region (a few rows split by rows would leave a
+// thread idle for a panel's worth, and a B packed by all the threads would need a region per K
+// block). A training step's input gradient G W.
 void sgemm_columns(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
                    const ParallelFor &par) {
-  par((N + NR - 1) / NR, 1, [&](int64_t p0, int64_t p1) {
-    const int64_t j0 = p0 * NR, nc = std::min(N, p1 * NR) - j0;
-    Scratch ap((size_t)(MC * std::min(K, KC))), bp((size_t)((p1 - p0) * std::min(K, KC) * NR));
-    const MatView mine{B.data + j0 * B.cs, B.rs, B.cs};
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-      const int64_t kc = std::min(KC, K - k0);
-      pack_b_block(mine, k0, kc, nc, bp.data(), 0, p1 - p0);
-      rows_times_block(0, M, nc, A, k0, kc, bp.data(), ap.data(), C + j0, ldc, accumulate || k0 > 0, kc == K);
+  constexpr int64_t kMost = 4;
+  const int64_t npanels = (N + NR - 1) / NR, mp = (M + MR - 1) / MR * MR;  // (A's rows, padded)
+  Runs runs(npanels, 2, kMost);
+  par(npanels, 2, [&](int64_t, int64_t) {
+    Scratch ap((size_t)(mp * K)), bp((size_t)(kMost * std::min(K, KC) * NR));
+    for (int64_t k0 = 0; k0 < K; k0 += KC) pack_a(A, 0, M, k0, std::min(KC, K - k0), ap.data() + k0 * mp);
+    for (int64_t p0, p1; runs.take(p0, p1);) {
+      const int64_t j0 = p0 * NR, nc = std::min(N, p1 * NR) - j0;
+      const MatView mine{B.data + j0 * B.cs, B.rs, B.cs};
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = std::min(KC, K - k0);
+        pack_b_block(mine, k0, kc, nc, bp.data(), 0, p1 - p0);
+        for (int64_t j = 0; j < nc; j += NR) {
+          const float *pb = bp.data() + (j / NR) * kc * NR;
+          const int nr = (int)std::min<int64_t>(NR, nc - j);
+          for (int64_t i = 0; i < M; i += MR) {
+            const int mr = (int)std::min<int64_t>(MR, M - i);
+            if (i + MR < M) prefetch_tile(C + (i + MR) * ldc + j0 + j, ldc, std::min<int64_t>(MR, M - i - MR));
+            micro_kernel(kc, ap.data() + k0 * mp + (i / MR) * kc * MR, pb, C + i * ldc + j0 + j, ldc, mr, nr,
+                         accumulate || k0 > 0);
+          }
+        }
+      }
     }
   });
 }
