@@ -183,8 +183,10 @@ bool one_row(const at::Tensor &a, const at::Tensor &b, at::Tensor &out, bool acc
 // has rows that has no version, or changed since it was packed (a weight in training),
 // sgemm_small_m: the weight read in place, never packed (a kept packing would be rebuilt on every
 // call; only A^T is packed, no bigger than the weight). Another big B that changed since it was
-// packed is packed a block at a time by sgemm, into a buffer that stays in cache.
-constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16;
+// packed is packed a block at a time by sgemm, into a buffer that stays in cache. A row-major B
+// that is not kept (no version, or changing) against up to kFewRows rows or over a K of up to
+// kShortK is read in place (sgemm_small_b_in_place: packing it would be most of the work).
+constexpr int64_t kFewRows = 32, kSmallRows = 128, kBigB = 1 << 16, kShortK = 16;
 
 // C (+)= a * b by the GEMM, with b packed once and kept when its version is known (b_version).
 // bias (or null; n floats, one per column; only without accumulate): C = bias + a * b, the packed
@@ -217,6 +219,7 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
     }
   }
   std::optional<ContentKey> key;  // (set: B packed and kept)
+  bool changing = false;
   if (g && b_version) {
     key = ContentKey::of(b, *b_version);
     std::lock_guard<std::mutex> l(g->mu);
@@ -225,10 +228,15 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
     g->b_same = same ? g->b_same + 1 : 0;
     if (g->b_same >= 2) g->b_changing = false;
     g->last_b = *key;
-    if (g->b_changing && n * k >= kBigB) {  // no kept packing (a small B is packed again, cheaply)
+    changing = g->b_changing;
+    if (changing && n * k >= kBigB) {  // no kept packing (a small B is packed again, cheaply)
       g->packed_b.clear();
       key.reset();
     }
+  }
+  if ((!key || changing) && (m <= kFewRows || k <= kShortK)) {  // nothing kept: B read in place
+    start_at_bias();
+    if (sgemm_small_b_in_place(m, n, k, view_of(a), view_of(b), c, n, accumulate, parallel)) return;
   }
   if (m > kFewRows && m <= kSmallRows && n * k >= kBigB && n >= m && !key &&
       sgemm_small_m(m, n, k, view_of(a), view_of(b), c, n, accumulate, bias, parallel))

@@ -29,10 +29,11 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));
 // mr read row mr - 1's elements, never memory outside a).
 // NV: vectors of 16 columns computed (2: the whole panel; 1: its first 16, a tail of nr <= 16).
 // bias (or null): nr values added to every row when the tile is stored, not added to (!add).
+// ldb: floats from one k of pb to the next (NR: a packed panel; a row stride: B read in place).
 template <bool Packed, int R = MR, int NV = 2>
 __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a, int64_t lda, const float *pb, float *c,
                                                       int64_t ldc, int mr, int nr, bool add,
-                                                      const float *bias = nullptr) {
+                                                      const float *bias = nullptr, int64_t ldb = NR) {
   v16 acc[R][2];
   const float *row[R];
 #pragma GCC unroll 12
@@ -41,8 +42,8 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
     row[i] = a + (Packed ? i : std::min(i, mr - 1) * lda);
   }
   for (int64_t k = 0; k < kc; ++k) {
-    v16 b0 = *reinterpret_cast<const v16 *>(pb + k * NR);
-    v16 b1 = NV == 2 ? *reinterpret_cast<const v16 *>(pb + k * NR + 16) : v16{};
+    v16 b0 = *reinterpret_cast<const v16 *>(pb + k * ldb);
+    v16 b1 = NV == 2 ? *reinterpret_cast<const v16 *>(pb + k * ldb + 16) : v16{};
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       float x = Packed ? row[0][k * MR + i] : row[i][k];
@@ -86,6 +87,14 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr, bool add) {
   micro_body<true>(kc, pa, 0, pb, c, ldc, mr, nr, add);
+}
+
+// The packed-A kernel over 32 columns of B read in place (row k at b + k * ldb): B's full panels
+// in products too small to repay packing it.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void micro_kernel_b_rows(int64_t kc, const float *pa, const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
+                         bool add) {
+  micro_body<true>(kc, pa, 0, b, c, ldc, mr, NR, add, nullptr, ldb);
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -386,6 +395,33 @@ void sgemm_columns(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float 
   });
 }
 
+// C (+)= A * B for at most MC rows and one K block with B's rows contiguous, B read in place: its
+// full panels straight from B, a last partial one packed (a product of few rows or a short K,
+// where packing B is most of the work: a training step's weight gradient of a classifier head,
+// G^T H as [10, 64] x [64, 1024], its input gradient G W as [64, 10] x [10, 1024]). Every thread
+// packs all of A and takes column panels in runs.
+void sgemm_b_in_place(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
+                      const ParallelFor &par) {
+  const int64_t npanels = (N + NR - 1) / NR, full = N / NR;
+  Runs runs(npanels, 2, 8);
+  par(npanels, 2, [&](int64_t, int64_t) {
+    Scratch ap((size_t)((M + MR - 1) / MR * MR * K)), tail((size_t)(K * NR));
+    pack_a(A, 0, M, 0, K, ap.data());
+    for (int64_t p0, p1; runs.take(p0, p1);)
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t j = p * NR;
+        if (p == full) pack_b_panel(B, 0, K, N, p, tail.data());
+        for (int64_t i = 0; i < M; i += MR) {
+          const int mr = (int)std::min<int64_t>(MR, M - i);
+          if (p < full)
+            micro_kernel_b_rows(K, ap.data() + i * K, B.data + j, B.rs, C + i * ldc + j, ldc, mr, accumulate);
+          else
+            micro_kernel(K, ap.data() + i * K, tail.data(), C + i * ldc + j, ldc, mr, (int)(N - j), accumulate);
+        }
+      }
+  });
+}
+
 // The trivial shapes: nothing to do, or C = 0 (K == 0). True when handled.
 bool trivial(int64_t M, int64_t N, int64_t K, float *C, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return true;
@@ -442,6 +478,13 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
     par(npanels, 4, [&](int64_t p0, int64_t p1) { pack_b_block(B, k0, kc, N, bp.data(), p0, p1); });
     return bp.data();
   });
+}
+
+bool sgemm_small_b_in_place(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc,
+                            bool accumulate, const ParallelFor &par) {
+  if (B.cs != 1 || M > MC || K > KC || K == 0 || N == 0 || M == 0) return false;
+  sgemm_b_in_place(M, N, K, A, B, C, ldc, accumulate, par);
+  return true;
 }
 
 std::vector<float> pack_b(int64_t N, int64_t K, MatView B, const ParallelFor &par) {

@@ -45,6 +45,12 @@ void sgemm_prepacked_rows(int64_t M, int64_t N, int64_t K, const float *A, int64
 bool sgemm_few_rows(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc, bool accumulate,
                     const ParallelFor &par);
 
+// C[M, N] (+)= A[M, K] * B[K, N] for at most 96 rows and K <= 256 with B's rows contiguous
+// (B.cs == 1), B read in place, never packed: a product small enough that packing B would be most
+// of its work. false when the shape or strides do not fit (the caller uses another path).
+bool sgemm_small_b_in_place(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int64_t ldc,
+                            bool accumulate, const ParallelFor &par);
+
 // C[M, N] (+)= A[M, K] * B[K, N] (+ bias: N values, read when !accumulate) for a few dozen rows
 // M against a big B = W^T that changes between calls (a linear layer's weight in training),
 // computed as C^T = W A^T: only A is packed, W is read once, in place. B's columns must be
