@@ -17,7 +17,8 @@
      (768, 12 heads) self-attention at L = 128 and 512, eager (torch's CPU flash attention) vs.
      torch.compile vs. dynamo (its own fused kernel, dynamo::attention);
  10. training steps (forward, loss, backward, optimizer step) of an MLP with SGD and an encoder
-     layer with AdamW, eager vs. compiled, losses compared every step; in a child process
+     layer with AdamW, eager vs. compiled, losses compared every step (each side's fastest step
+     over three rounds of 20-step blocks, the sides in turn); in a child process
      (`bench_python.py --training`).
 
 Every case that a user could also hand to torch.compile gets its row: torch.compile with
@@ -531,9 +532,10 @@ def training_section():
 def train_steps(name, model, x, target, make_opt, steps=20, rounds=3, compare_steps=None, same_masks=True, peer=True):
     """Section 10: training steps of model (an optimized copy) beside eager on the same data;
     losses compared every step; time per step (the fastest of the later steps: `rounds` rounds in
-    which each side runs `steps` steps in a block, the sides in turn); the first steps' time. Then torch.compile's steps (the model and
-    opt.step compiled, as PyTorch's tutorials do), its losses compared too where it draws the
-    same dropout masks as eager (same_masks; Inductor draws its own); peer=False leaves it out."""
+    which each side runs `steps` steps in a block, the sides in turn); the first steps' time.
+    Then torch.compile's steps (the model and opt.step compiled, as PyTorch's tutorials do), its
+    losses compared too where it draws the same dropout masks as eager (same_masks; Inductor
+    draws its own); peer=False leaves it out."""
     import dynamo
     import torch.nn.functional as F
     dynamo.reset()

@@ -469,7 +469,7 @@ void sgemm(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float *C, int6
            const ParallelFor &par) {
   if (trivial(M, N, K, C, ldc, accumulate)) return;
   const int64_t npanels = (N + NR - 1) / NR;
-  if (M <= MC && npanels >= 2 * ((M + MR - 1) / MR)) {
+  if (M <= MC && K <= 16 * KC && npanels >= 2 * ((M + MR - 1) / MR)) {  // (A packed whole per thread)
     sgemm_columns(M, N, K, A, B, C, ldc, accumulate, par);
     return;
   }
