@@ -383,10 +383,15 @@ class OptimizedStep:
             why = _unsupported_options(self.kind, g)
             if why:
                 return self._eager(why)
-            params = [p for p in g["params"] if p.grad is not None]
-            for p in params:
-                if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype or p.grad.device != p.device:
+            params, grads = [], []
+            for p in g["params"]:
+                grad = p.grad  # (a property: read once per parameter and step)
+                if grad is None:
+                    continue
+                if grad.is_sparse or p.is_complex() or grad.dtype != p.dtype or grad.device != p.device:
                     return self._eager("a sparse or complex gradient, or one of another dtype or device")
+                params.append(p)
+                grads.append(grad)
             state = [self.optimizer.state.get(p) or {} for p in params]
             stateless = self.kind == "SGD" and g["momentum"] == 0  # (SGD keeps no state then)
             if not stateless and any(not s for s in state):
@@ -395,16 +400,15 @@ class OptimizedStep:
                 return self._eager("a parameter without a momentum buffer yet")
             if self.kind != "SGD" and len({int(s["step"].item()) for s in state}) > 1:
                 return self._eager("parameters of one group at different step counts")
-            groups.append((g, params, state))
+            groups.append((g, params, grads, state))
         with torch.no_grad():
-            for g, params, state in groups:
+            for g, params, grads, state in groups:
                 if params:
-                    self._group(g, params, state)
+                    self._group(g, params, grads, state)
         self.compiled_steps += 1
         return None
 
-    def _group(self, g, params, state):
-        grads = [p.grad for p in params]
+    def _group(self, g, params, grads, state):
         if self.kind == "SGD":
             bufs = [s.get("momentum_buffer") for s in state]
             self.update(params, grads, bufs, -g["lr"], g["momentum"], g["dampening"], g["weight_decay"],
