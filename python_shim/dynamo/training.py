@@ -188,7 +188,7 @@ class _GraphCompiler:
                 raise RuntimeError(f"dynamo: {self.name} ran its forward compiled for training, whose backward "
                                    "cannot be differentiated again (create_graph=True, a second derivative); "
                                    "set dynamo.config.training = False for such a program")
-            out = opt(*args)
+            out = opt.forward(*args)  # (the graph module has no hooks: its compiled forward straight)
             args.clear()  # (boxed: the caller's list, freed as AOTAutograd expects)
             if backward:
                 traces = opt.forward.compiled
