@@ -519,14 +519,13 @@ bool bias_rows_then_addmm(const std::string &callee, const torch::jit::Stack &st
   return true;
 }
 
-// The "blas" side of a product step: OpenBLAS on the trace's threads where blas_matmul takes
-// the op, else LibTorch's own call (an addmm's bias rows filled here: bias_rows_then_addmm).
 // -- column sums -------------------------------------------------------------------------
 // sum / mean of a contiguous float32 tensor over its leading dims (a linear layer's bias gradient,
 // sum(0) of [64, 1024]; layer norm's weight gradients over [B, T, C]): a row-major [R, C] matrix
 // summed down its columns. The trace keeps these as externs (a row kernel walks a column with
 // strided loads); LibTorch took 18-34 us for [64, 1024] in a training step. Here the threads take
-// blocks of columns and add the rows in order, 16 at a time, the partial sums in a cascade. False (LibTorch does it) for anything else.
+// blocks of columns and add the rows in order, 16 at a time, the partial sums in a cascade.
+// False (LibTorch does it) for anything else.
 bool own_column_sum(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
   const bool mean = callee == "aten::mean.dim";
   if ((!mean && callee != "aten::sum.dim_IntList") || st.size() != 4 || !st[0].isTensor() || !st[3].isNone() ||
@@ -593,6 +592,8 @@ bool own_column_sum(const std::string &callee, const torch::jit::Stack &st, at::
   return true;
 }
 
+// The "blas" side of a product step: OpenBLAS on the trace's threads where blas_matmul takes
+// the op, else LibTorch's own call (an addmm's bias rows filled here: bias_rows_then_addmm).
 void blas_product(const std::string &callee, const c10::OperatorHandle &op, torch::jit::Stack &stack) {
   at::Tensor out;
   if (blas_matmul(callee, stack, &out) || bias_rows_then_addmm(callee, stack, &out)) {
