@@ -32,7 +32,7 @@ def run(f, make, libtorch_calls, calls=3):
     ((1, 33, 48), 1, False), ((2, 5, 16), (0, 1), True), ((300, 17), (0,), False),
     ((8192, 64), 0, False), ((4, 6, 130), (-3, -2), True), ((3, 200), (0,), True)])
 @pytest.mark.parametrize("op", ["sum", "mean"])
-def test_column_reductions_run_in_aten(shape, dims, keep, op):
+def test_column_reductions_run_as_extern_steps(shape, dims, keep, op):
     def f(x):
         return getattr(x * 2.0, op)(dims, keepdim=keep) + 1.0
     run(f, lambda: (torch.randn(*shape),), libtorch_calls=1)

@@ -172,16 +172,14 @@ def test_own_gemm_rows_chunks_and_fused_bias(monkeypatch, m, k, n, bias):
         assert choices and set(choices) == {"own"}, choices
 
 
-
 # The own GEMM with no packing of B kept (an input, no weight to keep): a row-major B against up to
 # 32 rows or over a K of up to 16 (K <= 256, M <= 96) is read in place, its last partial panel
 # packed; otherwise B is packed per call, up to 96 rows against at least twice as many 32-column
 # panels as 6-row panels split by columns (each thread packs all of A and its own panels of B, K
 # block by K block), other shapes by rows in whole 6-row panels (an input gradient G W and a weight
 # gradient G^T X in training); a product of one K block whose C rows are a multiple of 2 KB apart
-# is written along its rows. Rows around the panels, K over one and
-# several 256-deep blocks, N with partial panels, transposed operands, and addmm with a full bias
-# (the product added to it).
+# is written along its rows. Rows around the panels, K over one and several 256-deep blocks, N
+# with partial panels, transposed operands, and addmm with a full bias (the product added to it).
 @pytest.mark.parametrize("m,k,n", [(1, 40, 70), (7, 300, 1030), (64, 1024, 1024), (50, 257, 65), (96, 600, 200),
                                    (50, 100, 1024), (97, 300, 70), (200, 513, 40), (1023, 64, 784), (301, 64, 1024),
                                    (10, 64, 1024), (7, 100, 1030), (64, 10, 1024), (96, 16, 77), (33, 3, 20)])
@@ -211,6 +209,7 @@ def test_own_gemm_many_rows_few_columns(frame, monkeypatch, m, k, n):
     for bias in (torch.randn(n), torch.randn(m, n)):
         close(run(frame, f"%r = extern aten::addmm(%0, %1, %2) : f32[{m},{n}]", bias, a, b),
               bias.double() + a.double() @ b.double())
+
 
 # A weight that changes between calls (training) is not packed and kept: after its first change
 # the own side reads it in place. A linear layer of 33..128 rows against a weight of >= 64k elements
