@@ -70,6 +70,7 @@ struct ExternOps {
   std::vector<std::optional<c10::OperatorHandle>> ops;  // one per extern step; none: a side exit (guard)
   std::vector<std::shared_ptr<ConvStep>> convs;         // per step: its oneDNN state, for convolutions
   std::vector<std::shared_ptr<GemmStep>> gemms;         // per step: for aten::mm / addmm
+  std::vector<char> sums;  // per step: aten::sum.dim_IntList / aten::mean.dim (own_column_sum may take it)
 };
 
 namespace {
@@ -637,6 +638,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
       ops->ops.push_back(std::nullopt);
       ops->convs.push_back(nullptr);
       ops->gemms.push_back(nullptr);
+      ops->sums.push_back(0);
       continue;
     }
     std::string name = e.callee, overload;
@@ -681,6 +683,7 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
       if (forced_gemm() >= 0) g->mode = (GemmStep::Mode)forced_gemm();
     }
     ops->gemms.push_back(std::move(g));
+    ops->sums.push_back(e.callee == "aten::sum.dim_IntList" || e.callee == "aten::mean.dim");
   }
   return ops;
 }
@@ -1071,7 +1074,7 @@ extern "C" int32_t dynamo_rt_extern(void *vctx, void **slots, int32_t index) {
       stack.emplace_back(std::move(own));
     } else if (const auto &g = en.externs->gemms[index]) {
       run_product(*g, e, ctx, op, stack);
-    } else if (runtime::own_column_sum(e.callee, stack, &own)) {
+    } else if (en.externs->sums[index] && runtime::own_column_sum(e.callee, stack, &own)) {
       stack.clear();
       stack.emplace_back(std::move(own));
     } else {
