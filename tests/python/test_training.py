@@ -886,3 +886,92 @@ def test_functional_bernoulli_of_a_transposed_tensor():
             for a, b in zip(got, want):
                 assert torch.equal(a, b)
     assert dynamo.counters()["native_runs"] >= 2
+
+
+def runtime_of(jit):
+    """How the root trace's two graphs run: None (AOTAutograd's runtime, undecided or with the
+    reason) or "lean" (training._lean_function)."""
+    (c,) = [c for c in jit.forward.compiled if c.training]
+    return "lean" if c.lean is not None else c.lean_why
+
+
+def test_graphs_run_through_their_own_autograd_function():
+    """Once both graphs are compiled, a call whose graphs need nothing of AOTAutograd's runtime runs
+    them through training._lean_function: gradients stay eager's, including a gradient that
+    autograd hands over in other strides than the backward graph was traced with (y.t() * w), an
+    output whose gradient is never asked for, and a backward run twice (retain_graph); with
+    create_graph=True the first derivatives are eager's and a second derivative is refused."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(12, 7), nn.Linear(7, 7)
+
+        def forward(self, x):
+            h = F.gelu(self.a(x))
+            return self.b(h), h.sum(-1), (x * 2).detach()
+
+    torch.manual_seed(0)
+    w = torch.randn(7, 5)
+    jit = train_side_by_side(M(), lambda: [torch.randn(5, 12)], steps=6,
+                             loss_fn=lambda out: (out[0].t() * w).sum() + out[2].sum())
+    assert runtime_of(jit) == "lean", dynamo.report()
+    assert "runtime: their own autograd.Function" in dynamo.report()
+    model = jit.forward.owner if hasattr(jit.forward, "owner") else jit
+    ref = copy.deepcopy(model)
+    x = torch.randn(5, 12)
+    for m in (model, ref):
+        for p in m.parameters():
+            p.grad = None
+    y, y_ref = jit(x), ref(x)
+    assert not y[2].requires_grad and y[0].requires_grad and y[1].requires_grad
+    for out in (y, y_ref):
+        loss = out[0].square().sum() + out[1].sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    for p, p_ref in zip(model.parameters(), ref.parameters()):
+        close(p.grad, p_ref.grad, "backward twice")
+    params = list(model.parameters())
+    first = torch.autograd.grad(jit(x)[0].square().sum(), params, create_graph=True)
+    want = torch.autograd.grad(ref(x)[0].square().sum(), list(ref.parameters()))
+    for a, b in zip(first, want):
+        close(a, b, "create_graph=True")
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(first[0].sum(), params)
+
+
+def test_graphs_that_need_aotautograds_runtime_keep_it():
+    """An output that aliases an input needing grad: AOTAutograd's runtime rebuilds it, so the
+    call stays on that runtime (with the reason in report()), and the gradients stay eager's. An
+    output that is a view of another is rebuilt by the trace itself (its result spec), so that
+    call runs lean, and its outputs share memory as eager's do."""
+    class Alias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.lin(x).relu(), x.view(-1)
+
+    class View(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = self.lin(x).tanh()
+            return h, h[1:].t()
+
+    torch.manual_seed(0)
+    jit = train_side_by_side(Alias(), lambda: [torch.randn(4, 6)], steps=6, input_grad=True,
+                             loss_fn=lambda out: out[0].sum() + (out[1] * 3).sum())
+    why = runtime_of(jit)
+    assert why not in (None, "lean") and "alias" in why, (why, dynamo.report())
+    assert f"runtime: AOTAutograd's ({why})" in dynamo.report()
+    dynamo.reset()
+    jit = train_side_by_side(View(), lambda: [torch.randn(4, 6)], steps=6,
+                             loss_fn=lambda out: out[0].sum() + (out[1] * 2).sum())
+    assert runtime_of(jit) == "lean", dynamo.report()
+    h, v = jit(torch.randn(4, 6))
+    assert v._is_view() and v.untyped_storage().data_ptr() == h.untyped_storage().data_ptr()
+    h.data.fill_(7.0)
+    assert bool((v == 7.0).all())
