@@ -392,3 +392,23 @@ def test_prelu(params, shape):
             (x,) = make()
             got, want = jit(x), f(x)
             assert torch.equal(got.isnan(), want.isnan()) and torch.allclose(got, want, equal_nan=True)
+
+
+def test_weights_that_change_on_every_call_keep_eagers_results():
+    """Training: the optimizer writes the weights between calls, so oneDNN reorders them on every
+    call. A step that chose oneDNN on its first timed call times LibTorch again, warm, at the end
+    of its watched calls and may switch to it then (runtime/onednn_conv.cpp, ConvStep::at_once):
+    every call before, during and after that agrees with eager (layer4's shape of resnet18 at
+    64x64, where LibTorch wins here once oneDNN pays a reorder per call)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(256, 256, 3, padding=1), nn.ReLU())
+    ref = nn.Sequential(nn.Conv2d(256, 256, 3, padding=1), nn.ReLU())
+    ref.load_state_dict(m.state_dict())
+    jit = dynamo.optimize(m)
+    x = torch.randn(4, 256, 2, 2)
+    with torch.no_grad():
+        for step in range(16):
+            close(jit(x), ref(x))
+            for net in (m, ref):
+                net[0].weight.mul_(0.97).add_(0.01)
+    assert dynamo.counters()["native_runs"] >= 12, dynamo.report()
