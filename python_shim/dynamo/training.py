@@ -17,11 +17,12 @@ both are recorded and compiled natively like any function, under no_grad, the ba
 first `.backward()` that reaches it. The call then returns AOTAutograd's outputs, whose
 grad_fn runs the native backward.
 
-Once both graphs are compiled, a call whose graphs need none of AOTAutograd's runtime work (no
-output that aliases an input or another output, no input written by the graph, no saved numbers,
-no autocast) runs them through a plain autograd.Function of its own (`_lean_function`): the same
-two graphs, the same saved tensors and tangents, without AOTAutograd's Python wrappers around
-them (~0.2 ms of a 5 ms MLP training step). Anything else stays on AOTAutograd's runtime.
+Once both graphs are compiled, the later calls of a trace whose graphs need none of AOTAutograd's
+runtime work (no output that aliases an input or another output, no input written by the graph,
+no saved numbers, no autocast) run them through a plain autograd.Function of its own
+(`_lean_function`): the same two graphs, the same saved tensors and tangents, without
+AOTAutograd's Python wrappers around them (~0.2 ms of a 5 ms MLP training step). Anything else
+stays on AOTAutograd's runtime.
 
 A TrainedTrace takes a call only when its tensors have the recorded dtypes, shapes, strides and
 requires_grad flags and grad mode is on (the trace's own guards said the rest); anything else is
@@ -275,6 +276,8 @@ class TrainedTrace(Compiled):
         self.lean = None      # _lean_function's class once the graphs may run without AOTAutograd's runtime
         self.lean_why = None  # why they may not ("" once lean; None while undecided)
         self.lean_tries = 0
+        self.out_flags = None  # requires_grad of each output of the first call (None: an output not a tensor,
+        #                        or one returned twice)
         log("traces", f"{name}: forward and backward through AOTAutograd: {len(rec.tape)} ATen op(s) on the tape")
 
     def summary(self):
@@ -296,6 +299,9 @@ class TrainedTrace(Compiled):
         inputs = [torch.tensor(v, dtype=torch.float64) if type(v) is float else
                   torch.tensor(v, dtype=torch.int64) if type(v) is int else v for v in inputs]
         lean = self.lean
+        if lean is None and self.lean_why is None and self.backward_graphs.run is not None:
+            self._decide_lean(len(inputs))  # (before the call: only the first runs on AOTAutograd's runtime)
+            lean = self.lean
         try:
             if lean is not None and _interpreters() is None:  # (not under functorch's vmap / grad)
                 outs = lean.apply(*inputs)
@@ -317,8 +323,9 @@ class TrainedTrace(Compiled):
             # dynamo's failure, not the program's: the trace goes and eager answers (tracetree.Runner.run_one)
             raise DynamoError("TRAINING", f"{'the compiled graphs' if lean is not None else 'AOTAutograd'} failed: "
                                           f"{type(e).__name__}: {e}") from e
-        if self.lean_why is None and self.backward_graphs.run is not None:
-            self._decide_lean(inputs, outs)
+        if self.out_flags is None:
+            self.out_flags = [o.requires_grad for o in outs] if all(isinstance(o, torch.Tensor) for o in outs) \
+                and len({id(o) for o in outs}) == len(outs) else []
         return self._finish(inputs, outs)
 
     def _finish(self, inputs, outs):
@@ -329,12 +336,14 @@ class TrainedTrace(Compiled):
                     inputs[slot].copy_(v)
         return list(outs[:self.n_results])
 
-    def _decide_lean(self, inputs, outs):
-        """After a call through AOTAutograd whose backward graph is compiled: may later calls run
-        the two graphs through _lean_function? outs: AOTAutograd's outputs of this call."""
+    def _decide_lean(self, n_inputs):
+        """Once the backward graph is compiled, before a call: may it and later calls run the two
+        graphs through _lean_function? (Decided before the call, so that only the first call, which
+        compiled the graphs, runs on AOTAutograd's runtime: `retain_graph` and `create_graph` then
+        meet one behaviour, see _lean_function.)"""
         self.lean_tries += 1
         try:
-            why = _lean_unsupported(self, inputs, outs)
+            why = _lean_unsupported(self, n_inputs)
         except Exception as e:  # noqa: BLE001 -- only speed depends on it: AOTAutograd's runtime stays
             why = f"the graphs could not be read ({type(e).__name__}: {e})"
         if why is _NOT_YET:
@@ -346,7 +355,7 @@ class TrainedTrace(Compiled):
             log("traces", f"{self.forward_graphs.name}: the graphs stay on AOTAutograd's runtime: {why}")
             return
         n_user = self.n_results + len(self.written)
-        nondiff = [i for i in range(n_user) if not outs[i].requires_grad]
+        nondiff = [i for i in range(n_user) if not self.out_flags[i]]
         bw_in = [n for n in self.backward_graphs.gm.graph.nodes if n.op == "placeholder"]
         strides = [tuple(n.meta["val"].stride()) for n in bw_in[len(bw_in) - (n_user - len(nondiff)):]]
         self.lean = _lean_function(self.forward_graphs.run, self.backward_graphs.run, n_user, nondiff, strides)
@@ -362,7 +371,7 @@ _interpreters = torch._C._functorch.peek_interpreter_stack
 _NOT_YET = object()  # _lean_unsupported: ask again after a later call
 
 
-def _lean_unsupported(tt, inputs, outs):
+def _lean_unsupported(tt, n_inputs):
     """Why TrainedTrace tt's two graphs need AOTAutograd's runtime, "" when they do not, or
     _NOT_YET. AOTAutograd's runtime does more than call the graphs where its metadata says so:
     it writes inputs back, regenerates outputs that alias inputs or each other, threads
@@ -377,17 +386,20 @@ def _lean_unsupported(tt, inputs, outs):
     if torch._functorch.config.functionalize_rng_ops:
         return "random numbers functionalized"
     n_user = tt.n_results + len(tt.written)
-    if tt.partition.num_fwd_outputs != n_user or len(outs) != n_user:
-        return "outputs alias each other, or the graph writes inputs"
-    if not all(isinstance(o, torch.Tensor) for o in outs) or len({id(o) for o in outs}) != n_user:
+    flags = tt.out_flags
+    if flags is None:
+        return _NOT_YET
+    if not flags:
         return "an output returned twice or not a tensor"
+    if tt.partition.num_fwd_outputs != n_user or len(flags) != n_user:
+        return "outputs alias each other, or the graph writes inputs"
     fw_in = [n for n in fw.gm.graph.nodes if n.op == "placeholder"]
     fw_out = next(n for n in reversed(fw.gm.graph.nodes) if n.op == "output").args[0]
     bw_in = [n for n in bw.gm.graph.nodes if n.op == "placeholder"]
     bw_out = next(n for n in reversed(bw.gm.graph.nodes) if n.op == "output").args[0]
     saved = list(fw_out[n_user:])
-    diff = [o for o in outs if o.requires_grad]
-    if len(fw_in) != len(inputs) or len(bw_out) != len(inputs):
+    diff = [f for f in flags if f]
+    if len(fw_in) != n_inputs or len(bw_out) != n_inputs:
         return "the graphs take or give more than the call's inputs (effect tokens, random-number states)"
     if not all(isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor) for n in saved):
         return "the forward saves numbers or objects for the backward"

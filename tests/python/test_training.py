@@ -466,35 +466,36 @@ def test_training_off_runs_eagerly_and_says_why(monkeypatch):
 
 
 def test_second_derivative_raises_instead_of_a_wrong_answer():
-    """create_graph=True through a compiled forward: AOTAutograd refuses it (its backward frees
-    saved buffers, "donated buffers", as under torch.compile); with torch's switch for those off,
-    the first derivatives are eager's and differentiating them again is refused. Never a wrong
-    answer."""
-    m = mlp()
-    jit = dynamo.optimize(m)
-    x = torch.randn(3, 16)
-    for _ in range(3):
-        y = jit(x)
-    g = torch.autograd.grad(y.square().sum(), list(m.parameters()), create_graph=False)
-    assert all(t is not None for t in g)
-    y = jit(x)
-    with pytest.raises(RuntimeError, match="create_graph=False"):
-        torch.autograd.grad(y.square().sum(), list(m.parameters()), create_graph=True)
-
+    """create_graph=True through a compiled forward: the first derivatives are eager's and
+    differentiating them again is refused, never a wrong answer -- on the trace's first compiled
+    call, which runs on AOTAutograd's runtime (its backward compiled then: a backward that keeps
+    the graph donates no buffers), and on later calls, which run on dynamo's own
+    autograd.Function (training._FirstDerivatives); with torch's donated buffers on and off. (The
+    recording call itself runs eagerly: eager's graph, eager's second derivative.)"""
     import torch._functorch.config as aot_config
-    with aot_config.patch(donated_buffer=False):
-        dynamo.reset()
-        m = mlp()
-        ref = copy.deepcopy(m)
-        jit = dynamo.optimize(m)
-        for _ in range(3):
-            y = jit(x)
-        first = torch.autograd.grad(y.square().sum(), list(m.parameters()), create_graph=True)
-        want = torch.autograd.grad(ref(x).square().sum(), list(ref.parameters()), create_graph=True)
-        for a, b in zip(first, want):
-            close(a, b, "create_graph=True")
-        with pytest.raises(RuntimeError, match="double backward"):
-            torch.autograd.grad(first[0].sum(), list(m.parameters()))
+    x = torch.randn(3, 16)
+    for donated in (True, False):
+        with aot_config.patch(donated_buffer=donated):
+            for call in (1, 2, 5):
+                dynamo.reset()
+                m = mlp()
+                ref = copy.deepcopy(m)
+                jit = dynamo.optimize(m)
+                for _ in range(call - 1):
+                    jit(x).square().sum().backward()
+                params = list(m.parameters())
+                first = torch.autograd.grad(jit(x).square().sum(), params, create_graph=True)
+                want = torch.autograd.grad(ref(x).square().sum(), list(ref.parameters()), create_graph=True)
+                for a, b in zip(first, want):
+                    close(a, b, f"create_graph=True, call {call}, donated buffers {donated}")
+                if call == 1:
+                    for a, b in zip(torch.autograd.grad(first[0].sum(), params),
+                                    torch.autograd.grad(want[0].sum(), list(ref.parameters()))):
+                        close(a, b, "second derivative of the recording call")
+                else:
+                    with pytest.raises(RuntimeError, match="double backward"):
+                        torch.autograd.grad(first[0].sum(), params)
+                assert (runtime_of(jit) == "lean") == (call > 2), (call, dynamo.report())
 
 
 def test_parameters_updated_between_steps_are_seen():
