@@ -45,9 +45,6 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from baseline import allocator, describe, jemalloc_env  # noqa: E402
-import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
-
-torchvision_ops.ensure()
 
 # The transformer block is the demo's (examples/python/demo.py): one definition for both. It and
 # dynamo are imported in main(), so that an --eager-only child runs plain PyTorch.

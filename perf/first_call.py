@@ -10,16 +10,8 @@ and matrix product both ways), the native compile time, and eager's calls for co
 import argparse
 import time
 
-import os
-import sys
-
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
-
-torchvision_ops.ensure()
-import torchvision  # noqa: E402
+import torchvision
 
 import dynamo
 

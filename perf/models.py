@@ -14,8 +14,8 @@ Families (random weights, nothing downloaded; eval mode, batch 1, torch.no_grad(
 - hf: Hugging Face transformers models built from small configs (HF below): encoders (BERT,
   RoBERTa, DistilBERT, ALBERT), decoders (GPT-2, LLaMA with rotary embeddings and RMSNorm),
   encoder-decoder (T5), vision (ViT) and speech (Whisper), use_cache=False, on 128 token ids.
-- audio: none. torchaudio is not on this machine's disk, and no torchaudio on PyPI loads its
-  library beside torch 2.13.0 (2.11.1, the newest, fails in its _torchaudio.so).
+- audio: none. PyPI's newest torchaudio (2.11.1) requires torch 2.11, so pip installs none
+  beside torch 2.14.1.
 The zoo calls model(x): a model taking several inputs or returning a tuple is wrapped in a
 one-input Module (decoders get x as target and memory, MultiheadAttention is self-attention
 without weights, LSTM returns its output only, T5 and Whisper decode the ids built in the call).
@@ -79,11 +79,6 @@ import time
 import traceback
 from collections import namedtuple
 from collections.abc import Mapping
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchvision_ops  # noqa: E402  -- torchvision's nms where its C++ library cannot load
-
-torchvision_ops.ensure()
 
 FAMILIES = ("classification", "segmentation", "detection", "video", "nn", "timm", "hf")
 SIDES = ("eager", "compile", "dynamo", "backend")  # eager always runs: the others are compared with it
@@ -1238,7 +1233,7 @@ def select(args):
     families = [f for f in args.family.split(",") if f]
     for f in families:
         if f == "audio":
-            sys.exit("models.py: no audio family: torchaudio cannot load beside torch 2.13.0 here (see --help)")
+            sys.exit("models.py: no audio family: pip has no torchaudio for torch 2.14.1 (see --help)")
         if f not in FAMILIES:
             sys.exit(f"models.py: unknown family {f!r} (have {', '.join(FAMILIES)})")
     sides = args.sides.split(",")

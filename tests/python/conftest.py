@@ -1,15 +1,7 @@
 """Session fixtures: load libdynamo once (checking its ABI version) and share one engine."""
-import os
-import sys
 
 import pytest
 import torch
-
-# torchvision's C++ operators where its library cannot load beside this torch (perf/torchvision_ops.py)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "perf"))
-import torchvision_ops  # noqa: E402
-
-torchvision_ops.ensure()
 
 import dynamo
 from dynamo import native
