@@ -10,7 +10,7 @@ MAKEFLAGS += --no-print-directory
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all deps configure build test test-asan fuzz fuzz-programs soak bench check-math demo zoo install uninstall clean gpu-bundle
+.PHONY: all deps configure build test test-asan fuzz fuzz-programs soak bench check-math demo zoo wheel install uninstall clean gpu-bundle
 
 all: build
 
@@ -115,34 +115,44 @@ demo: build
 	@PYTHONPATH=python_shim $(PYTHON) examples/python/demo.py
 
 # The model zoo (perf/models.py): torchvision, timm and Hugging Face models and torch.nn blocks
-# (random weights, batch 1), each in its own process with cold caches: eager torch 2.13,
+# (random weights, batch 1), each in its own process with cold caches: eager torch 2.14,
 # torch.compile (Inductor, weight freezing), dynamo.optimize and torch.compile(backend="dynamo"):
 # WRONG / LEAKED / ok, each side's ms, dynamo over eager and over torch.compile, both first calls,
-# geomeans per family, a chart in $(BUILD)/zoo.png (every result in zoo.json); fails on any WRONG or LEAKED. Installs
-# requirements-zoo.txt (timm, transformers) into the venv first. About 45 minutes on two cores
+# geomeans per family, a chart in $(BUILD)/zoo.png (every result in zoo.json); fails on any WRONG or LEAKED.
+# About 45 minutes on two cores
 # (Inductor's cold compiles are most of it); MODELS=resnet18,hf.bert runs only those;
 # ZOO_ARGS="--family timm,hf" (or --sides, --all-torchvision, --calls, --timeout, --json, ...).
 MODELS ?=
 ZOO_ARGS ?=
 zoo: build
-	@VENV=$(VENV) bash scripts/setup-python.sh requirements.txt requirements-zoo.txt
 	@PYTHONPATH=python_shim DYNAMO_LIBRARY=$(BUILD)/libdynamo.so.0 $(PYTHON) perf/models.py \
 	  --png $(BUILD)/zoo.png --json $(BUILD)/zoo.json $(if $(MODELS),--models $(MODELS)) $(ZOO_ARGS)
 
+# The Python package is built the way pip builds it for a user (pyproject.toml: CMake through
+# scikit-build-core), its CMake build kept in $(BUILD)/wheel so that a second run rebuilds only
+# what changed. `make wheel`: dist/dynamo-*.whl. `make install`: the C library, header, CMake
+# package and pkg-config file into PREFIX (default: the venv), and the Python package into the
+# venv with pip.
+PIP := $(PYTHON) -m pip --disable-pip-version-check
+WHEEL_BUILD := -C build-dir=$(CURDIR)/$(BUILD)/wheel
+wheel: deps
+	@$(PIP) wheel --no-deps -q $(WHEEL_BUILD) -w dist .
+	@ls dist/dynamo-*.whl
+
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
+	@$(PIP) install --no-deps -q $(WHEEL_BUILD) .
+	@echo "installed: the C library under $(PREFIX), the Python package into $(VENV) ($$($(PIP) show dynamo | grep ^Location))"
 
-# Removes what `make install` wrote (the manifest), and the Python package's directory with the
-# __pycache__ Python made in it.
+# Removes what `make install` wrote: the files of the C install (its manifest) and the Python
+# package (pip uninstall).
 uninstall:
 	@if [ -f $(BUILD)/install_manifest.txt ]; then \
-	  pkg=$$(grep '/dynamo/__init__.py$$' $(BUILD)/install_manifest.txt | head -1); \
 	  xargs rm -f < $(BUILD)/install_manifest.txt; \
-	  if [ -n "$$pkg" ]; then rm -rf "$$(dirname "$$pkg")"; fi; \
-	  for d in $$(xargs -n1 dirname < $(BUILD)/install_manifest.txt | sort -u | grep '/dynamo$$'); do \
-	    rmdir "$$d" 2>/dev/null || true; done; \
 	  echo "removed files listed in $(BUILD)/install_manifest.txt"; \
-	else echo "nothing installed from $(BUILD)"; fi
+	else echo "no C install from $(BUILD)"; fi
+	@if [ -x $(PYTHON) ] && $(PIP) show -q dynamo 2>/dev/null; then $(PIP) uninstall -y -q dynamo && \
+	  echo "removed the Python package from $(VENV)"; fi
 
 clean:
-	@rm -rf $(BUILD)
+	@rm -rf $(BUILD) dist

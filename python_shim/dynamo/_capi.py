@@ -92,13 +92,8 @@ def _candidates():
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    found = []
-    try:
-        from ._paths import LIBRARY  # written by `make install`
-        found.append(LIBRARY)
-    except ImportError:
-        pass
-    return found + [
+    return [
+        os.path.join(here, "libdynamo.so.0"),                       # installed package (pip install .)
         os.path.join(here, "..", "..", "build", "libdynamo.so.0"),  # source checkout after `make`
         "libdynamo.so.0",                                           # the system linker's path
     ]
@@ -120,7 +115,7 @@ def load_library():
             tried.append(f"{path} ({e})")
     else:
         raise ImportError("dynamo: cannot load libdynamo; tried: " + "; ".join(tried) +
-                          ". Run `make` in the source tree or set DYNAMO_LIBRARY.")
+                          ". Install the package (pip install .), run `make` in the source tree, or set DYNAMO_LIBRARY.")
     _declare(lib)
     got = lib.dynamo_abi_version()
     if got != ABI_VERSION:

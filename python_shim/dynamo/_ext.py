@@ -26,4 +26,4 @@ def load(name):
                 return mod
     raise ImportError(f"dynamo: the extension {name} was not found in " +
                       ", ".join(os.path.normpath(d) for d in dirs) +
-                      ". Run `make` in the source tree (it builds build/python/).")
+                      ". Install the package (pip install .) or run `make` in the source tree (it builds build/python/).")

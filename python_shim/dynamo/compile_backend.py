@@ -9,11 +9,13 @@ does. So a user picks the front end: dynamo's own (dynamo.optimize, which record
 Python as it runs) or PyTorch's (graph capture with its guards and graph breaks), with the same
 native engine behind both.
 
-The name "dynamo" reaches torch through the "torch_dynamo_backends" entry point of this package's
-metadata (python_shim/dynamo-*.dist-info in a source checkout, site-packages after `make install`):
-torch.compile finds it without `import dynamo`. `import dynamo` also registers it when
+The name "dynamo" reaches torch through the "torch_dynamo_backends" entry point of the installed
+package's metadata (pyproject.toml; `pip install .`): torch.compile finds it without `import
+dynamo`. `import dynamo` also registers it when
 torch._dynamo is already loaded, and `torch.compile(model, backend=dynamo.backend)` needs neither.
 """
+import importlib.abc
+import importlib.util
 import sys
 
 NAME = "dynamo"
@@ -36,13 +38,44 @@ def backend(gm, example_inputs, options=None):
     return optimize(gm)
 
 
+_REGISTRY = "torch._dynamo.backends.registry"
+
+
 def register():
-    """Registers the backend under NAME with torch._dynamo when that module is loaded (where it
-    is not, torch.compile finds the entry point when it looks the name up)."""
-    registry = sys.modules.get("torch._dynamo.backends.registry")
-    if registry is None or NAME in getattr(registry, "_BACKENDS", {}):
+    """Registers the backend under NAME with torch._dynamo's registry: now where that module is
+    loaded, else as soon as it is (importing torch._dynamo here would cost every `import dynamo`
+    about two seconds). An installed package is also found through its entry point; a source
+    checkout (PYTHONPATH=python_shim) has none, and `import dynamo` is what makes the name known."""
+    registry = sys.modules.get(_REGISTRY)
+    if registry is None:
+        if not any(isinstance(f, _RegisterWhenLoaded) for f in sys.meta_path):
+            sys.meta_path.insert(0, _RegisterWhenLoaded())
+        return
+    if NAME in getattr(registry, "_BACKENDS", {}):
         return  # (found through the entry point, which is loading this module now, or registered)
     try:
         registry.register_backend(backend, name=NAME)
     except Exception:  # noqa: BLE001 -- another "dynamo" already registered: the entry point stays
         pass
+
+
+class _RegisterWhenLoaded(importlib.abc.MetaPathFinder):
+    """An import hook that waits for torch._dynamo's backend registry: the module is found and
+    loaded as usual, and register() runs once it has executed; then the hook removes itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _REGISTRY:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            register()
+        loader.exec_module = exec_module
+        return spec
