@@ -93,7 +93,8 @@ ddp_bucket_mb  when torch.distributed is initialized with more than one rank, a 
                backward of the earlier layers still runs, as in eager DDP.
 
 Setting a name that is not one of these raises AttributeError with the list of the valid ones (a
-misspelt knob would otherwise change nothing, silently).
+misspelt knob would otherwise change nothing, silently); a value of the wrong type raises
+TypeError and one out of range ValueError, each naming what the setting takes.
 """
 import difflib
 import sys
@@ -138,17 +139,64 @@ def unknown(name, valid, what):
 
 
 def check_log(value):
-    """config.log: None, or categories of LOG_CATEGORIES (or "all")."""
+    """config.log: None, or a set (list, tuple) of categories of LOG_CATEGORIES (or "all")."""
     if value is None:
         return
+    valid = LOG_CATEGORIES + ("all",)
     if isinstance(value, str):
-        raise TypeError(f"dynamo.config.log takes a set of categories, e.g. {{{value!r}}}, not a string")
+        close = difflib.get_close_matches(value, valid, n=1)
+        example = close[0] if close else "traces"
+        raise TypeError(f"dynamo.config.log takes None or a set of categories, e.g. {{{example!r}}}, "
+                        f"not the string {value!r}; categories: {', '.join(valid)}")
+    if not isinstance(value, (set, frozenset, list, tuple)):
+        raise TypeError(f"dynamo.config.log takes None or a set of categories ({', '.join(valid)}), "
+                        f"not {type(value).__name__}")
     for c in value:
-        if c != "all" and c not in LOG_CATEGORIES:
-            raise ValueError(unknown(c, LOG_CATEGORIES + ("all",), "dynamo.config.log"))
+        if not isinstance(c, str) or c not in valid:
+            raise ValueError(unknown(c, valid, "dynamo.config.log") if isinstance(c, str) else
+                             f"dynamo.config.log: categories are strings ({', '.join(valid)}), not {c!r}")
 
 
-# The environment variables dynamo reads (README's table); a DYNAMO_ name close to one of these
+def _flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"dynamo.config.{name} takes True or False, not {value!r}")
+
+
+def _count(least):
+    """A whole number of at least `least` (bool refused: `cache_limit = True` is a slip)."""
+    def check(name, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"dynamo.config.{name} takes a whole number >= {least}, not {value!r}")
+        if value < least:
+            raise ValueError(f"dynamo.config.{name} takes a whole number >= {least}, not {value}")
+    return check
+
+
+def _megabytes(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"dynamo.config.{name} takes a number of MiB >= 0 (0: never), not {value!r}")
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"dynamo.config.{name} takes a finite number of MiB >= 0 (0: never), not {value}")
+
+
+def _dynamic(name, value):
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"dynamo.config.{name} takes None (automatic), True or False, not {value!r}")
+
+
+# What each setting takes; checked when it is set (a wrong value would otherwise fail later, far
+# from the line that set it, or change nothing).
+_CHECKS = {
+    "hot_threshold": _count(0), "cache_limit": _count(0), "size_variants": _count(0),
+    "abort_limit": _count(1), "retry_after": _count(0), "hotexit": _count(1),
+    "max_side_traces": _count(0), "max_trace_ops": _count(1), "max_stitches": _count(0),
+    "max_stitch_variants": _count(1), "ddp_bucket_mb": _megabytes, "dynamic": _dynamic,
+    "log": lambda name, value: check_log(value),
+}
+assert all(n in _CHECKS or isinstance(globals()[n], bool) for n in _SETTINGS)  # the rest are flags
+
+
+# The environment variables dynamo reads (docs/SETTINGS.md's table); a DYNAMO_ name close to one of these
 # is taken for a misspelling and said at import (others may be another tool's: left alone).
 ENVIRONMENT = ("DYNAMO_ATTENTION", "DYNAMO_CACHE_DIR", "DYNAMO_CACHE_MAX_MB", "DYNAMO_COMPILE_THREADS",
                "DYNAMO_CONV", "DYNAMO_CONV_WINOGRAD", "DYNAMO_DUMP_DIR", "DYNAMO_FAULT", "DYNAMO_GEMM",
@@ -170,14 +218,13 @@ def misspelt_environment(environ):
 
 
 class _Settings(types.ModuleType):
-    """This module's class: setting an unknown name is refused, log categories are checked."""
+    """This module's class: setting an unknown name is refused, each value checked (_CHECKS)."""
 
     def __setattr__(self, name, value):
         if not name.startswith("_"):
             if name not in _SETTINGS:
                 raise AttributeError(unknown(name, _SETTINGS, "dynamo.config"))
-            if name == "log":
-                check_log(value)
+            _CHECKS.get(name, _flag)(name, value)
         super().__setattr__(name, value)
         if not name.startswith("_"):
             super().__setattr__("_version", self._version + 1)

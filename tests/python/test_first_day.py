@@ -359,6 +359,45 @@ def test_unknown_settings_are_refused_with_the_valid_names():
     assert "DYNAMO_LOGS" in r.stderr and "did you mean DYNAMO_LOG?" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("name, value, error, says", [
+    ("verify", "yes", TypeError, "True or False"),
+    ("verify", 1, TypeError, "True or False"),
+    ("training", None, TypeError, "True or False"),
+    ("cache_limit", -1, ValueError, ">= 0"),
+    ("cache_limit", 2.5, TypeError, "whole number"),
+    ("cache_limit", True, TypeError, "whole number"),
+    ("abort_limit", 0, ValueError, ">= 1"),
+    ("hotexit", "8", TypeError, "whole number"),
+    ("max_trace_ops", 0, ValueError, ">= 1"),
+    ("ddp_bucket_mb", -1, ValueError, "MiB >= 0"),
+    ("ddp_bucket_mb", float("nan"), ValueError, "MiB >= 0"),
+    ("dynamic", "auto", TypeError, "None"),
+    ("log", "trace", TypeError, r"\{'traces'\}"),
+    ("log", {"trace"}, ValueError, r"did you mean 'traces'"),
+    ("log", 3, TypeError, "set of categories"),
+])
+def test_settings_refuse_values_of_the_wrong_type_or_range(name, value, error, says):
+    before = getattr(dynamo.config, name)
+    with pytest.raises(error, match=says):
+        setattr(dynamo.config, name, value)
+    assert getattr(dynamo.config, name) == before  # left as it was
+
+
+def test_settings_take_every_valid_value():
+    saved = {n: getattr(dynamo.config, n) for n in dynamo.config._SETTINGS}
+    try:
+        for name, value in [("verify", True), ("cache_limit", 0), ("hot_threshold", 3), ("dynamic", None),
+                            ("dynamic", False), ("ddp_bucket_mb", 12 / 1024), ("ddp_bucket_mb", 0),
+                            ("log", {"traces", "exits"}), ("log", ["all"]), ("log", None)]:
+            setattr(dynamo.config, name, value)
+            assert getattr(dynamo.config, name) == value
+        for name, value in saved.items():  # every default passes its own check
+            setattr(dynamo.config, name, value)
+    finally:
+        for name, value in saved.items():
+            setattr(dynamo.config, name, value)
+
+
 def test_nopython_error_is_exported_and_says_where():
     @dynamo.optimize(nopython=True)
     def f(x):
@@ -448,7 +487,7 @@ def test_dump_dir_files_are_named_as_the_readme_says(tmp_path, monkeypatch):
         assert os.path.exists(stem + ext), (ext, os.listdir(tmp_path))
     first = open(traces[0]).readline()
     assert first.startswith("trace @") and "scaled_gelu" in first, first
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = open(os.path.join(ROOT, "docs", "SETTINGS.md")).read()
     row = [ln for ln in readme.splitlines() if ln.startswith("| `DYNAMO_DUMP_DIR`")][0]
     assert "dynamo_trace_<frame>_<n>" in row and all(e in row for e in ("`.plan`", "`.ll`", "`.opt.ll`", "`.s`"))
     assert re.fullmatch(r"dynamo_trace_\d+_\d+", os.path.basename(stem))
