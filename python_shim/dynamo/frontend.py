@@ -45,7 +45,7 @@ CHURN = 4          # recordings in a row missed at one guard: the value changes 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
 
-def _program_frames(e):
+def program_frames(e):
     """The traceback of exception e without dynamo's own frames (those of this package), so that
     a program's exception reads as under eager. Raised in code the recording interpreter ran, it
     has none of the program's frames: their places (interpreter._note_program_frame) are added to
@@ -219,7 +219,7 @@ class OptimizedFunction:
         try:
             return self.call(self.fn, args, kwargs, in_frame=False)
         except BaseException as e:  # the program's own (ours never get here): shown as eager shows it
-            e.__traceback__ = _program_frames(e)
+            e.__traceback__ = program_frames(e)
             raise
 
     def call(self, fn, args, kwargs, in_frame):
@@ -251,11 +251,18 @@ class OptimizedFunction:
                 return self._eager(fn, args, kwargs, in_frame)
             result = self._from_store(fn, args, kwargs) if store.enabled() else MISS
         if result is MISS:
-            if self.compiled and self._churns(fn, args, kwargs):
+            churn_checked = bool(self.compiled)
+            if churn_checked and self._churns(fn, args, kwargs):
                 return self._eager(fn, args, kwargs, in_frame)
             with _collector_paused():
                 try:
                     result = self._record(fn, args, kwargs, in_frame)
+                except BaseException:
+                    # The program's own exception (eager raises it too): a call that fails says
+                    # nothing of state that changes between calls, so its miss is not one of them.
+                    if churn_checked and self._misses:
+                        self._misses.pop()
+                    raise
                 finally:
                     if self._pending and type(result) is not RecordSide:
                         self._settle_pending()
@@ -532,9 +539,8 @@ class OptimizedFunction:
             raise e
         reason = f"recording failed inside dynamo: {type(e).__name__}: {e}"
         torch.set_rng_state(rng)
-        if in_frame:  # CPython runs the frame; an internal failure is then counted at the next call
-            self.policy.aborted(reason, rec.ops, interp.inlined, rec.abort_where, kind="internal")
-            return EAGER
+        # In a frame of the hook's this runs inside its handler, so CPython runs the whole call
+        # (no frame of it is handed to the hook): the same call as the frame's, once.
         out = fn(*args, **kwargs)
         self.policy.aborted(reason, rec.ops, interp.inlined, rec.abort_where, rec.abort_selves, kind="internal")
         return out

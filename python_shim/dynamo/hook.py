@@ -137,7 +137,11 @@ def _handle(fn, bound):
     elif not _has_tensor(bound):
         return _ev.SKIP
     args, kwargs = _split(code, bound)
-    result = of.call(fn, args, kwargs, in_frame=True)
+    try:
+        result = of.call(fn, args, kwargs, in_frame=True)
+    except BaseException as e:  # the program's own: its traceback as eager shows it
+        e.__traceback__ = frontend.program_frames(e)
+        raise
     if result is frontend.EAGER:
         if of.disabled_reason is not None and not of.compiled:
             _ev.skip(code)  # never compiled and never will be: stop asking

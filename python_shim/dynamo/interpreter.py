@@ -286,7 +286,7 @@ def _has_hooks(m):
 def _note_program_frame(e, f):
     """Keeps on exception e the program's place in frame f as e leaves it (innermost first):
     the traceback of an exception raised in code this interpreter ran has only dynamo's frames,
-    and the front end shows these instead (frontend._program_frames)."""
+    and the front end shows these instead (frontend.program_frames)."""
     ins = f.dec.insts[f.ip - 1]
     line = ins.positions.lineno if getattr(ins, "positions", None) else None
     try:

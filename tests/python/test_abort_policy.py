@@ -2,6 +2,8 @@
 abort_<kind> in dynamo.counters(); a function left to CPython is recorded again after a change
 of dynamo.config, or after config.retry_after calls (then four times as many); a function the
 user disabled never is. Results equal eager's on every call."""
+import traceback
+
 import pytest
 import torch
 
@@ -148,3 +150,40 @@ def test_a_module_waiting_for_another_state_compiles_its_parts():
     matches_eager(dynamo.optimize(m), eager, lambda: torch.randn(2, 16), calls=5, atol=1e-6)  # (m holds it)
     assert m.head.forward.compiled and m.head.forward.compiled[0].runs >= 3, dynamo.report()
     assert dynamo.counters()["abort_dtype"] == 2, dynamo.counters()  # the module, then its spec part
+
+
+def _matmul_relu(x, w):
+    return torch.relu(x @ w) + 1
+
+
+@pytest.mark.parametrize("through", ["optimize", "hook"])
+def test_calls_that_raise_as_in_eager_do_not_disable_a_function(through):
+    """Arguments eager refuses too (None, a string, a list, an int where a tensor goes) raise the
+    program's own TypeError each time, with eager's message; they are neither aborts nor values
+    that "change on every call", so the good calls after them still run native code."""
+    jit = dynamo.optimize(_matmul_relu) if through == "optimize" else _matmul_relu
+    w, x = torch.randn(8, 8), torch.randn(4, 8)
+
+    def run(*args):
+        if through == "optimize":
+            return jit(*args)
+        with dynamo.optimize():
+            return jit(*args)
+    for _ in range(2):
+        torch.testing.assert_close(run(x, w), _matmul_relu(x, w))
+    for bad in (None, "a", [1.0], 3, None, "b"):
+        with pytest.raises(TypeError) as got:
+            run(bad, w)
+        with pytest.raises(TypeError) as want:
+            _matmul_relu(bad, w)
+        assert str(got.value) == str(want.value)
+        shown = [t.filename for t in traceback.extract_tb(got.value.__traceback__)]
+        assert not [f for f in shown if "/python_shim/dynamo/" in f], shown  # eager's traceback, not dynamo's
+    before = dynamo.counters()["native_runs"]
+    for _ in range(20):
+        torch.testing.assert_close(run(x, w), _matmul_relu(x, w))
+    c = dynamo.counters()
+    assert c["native_runs"] - before == 20, c
+    assert c["aborts"] == 0 and c["eager_runs"] == 0, c
+    said = dynamo.report()
+    assert "changes on every call" not in said and "inside dynamo" not in said, said
