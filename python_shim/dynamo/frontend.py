@@ -245,7 +245,12 @@ class OptimizedFunction:
         if result is MISS and self.compiled:
             self._missed(fn, args, kwargs)
             if policy.disabled_reason is None:
-                result = self._from_sizes(fn, args, kwargs)
+                try:
+                    result = self._from_sizes(fn, args, kwargs)
+                except Exception as e:  # noqa: BLE001 -- never leak an internal error: the call is recorded
+                    log("recompiles", f"{self.name}: size families failed inside dynamo ({type(e).__name__}: {e}); "
+                                      "the call is recorded")
+                    result = MISS
         if result is MISS:
             if self._left_to_cpython(args):
                 return self._eager(fn, args, kwargs, in_frame)

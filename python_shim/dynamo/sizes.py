@@ -31,9 +31,12 @@ Why an instance computes what the program would:
     [n, 5]); an instance serves only calls in that relation, and every input dim that follows a
     variable is at least 2 there.
 """
+import collections
 import re
 from fractions import Fraction
 from itertools import product
+
+import torch
 
 _INT = re.compile(r"(?<![\w.%:\-])-?\d+(?![\w.])")
 _OP = re.compile(r"=\s*(extern\s+)?([A-Za-z_][\w:.]*)")
@@ -143,6 +146,8 @@ class Family:
         self.low = list(low) if low is not None else [2] * len(variables)
         self.instances = 0      # compiled from it without a recording
         self.failures = 0       # instances that did not compile (the family goes after a few)
+        # each input slot's rank: the dims its `input` line lists (none for a 0-d tensor or a number)
+        self.ranks = collections.Counter(k[1] for k in kinds if k[0] == DIM)
 
     @classmethod
     def of_trace(cls, c):
@@ -160,6 +165,9 @@ class Family:
 
     def bind(self, inputs):
         """The variables' values for these trace inputs (tensors, in slot order), or a reason."""
+        for i, t in enumerate(inputs):  # a family is of one rank per input: another misses it
+            if isinstance(t, torch.Tensor) and t.dim() != self.ranks[i]:
+                return None, f"input {i} has {t.dim()} dims, the family {self.ranks[i]}"
         env = []
         for k, dims in enumerate(self.variables):
             vals = set()

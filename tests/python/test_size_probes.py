@@ -48,6 +48,28 @@ def test_two_arguments_sharing_a_size_are_one_variable():
     assert c["traces_compiled"] == 1 and c["size_instances"] == 4, c
 
 
+_BIAS = torch.randn(8)
+
+
+def _biased_relu(x):
+    return (x + _BIAS).relu() * 0.5
+
+
+@pytest.mark.parametrize("shapes", [
+    [(4, 8), (4, 8), (2, 8), (4, 8), (1, 8), (8,), (3, 8), (8,)],       # a family of rank 2, then rank 1
+    [(8,), (8,), (4, 8), (2, 8), (5, 8), (8,), (2, 3, 8), (3, 8)],      # rank 1, a family of rank 2, rank 3
+])
+def test_a_call_of_another_rank_misses_the_family(shapes):
+    """A size family is of one rank per input: a call of another rank misses it (it was bound
+    anyway, and indexing its shape past its rank leaked IndexError to the program)."""
+    opt = dynamo.optimize(_biased_relu)
+    for s in shapes:
+        x = torch.randn(*s)
+        torch.testing.assert_close(opt(x), _biased_relu(x))
+    c = dynamo.counters()
+    assert c["size_instances"] >= 1 and c["eager_runs"] == 0, c
+
+
 def test_broadcast_from_one_stays_one():
     """y's dim 0 is a broadcast 1: a probe of it at 2 fails against x, so it stays constant."""
     def f(x, y):
