@@ -69,6 +69,9 @@ def is_torch_callable(fn):
     self_ = getattr(fn, "__self__", None)
     if isinstance(self_, torch.Tensor):
         return True
+    owner = getattr(fn, "__objclass__", None)  # a tensor method read from the class: torch.Tensor.add_
+    if isinstance(owner, type) and issubclass(owner, torch._C.TensorBase):
+        return True
     if self_ is not None and type(self_).__name__ == "_VariableFunctionsClass":
         return True
     return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch")

@@ -117,6 +117,25 @@ _READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyp
 _RUN_WHOLE = frozenset({torch.vmap(lambda x: x).__code__})
 
 
+def _control_flow_operators():
+    """torch's control-flow operators (torch.cond, while_loop, map): their Python traces the
+    branches with torch.compile's own machinery, which the interpreter cannot step through. A
+    call of one is made as it is, between traces (a stitch), or the function runs eagerly."""
+    found = set()
+    for mod, name in (("torch", "cond"), ("torch", "while_loop"), ("torch._higher_order_ops", "cond"),
+                      ("torch._higher_order_ops", "while_loop"), ("torch._higher_order_ops.map", "map"),
+                      ("torch._higher_order_ops", "scan"), ("torch._higher_order_ops", "associative_scan")):
+        m = sys.modules.get(mod)
+        fn = getattr(m, name, None) if m is not None else None
+        if callable(fn):
+            found.add(getattr(fn, "__code__", None) or fn)
+    found.discard(None)
+    return frozenset(found)
+
+
+_CONTROL_FLOW = _control_flow_operators()
+
+
 def _map(fn, *iterables):
     """map(fn, *iterables) in Python: the interpreter runs it as a generator of the call, so
     fn's work is recorded when the map is consumed (list(map(...)), pytree's
@@ -331,6 +350,7 @@ class Interpreter:
         self._module_tensors = {}  # id(tensor) -> modules' registered buffers read (weight inputs)
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
+        self._exc_seen = {}       # id -> the program's exceptions met so far (each chained once, where raised)
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
         self.run_args = ()        # the call's positional arguments (run)
         self.depth = 0
@@ -669,6 +689,9 @@ class Interpreter:
         """Python functions and methods (inlined), and modules whose class forward runs."""
         fn, fsrc = fnp
         if isinstance(fn, types.FunctionType):
+            if fn.__code__ in _CONTROL_FLOW:
+                return self._opaque(fnp, args, kwargs, f"torch's control-flow operator {fn.__name__} is not recorded "
+                                                       "(it runs as in eager)")
             if fn.__code__ in _RUN_WHOLE or fn in _PURE_BUILTINS:
                 return _UNHANDLED  # run for real: recorded at ATen (_call_torch), or pure (_call_builtin)
             return self._call_python(fn, fsrc, args, kwargs, None)
@@ -810,6 +833,24 @@ class Interpreter:
         if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
                 id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
+        base = getattr(fn, "__self__", None)
+        if type(fn) is types.BuiltinFunctionType and fn.__name__ == "__new__" and base in _BUILTIN_BASES and args \
+                and _plain_class(args[0][0]) and issubclass(args[0][0], base):
+            # super().__new__(cls, ...) in a __new__ of Python over a builtin base (a tuple or list
+            # subclass): the new object made for real, a local of the call, its elements guarded
+            for v, s in list(args[1:]) + list(kwargs.values()):
+                self._touch_elements(v, s)
+            obj = self._concrete(fn, args, kwargs)[0]
+            self._mark_local(obj)
+            self.keep.append(obj)
+            return (obj, None)
+        if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and id(base) in self.local_objs and \
+                isinstance(base, (list, dict, set)):
+            # super().__init__(items) of a list, dict or set subclass the call made: filled for real
+            for v, s in list(args) + list(kwargs.values()):
+                self._touch_elements(v, s)
+            self._concrete(fn, args, kwargs)
+            return (None, None)
         if type(type(fn)) in (type, abc.ABCMeta) and not isinstance(fn, (torch.Tensor, torch.nn.Module)) and \
                 type(fn).__module__ != "builtins":
             # an instance of a Python class with a __call__ in Python (torchvision's LevelMapper):
@@ -881,7 +922,9 @@ class Interpreter:
             self.keep.append(obj)
         init = cls.__init__
         if init is object.__init__:
-            if args or kwargs:
+            # object.__init__ refuses arguments only where __new__ is object's too (a namedtuple's
+            # __new__ takes them, and its __init__ is object's)
+            if (args or kwargs) and cls.__new__ is object.__new__:
                 raise TypeError(f"{cls.__name__}() takes no arguments")
         else:
             self._call_python(init, None, args, kwargs, (obj, None), init=True)
@@ -1043,7 +1086,10 @@ class Interpreter:
                 return self._execute_loop(f)
             except (Abort, NopythonError, StitchNow):
                 raise
-            except Exception as e:  # noqa: BLE001 -- the program's exception, for its handler
+            except BaseException as e:  # noqa: BLE001 -- the program's exception, for its handler
+                if id(e) not in self._exc_seen:  # raised here, not passed up from a callee or re-raised
+                    self._exc_seen[id(e)] = e
+                    self._chain(e)
                 h = f.dec.handler_at(f.dec.insts[f.ip - 1].offset) if f.dec.handlers else None
                 if h is None:
                     _note_program_frame(e, f)
@@ -1054,6 +1100,21 @@ class Interpreter:
                 f.stack.append((e, None))
                 f.kw_names = ()
                 self._jump(f, h[2])
+
+    def _chain(self, e):
+        """As CPython sets an exception raised while another is handled: __context__ is the
+        handled one (where the program ran CPython's own frames, the interpreter's exc_info is
+        virtual: handled_exc), with any cycle through e cut from the chain."""
+        ctx = self.handled_exc
+        if ctx is None or ctx is e or not isinstance(ctx, BaseException):
+            return
+        o = ctx
+        while o is not None:
+            if o.__context__ is e:
+                o.__context__ = None
+                break
+            o = o.__context__
+        e.__context__ = ctx
 
     def _execute_loop(self, f):
         """Runs frame f from f.ip: one handler per bytecode (_HANDLERS, the `_op_` methods below);
@@ -1226,8 +1287,9 @@ class Interpreter:
             if not stitched:
                 self.abort(why)
             self._effect(f"deleting attribute {ins.argval}")
-            delattr(f.stack.pop()[0], ins.argval)
-            raise StitchNow(None)
+            if stitched:
+                delattr(f.stack.pop()[0], ins.argval)
+                raise StitchNow(None)
         obj, _ = f.stack.pop()
         delattr(obj, ins.argval)  # (contextlib's context manager drops its arguments in __enter__)
 
@@ -1886,8 +1948,16 @@ class Interpreter:
             raise self.handled_exc
         cause = self._popv(pop) if arg == 2 else None
         exc = self._popv(pop)
-        if cause is not None:
-            raise exc from cause
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            exc = exc()  # `raise ValueError`: the class called with no arguments, as CPython does
+        if not isinstance(exc, BaseException):
+            raise TypeError("exceptions must derive from BaseException")
+        if arg == 2:  # `raise exc from cause`: __cause__ set (None too), the context suppressed
+            if isinstance(cause, type) and issubclass(cause, BaseException):
+                cause = cause()
+            elif cause is not None and not isinstance(cause, BaseException):
+                raise TypeError("exception causes must derive from BaseException")
+            exc.__cause__ = cause  # (also sets __suppress_context__)
         raise exc
 
     @_handles('PUSH_EXC_INFO')
@@ -2409,6 +2479,8 @@ _SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
 
 
 _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
+# Builtin types whose __new__ a Python subclass's __new__ may call (super().__new__(cls, ...)).
+_BUILTIN_BASES = (tuple, list, dict, set, frozenset, int, float, str, bytes)
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 

@@ -278,6 +278,11 @@ def _input_view(interp, x):
     if found is None:
         return None
     expr, t = found
+    if x is t:  # the input itself (written in place: `y = p.add_(1)`): this call's input object again
+        return ("src", expr)
+    for tid, iexpr in interp.tensor_src.items():  # another input of that memory, itself
+        if interp.input_objs.get(tid) is x and not iexpr.startswith("x["):
+            return ("src", iexpr)
     return ("inview", expr, tuple(x.shape), tuple(x.stride()), x.storage_offset() - t.storage_offset())
 
 
