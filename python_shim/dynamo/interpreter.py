@@ -315,7 +315,7 @@ def _note_program_frame(e, f):
 
 
 class _Frame:
-    __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec", "init")
+    __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec", "init", "thrown")
 
     def __init__(self, code, fn, fn_src, glb):
         self.code = code
@@ -328,6 +328,7 @@ class _Frame:
         self.ip = 0
         self.kw_names = ()
         self.init = False  # an __init__ run by cls(...): its caller gets the new object, not its return
+        self.thrown = None  # an exception thrown into the suspended generator frame (throw(), close())
 
 
 def _handles(*opnames):
@@ -351,6 +352,7 @@ class Interpreter:
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
         self._exc_seen = {}       # id -> the program's exceptions met so far (each chained once, where raised)
+        self.generators = []      # the generators the call made (_Generator), closed at its end if dropped unfinished
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
         self.run_args = ()        # the call's positional arguments (run)
         self.depth = 0
@@ -545,7 +547,21 @@ class Interpreter:
             self.abort("returns a generator made in the call (its body would run outside the trace)", "result")
             if isinstance(r, _Generator):  # the caller gets a real generator, which runs the rest lazily
                 r = (v for v in r)
+        else:
+            self._close_dropped_generators()
         return r
+
+    def _close_dropped_generators(self):
+        """The call's generators left suspended inside a try or with block: CPython closes each
+        when the call drops it (its locals go at return), so its finally and __exit__ run then;
+        here too, within the trace, before the call returns. (An exception there is ignored, as
+        CPython ignores one raised while a generator is collected.)"""
+        for g in self.generators:
+            if g.started and not g.done and _suspended_in_block(g.frame):
+                try:
+                    g.close()
+                except Exception:  # noqa: BLE001 -- see above
+                    pass
 
     def call_function(self, fn, fn_src, args, kwargs, self_pair=None, init=False):
         code = fn.__code__
@@ -557,7 +573,9 @@ class Interpreter:
         if fn.__closure__:
             f.locals = list(f.locals)
         if code.co_flags & CO_GENERATOR:  # runs when iterated, as CPython's generator does
-            return (self._mark_local(_Generator(self, f)), None)
+            g = _Generator(self, f)
+            self.generators.append(g)
+            return (self._mark_local(g), None)
         return self._run_frame(f)
 
     def _run_frame(self, f):
@@ -695,6 +713,8 @@ class Interpreter:
             if fn.__code__ in _RUN_WHOLE or fn in _PURE_BUILTINS:
                 return _UNHANDLED  # run for real: recorded at ATen (_call_torch), or pure (_call_builtin)
             return self._call_python(fn, fsrc, args, kwargs, None)
+        if isinstance(fn, types.MethodType) and type(fn.__self__) is _Generator:
+            return self._concrete(fn, args, kwargs)  # g.send / throw / close: they run g's frame here
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
             return self._call_python(fn.__func__, None, args, kwargs, (fn.__self__, _self_source(fn, fsrc)))
         if isinstance(fn, torch.nn.Module):
@@ -713,6 +733,11 @@ class Interpreter:
         """type(x), getattr/hasattr, next() of an outside iterator; isinstance's class guard
         (the call itself is a pure builtin's, below)."""
         fn = fnp[0]
+        if fn in (type, isinstance) and args and isinstance(args[0][0], _Generator):
+            # a generator the interpreter runs is a generator to the program
+            if fn is type:
+                return (types.GeneratorType, None) if len(args) == 1 and not kwargs else _UNHANDLED
+            return self._concrete(fn, [(_GENERATOR_LIKE, None)] + list(args[1:]), kwargs)
         if fn is type and len(args) == 1 and not kwargs and args[0][1] is not None:
             v, vsrc = args[0]  # type(k).s reads through the class: guard which class it is
             src = Source(f"type({vsrc.expr})", vsrc)
@@ -1083,6 +1108,9 @@ class Interpreter:
         says lasti, then the exception; dynamo's own exceptions are never handed to the program."""
         while True:
             try:
+                if f.thrown is not None:  # raised where the generator frame is suspended, its yield
+                    e, f.thrown = f.thrown, None
+                    raise e
                 return self._execute_loop(f)
             except (Abort, NopythonError, StitchNow):
                 raise
@@ -1186,7 +1214,10 @@ class Interpreter:
         stack = f.stack
         pop = stack.pop
         arg = ins.arg
+        old = f.locals[arg][0]
         f.locals[arg] = pop()
+        if type(old) is _Generator:
+            self._dropped(old)
 
     @_handles('LOAD_CONST')
     def _op_LOAD_CONST(self, f, ins):
@@ -1209,7 +1240,25 @@ class Interpreter:
     @_handles('DELETE_FAST')
     def _op_DELETE_FAST(self, f, ins):
         arg = ins.arg
+        old = f.locals[arg][0]
         f.locals[arg] = (_NULL, None)
+        if type(old) is _Generator:
+            self._dropped(old)
+
+    def _dropped(self, g):
+        """A local that held generator g was deleted or assigned: where no frame of the call
+        holds g any more, CPython closes it there (its finally or __exit__ runs at once); so
+        here, recorded. (A generator kept in a container lives on, as it does in CPython; one
+        whose only holder was such a local is taken for dropped.)"""
+        if not g.started or g.done or not _suspended_in_block(g.frame):
+            return
+        for fr in self.frames:
+            if any(v is g for v, _ in fr.locals) or any(p[0] is g for p in fr.stack if type(p) is tuple):
+                return
+        try:
+            g.close()
+        except Exception:  # noqa: BLE001 -- ignored, as CPython ignores one raised while a generator is collected
+            pass
 
     @_handles('COPY')
     def _op_COPY(self, f, ins):
@@ -1845,15 +1894,21 @@ class Interpreter:
 
     @_handles('SEND')
     def _op_SEND(self, f, ins):
-        """`yield from`'s step: the next value of the iterator under the value sent in (always None:
-        the generators the interpreter runs are driven by next()), or, at its end, its return
-        value in the iterator's place and a jump past the loop."""
+        """`yield from`'s step: the next value of the iterator under the value sent in (next():
+        None; g.send(v): v, sent on), or, at its end, its return value in the iterator's place
+        and a jump past the loop."""
         stack = f.stack
-        sent = stack.pop()[0]
-        if sent is not None:
-            raise Abort("a value sent into a generator's `yield from`", "python")
+        sent = stack.pop()
+        it = stack[-1][0]
         try:
-            stack.append(self._next_pair(stack[-1][0]))
+            if sent[0] is None:
+                stack.append(self._next_pair(it))
+            elif isinstance(it, _Generator):  # a value sent on to the generator delegated to
+                pair = it.send_pair(sent)
+                self.touch(*pair)
+                stack.append(pair)
+            else:
+                stack.append((it.send(sent[0]), None))
         except StopIteration as e:
             stack[-1] = e.value if isinstance(e.value, _Returned) else (e.value, None)
             self._jump(f, ins.argval)
@@ -2528,38 +2583,108 @@ class _Yielded:
         self.pair = pair
 
 
+def _suspended_in_block(f):
+    """Generator frame f is suspended at a yield inside a try or with block (closing it runs code)."""
+    return bool(f.dec.handlers) and f.dec.handler_at(f.dec.insts[f.ip - 1].offset) is not None
+
+
+def _plain_stop(step, *args):
+    """step(*args), a generator's step for the program: the StopIteration at its end carries the
+    return value itself (inside the interpreter it carries the (value, source) pair)."""
+    try:
+        return step(*args)
+    except StopIteration as e:
+        if not isinstance(e.value, _Returned):
+            raise
+        value = e.value[0]
+    raise StopIteration(value)  # (outside the handler: no context, as CPython's has none)
+
+
 class _Generator:
     """A generator whose frame the interpreter runs: each next() resumes it under recording
     (its reads are guarded, its tensor ops recorded), lazily as CPython's would, so that all(),
     any(), zip() and early breaks stop it exactly where eager stops. Iterated by the
-    interpreter (FOR_ITER) it hands out (value, source) pairs; by a builtin, plain values."""
+    interpreter (FOR_ITER) it hands out (value, source) pairs; by a builtin, plain values.
+    throw() and close() raise into the suspended frame as CPython's do; a StopIteration that
+    leaves the body becomes RuntimeError (PEP 479); resuming it from itself raises ValueError.
+    The program sees it as a generator (type(), isinstance: Interpreter._call_introspection)."""
 
-    __slots__ = ("interp", "frame", "done", "started")
+    __slots__ = ("interp", "frame", "done", "started", "running")
 
     def __init__(self, interp, frame):
-        self.interp, self.frame, self.done, self.started = interp, frame, False, False
+        self.interp, self.frame, self.done, self.started, self.running = interp, frame, False, False, False
 
-    def next_pair(self):
-        if self.done:
-            raise StopIteration
-        if self.started:
-            self.frame.stack.append((None, None))  # the value sent in
+    def _resume(self, thrown=None, sent=(None, None)):
+        if self.running:
+            raise ValueError("generator already executing")
+        if thrown is None and self.started:
+            self.frame.stack.append(sent)  # the value sent in (next(): None)
+        self.frame.thrown = thrown
         self.started = True
+        self.running = True
         try:
             r = self.interp._run_frame(self.frame)
+        except StopIteration as e:  # PEP 479: a StopIteration leaving the body is an error
+            self.done = True
+            err = RuntimeError("generator raised StopIteration")
+            err.__cause__ = e
+            raise err
         except BaseException:
             self.done = True
             raise
+        finally:
+            self.running = False
         if isinstance(r, _Yielded):
             return r.pair
         self.done = True
         raise StopIteration(_Returned(r))  # the frame's (value, source), for `yield from`
 
+    def next_pair(self):
+        if self.done:
+            raise StopIteration
+        return self._resume()
+
+    def throw_pair(self, exc):
+        if isinstance(exc, type):
+            exc = exc()
+        if self.done or not self.started:  # raised at once: the body never runs (again)
+            self.done = True
+            raise exc
+        return self._resume(thrown=exc)
+
     def __iter__(self):
         return self
 
     def __next__(self):
-        return self.next_pair()[0]
+        return _plain_stop(self.next_pair)[0]
+
+    def send_pair(self, pair):
+        if pair[0] is not None and not self.started:
+            raise TypeError("can't send non-None value to a just-started generator")
+        if self.done:
+            raise StopIteration
+        return self._resume(sent=pair)
+
+    def send(self, value):
+        return _plain_stop(self.send_pair, (value, None))[0]
+
+    def throw(self, exc):
+        return _plain_stop(self.throw_pair, exc)[0]
+
+    def close(self):
+        if self.done or not self.started:
+            self.done = True
+            return
+        try:
+            self.throw_pair(GeneratorExit())
+        except (GeneratorExit, StopIteration):
+            return
+        raise RuntimeError("generator ignored GeneratorExit")
+
+
+# A real generator: what type() and isinstance() answer about an interpreted one (_Generator).
+_GENERATOR_LIKE = (lambda: (yield))()
+_GENERATOR_LIKE.close()
 
 
 def release(rec, interp):

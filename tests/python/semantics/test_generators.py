@@ -1,0 +1,255 @@
+"""Generators (the language reference's "Yield expressions" and "Generator-iterator methods"):
+what type() and isinstance() say of one, next/send/throw/close, a generator dropped unfinished
+inside a try or with block (its finally runs when it is dropped), PEP 479 (a StopIteration
+leaving the body is a RuntimeError), re-entering a running generator, `yield from` with sent
+values and return values, generator expressions. Compared with eager on three calls."""
+import contextlib
+import inspect
+import types
+
+import pytest
+import torch
+
+from compare import matches_eager
+
+LOG = []
+
+
+def _scaled(x):
+    for i in range(3):
+        yield x * i
+
+
+def _with_finally(x):
+    try:
+        yield x
+        yield x * 2
+    finally:
+        LOG.append("finally")
+
+
+def _with_cleanup_of_tensor(x, out):
+    try:
+        yield x + 1
+    finally:
+        out.append(x * 10)
+
+
+def type_and_isinstance(a, b):
+    g = _scaled(a)
+    return type(g) is types.GeneratorType, isinstance(g, types.GeneratorType), inspect.isgenerator(g), \
+        next(g) + b
+
+
+def next_with_default(a, b):
+    g = _scaled(a)
+    vals = [next(g), next(g), next(g), next(g, b)]
+    return vals
+
+
+def send_values(a, b):
+    def acc():
+        total = a * 0
+        while True:
+            v = yield total
+            if v is None:
+                return total
+            total = total + v
+    g = acc()
+    next(g)
+    g.send(a)
+    r = g.send(b)
+    try:
+        g.send(None)
+    except StopIteration as e:
+        return r, e.value
+    return r
+
+
+def send_to_a_new_generator(a, b):
+    g = _scaled(a)
+    try:
+        g.send(b)
+    except TypeError as e:
+        return str(e), a
+
+
+def throw_caught(a, b):
+    def gen():
+        try:
+            yield a
+        except ValueError as e:
+            yield b * 2 + len(str(e))
+    g = gen()
+    next(g)
+    return g.throw(ValueError("x"))
+
+
+def throw_uncaught(a, b):
+    g = _scaled(a)
+    next(g)
+    try:
+        g.throw(KeyError("k"))
+    except KeyError as e:
+        return str(e), next(g, "exhausted"), b
+
+
+def close_runs_finally(a, b):
+    LOG.clear()
+    g = _with_finally(a)
+    v = next(g)
+    g.close()
+    return v + b, list(LOG), next(g, "closed")
+
+
+def close_unstarted(a, b):
+    LOG.clear()
+    g = _with_finally(a)
+    g.close()
+    return list(LOG), next(g, "closed"), a
+
+
+def dropped_by_del(a, b):
+    LOG.clear()
+    g = _with_finally(a)
+    v = next(g)
+    del g
+    return v + b, list(LOG)
+
+
+def dropped_by_rebinding(a, b):
+    LOG.clear()
+    g = _with_finally(a)
+    v = next(g)
+    g = None
+    return v * b, list(LOG), g
+
+
+def dropped_at_return(a, b):
+    out = []
+    g = _with_cleanup_of_tensor(a, out)
+    v = next(g)
+    return v, out  # the cleanup runs as the call drops g, after the result was built
+
+
+def ignores_generator_exit(a, b):
+    def stubborn():
+        while True:
+            try:
+                yield a
+            except GeneratorExit:
+                pass
+    g = stubborn()
+    next(g)
+    try:
+        g.close()
+    except RuntimeError as e:
+        return str(e), b
+
+
+def pep_479(a, b):
+    def gen():
+        yield a
+        raise StopIteration("stop")
+    try:
+        return list(gen())
+    except RuntimeError as e:
+        return str(e), type(e.__cause__).__name__, b
+
+
+def pep_479_from_next(a, b):
+    def gen():
+        it = iter([])
+        yield a
+        yield next(it)
+    try:
+        return list(gen())
+    except RuntimeError as e:
+        return str(e), b
+
+
+def reenter_running(a, b):
+    def gen():
+        yield next(g)
+    g = gen()
+    try:
+        next(g)
+    except ValueError as e:
+        return str(e), a
+
+
+def yield_from_return(a, b):
+    def inner():
+        yield a
+        return b * 2
+    def outer():
+        r = yield from inner()
+        yield r + 1
+    return list(outer())
+
+
+def yield_from_send(a, b):
+    def inner():
+        r = yield a
+        return r
+    def outer():
+        v = yield from inner()
+        yield v
+    g = outer()
+    next(g)
+    return g.send(b * 3)
+
+
+def genexpr_sum(a, b):
+    return sum(x * x for x in (a, b, a + b))
+
+
+def genexpr_early_stop(a, b):
+    return any(bool(x.sum() > 100) for x in (a, b)), all(x.numel() == 4 for x in (a, b))
+
+
+def contextmanager_generator(a, b):
+    @contextlib.contextmanager
+    def scaled():
+        LOG.append("enter")
+        try:
+            yield 3
+        finally:
+            LOG.append("exit")
+    LOG.clear()
+    with scaled() as k:
+        y = a * k
+    return y + b, list(LOG)
+
+
+def generator_state(a, b):
+    g = _scaled(a)
+    before = inspect.getgeneratorstate(g)
+    next(g)
+    return before, inspect.getgeneratorstate(g), b
+
+
+CASES = [type_and_isinstance, next_with_default, send_values, send_to_a_new_generator, throw_caught,
+         throw_uncaught, close_runs_finally, close_unstarted, dropped_by_del, dropped_by_rebinding,
+         dropped_at_return, ignores_generator_exit, pep_479, pep_479_from_next, reenter_running,
+         yield_from_return, yield_from_send, genexpr_sum, genexpr_early_stop, contextmanager_generator,
+         generator_state]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # eager's stubborn generator
+@pytest.mark.parametrize("fn", CASES, ids=[f.__name__ for f in CASES])
+def test_generators_behave_as_in_eager(fn):
+    matches_eager(fn, lambda: (torch.randn(4), torch.randn(4)))
+
+
+def test_an_async_generator_runs_eagerly():
+    async def agen(x):
+        yield x * 2
+
+    def drive(a, b):
+        g = agen(a)
+        try:
+            g.asend(None).send(None)
+        except StopIteration as e:
+            return e.value + b, type(g).__name__
+    matches_eager(drive, lambda: (torch.randn(4), torch.randn(4)))
