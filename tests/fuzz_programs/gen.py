@@ -910,9 +910,46 @@ class Builder:
         name = self.fresh()
         return self.commit([f"with {ctx}:", f"    {name} = {self.fill(self.pick(UNARY), a)}"], "with:" + form, [name])
 
+    def s_python(self):
+        """Python's own semantics around a tensor value: a generator closed, thrown into or dropped
+        unfinished inside its try/finally, an exception chain read back, an object of a class
+        with its own __new__ (a named tuple made in the call, a tuple subclass), the identity of
+        an in-place op's result, torch.cond. Each result folds what Python did into a tensor."""
+        a = self.value(lambda t: t.is_floating_point() and t.numel() > 0)
+        if a is None:
+            return self.s_unary()
+        form = self.pick(["gen_close", "gen_drop", "gen_throw", "chain", "cause", "namedtuple", "new_tuple",
+                          "identity", "cond"])
+        name = self.fresh()
+        if form in ("gen_close", "gen_drop", "gen_throw"):
+            self.ensure_global("LOG", "LOG = []", "state:log")
+            self.ensure_global("GEN", "def GEN(v):\n    try:\n        yield v * 2\n        yield v + 1\n"
+                                      "    except KeyError:\n        yield v - 3\n    finally:\n        LOG.append(1)\n",
+                               "state:gen")
+        it = self.fresh("it")
+        body = {
+            "gen_close": [f"{it} = GEN({a})", f"{name} = next({it})", f"{it}.close()",
+                          f"{name} = {name} + len(LOG) + next({it}, 0.5)"],
+            "gen_drop": [f"{it} = GEN({a})", f"{name} = next({it})", f"del {it}", f"{name} = {name} * (len(LOG) + 1)"],
+            "gen_throw": [f"{it} = GEN({a})", f"{name} = next({it})", f"{name} = {name} + {it}.throw(KeyError('k'))"],
+            "chain": ["try:", "    try:", "        raise ValueError(3)", "    except ValueError:", "        {}['k']",
+                      "except KeyError as __e:", f"    {name} = {a} * __e.__context__.args[0]"],
+            "cause": ["try:", "    try:", "        raise ValueError(2)", "    except ValueError as __v:",
+                      "        raise TypeError(5) from __v", "except TypeError as __e:",
+                      f"    {name} = {a} * __e.__cause__.args[0] + __e.__suppress_context__"],
+            "namedtuple": ["__P = __import__('collections').namedtuple('__P', 'u w')", f"__p = __P({a}, 2.0)",
+                           f"{name} = __P(__p.u * __p[1], __p.w)[0]"],
+            "new_tuple": ["class __T(tuple):", "    def __new__(cls, u, w):", "        return super().__new__(cls, (u, w))",
+                          f"__t = __T({a}, 3.0)", f"{name} = __t[0] * __t[1] + len(__t)"],
+            "identity": [f"{name} = {a} * 1", f"__y = {name}.add_(1)", f"__z = torch.Tensor.mul_(__y, 2)",
+                         f"{name} = {name} + (__y is {name}) + 2 * (__z is {name})"],
+            "cond": [f"{name} = torch.cond({a}.sum() > 0, lambda __u: __u + 1, lambda __u: __u * 2, ({a},))"],
+        }[form]
+        return self.commit(body, "python:" + form, [name])
+
     STATEMENTS = ["unary", "binary", "reduce", "view", "binary", "matmul", "inplace", "setitem", "branch", "loop",
                   "helper", "cat", "module", "module", "side", "error", "global_fn", "kwargs", "unary", "reduce",
-                  "stitched", "pyarg", "rebound", "with"]
+                  "stitched", "pyarg", "rebound", "with", "python"]
 
     def statements(self):
         """Draws the body's statements."""
