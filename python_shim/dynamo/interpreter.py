@@ -2644,9 +2644,11 @@ class _Generator:
             raise StopIteration
         return self._resume()
 
-    def throw_pair(self, exc):
-        if isinstance(exc, type):
-            exc = exc()
+    def throw_pair(self, exc, value=None, tb=None):
+        if isinstance(exc, type):  # throw(type[, value[, traceback]]), as contextlib calls it
+            exc = value if isinstance(value, exc) else exc() if value is None else exc(value)
+        if tb is not None:
+            exc = exc.with_traceback(tb)
         if self.done or not self.started:  # raised at once: the body never runs (again)
             self.done = True
             raise exc
@@ -2668,8 +2670,8 @@ class _Generator:
     def send(self, value):
         return _plain_stop(self.send_pair, (value, None))[0]
 
-    def throw(self, exc):
-        return _plain_stop(self.throw_pair, exc)[0]
+    def throw(self, exc, value=None, tb=None):
+        return _plain_stop(self.throw_pair, exc, value, tb)[0]
 
     def close(self):
         if self.done or not self.started:
