@@ -314,6 +314,14 @@ def _note_program_frame(e, f):
         pass
 
 
+def _missing_message(qual, kind, missing):
+    """CPython's message for missing arguments: 'a'; 'a' and 'b'; 'a', 'b', and 'c'."""
+    quoted = [f"'{m}'" for m in missing]
+    listed = quoted[0] if len(quoted) == 1 else " and ".join(quoted) if len(quoted) == 2 else \
+        ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+    return f"{qual}() missing {len(missing)} required {kind} argument{'s' if len(missing) != 1 else ''}: {listed}"
+
+
 class _Frame:
     __slots__ = ("code", "fn", "fn_src", "globals", "locals", "stack", "ip", "kw_names", "dec", "init", "thrown")
 
@@ -589,10 +597,14 @@ class Interpreter:
             self.depth -= 1
 
     def _bind(self, f, fn, fn_src, args, kwargs):
+        """Binds the call's (value, source) pairs to frame f's parameters as CPython binds them,
+        with CPython's checks in its order and its messages (a wrong call raises the TypeError
+        eager raises): keywords, then too many positional arguments, then missing ones."""
         code = fn.__code__
         n = code.co_argcount
         nk = code.co_kwonlyargcount
         names = code.co_varnames
+        qual = code.co_qualname
         loc = list(f.locals)
         for i in range(min(n, len(args))):
             loc[i] = args[i]
@@ -604,38 +616,52 @@ class Interpreter:
             loc[pos] = (t, None)
             self._tuple_srcs[id(t)] = [s for _, s in extra]
             pos += 1
-        elif extra:
-            raise TypeError(f"{fn.__qualname__}() takes {n} positional arguments but {len(args)} were given")
         kw = dict(kwargs)
-        for i in range(code.co_posonlyargcount, n + nk):
-            if names[i] in kw:
+        settable = names[code.co_posonlyargcount:n + nk]
+        for name in list(kw):
+            if name in settable:
+                i = names.index(name, code.co_posonlyargcount)
                 if loc[i][0] is not _NULL:
-                    raise TypeError(f"{fn.__qualname__}() got multiple values for argument '{names[i]}'")
-                loc[i] = kw.pop(names[i])
+                    raise TypeError(f"{qual}() got multiple values for argument '{name}'")
+                loc[i] = kw.pop(name)
+            elif not code.co_flags & CO_VARKEYWORDS:
+                posonly = [k for k in kwargs if k in names[:code.co_posonlyargcount]]
+                if posonly:
+                    raise TypeError(f"{qual}() got some positional-only arguments passed as keyword arguments: "
+                                    f"'{', '.join(posonly)}'")
+                raise TypeError(f"{qual}() got an unexpected keyword argument '{name}'")
         if code.co_flags & CO_VARKEYWORDS:
             d = {name: v for name, (v, _) in kw.items()}
             self._mark_local(d)
             self._dict_srcs[id(d)] = {name: s for name, (_, s) in kw.items()}
             loc[pos] = (d, None)
-        elif kw:
-            raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument '{next(iter(kw))}'")
+        defaults = fn.__defaults__ or ()
+        if extra and not code.co_flags & CO_VARARGS:
+            kw_given = sum(loc[i][0] is not _NULL for i in range(n, n + nk))
+            sig = f"from {n - len(defaults)} to {n}" if defaults else f"{n}"
+            plural = "s" if defaults or n != 1 else ""
+            given = (f"{len(args)} positional argument{'s' if len(args) != 1 else ''} (and {kw_given} keyword-only "
+                     f"argument{'s' if kw_given != 1 else ''}) were") if kw_given else \
+                f"{len(args)} {'was' if len(args) == 1 else 'were'}"
+            raise TypeError(f"{qual}() takes {sig} positional argument{plural} but {given} given")
         if self.scalars:
             for p in loc:
                 if p[1] is not None and p[1].expr in self.scalars:
                     self._moved.add(id(p))
-        defaults = fn.__defaults__ or ()
-        for i in range(n):
+        missing = [names[i] for i in range(n - len(defaults)) if loc[i][0] is _NULL]
+        if missing:
+            raise TypeError(_missing_message(qual, "positional", missing))
+        for i in range(n - len(defaults), n):
             if loc[i][0] is _NULL:
                 j = i - (n - len(defaults))
-                if j < 0:
-                    raise TypeError(f"{fn.__qualname__}() missing required argument '{names[i]}'")
                 src = fn_src.attr("__defaults__").item(j) if fn_src is not None else None
                 loc[i] = (defaults[j], src)
         kwdefaults = fn.__kwdefaults__ or {}
+        missing = [names[i] for i in range(n, n + nk) if loc[i][0] is _NULL and names[i] not in kwdefaults]
+        if missing:
+            raise TypeError(_missing_message(qual, "keyword-only", missing))
         for i in range(n, n + nk):
             if loc[i][0] is _NULL:
-                if names[i] not in kwdefaults:
-                    raise TypeError(f"{fn.__qualname__}() missing keyword-only argument '{names[i]}'")
                 src = fn_src.attr("__kwdefaults__").item(names[i]) if fn_src is not None else None
                 loc[i] = (kwdefaults[names[i]], src)
         f.locals = loc
@@ -787,10 +813,47 @@ class Interpreter:
             return r
         return _UNHANDLED
 
+    def _frame_namespace(self, fn, args, kwargs):
+        """globals(), locals(), vars(), dir() and eval/exec without namespaces read the calling
+        frame's: here the program's frame (self.frames[-1]), not the interpreter's own. None
+        where fn is none of these."""
+        if not self.frames or fn not in _FRAME_READERS or kwargs or (fn in (vars, dir) and args) or \
+                (fn in (eval, exec) and not 1 <= len(args) <= 2):
+            return None
+        f = self.frames[-1]
+        if fn is globals:
+            return (f.globals, None)
+        names = {}
+        for name, (v, _) in zip(f.dec.names, f.locals):
+            if v is _NULL:
+                continue
+            if name in f.code.co_cellvars or name in f.code.co_freevars:
+                if type(v) is not types.CellType:
+                    continue
+                try:
+                    v = v.cell_contents
+                except ValueError:
+                    continue
+            names[name] = v
+        if fn in (locals, vars):
+            return (names, None)
+        if fn is dir:
+            return (sorted(names), None)
+        for v, s in args:
+            self._touch_elements(v, s)
+        self._effect(f"{fn.__name__}() of program text")  # (what the text does is not seen)
+        glb = args[1][0] if len(args) == 2 else f.globals
+        return (fn(args[0][0], glb, names if len(args) == 1 else None), None)
+
     def _call_builtin(self, fnp, args, kwargs):
         """enumerate/zip of sourced values, pure builtins, and methods of lists, dicts, sets,
         tuples and strings."""
         fn, fsrc = fnp
+        made = self._frame_namespace(fn, args, kwargs)
+        if made is not None:
+            if fn in (eval, exec):
+                self.abort(f"{fn.__name__}() runs program text dynamo does not see")
+            return made
         if fn in (enumerate, zip) and self.recording:
             made = self._sourced_pairs(fn, args, kwargs)
             if made is not None:
@@ -2534,6 +2597,8 @@ _SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
 
 
 _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
+# Builtins that read the calling frame (Interpreter._frame_namespace).
+_FRAME_READERS = (globals, locals, vars, dir, eval, exec)
 # Builtin types whose __new__ a Python subclass's __new__ may call (super().__new__(cls, ...)).
 _BUILTIN_BASES = (tuple, list, dict, set, frozenset, int, float, str, bytes)
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
