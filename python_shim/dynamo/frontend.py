@@ -512,7 +512,8 @@ class OptimizedFunction:
         # (dense and fresh, as native code hands them out: a live value that is a view -- a
         # transposed temporary permuted into its memory order -- is copied)
         values = [t.clone(memory_format=torch.contiguous_format) if t._base is not None or not t.is_contiguous()
-                  else t for t in live] + [value]
+                  else t for t in live] + [value] + (snap.pre_now or [])
+        snap.pre_now = None  # (this call's: later calls read them before the step)
         try:
             self._compile(rec, gs, interp, None, side_of=side_of)
         finally:

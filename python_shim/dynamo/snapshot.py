@@ -34,6 +34,7 @@ recording's cells, an object of a class with its own __new__ or slots) makes the
 the recording instead.
 """
 import collections
+import re
 import types
 
 import torch
@@ -77,6 +78,11 @@ class Snapshot:
         self.step = None     # a stitch: (kind, specs of its stack operands, extra): "call" (extra: the
         #                      keyword names), "setattr" / "delattr" (the name), "setitem"
         self.step_fn = None  # the step's operands as one compiled function (a, k, g, f, x) -> list
+        self.pre = []        # a stitch: sources the frames hold values of, read before its step
+        #                      (the step may rebind them: a global counter it increments); the
+        #                      values follow the step's result among the exit's values
+        self.pre_fn = None   # those reads as one compiled function (a, k, g, f, x) -> list
+        self.pre_now = None  # their values at the stitch of the recording call (taken before the step)
         self.owner = None    # the compiled trace whose cut exit this is (set when it compiles)
         self.value_cut = False  # a cut at a branch on, or a read of, a tensor's value (grad on):
         #                      taken every call, its continuation recorded at once, one per value
@@ -689,7 +695,58 @@ def for_stitch(interp, f, ip, stack, kw_names, why, step):
     after = inner.stack[:k] + ([("live", len(live))] if pushes else [])
     snap.frames[-1] = FrameState(inner.code, inner.fn, ip + 1, inner.locals, after, (), inner.init)
     snap.step = (kind, inner.stack[k:], extra)
+    _read_before_step(snap, interp, stack[:k], len(live) + 1)
     return snap, live
+
+
+# The sources a step cannot rebind: the call's own arguments (a[0], k['x']) and the function.
+# Of the rest, numbers and strings are read before the step (the continuation is guarded on
+# them: what it derives from them at its own exits holds); objects are read again after it, as
+# their identity is what the frames hold (a step rebinding an attribute to another object is not
+# followed there).
+_HELD_BY_VALUE = (int, float, bool, str, bytes, complex, type(None))
+_FIXED_SOURCE = re.compile(r"^(?:[ak]\[[^\[\]]+\]|f)$")
+
+
+def _read_before_step(snap, interp, inner_stack, first):
+    """The numbers and strings the stitch's frames hold that were read from a source (a global,
+    an attribute, an item) are what the source held before the step: decoded again after it, a
+    global the step increments would read its new value where the program holds the old. Each
+    becomes a value of the exit (("live", first + j): after the step's result), read before the
+    step on later calls (snap.pre) and taken now from the recording's frames (snap.pre_now)."""
+    pre, now = [], []
+
+    def swap(specs, pairs):
+        out = []
+        for sp, (v, _) in zip(specs, pairs):
+            if sp[0] == "src" and type(v) in _HELD_BY_VALUE and not _FIXED_SOURCE.match(sp[1]):
+                out.append(("live", first + len(pre)))
+                pre.append(sp[1])
+                now.append(v)
+            else:
+                out.append(sp)
+        return out
+    for i, (fs, fr) in enumerate(zip(snap.frames, interp.frames)):
+        stack_pairs = inner_stack if i == len(snap.frames) - 1 else fr.stack
+        # (the inner frame's stack after the step ends with its result, which is no source)
+        n = len(stack_pairs)
+        snap.frames[i] = FrameState(fs.code, fs.fn, fs.ip, swap(fs.locals, fr.locals),
+                                    swap(fs.stack[:n], stack_pairs) + fs.stack[n:], fs.kw_names, fs.init)
+    snap.pre, snap.pre_now = pre, now
+
+
+def read_before_step(snap, fn, args, kwargs, live):
+    """The values of snap.pre now, before the stitch's step is made (a list, empty for most)."""
+    if not snap.pre:
+        return []
+    if snap.pre_fn is None:
+        env = dict(snap.consts, Tensor=torch.Tensor, torch=torch)
+        exec(compile(f"def pre(a, k, g, f, x):\n    return [{', '.join(snap.pre)}]", "<dynamo stitch>", "exec"), env)
+        snap.pre_fn = env["pre"]
+    try:
+        return snap.pre_fn(args, kwargs, fn.__globals__, fn, live)
+    except Exception as e:  # noqa: BLE001
+        raise ResumeFailed(f"cannot read the values held at {snap.where}: {type(e).__name__}: {e}") from e
 
 
 # ---------------------------------------------------------------------------------------------

@@ -531,7 +531,8 @@ class Runner:
         if snap.step is not None:  # a stitch: the one call the trace stopped before, for real
             bump("stitches")
             try:
-                values = values + [snapshot.run_step(snap, fn, args, kwargs, values)]
+                held = snapshot.read_before_step(snap, fn, args, kwargs, values)
+                values = values + [snapshot.run_step(snap, fn, args, kwargs, values)] + held
             except snapshot.ResumeFailed as e:  # nothing of the call was made: eager runs it
                 return self._resume_failed(c, snap, e, fn, args, kwargs)
         return self.after_exit(c, ex.id, values, fn, args, kwargs)
