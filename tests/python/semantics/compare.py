@@ -19,7 +19,7 @@ def same(got, want, path="result"):
     if isinstance(want, torch.Tensor):
         assert isinstance(got, torch.Tensor), f"{path}: {type(got).__name__}, eager a tensor"
         assert got.dtype == want.dtype and got.shape == want.shape, f"{path}: {got.dtype}{list(got.shape)}"
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"{path} differs")
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, msg=f"{path} differs")
         return
     assert type(got) is type(want), f"{path}: {type(got).__name__}, eager {type(want).__name__}"
     if isinstance(want, (list, tuple)):

@@ -229,11 +229,52 @@ def generator_state(a, b):
     return before, inspect.getgeneratorstate(g), b
 
 
+def return_value_in_stop_iteration(a, b):
+    def gen():
+        yield a
+        return "done"
+    g = gen()
+    next(g)
+    try:
+        next(g)
+    except StopIteration as e:
+        return e.value, b * 1
+
+
+def genexpr_over_tensor_rows(a, b):
+    m = torch.stack([a, b, a + b])
+    return sum(row.max() for row in m), list(r.sum() for r in m)
+
+
+def generators_zipped(a, b):
+    return [x * y for x, y in zip(_scaled(a), _scaled(b))]
+
+
+def nested_generators(a, b):
+    def outer():
+        for t in (a, b):
+            yield from _scaled(t)
+    return list(outer())
+
+
+def generator_called_twice(a, b):
+    g1, g2 = _scaled(a), _scaled(a)
+    next(g1)
+    return next(g1), next(g2)
+
+
+def generator_exhausted_stays_exhausted(a, b):
+    g = _scaled(a)
+    first = list(g)
+    return len(first), list(g), next(g, b)
+
+
 CASES = [type_and_isinstance, next_with_default, send_values, send_to_a_new_generator, throw_caught,
          throw_uncaught, close_runs_finally, close_unstarted, dropped_by_del, dropped_by_rebinding,
          dropped_at_return, ignores_generator_exit, pep_479, pep_479_from_next, reenter_running,
          yield_from_return, yield_from_send, genexpr_sum, genexpr_early_stop, contextmanager_generator,
-         generator_state]
+         generator_state, return_value_in_stop_iteration, genexpr_over_tensor_rows, generators_zipped,
+         nested_generators, generator_called_twice, generator_exhausted_stays_exhausted]
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # eager's stubborn generator
