@@ -759,7 +759,7 @@ class Interpreter:
         """type(x), getattr/hasattr, next() of an outside iterator; isinstance's class guard
         (the call itself is a pure builtin's, below)."""
         fn = fnp[0]
-        if fn in (type, isinstance) and args and isinstance(args[0][0], _Generator):
+        if (fn is type or fn is isinstance) and args and isinstance(args[0][0], _Generator):
             # a generator the interpreter runs is a generator to the program
             if fn is type:
                 return (types.GeneratorType, None) if len(args) == 1 and not kwargs else _UNHANDLED
@@ -817,8 +817,8 @@ class Interpreter:
         """globals(), locals(), vars(), dir() and eval/exec without namespaces read the calling
         frame's: here the program's frame (self.frames[-1]), not the interpreter's own. None
         where fn is none of these."""
-        if not self.frames or fn not in _FRAME_READERS or kwargs or (fn in (vars, dir) and args) or \
-                (fn in (eval, exec) and not 1 <= len(args) <= 2):
+        if not self.frames or not any(fn is r for r in _FRAME_READERS) or kwargs or \
+                ((fn is vars or fn is dir) and args) or ((fn is eval or fn is exec) and not 1 <= len(args) <= 2):
             return None
         f = self.frames[-1]
         if fn is globals:
@@ -835,7 +835,7 @@ class Interpreter:
                 except ValueError:
                     continue
             names[name] = v
-        if fn in (locals, vars):
+        if fn is locals or fn is vars:
             return (names, None)
         if fn is dir:
             return (sorted(names), None)
@@ -851,7 +851,7 @@ class Interpreter:
         fn, fsrc = fnp
         made = self._frame_namespace(fn, args, kwargs)
         if made is not None:
-            if fn in (eval, exec):
+            if fn is eval or fn is exec:
                 self.abort(f"{fn.__name__}() runs program text dynamo does not see")
             return made
         if fn in (enumerate, zip) and self.recording:
@@ -922,7 +922,8 @@ class Interpreter:
                 id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
             return (None, None)  # super().__init__() reaching object's, on an object made in the call
         base = getattr(fn, "__self__", None)
-        if type(fn) is types.BuiltinFunctionType and fn.__name__ == "__new__" and base in _BUILTIN_BASES and args \
+        if type(fn) is types.BuiltinFunctionType and fn.__name__ == "__new__" and isinstance(base, type) and \
+                base in _BUILTIN_BASES and args \
                 and _plain_class(args[0][0]) and issubclass(args[0][0], base):
             # super().__new__(cls, ...) in a __new__ of Python over a builtin base (a tuple or list
             # subclass): the new object made for real, a local of the call, its elements guarded
