@@ -25,6 +25,7 @@ everything else an `extern aten::op.overload(...)` that the compiler either lowe
 own fused code (jit/decompose.cpp) or calls in LibTorch.
 """
 import math
+import sys
 import weakref
 
 import torch
@@ -70,9 +71,30 @@ class TapeRef:
         self.r = r
 
 
+_DYNAMO_KEPT_OUT = False
+
+
+def _keep_torch_dynamo_out():
+    """Where torch._dynamo is loaded (torch.compile in the process, torch.compile(backend=
+    "dynamo") recording a graph), the recorder's dispatch frames are marked for TorchDynamo to
+    leave alone, as torch marks every mode's; once per process, and without importing it."""
+    global _DYNAMO_KEPT_OUT
+    if not _DYNAMO_KEPT_OUT and "torch._dynamo" in sys.modules:
+        Recorder.__torch_dispatch__ = torch._disable_dynamo(Recorder.__dict__["__torch_dispatch__"], recursive=True)
+        _DYNAMO_KEPT_OUT = True
+
+
 class Recorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls):
+        """Not at class creation: torch wraps a mode's __torch_dispatch__ so that TorchDynamo does
+        not trace it, and the wrapper imports torch._dynamo on its first call (about a second of
+        every process's first recording). Done in __init__ instead, once torch._dynamo is loaded."""
+        return False
+
     def __init__(self, name):
         super().__init__()
+        _keep_torch_dynamo_out()
         self.name = name
         self.inputs = []        # IR input declarations, in slot order
         self.input_tensors = []  # ... and the tensors (None for a Python number's slot)
