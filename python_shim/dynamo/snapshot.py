@@ -660,6 +660,10 @@ def _frame_states(interp, f, resume_ip, live, index):
     for fr in interp.frames:
         if fr.fn_src is FUNC:
             fn_spec = ("func",)
+        elif fr.fn_src is not None and fr.fn_src.expr.startswith("x["):
+            # a function read from a value an earlier stitch made (`__import__(m).f`): the
+            # values of that exit are not at hand where this one resumes
+            raise NoSnapshot("a function called from a value a stitch made is live")
         elif fr.fn_src is not None:
             fn_spec = ("src", fr.fn_src.expr)
         else:

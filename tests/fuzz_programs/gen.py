@@ -916,7 +916,7 @@ class Builder:
         with its own __new__ (a named tuple made in the call, a tuple subclass), the identity of
         an in-place op's result, torch.cond. Each result folds what Python did into a tensor."""
         a = self.value(lambda t: t.is_floating_point() and t.numel() > 0)
-        if a is None:
+        if a is None or not self.chance(3):  # (rarer than the tensor statements: most of these stitch)
             return self.s_unary()
         form = self.pick(["gen_close", "gen_drop", "gen_throw", "chain", "cause", "namedtuple", "new_tuple",
                           "identity", "cond"])
