@@ -1,5 +1,6 @@
 """What a new user meets on the first day (issue 39): each finding of a user trying dynamo on
 their own scripts, reproduced and checked against eager."""
+import glob
 import os
 import subprocess
 import sys
@@ -595,3 +596,17 @@ def test_two_threads_recording_one_function_keep_their_own_call():
     keys = sorted(c.shape_key for c in opt.compiled)
     from dynamo.tracetree import shape_key
     assert keys == sorted([shape_key((torch.empty(3),)), shape_key((torch.empty(7),))]), keys
+
+
+def test_import_names_the_supported_python_and_torch():
+    """`import dynamo` on a Python or torch it does not support raises an ImportError naming what
+    it supports (before anything that would fail less clearly)."""
+    other = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[23]*/bin/python3.1[23]")))
+    for py in other[:1]:  # another CPython, where there is one (no torch there: the version is checked first)
+        r = subprocess.run([py, "-c", "import dynamo"], env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python_shim")),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "dynamo supports CPython 3.11; this is cpython 3.1" in r.stderr, r.stderr[-500:]
+    code = ("import torch\ntorch.__version__ = '2.13.0+cpu'\n"
+            "try:\n    import dynamo\nexcept ImportError as e:\n    print(e)\n")
+    r = _python(code, DYNAMO_LIBRARY=os.path.join(ROOT, "build", "libdynamo.so.0"))
+    assert "dynamo supports torch 2.14.x" in r.stdout and "2.13.0+cpu" in r.stdout, (r.stdout, r.stderr)
