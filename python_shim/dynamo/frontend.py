@@ -448,11 +448,14 @@ class OptimizedFunction:
             log("recompiles", f"{self.name}: recording trace {len(self.compiled) + 1} (no compiled trace accepted the call)")
         t0 = time.perf_counter()
         rng = torch.get_rng_state()
+        stitched = None
         try:
             result, raised = recording.run(rec, interp, lambda: interp.run(fn, args, kwargs))
         except StitchNow as s:  # a stitch's step was made: the rest of the call from its snapshot
+            stitched = s
+        if stitched is not None:  # (outside the handler: the program's exceptions do not chain to it)
             log("perf", f"{self.name}: recorded up to a stitch in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-            return self._through_stitch(rec, gs, interp, s.value, None, fn, args, kwargs)
+            return self._through_stitch(rec, gs, interp, stitched.value, None, fn, args, kwargs)
         if raised is not None:  # the program's own exception, or ours
             return self._recording_raised(raised, rec, interp, rng, fn, args, kwargs, in_frame)
         log("perf", f"{self.name}: recorded in {(time.perf_counter() - t0) * 1e3:.1f} ms")
@@ -483,10 +486,13 @@ class OptimizedFunction:
                 interp.touch(t, EXIT.item(i))
             interp.param_bytes = 0  # (the parent's parameters: a DDP bucket counts this trace's own)
             return snapshot.resume(snap, fn, args, kwargs, values, interp, recorded=True)
+        stitched = None
         try:
             result, raised = recording.run(rec, interp, body)
         except StitchNow as s:  # the side trace reached a stitch of its own and made its step
-            return self._through_stitch(rec, gs, interp, s.value, (c, exit_id), fn, args, kwargs)
+            stitched = s
+        if stitched is not None:  # (outside the handler, as above)
+            return self._through_stitch(rec, gs, interp, stitched.value, (c, exit_id), fn, args, kwargs)
         if raised is not None:  # as in _recording_raised, from the exit on
             effect = interp.effect or rec.effect
             release(rec, interp)

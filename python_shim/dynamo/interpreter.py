@@ -26,6 +26,7 @@ import collections
 import contextlib
 import dis
 import functools
+import gc
 import importlib.util
 import inspect
 import math
@@ -360,7 +361,7 @@ class Interpreter:
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
         self._exc_seen = {}       # id -> the program's exceptions met so far (each chained once, where raised)
-        self.generators = []      # the generators the call made (_Generator), closed at its end if dropped unfinished
+        self.generators = weakref.WeakSet()  # the call's generators (_Generator): closed when dropped, as CPython's
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
         self.run_args = ()        # the call's positional arguments (run)
         self.depth = 0
@@ -550,11 +551,15 @@ class Interpreter:
         self.touch(tuple(args), ARG)  # how many: g(x) and g(x, 3.0) bind parameters differently
         self.touch(kwargs, KWARG)
         k = {name: (v, KWARG.item(name)) for name, v in kwargs.items()}
-        r = self.call_function(fn, FUNC, a, k)[0]
+        return self.finish(self.call_function(fn, FUNC, a, k)[0])
+
+    def finish(self, r):
+        """The call's result r as the caller gets it, once the call's frames have returned (from
+        run, or from snapshot.resume after an exit or a stitch): a generator made in the call
+        handed back as a real one; those the call dropped suspended in a block closed."""
         if _holds_generator(r):
             self.abort("returns a generator made in the call (its body would run outside the trace)", "result")
-            if isinstance(r, _Generator):  # the caller gets a real generator, which runs the rest lazily
-                r = (v for v in r)
+            r = _realize(r)  # the caller gets real generators, which run the rest lazily
         else:
             self._close_dropped_generators()
         return r
@@ -564,8 +569,8 @@ class Interpreter:
         when the call drops it (its locals go at return), so its finally and __exit__ run then;
         here too, within the trace, before the call returns. (An exception there is ignored, as
         CPython ignores one raised while a generator is collected.)"""
-        for g in self.generators:
-            if g.started and not g.done and _suspended_in_block(g.frame):
+        for g in list(self.generators):
+            if g.real is None and g.started and not g.done and _suspended_in_block(g.frame):
                 try:
                     g.close()
                 except Exception:  # noqa: BLE001 -- see above
@@ -582,8 +587,9 @@ class Interpreter:
             f.locals = list(f.locals)
         if code.co_flags & CO_GENERATOR:  # runs when iterated, as CPython's generator does
             g = _Generator(self, f)
-            self.generators.append(g)
-            return (self._mark_local(g), None)
+            self.generators.add(g)
+            self.local_objs.add(id(g))  # (not kept: dropping its last reference closes it, see _Generator.__del__)
+            return (g, None)
         return self._run_frame(f)
 
     def _run_frame(self, f):
@@ -1122,11 +1128,11 @@ class Interpreter:
         self._effect(f"a call not recorded ({why})")
         self.rec.paused += 1
         try:
-            a = [v for v, _ in args]
+            a = [self._escaping(v) for v, _ in args]  # (a generator of the call goes out as a real one)
             if self_pair is not None:
                 a = [self_pair[0]] + a
             with self._outside_recorder():  # exactly as eager runs it
-                r = fnp[0](*a, **{n: v for n, (v, _) in kwargs.items()})
+                r = fnp[0](*a, **{n: self._escaping(v) for n, (v, _) in kwargs.items()})
         finally:
             self.rec.paused -= 1
         if stitched:
@@ -1277,11 +1283,10 @@ class Interpreter:
     def _op_STORE_FAST(self, f, ins):
         stack = f.stack
         pop = stack.pop
-        arg = ins.arg
-        old = f.locals[arg][0]
-        f.locals[arg] = pop()
-        if type(old) is _Generator:
-            self._dropped(old)
+        old = f.locals[ins.arg][0]
+        f.locals[ins.arg] = pop()
+        if type(old) in _HOLDERS and self.generators:
+            self._let_go(old)
 
     @_handles('LOAD_CONST')
     def _op_LOAD_CONST(self, f, ins):
@@ -1303,26 +1308,40 @@ class Interpreter:
 
     @_handles('DELETE_FAST')
     def _op_DELETE_FAST(self, f, ins):
-        arg = ins.arg
-        old = f.locals[arg][0]
-        f.locals[arg] = (_NULL, None)
-        if type(old) is _Generator:
-            self._dropped(old)
+        old = f.locals[ins.arg][0]
+        f.locals[ins.arg] = (_NULL, None)
+        if type(old) in _HOLDERS and self.generators:
+            self._let_go(old)
 
-    def _dropped(self, g):
-        """A local that held generator g was deleted or assigned: where no frame of the call
-        holds g any more, CPython closes it there (its finally or __exit__ runs at once); so
-        here, recorded. (A generator kept in a container lives on, as it does in CPython; one
-        whose only holder was such a local is taken for dropped.)"""
-        if not g.started or g.done or not _suspended_in_block(g.frame):
-            return
+    def _escaping(self, v):
+        """v as it leaves the call for code we do not interpret: a generator of the call becomes
+        the real generator that stands for it (_realize), in the call's running frames too, so
+        that `is` and `in` see one object on both sides."""
+        if type(v) is not _Generator:
+            return v
+        real = _realize(v, 4)
         for fr in self.frames:
-            if any(v is g for v, _ in fr.locals) or any(p[0] is g for p in fr.stack if type(p) is tuple):
-                return
-        try:
-            g.close()
-        except Exception:  # noqa: BLE001 -- ignored, as CPython ignores one raised while a generator is collected
-            pass
+            for place in (fr.locals, fr.stack):
+                for i, p in enumerate(place):
+                    if type(p) is tuple and p[0] is v:
+                        place[i] = (real, p[1])
+        return real
+
+    def _let_go(self, old):
+        """A local no longer holds container `old`. Where nothing but the interpreter's own
+        bookkeeping (keep) holds it either, it goes now, as CPython frees it here: a generator of
+        the call inside it is then collected, and closed (_Generator.__del__) at this point."""
+        if id(old) not in self.local_objs or not any(
+                type(e) is _Generator for e in (old.values() if type(old) is dict else old)):
+            return
+        for r in gc.get_referrers(old):
+            if r is not self.keep and not (type(r) is types.FrameType and r.f_code.co_filename == __file__):
+                return  # (held elsewhere: in the program, or by a snapshot; closed at the end at the latest)
+        self.local_objs.discard(id(old))
+        for i, k in enumerate(self.keep):
+            if k is old:
+                del self.keep[i]
+                break
 
     @_handles('COPY')
     def _op_COPY(self, f, ins):
@@ -1390,6 +1409,8 @@ class Interpreter:
                 raise StitchNow(None)
         obj, _ = pop()
         v, _ = pop()
+        if id(obj) not in self.local_objs:
+            v = self._escaping(v)  # (a generator of the call stored outside it goes out as a real one)
         setattr(obj, ins.argval, v)
 
     @_handles('DELETE_ATTR')
@@ -1714,6 +1735,8 @@ class Interpreter:
         key = pop()
         obj = self._popv(pop)
         v = self._popv(pop)
+        if id(obj) not in self.local_objs:
+            v = self._escaping(v)  # (as in STORE_ATTR)
         if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
             # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
             # Tensor.__setitem__ does) is made here by a traced op instead of from Python
@@ -2624,6 +2647,33 @@ def _module_key(m, key):
     return names[key]
 
 
+_HOLDERS = (list, dict, set, tuple)  # what a dropped local may hold a generator in (_let_go)
+
+
+def _realize(v, depth=0):
+    """v with each interpreted generator in it (also inside lists, tuples and dicts) replaced by
+    a real generator that delegates to it (next, send, throw and close pass through `yield
+    from`), one per generator: for code outside the call, which sees CPython's type."""
+    if isinstance(v, _Generator):
+        real = v.real() if v.real is not None else None
+        if real is None:
+            real = _delegate(v)
+            v.real = weakref.ref(real)  # (weak: the delegate holds v, and dropping it must drop v)
+        return real
+    if depth < 4 and type(v) is tuple:
+        return tuple(_realize(e, depth + 1) for e in v)
+    if depth < 4 and type(v) is list:
+        v[:] = [_realize(e, depth + 1) for e in v]
+    elif depth < 4 and type(v) is dict:
+        for k in v:
+            v[k] = _realize(v[k], depth + 1)
+    return v
+
+
+def _delegate(g):
+    return (yield from g)
+
+
 def _holds_generator(v, depth=0):
     if isinstance(v, _Generator):
         return True
@@ -2675,10 +2725,25 @@ class _Generator:
     leaves the body becomes RuntimeError (PEP 479); resuming it from itself raises ValueError.
     The program sees it as a generator (type(), isinstance: Interpreter._call_introspection)."""
 
-    __slots__ = ("interp", "frame", "done", "started", "running")
+    __slots__ = ("interp", "frame", "done", "started", "running", "real", "__weakref__")
 
     def __init__(self, interp, frame):
         self.interp, self.frame, self.done, self.started, self.running = interp, frame, False, False, False
+        self.real = None  # a weak reference to the real generator standing for it outside the call (_realize)
+
+    # isinstance(g, types.GeneratorType) and inspect.isgenerator, asked by code that is not interpreted
+    __class__ = property(lambda self: types.GeneratorType)
+
+    def __del__(self):
+        """The last reference is gone: as CPython closes a generator it collects, closing runs
+        the finally or __exit__ it is suspended in, there and then, recorded like any code (an
+        exception from it is dropped, as CPython reports and ignores one)."""
+        self.interp.local_objs.discard(id(self))
+        if self.started and not self.done and not self.running and _suspended_in_block(self.frame):
+            try:
+                self.close()
+            except BaseException:  # noqa: BLE001 -- see above
+                pass
 
     def _resume(self, thrown=None, sent=(None, None)):
         if self.running:

@@ -793,4 +793,4 @@ def resume(snap, fn, args, kwargs, live, interp, recorded=False):
         result = interp._execute(fr)
         if made is not None:
             result = made
-    return result[0]
+    return interp.finish(result[0])

@@ -200,6 +200,10 @@ def attempt(fn, args):
     try:
         return fn(*args), None
     except Exception as e:  # noqa: BLE001 -- any exception is compared with eager's
+        # The frames' locals go now: a generator the call left suspended is collected (its
+        # finally runs) here on both sides, not whenever the traceback happens to be dropped
+        # (CPython keeps the caller's frame alive through it; dynamo's traceback has none).
+        traceback.clear_frames(e.__traceback__)
         return None, e
 
 

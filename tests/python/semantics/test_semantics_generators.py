@@ -269,12 +269,77 @@ def generator_exhausted_stays_exhausted(a, b):
     return len(first), list(g), next(g, b)
 
 
+KEPT = []
+
+
+class _Holder:
+    pass
+
+
+HOLDER = _Holder()
+
+
+def dropped_with_its_list(a, b):
+    LOG.clear()
+    gs = [_with_finally(a), 1]
+    v = next(gs[0])
+    del gs  # the list goes, and the generator in it: its finally runs here, before the append
+    LOG.append("after")
+    return v + b, list(LOG)
+
+
+def dropped_from_a_dict(a, b):
+    LOG.clear()
+    d = {"g": _with_finally(a)}
+    v = next(d["g"])
+    d.clear()
+    LOG.append("after")
+    return v - b, list(LOG)
+
+
+def dropped_by_item_assignment(a, b):
+    LOG.clear()
+    gs = [_with_finally(a)]
+    v = next(gs[0])
+    gs[0] = None
+    LOG.append("after")
+    return v * b, list(LOG), gs
+
+
+def kept_in_a_global_list(a, b):
+    KEPT.clear()  # (the last call's generator goes first: its finally runs before LOG is cleared)
+    LOG.clear()
+    g = _with_finally(a)
+    KEPT.append(g)
+    v = next(g)
+    return v + b, list(LOG), type(KEPT[0]) is types.GeneratorType, KEPT[0] is g
+
+
+def kept_on_an_outside_object(a, b):
+    HOLDER.g = None
+    LOG.clear()
+    g = _with_finally(a)
+    HOLDER.g = g
+    v = next(g)
+    return v + b, list(LOG), type(HOLDER.g) is types.GeneratorType
+
+
+def dropped_after_a_host_read(a, b):
+    LOG.clear()
+    n = len(a.tolist())  # a read on the host: the call continues past it
+    g = _with_finally(a * n)
+    v = next(g)
+    return v + b, n
+
+
 CASES = [type_and_isinstance, next_with_default, send_values, send_to_a_new_generator, throw_caught,
          throw_uncaught, close_runs_finally, close_unstarted, dropped_by_del, dropped_by_rebinding,
          dropped_at_return, ignores_generator_exit, pep_479, pep_479_from_next, reenter_running,
          yield_from_return, yield_from_send, genexpr_sum, genexpr_early_stop, contextmanager_generator,
          generator_state, return_value_in_stop_iteration, genexpr_over_tensor_rows, generators_zipped,
-         nested_generators, generator_called_twice, generator_exhausted_stays_exhausted]
+         nested_generators, generator_called_twice, generator_exhausted_stays_exhausted, dropped_with_its_list,
+         dropped_from_a_dict, dropped_by_item_assignment, kept_in_a_global_list, kept_on_an_outside_object,
+         dropped_after_a_host_read]
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # eager's stubborn generator
@@ -294,3 +359,22 @@ def test_an_async_generator_runs_eagerly():
         except StopIteration as e:
             return e.value + b, type(g).__name__
     matches_eager(drive, lambda: (torch.randn(4), torch.randn(4)))
+
+
+def test_a_generator_returned_inside_a_container_is_a_real_one():
+    import dynamo
+
+    def fn(a, b):
+        g = _with_finally(a)
+        first = next(g)
+        return first + b, [g], {"g": g}
+
+    opt = dynamo.optimize(fn)
+    for _ in range(3):
+        a, b = torch.randn(4), torch.randn(4)
+        LOG.clear()
+        first, gs, d = opt(a, b)
+        assert torch.equal(first, a + b) and type(gs[0]) is types.GeneratorType and d["g"] is gs[0]
+        assert torch.equal(next(gs[0]), a * 2) and LOG == []
+        gs[0].close()
+        assert LOG == ["finally"]
