@@ -912,16 +912,16 @@ class Builder:
 
     def s_python(self):
         """Python's own semantics around a tensor value: a generator closed, thrown into or dropped
-        unfinished inside its try/finally, an exception chain read back, an object of a class
+        unfinished inside its try/finally (also with the list or dict that held it), an exception chain read back, an object of a class
         with its own __new__ (a named tuple made in the call, a tuple subclass), the identity of
         an in-place op's result, torch.cond. Each result folds what Python did into a tensor."""
         a = self.value(lambda t: t.is_floating_point() and t.numel() > 0)
         if a is None or not self.chance(3):  # (rarer than the tensor statements: most of these stitch)
             return self.s_unary()
-        form = self.pick(["gen_close", "gen_drop", "gen_throw", "chain", "cause", "namedtuple", "new_tuple",
-                          "identity", "cond"])
+        form = self.pick(["gen_close", "gen_drop", "gen_throw", "gen_list_drop", "gen_dict_clear", "chain", "cause",
+                          "namedtuple", "new_tuple", "identity", "cond"])
         name = self.fresh()
-        if form in ("gen_close", "gen_drop", "gen_throw"):
+        if form.startswith("gen_"):
             self.ensure_global("LOG", "LOG = []", "state:log")
             self.ensure_global("GEN", "def GEN(v):\n    try:\n        yield v * 2\n        yield v + 1\n"
                                       "    except KeyError:\n        yield v - 3\n    finally:\n        LOG.append(1)\n",
@@ -932,6 +932,10 @@ class Builder:
                           f"{name} = {name} + len(LOG) + next({it}, 0.5)"],
             "gen_drop": [f"{it} = GEN({a})", f"{name} = next({it})", f"del {it}", f"{name} = {name} * (len(LOG) + 1)"],
             "gen_throw": [f"{it} = GEN({a})", f"{name} = next({it})", f"{name} = {name} + {it}.throw(KeyError('k'))"],
+            "gen_list_drop": [f"{it} = [GEN({a}), 1]", f"{name} = next({it}[0])", f"del {it}",
+                              f"{name} = {name} * (len(LOG) + 1)"],
+            "gen_dict_clear": [f"{it} = {{'g': GEN({a})}}", f"{name} = next({it}['g'])", f"{it}.clear()",
+                               f"{name} = {name} - len(LOG)"],
             "chain": ["try:", "    try:", "        raise ValueError(3)", "    except ValueError:", "        {}['k']",
                       "except KeyError as __e:", f"    {name} = {a} * __e.__context__.args[0]"],
             "cause": ["try:", "    try:", "        raise ValueError(2)", "    except ValueError as __v:",
