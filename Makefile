@@ -3,6 +3,10 @@
 VENV   ?= .venv
 PYTHON ?= $(CURDIR)/$(VENV)/bin/python
 BUILD  ?= build
+# The other CPython versions the package supports: each gets its venv (.venv-3.12, ...), the
+# extensions built for it, and the Python suite run on it by `make test` (skipped, with a line
+# saying so, where the machine has no such Python). MORE_PYTHONS= builds for 3.11 alone.
+MORE_PYTHONS ?= 3.12 3.13
 PREFIX ?= $(CURDIR)/$(VENV)
 JOBS   ?= 2
 MAKEFLAGS += --no-print-directory
@@ -17,9 +21,12 @@ all: build
 deps:
 	@bash scripts/setup-deps.sh
 	@VENV=$(VENV) bash scripts/setup-python.sh requirements.txt
+	@for v in $(MORE_PYTHONS); do PYTHON_VERSION=$$v VENV=.venv-$$v OPTIONAL=1 bash scripts/setup-python.sh requirements.txt; done
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
+	@more=$$(for v in $(MORE_PYTHONS); do [ -x .venv-$$v/bin/python ] && printf '%s;' "$(CURDIR)/.venv-$$v/bin/python"; done; true); \
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DPython3_EXECUTABLE=$(PYTHON) \
+	  -DDYNAMO_MORE_PYTHONS="$${more%;}" >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)

@@ -39,7 +39,7 @@ assert any(n.startswith("dynamo/_fastcall.cpython-311") for n in names), names
 assert not [n for n in names if "test" in n.split("/")[0] or n.endswith(".pyc")], names
 z = zipfile.ZipFile(sys.argv[1])
 meta = z.read("dynamo-0.1.0.dist-info/METADATA").decode()
-assert "Requires-Python: <3.12,>=3.11" in meta or "Requires-Python: >=3.11,<3.12" in meta, meta
+assert "Requires-Python: <3.14,>=3.11" in meta or "Requires-Python: >=3.11,<3.14" in meta, meta
 assert "Requires-Dist: torch==2.14.1" in meta, meta
 entry = z.read("dynamo-0.1.0.dist-info/entry_points.txt").decode()
 assert "[torch_dynamo_backends]" in entry and "dynamo.compile_backend:backend" in entry, entry

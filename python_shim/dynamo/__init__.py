@@ -15,7 +15,7 @@ import sys as _sys
 
 # What the package runs on: the interpreter the recorder and the frame hook are written for, and
 # the torch whose LibTorch the library links (its C++ ABI changes between releases).
-SUPPORTED_PYTHONS = ((3, 11),)
+SUPPORTED_PYTHONS = ((3, 11), (3, 12), (3, 13))
 SUPPORTED_TORCH = "2.14"
 
 

@@ -1,8 +1,8 @@
 /* _evalframe.c -- the PEP 523 frame-evaluation hook behind `with dynamo.optimize():`.
  *
  * While a handler is installed, every new Python frame of this interpreter comes here first
- * (CPython 3.11: the interpreter then also stops inlining Python-to-Python calls, so each call
- * passes through). Only a thread inside enter() (a `with` block it entered) hands its frames to
+ * (the interpreter then also stops inlining Python-to-Python calls, so each call passes
+ * through). Only a thread inside enter() (a `with` block it entered) hands its frames to
  * the handler; other threads' run as before. Frames we never want (generators and coroutines,
  * class bodies and module code,
  * code objects the handler marked with skip(), frames started while the handler itself runs)
@@ -14,18 +14,35 @@
  * from that frame come back here). An exception raised by the handler propagates as the call's.
  *
  * Only the frame's entry state is read; a frame we answer for is never evaluated and is cleared
- * by its caller as usual. This file uses CPython 3.11's internal frame layout (Py_BUILD_CORE).
+ * by its caller as usual. This file uses CPython's internal frame layout (Py_BUILD_CORE) of
+ * 3.11, 3.12 and 3.13; the FRAME_* macros below are all that differs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "dynamo._evalframe is written for CPython 3.11's frame layout"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "dynamo._evalframe is written for the frame layouts of CPython 3.11, 3.12 and 3.13"
 #endif
 
 #define Py_BUILD_CORE
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
+
+/* What differs between the versions' _PyInterpreterFrame, in one place: the frame's code
+ * object, its function, and whether it has run no instruction yet. */
+#if PY_VERSION_HEX >= 0x030D0000 /* 3.13: f_executable, instr_ptr at the first instruction */
+#define FRAME_CODE(f) ((PyCodeObject *)(f)->f_executable)
+#define FRAME_FUNC(f) ((f)->f_funcobj)
+#define FRAME_FRESH(f, code) ((f)->instr_ptr == _PyCode_CODE(code))
+#elif PY_VERSION_HEX >= 0x030C0000 /* 3.12: f_funcobj, prev_instr before the first instruction */
+#define FRAME_CODE(f) ((f)->f_code)
+#define FRAME_FUNC(f) ((f)->f_funcobj)
+#define FRAME_FRESH(f, code) ((f)->prev_instr == _PyCode_CODE(code) - 1)
+#else /* 3.11 */
+#define FRAME_CODE(f) ((f)->f_code)
+#define FRAME_FUNC(f) ((PyObject *)(f)->f_func)
+#define FRAME_FRESH(f, code) ((f)->prev_instr == _PyCode_CODE(code) - 1)
+#endif
 
 static PyObject *handler = NULL;   /* strong reference, NULL when not installed */
 static PyObject *skip_codes = NULL; /* set of code objects never handed to the handler */
@@ -35,10 +52,12 @@ static _Thread_local int entered = 0; /* `with` blocks this thread is inside (en
 
 static int wanted(_PyInterpreterFrame *frame, int throwflag) {
   if (handler == NULL || !entered || in_handler || throwflag) return 0;
-  if (frame->f_func == NULL || frame->f_locals != NULL) return 0; /* module code, class bodies */
-  PyCodeObject *code = frame->f_code;
+  if (FRAME_FUNC(frame) == NULL || frame->f_locals != NULL) return 0; /* module code, class bodies */
+  if (!PyFunction_Check(FRAME_FUNC(frame))) return 0;
+  PyCodeObject *code = FRAME_CODE(frame);
+  if (!PyCode_Check(code)) return 0;
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) return 0;
-  if (frame->prev_instr != _PyCode_CODE(code) - 1) return 0; /* not a fresh frame */
+  if (!FRAME_FRESH(frame, code)) return 0; /* not a fresh frame */
   int skip = PySet_Contains(skip_codes, (PyObject *)code);
   if (skip < 0) {
     PyErr_Clear();
@@ -48,7 +67,7 @@ static int wanted(_PyInterpreterFrame *frame, int throwflag) {
 }
 
 static PyObject *bound_arguments(_PyInterpreterFrame *frame) {
-  PyCodeObject *code = frame->f_code;
+  PyCodeObject *code = FRAME_CODE(frame);
   Py_ssize_t n = code->co_argcount + code->co_kwonlyargcount;
   if (code->co_flags & CO_VARARGS) ++n;
   if (code->co_flags & CO_VARKEYWORDS) ++n;
@@ -70,7 +89,7 @@ static PyObject *eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, i
   PyObject *h = handler;
   Py_INCREF(h);
   in_handler = 1;
-  PyObject *result = PyObject_CallFunctionObjArgs(h, (PyObject *)frame->f_func, args, NULL);
+  PyObject *result = PyObject_CallFunctionObjArgs(h, FRAME_FUNC(frame), args, NULL);
   in_handler = 0;
   Py_DECREF(h);
   Py_DECREF(args);
@@ -151,7 +170,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_evalframe",
-                                    "PEP 523 frame-evaluation hook for dynamo (CPython 3.11).", -1, methods};
+                                    "PEP 523 frame-evaluation hook for dynamo (CPython 3.11-3.13).", -1, methods};
 
 PyMODINIT_FUNC PyInit__evalframe(void) {
   PyObject *m = PyModule_Create(&module);

@@ -16,7 +16,7 @@ def load(name):
     if lib:
         dirs.insert(0, os.path.join(os.path.dirname(lib), "python"))
     for d in dirs:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES[:1]:  # (only this version's: .cpython-3XY-...so)
             path = os.path.join(d, name + suffix)
             if os.path.exists(path):
                 spec = importlib.util.spec_from_file_location("dynamo." + name, path)

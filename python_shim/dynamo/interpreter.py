@@ -1,4 +1,5 @@
-"""The recording interpreter: runs CPython 3.11 bytecode on real values, with provenance.
+"""The recording interpreter: runs CPython bytecode on real values, with provenance (3.11, 3.12
+and 3.13: bytecode.py decodes each version into the one vocabulary the handlers are written for).
 
 Each value on the interpreter's stack and in its locals is a pair (value, source): the real
 Python object, and where it was read from (guards.Source) or None for values computed during
@@ -24,7 +25,6 @@ import abc
 import builtins
 import collections
 import contextlib
-import dis
 import functools
 import gc
 import importlib.util
@@ -40,7 +40,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
-from . import config, snapshot
+from . import bytecode, config, snapshot
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
 from .frames import ItemRead, plain_class as _plain_class
@@ -190,6 +190,14 @@ MAX_DEPTH = 32
 MAX_STEPS = 200_000
 
 
+# what a handler that only restores locals before re-raising runs (Code.catches_at)
+_CLEANUP_OPS = frozenset(("SWAP", "POP_TOP", "STORE_FAST", "NOP"))
+
+
+# ... and a generator's PEP 479 handler (3.12+): closing the generator runs neither
+_CLOSE_RUNS_NOTHING = _CLEANUP_OPS | {"CALL_INTRINSIC_1"}
+
+
 class _Code:
     """Decoded instructions of a code object, cached."""
 
@@ -197,7 +205,7 @@ class _Code:
     _cache = {}
 
     def __init__(self, code):
-        self.insts = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        self.insts = bytecode.decode(code)
         self.index = {ins.offset: k for k, ins in enumerate(self.insts)}
         bad = sorted({i.opname for i in self.insts} - _SUPPORTED)
         self.unsupported = None
@@ -208,7 +216,7 @@ class _Code:
         self.names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames] + \
             list(code.co_freevars)
         # (start, end, target, depth, lasti) per protected range, byte offsets, end exclusive
-        self.handlers = [(e.start, e.end, e.target, e.depth, e.lasti) for e in dis._parse_exception_table(code)]
+        self.handlers = bytecode.exception_table(code)
 
     def handler_at(self, offset):
         """The exception-table entry covering bytecode offset (the innermost: the table lists
@@ -217,6 +225,20 @@ class _Code:
             if h[0] <= offset < h[1]:
                 return h
         return None
+
+    def catches_at(self, offset, depth=0, cleanup=None):
+        """Whether an exception at offset can be caught in this frame: a handler covers it that
+        does more than put locals back and re-raise (3.12's inlined comprehensions restore their
+        loop variable so; the exception still leaves the frame)."""
+        h = self.handler_at(offset)
+        if h is None:
+            return False
+        k = self.index[h[2]]
+        while k < len(self.insts) and self.insts[k].opname in (cleanup or _CLEANUP_OPS):
+            k += 1
+        if depth > 8 or k >= len(self.insts) or self.insts[k].opname != "RERAISE":
+            return True
+        return self.catches_at(self.insts[k].offset, depth + 1, cleanup)
 
     @classmethod
     def of(cls, code):
@@ -2131,6 +2153,239 @@ class Interpreter:
         exc = self._popv(pop)
         raise exc
 
+    # -- operations that 3.12 and 3.13 added (bytecode.py decodes the rest into 3.11's) -------
+    @_handles('RETURN_CONST')
+    def _op_RETURN_CONST(self, f, ins):
+        return ((ins.argval, None),)
+
+    @_handles('BINARY_SLICE')
+    def _op_BINARY_SLICE(self, f, ins):  # container[start:end]
+        self._op_BUILD_SLICE(f, _As("BUILD_SLICE", 2))
+        self._op_BINARY_SUBSCR(f, _As("BINARY_SUBSCR", 0, ins))
+
+    @_handles('STORE_SLICE')
+    def _op_STORE_SLICE(self, f, ins):  # container[start:end] = value
+        self._op_BUILD_SLICE(f, _As("BUILD_SLICE", 2))
+        self._op_STORE_SUBSCR(f, _As("STORE_SUBSCR", 0, ins))
+
+    @_handles('LOAD_FAST_AND_CLEAR')
+    def _op_LOAD_FAST_AND_CLEAR(self, f, ins):  # an inlined comprehension saves the name's outer value
+        f.stack.append(f.locals[ins.arg])
+        f.locals[ins.arg] = (_NULL, None)
+
+    def _fast(self, f, k):
+        """Local k as a LOAD_FAST / STORE_FAST argument (3.13's pairs of locals in one)."""
+        return _As("LOAD_FAST", k, argval=f.dec.names[k] if k < len(f.dec.names) else k)
+
+    @_handles('LOAD_FAST_LOAD_FAST')
+    def _op_LOAD_FAST_LOAD_FAST(self, f, ins):
+        self._op_LOAD_FAST(f, self._fast(f, ins.arg >> 4))
+        self._op_LOAD_FAST(f, self._fast(f, ins.arg & 15))
+
+    @_handles('STORE_FAST_LOAD_FAST')
+    def _op_STORE_FAST_LOAD_FAST(self, f, ins):
+        self._op_STORE_FAST(f, self._fast(f, ins.arg >> 4))
+        self._op_LOAD_FAST(f, self._fast(f, ins.arg & 15))
+
+    @_handles('STORE_FAST_STORE_FAST')
+    def _op_STORE_FAST_STORE_FAST(self, f, ins):
+        self._op_STORE_FAST(f, self._fast(f, ins.arg >> 4))
+        self._op_STORE_FAST(f, self._fast(f, ins.arg & 15))
+
+    @_handles('PUSH_NULL_BELOW')
+    def _op_PUSH_NULL_BELOW(self, f, ins):  # 3.13's PUSH_NULL, after the callable: NULL goes under it
+        f.stack.insert(len(f.stack) - 1, (_NULL, None))
+
+    @_handles('CALL_KW')
+    def _op_CALL_KW(self, f, ins):  # 3.13: the keyword names are a tuple on the stack
+        f.kw_names = self._popv(f.stack.pop)
+        self._op_CALL(f, ins)
+
+    @_handles('END_FOR')
+    def _op_END_FOR(self, f, ins):
+        del f.stack[len(f.stack) - ins.arg:]
+
+    @_handles('END_SEND')
+    def _op_END_SEND(self, f, ins):  # receiver, value -> value
+        v = f.stack.pop()
+        f.stack[-1] = v
+
+    @_handles('CLEANUP_THROW')
+    def _op_CLEANUP_THROW(self, f, ins):
+        """An exception thrown into `yield from` came back out of the delegate: a StopIteration
+        ends the delegation with its value (None, value for END_SEND), anything else goes on."""
+        exc = self._popv(f.stack.pop)
+        del f.stack[-2:]
+        if not isinstance(exc, StopIteration):
+            raise exc
+        f.stack.append((None, None))
+        f.stack.append(exc.value if isinstance(exc.value, _Returned) else (exc.value, None))
+
+    @_handles('CALL_INTRINSIC_1')
+    def _op_CALL_INTRINSIC_1(self, f, ins):
+        """INTRINSIC_STOPITERATION_ERROR (bytecode.py names the others): PEP 479 in the generator's
+        own exception handler -- a StopIteration leaving the body becomes RuntimeError."""
+        exc = self._popv(f.stack.pop)
+        if isinstance(exc, StopIteration):
+            err = RuntimeError("generator raised StopIteration")
+            err.__cause__ = err.__context__ = exc
+            self._exc_seen[id(err)] = err
+            exc = err
+        f.stack.append((exc, None))
+
+    @_handles('LOAD_SUPER_ATTR')
+    def _op_LOAD_SUPER_ATTR(self, f, ins):
+        """super().name (3.12+): the stack holds the global super, the class and self; the super
+        object is made as the call super(cls, self) (or, where the global is not the builtin, as
+        that call of it), then read like any attribute (a method flag: as LOAD_METHOD)."""
+        stack = f.stack
+        self_p, cls_p, sup_p = stack.pop(), stack.pop(), stack.pop()
+        args = [cls_p, self_p] if sup_p[0] is super or ins.arg & 2 else []
+        stack.append(self.call(sup_p, args, {}))
+        self._op_LOAD_ATTR(f, _As("LOAD_METHOD" if ins.arg & 1 else "LOAD_ATTR", ins.arg, ins, argval=ins.argval))
+
+    @_handles('CONVERT_VALUE')
+    def _op_CONVERT_VALUE(self, f, ins):  # 3.13's f-string conversion: !s, !r, !a
+        v = self._popv(f.stack.pop)
+        f.stack.append(((str, repr, ascii)[ins.arg - 1](v), None))
+
+    @_handles('FORMAT_SIMPLE')
+    def _op_FORMAT_SIMPLE(self, f, ins):
+        v = self._popv(f.stack.pop)
+        f.stack.append((v if type(v) is str else format(v, ""), None))
+
+    @_handles('FORMAT_WITH_SPEC')
+    def _op_FORMAT_WITH_SPEC(self, f, ins):
+        spec = self._popv(f.stack.pop)
+        v = self._popv(f.stack.pop)
+        f.stack.append((format(v, spec), None))
+
+    # -- bytecodes of statements that change state outside the call, and of `match` ----------
+    @_handles('STORE_GLOBAL', 'DELETE_GLOBAL')
+    def _op_STORE_GLOBAL(self, f, ins):
+        """`global g; g = v` (or `del g`): a module's state changes; the recording ends here (the
+        call goes on and makes the change, as eager does)."""
+        name = ins.argval
+        what = "assigns" if ins.opname == "STORE_GLOBAL" else "deletes"
+        self.abort(f"{what} the global {name}")
+        self._effect(f"{what} a global")
+        if ins.opname == "STORE_GLOBAL":
+            f.globals[name] = self._escaping(f.stack.pop()[0])
+        else:
+            try:
+                del f.globals[name]
+            except KeyError:
+                raise NameError(f"name '{name}' is not defined") from None
+
+    @_handles('DELETE_DEREF')
+    def _op_DELETE_DEREF(self, f, ins):
+        cell = f.locals[ins.arg][0]
+        if id(cell) not in self.local_objs:
+            self.abort("deletes a closure variable of an enclosing function")
+            self._effect("deleting a closure variable")
+        try:
+            del cell.cell_contents
+        except ValueError:
+            raise NameError(f"cannot access free variable '{ins.argval}' where it is not associated with a "
+                            "value in enclosing scope") from None
+
+    @_handles('DELETE_SUBSCR')
+    def _op_DELETE_SUBSCR(self, f, ins):  # del container[key]
+        stack = f.stack
+        key = self._popv(stack.pop)
+        obj = self._popv(stack.pop)
+        if id(obj) not in self.local_objs:
+            self.abort("deletes an item of an object from outside the function")
+            self._effect("deleting an item")
+        del obj[key]
+
+    @_handles('SET_UPDATE')
+    def _op_SET_UPDATE(self, f, ins):  # {*a, *b}
+        v = self._popv(f.stack.pop)
+        f.stack[-ins.arg][0].update(v)
+
+    @_handles('LOAD_BUILD_CLASS')
+    def _op_LOAD_BUILD_CLASS(self, f, ins):
+        """A class statement inside the function: builtins.__build_class__, which the CALL after
+        it makes for real (the class body runs in CPython)."""
+        b = f.globals.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else b.__dict__
+        if "__build_class__" not in b:
+            raise NameError("__build_class__ not found")
+        f.stack.append((b["__build_class__"], None))
+
+    def _match_subject(self, p):
+        """A match statement's subject: one from outside the call (sourced) ends the recording
+        (the patterns read it in ways no guard here follows); the call goes on, matched for real."""
+        if p[1] is not None:
+            self.abort("a match statement on a value from outside the function")
+        return p[0]
+
+    @_handles('MATCH_MAPPING', 'MATCH_SEQUENCE')
+    def _op_MATCH_MAPPING(self, f, ins):
+        flag = _TPFLAGS_MAPPING if ins.opname == "MATCH_MAPPING" else _TPFLAGS_SEQUENCE
+        v = self._match_subject(f.stack[-1])
+        f.stack.append((bool(type(v).__flags__ & flag), None))
+
+    @_handles('MATCH_KEYS')
+    def _op_MATCH_KEYS(self, f, ins):
+        """subject, keys -> subject, keys, a tuple of the values (None where a key is missing),
+        read through the mapping's get() as CPython does."""
+        keys = f.stack[-1][0]
+        subject = self._match_subject(f.stack[-2])
+        if not keys:
+            f.stack.append(((), None))
+            return
+        if len(set(keys)) != len(keys):
+            dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+            raise ValueError(f"mapping pattern checks duplicate key ({dup!r})")
+        missing = object()
+        get = subject.get
+        values = []
+        for k in keys:
+            v = get(k, missing)
+            if v is missing:
+                f.stack.append((None, None))
+                return
+            values.append(v)
+        f.stack.append((tuple(values), None))
+
+    @_handles('MATCH_CLASS')
+    def _op_MATCH_CLASS(self, f, ins):
+        """subject, cls, keyword names -> a tuple of the matched attributes (positional ones by
+        cls.__match_args__), or None: CPython's match_class."""
+        stack = f.stack
+        names = self._popv(stack.pop)
+        cls = self._popv(stack.pop)
+        subject = self._match_subject(stack.pop())
+        stack.append((_match_class(subject, cls, ins.arg, names), None))
+
+    @_handles('CHECK_EG_MATCH')
+    def _op_CHECK_EG_MATCH(self, f, ins):
+        """`except* T`: exc, T -> rest, match (the exception group split by T; a bare exception of
+        type T wrapped in a group), the match becoming the exception handled; exc, None where
+        nothing matches."""
+        stack = f.stack
+        match_type = self._popv(stack.pop)
+        _check_except_star_type(match_type)
+        exc = stack[-1][0]
+        match, rest = _exception_group_match(exc, match_type)
+        if match is None:
+            stack.append((None, None))
+            return
+        stack[-1] = (rest, None)
+        stack.append((match, None))
+        self.handled_exc = match
+
+    @_handles('PREP_RERAISE_STAR')
+    def _op_PREP_RERAISE_STAR(self, f, ins):
+        """After the except* clauses: the original group and the list of what each clause raised
+        -> the one exception to raise (or None), as CPython's _PyExc_PrepReraiseStar builds it."""
+        stack = f.stack
+        excs = self._popv(stack.pop)
+        orig = self._popv(stack.pop)
+        stack.append((_prep_reraise_star(orig, excs), None))
+
     @_handles('BEFORE_WITH')
     def _op_BEFORE_WITH(self, f, ins):
         stack = f.stack
@@ -2522,7 +2777,7 @@ class Interpreter:
             return False
         # inside a try or with block the step's exception would belong to a handler of the
         # frame, which a step made between two traces cannot reach
-        if any(fr.dec.handlers and fr.dec.handler_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
+        if any(fr.dec.handlers and fr.dec.catches_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
                for fr in self.frames):
             return False
         cut = snapshot.for_stitch(self, f, ip, stack, kw_names, why, (kind, nops, extra, pushes))
@@ -2615,6 +2870,129 @@ class Interpreter:
         self.guards.guard_state(expr, True, f"no global named {name}")
 
 
+_TPFLAGS_SEQUENCE, _TPFLAGS_MAPPING = 1 << 5, 1 << 6
+# builtin types a class pattern with one positional sub-pattern matches as a whole (C(x): x is the subject)
+_MATCH_SELF = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
+
+
+def _match_class(subject, cls, nargs, names):
+    """CPython's class pattern: None where subject is no instance of cls or lacks an attribute."""
+    if not isinstance(cls, type):
+        raise TypeError(bytecode.MATCH_NOT_A_CLASS)
+    if not isinstance(subject, cls):
+        return None
+    seen, values = set(), []
+    match_self = False
+    if nargs:
+        match_args = getattr(cls, "__match_args__", None)
+        if match_args is None:
+            match_self = issubclass(cls, _MATCH_SELF)
+            match_args = ()
+        elif type(match_args) is not tuple:
+            raise TypeError(f"{cls.__name__}.__match_args__ must be a tuple (got {type(match_args).__name__})")
+        allowed = 1 if match_self else len(match_args)
+        if allowed < nargs:
+            plural = "" if allowed == 1 else "s"
+            raise TypeError(f"{cls.__name__}() accepts {allowed} positional sub-pattern{plural} ({nargs} given)")
+        if match_self:
+            values.append(subject)
+        else:
+            for name in match_args[:nargs]:
+                if type(name) is not str:
+                    raise TypeError(f"__match_args__ elements must be strings (got {type(name).__name__})")
+                if name in seen:
+                    raise TypeError(f"{cls.__name__}() got multiple sub-patterns for attribute {name!r}")
+                seen.add(name)
+                try:
+                    values.append(getattr(subject, name))
+                except AttributeError:
+                    return None
+    for name in names:
+        if name in seen:
+            raise TypeError(f"{cls.__name__}() got multiple sub-patterns for attribute {name!r}")
+        seen.add(name)
+        try:
+            values.append(getattr(subject, name))
+        except AttributeError:
+            return None
+    return tuple(values)
+
+
+def _check_except_star_type(t):
+    for c in (t if isinstance(t, tuple) else (t,)):
+        if not (isinstance(c, type) and issubclass(c, BaseException)):
+            raise TypeError("catching classes that do not inherit from BaseException is not allowed")
+        if issubclass(c, BaseExceptionGroup):
+            raise TypeError("catching ExceptionGroup with except* is not allowed. Use except instead.")
+
+
+def _exception_group_match(exc, match_type):
+    """(match, rest) of `except* match_type` on exc (CPython's exception_group_match)."""
+    if exc is None:
+        return None, None
+    if isinstance(exc, match_type):
+        if isinstance(exc, BaseExceptionGroup):
+            return exc, None
+        wrapped = BaseExceptionGroup("", [exc])
+        if exc.__traceback__ is not None:
+            wrapped.__traceback__ = exc.__traceback__
+        return wrapped, None
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(match_type)
+    return None, None
+
+
+def _leaf_ids(e, ids):
+    if isinstance(e, BaseExceptionGroup):
+        for x in e.exceptions:
+            _leaf_ids(x, ids)
+    else:
+        ids.add(id(e))
+
+
+def _prep_reraise_star(orig, excs):
+    """What leaves a try with except* clauses: the exceptions the clauses raised anew, with the
+    part of the original group they re-raised (the leaves kept, in the group's own shape)."""
+    if not excs:
+        return None
+    if not isinstance(orig, BaseExceptionGroup):  # a bare exception was wrapped: one clause ran
+        return excs[0]
+    raised, reraised = [], []
+    for e in excs:
+        if e is None:
+            continue
+        # a part of orig re-raised keeps orig's cause, context and notes (split copies them; its
+        # traceback grew here, where CPython's bare raise adds none); one raised anew has the
+        # group being handled as its context
+        same = (e.__cause__ is orig.__cause__ and e.__context__ is orig.__context__
+                and getattr(e, "__notes__", None) is getattr(orig, "__notes__", None))
+        (reraised if same else raised).append(e)
+    reraised_eg = None
+    if reraised:
+        ids = set()
+        for e in reraised:
+            _leaf_ids(e, ids)
+        reraised_eg = orig.split(lambda leaf: id(leaf) in ids)[0]
+    if not raised:
+        return reraised_eg
+    if reraised_eg is not None:
+        raised.append(reraised_eg)
+    return BaseExceptionGroup("", raised) if len(raised) > 1 else raised[0]
+
+
+class _As:
+    """An instruction one handler hands another (3.12's BINARY_SLICE to BUILD_SLICE and
+    BINARY_SUBSCR, 3.13's LOAD_FAST_LOAD_FAST to LOAD_FAST twice): the fields handlers read,
+    the position taken from the instruction being run."""
+
+    __slots__ = ("opname", "arg", "argval", "offset", "positions")
+
+    def __init__(self, opname, arg, like=None, argval=None):
+        self.opname, self.arg, self.argval = opname, arg, arg if argval is None else argval
+        self.offset = like.offset if like is not None else None
+        self.positions = like.positions if like is not None else None
+
+
 _HANDLERS = {name: fn for fn in vars(Interpreter).values() if callable(fn) and hasattr(fn, "opnames")
              for name in fn.opnames}
 _SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
@@ -2701,7 +3079,7 @@ class _Yielded:
 
 def _suspended_in_block(f):
     """Generator frame f is suspended at a yield inside a try or with block (closing it runs code)."""
-    return bool(f.dec.handlers) and f.dec.handler_at(f.dec.insts[f.ip - 1].offset) is not None
+    return bool(f.dec.handlers) and f.dec.catches_at(f.dec.insts[f.ip - 1].offset, cleanup=_CLOSE_RUNS_NOTHING)
 
 
 def _plain_stop(step, *args):

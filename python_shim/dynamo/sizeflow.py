@@ -29,7 +29,8 @@ from .frames import NULL as _NULL, ProbeStop, SizeUsed, is_torch_callable
 _MOVES = frozenset(("LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
                     "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
                     "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "DELETE_FAST",
-                    "COPY_FREE_VARS"))
+                    "COPY_FREE_VARS", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST",
+                    "STORE_FAST_STORE_FAST", "PUSH_NULL_BELOW", "END_SEND", "RETURN_CONST"))
 # how many values from the top of the stack a bytecode reads (others: the whole stack is fixed)
 _READS = {"COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2, "UNARY_NEGATIVE": 1, "UNARY_POSITIVE": 1,
           "UNARY_INVERT": 1, "UNARY_NOT": 1, "GET_ITER": 1, "FOR_ITER": 1, "STORE_SUBSCR": 3, "STORE_ATTR": 2,
@@ -37,7 +38,9 @@ _READS = {"COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2, "UNARY_NEGATIVE": 1, "U
           "YIELD_VALUE": 1, "GET_LEN": 1, "POP_JUMP_FORWARD_IF_FALSE": 1, "POP_JUMP_FORWARD_IF_TRUE": 1,
           "POP_JUMP_BACKWARD_IF_FALSE": 1, "POP_JUMP_BACKWARD_IF_TRUE": 1, "POP_JUMP_FORWARD_IF_NONE": 1,
           "POP_JUMP_FORWARD_IF_NOT_NONE": 1, "POP_JUMP_BACKWARD_IF_NONE": 1, "POP_JUMP_BACKWARD_IF_NOT_NONE": 1,
-          "JUMP_IF_FALSE_OR_POP": 1, "JUMP_IF_TRUE_OR_POP": 1}
+          "JUMP_IF_FALSE_OR_POP": 1, "JUMP_IF_TRUE_OR_POP": 1, "STORE_SLICE": 4, "CONVERT_VALUE": 1,
+          "FORMAT_SIMPLE": 1, "FORMAT_WITH_SPEC": 2, "CALL_INTRINSIC_1": 1, "CLEANUP_THROW": 3, "LOAD_SUPER_ATTR": 3,
+          "END_FOR": 2}
 # BINARY_OP arguments that keep a product of sizes a product: * (and *=); // and / and ** by a
 # plain number (the family's fit checks that the result is a whole number at each size)
 _MUL = frozenset((5, 18))
@@ -159,12 +162,16 @@ class SizeFlow:
             return None
         if op == "CALL":
             return self._size_call(f, ins)
+        if op == "CALL_KW":  # 3.13: the keyword names on top, the call below them
+            return self._size_call(f, ins, kw_on_stack=True)
         if not self._sized:
             return None
         if op == "BINARY_OP":
             return self._size_binary(f, ins)
         if op == "BINARY_SUBSCR":
             return self._size_subscript(f)
+        if op == "BINARY_SLICE":  # 3.12: shape[start:end]
+            return self._size_slice(f)
         if op == "UNPACK_SEQUENCE":
             p = stack[-1]
             if isinstance(p, _Sized) and p.elems is not None and len(p.elems) == ins.arg:
@@ -220,6 +227,18 @@ class SizeFlow:
         self._fix((a, b), f)
         return None
 
+    def _size_slice(self, f):
+        """BINARY_SLICE: a tracked shape sliced by plain bounds stays tracked (as BINARY_SUBSCR
+        with a slice); tracked bounds are fixed."""
+        obj, lo, hi = f.stack[-3], f.stack[-2], f.stack[-1]
+        self._fix((lo, hi), f)
+        if isinstance(obj, _Sized):
+            if obj.elems is not None and all(b[0] is None or type(b[0]) is int for b in (lo, hi)):
+                elems = obj.elems[lo[0]:hi[0]]
+                return lambda: self._mark_top(f, elems=elems)
+            self._fix((obj,), f)
+        return None
+
     def _size_subscript(self, f):
         """BINARY_SUBSCR: a tracked shape indexed by a constant (or sliced) stays tracked; a
         tracked number used as a key into anything but a tensor is fixed."""
@@ -251,12 +270,19 @@ class SizeFlow:
             self._mark_top(f, elems=elems)
         return after
 
-    def _size_call(self, f, ins):
+    def _size_call(self, f, ins, kw_on_stack=False):
         """CALL: a size read (x.size(), x.size(d), x.numel(), len(x)), or a call receiving tracked
         values: torch functions and inlined Python functions take them as they are, len() of a
         tracked shape is its rank, int/tuple/list keep them tracked; anything else fixes them."""
         stack = f.stack
         n = ins.arg
+        if kw_on_stack:
+            if not stack or type(stack[-1][0]) is not tuple:
+                return None
+            nkw = len(stack[-1][0])
+            stack = stack[:-1]
+        else:
+            nkw = len(f.kw_names or ())
         if len(stack) < n + 2:
             return None
         items = stack[len(stack) - n:]
@@ -266,7 +292,6 @@ class SizeFlow:
         else:
             fnp, args = first, [second] + list(items)
         fn = fnp[0]
-        nkw = len(f.kw_names or ())
         pos = args[:len(args) - nkw]
         self_t = getattr(fn, "__self__", None)
         if isinstance(self_t, torch.Tensor) and not nkw:

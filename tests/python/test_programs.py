@@ -967,7 +967,7 @@ RECORDED_NOW = [
 
 FALLBACKS = [
     Fallback("generator_function", gen_fn, lambda: (rn(4),), "a generator function"),
-    Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "STORE_GLOBAL"),
+    Fallback("store_global_bytecode", fb_store_global, lambda: (rn(3),), "assigns the global GAIN"),
     Fallback("strided_view", fb_strided, lambda: (rn(3, 4),), "general strided views are not supported"),
     Fallback("alias_op_read_after_write", fb_alias_op_then_write, lambda: (rn(4, 4),), "not traced after a write"),
     Fallback("write_through_diagonal", fb_write_through_diagonal, lambda: (rn(4, 4),),

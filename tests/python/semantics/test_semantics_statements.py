@@ -356,6 +356,134 @@ def string_format_methods(a, b):
     return "{}-{:>4}".format(1, "x"), "%d items" % 3, "%.1f" % 2.25, a * 1
 
 
+class _Point:
+    __match_args__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+
+def match_class_positional_and_keyword(a, b):
+    out = []
+    for p in (_Point(a, 1), _Point(b, 2), (a, b), {"k": a, "rest": 3}, 5, "s"):
+        match p:
+            case _Point(x, y=2):
+                out.append(x * 2)
+            case _Point(x, y):
+                out.append(x + y)
+            case (u, v):
+                out.append(u - v)
+            case {"k": k, **rest}:
+                out.append(k * len(rest))
+            case int(n) if n > 3:
+                out.append(n)
+            case str() as t:
+                out.append(t)
+    return out
+
+
+def match_class_errors(a, b):
+    caught = []
+    for bad in (lambda p: _match_too_many(p), lambda p: _match_not_a_class(p)):
+        try:
+            bad(_Point(a, b))
+        except TypeError as e:
+            caught.append(str(e))
+    return caught, a + b
+
+
+def _match_too_many(p):
+    match p:
+        case _Point(x, y, z):
+            return x
+
+
+def _match_not_a_class(p):
+    k = 3
+    match p:
+        case k():  # noqa: F821 -- calling a non-class pattern raises TypeError
+            return 1
+
+
+def match_mapping_duplicate_and_missing(a, b):
+    d = {"x": a, "y": b}
+    match d:
+        case {"z": z}:
+            r = z
+        case {"x": x, "y": y}:
+            r = x * y
+    return r
+
+
+def except_star_partial(a, b):
+    seen = []
+    try:
+        try:
+            raise ExceptionGroup("eg", [ValueError(1), TypeError(2), ValueError(3)])
+        except* ValueError as g:
+            seen.append(("v", [e.args[0] for e in g.exceptions]))
+        except* TypeError as g:
+            seen.append(("t", [e.args[0] for e in g.exceptions]))
+            raise KeyError("new")
+    except* KeyError as g:
+        seen.append(("k", type(g).__name__, [type(e).__name__ for e in g.exceptions]))
+    return seen, a * 2
+
+
+def except_star_reraise(a, b):
+    try:
+        try:
+            raise ExceptionGroup("eg", [ValueError(1), OSError(2)])
+        except* ValueError:
+            raise
+    except ExceptionGroup as g:
+        return [type(e).__name__ for e in g.exceptions], a + b
+
+
+def except_star_bare_exception(a, b):
+    got = None
+    try:
+        raise ValueError("bare")
+    except* ValueError as g:
+        got = type(g).__name__, [str(e) for e in g.exceptions]
+    return got, a - b
+
+
+def set_unpacking(a, b):
+    s = {*[1, 2], *{3}, 4}
+    return sorted(s), a * len(s)
+
+
+def delete_items(a, b):
+    d = {"x": a, "y": b, "z": 3}
+    del d["z"]
+    xs = [1, 2, 3, 4]
+    del xs[1:3]
+    return d, xs
+
+
+def class_in_function(a, b):
+    class Scale:
+        k = 3
+
+        def __call__(self, t):
+            return t * self.k
+    return Scale()(a) + b, Scale.__qualname__.split(".")[-1]
+
+
+def closure_variable_deleted(a, b):
+    c = a + 1
+
+    def read():
+        return c
+    first = read()
+    del c
+    try:
+        read()
+    except NameError as e:
+        return first, "free variable" in str(e)
+
+
 CASES = [list_comp, list_comp_if, nested_comp, set_comp, dict_comp, dict_comp_zip, comp_enumerate, comp_shadowing,
          closure_read, closure_nonlocal, closure_late_binding, closure_default_binding, global_read, global_write,
          unpack_starred, unpack_nested, unpack_in_for, unpack_tensor_rows, swap, fstring, fstring_tensor_shape,
@@ -365,7 +493,9 @@ CASES = [list_comp, list_comp_if, nested_comp, set_comp, dict_comp, dict_comp_zi
          slicing, slice_objects, builtin_min_max, builtin_sum_start, builtin_any_all, builtin_isinstance,
          builtin_len_range, builtin_reversed_sorted, builtin_divmod_pow, builtin_hash_id_stable,
          builtin_getattr_default, tuple_methods, dict_methods, list_methods, set_methods, int_float_conversions,
-         bool_of_containers, string_format_methods]
+         bool_of_containers, string_format_methods, match_class_positional_and_keyword, match_class_errors,
+         match_mapping_duplicate_and_missing, except_star_partial, except_star_reraise, except_star_bare_exception,
+         set_unpacking, delete_items, class_in_function, closure_variable_deleted]
 
 
 @pytest.mark.parametrize("fn", CASES, ids=[f.__name__ for f in CASES])
