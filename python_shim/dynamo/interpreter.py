@@ -106,7 +106,7 @@ _PURE_BUILTINS |= {getattr(math, n) for n in (
     "fabs", "isfinite", "isinf", "isnan", "prod", "gcd", "isqrt", "copysign", "hypot", "atan2", "radians", "degrees")}
 # Bytecodes that may run torch operations (their start is where an op of data-dependent output
 # size resumes).
-_MAY_CALL_TORCH = {"CALL", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "UNARY_NEGATIVE",
+_MAY_CALL_TORCH = {"CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "UNARY_NEGATIVE",
                    "UNARY_INVERT", "CONTAINS_OP"}
 # Tensor methods that read contents into Python objects without dispatching an ATen op.
 _READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyped_storage", "_storage",
@@ -2759,8 +2759,12 @@ class Interpreter:
             return False
         f, ip, stack, kw_names, mutated = self._start
         ins = f.dec.insts[ip]
-        if ins.opname != "CALL" or self.rec.mutated != mutated:
+        if ins.opname not in ("CALL", "CALL_KW") or self.rec.mutated != mutated:
             return False
+        if ins.opname == "CALL_KW":  # 3.13: the keyword names are the top of the stack, consumed with the call
+            if not stack or type(stack[-1][0]) is not tuple:
+                return False
+            stack, kw_names = stack[:-1], stack[-1][0]
         return self._stitch_at(f, ip, stack, kw_names, why, "call", ins.arg + 2, tuple(kw_names or ()), True)
 
     def _stitch_store(self, f, why, kind, extra):
