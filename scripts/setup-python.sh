@@ -41,8 +41,11 @@ for req in "${reqs[@]}"; do
   stamp="$VENV/.installed-$(basename "$req")"
   sum=$(sha256sum "$req" | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ]; then continue; fi
-  echo "setup-python: installing $req into $VENV (torch is a large wheel: a minute or two; for Python 3.12 and
-  3.13 pip downloads it, with its CUDA libraries, about 3 GB the first time)"
+  if [ "$ver" = 3.11 ]; then
+    echo "setup-python: installing $req into $VENV (torch is a large wheel: a minute or two)"
+  else
+    echo "setup-python: installing $req into $VENV (pip downloads torch for Python $ver, with its CUDA libraries: about 3 GB the first time)"
+  fi
   if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$req" \
       > "$VENV/pip.log" 2>&1; then
     grep -v "^WARNING: Location .* is ignored" "$VENV/pip.log" | tail -20 >&2

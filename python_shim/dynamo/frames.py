@@ -20,8 +20,8 @@ class ItemRead:
     """The source of a Python number read from a recorded float tensor (t.item(), float(t)) whose
     exit is not made yet: while the number only moves (locals, the value stack) or meets a
     number in a comparison, the trace guards the comparison's outcome instead of the number
-    (interpreter._compare_item: `while err > tol` with err read by .item() each iteration). Any
-    other use makes the number's own value exit there (interpreter._settle_items); a snapshot
+    (cuts._compare_item: `while err > tol` with err read by .item() each iteration). Any
+    other use makes the number's own value exit there (cuts._settle_items); a snapshot
     taken meanwhile carries it as the read of the live tensor (snapshot.encode)."""
 
     __slots__ = ("t", "conv", "expr", "base")

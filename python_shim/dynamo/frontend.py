@@ -144,7 +144,7 @@ class OptimizedFunction:
         self.policy = Policy(fn, self.name, owner, nopython, self.compiled, type(self).install)
         self.runner = Runner(self.name, self.compiled, self.policy)
         self.value_cuts = False   # with grad on, recordings end the trace at every read of a tensor's
-        #                           value (interpreter._cut_for_grad), not only after a tensor requiring grad
+        #                           value (cuts._cut_for_grad), not only after a tensor requiring grad
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
         self._misses = []         # the guard that rejected the calls of the last recordings (_churns)

@@ -40,7 +40,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
-from . import bytecode, config, snapshot
+from . import bytecode, config, cuts, snapshot, sources
+from .cuts import _COMPARE
+from .sources import _DICTS, _has_hooks, runs_class_forward
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
 from .frames import ItemRead, plain_class as _plain_class
@@ -59,23 +61,16 @@ _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, oper
            operator.xor, operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
            operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
            operator.itruediv, operator.ixor]
-_COMPARE = [operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge]
 
-# Scalar inputs (config.dynamic): a Python float or int argument of the call that only feeds
-# tensor arithmetic is passed to the trace each call instead of being guarded by value. It is
-# tracked while it sits on the value stack or in locals; any bytecode that reads it other than
-# these (a comparison, Python arithmetic, a call into C, a container) guards its value after all.
-_SCALAR_ARG = re.compile(r"[ak]\[(\d+|'[A-Za-z_][A-Za-z_0-9]*')\]\Z")
 # + - * / (and += ...) between a tensor and the number: exactly one ATen op with it as an operand
 _SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
 # bytecodes that move or drop stack values without reading them
 # Bytecodes that only move a deferred number read (frames.ItemRead) or compare it (COMPARE_OP,
-# which decides itself): any other settles it first (Interpreter._settle_items).
+# which decides itself): any other settles it first (cuts._settle_items).
 _ITEM_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME",
                "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP", "JUMP_FORWARD",
                "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP"}
 _UNHANDLED = object()  # Interpreter.call's handlers: not this kind of callable
-_FLIPPED = [operator.gt, operator.ge, operator.eq, operator.ne, operator.lt, operator.le]  # b op a as a op' b
 
 _SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
                  "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
@@ -248,14 +243,6 @@ class _Code:
         return c
 
 
-def _is_torch_module(m):
-    """Whether m is torch or one of its submodules: their functions are taken as fixed."""
-    if not isinstance(m, types.ModuleType):
-        return False
-    name = getattr(m, "__name__", "")
-    return name == "torch" or name.startswith("torch.")
-
-
 def unsupported_reason(code, top=False):
     """Why code cannot be interpreted (None: it can). top: it is the compiled function itself,
     whose generator would run after the call returns, outside any recording."""
@@ -297,15 +284,6 @@ def _freeze(v):
     return tuple(_freeze(x) for x in v) if type(v) in _SEQUENCES else v
 
 
-def runs_class_forward(m):
-    """Whether calling module m runs its class's forward: no forward set on the instance, or the
-    one dynamo.optimize(m) set (an optimized function of that very forward, owned by m; inside a
-    recording it is inlined like the plain one, its own traces are for calls from CPython)."""
-    f = m.__dict__.get("forward")
-    return f is None or (getattr(type(f), "dynamo_optimized_forward", False) and f.owner is m and
-                         f.fn is type(m).forward)
-
-
 def _bucket_bytes(config):
     """config.ddp_bucket_mb in bytes when torch.distributed runs with more than one rank, else 0."""
     try:
@@ -316,13 +294,6 @@ def _bucket_bytes(config):
     except Exception:  # noqa: BLE001 -- a torch without distributed support: nothing to split for
         return 0
     return int(config.ddp_bucket_mb * 2 ** 20)
-
-
-def _has_hooks(m):
-    from torch.nn.modules import module as mm
-    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or
-                getattr(mm, "_global_forward_hooks", None) or getattr(mm, "_global_forward_pre_hooks", None) or
-                getattr(mm, "_global_backward_hooks", None))
 
 
 def _note_program_frame(e, f):
@@ -439,53 +410,26 @@ class Interpreter:
             self.rec.abort_where = snapshot.where(self.frames[-1])
         self.rec.abort_selves = [f.locals[0][0] for f in self.frames[1:] if f.locals]
 
-    def touch(self, v, src, depth=0, scalar_ok=False):
-        """v was read from src: guard it (and register tensors as inputs). scalar_ok: a load onto
-        the value stack, where a Python number argument may become a scalar input (tracked in
-        self.scalars, its value guarded only by a use that depends on it: settle_scalar)."""
-        if src is None or not self.recording or type(src) is ItemRead:  # (an ItemRead: guarded at its use)
-            return
-        if type(v) in (float, int):
-            if src.expr in self.scalars:
-                if scalar_ok:
-                    return
-                self.scalars.pop(src.expr)  # read some other way: guarded by value below
-            elif scalar_ok and self.dynamic_scalars and _SCALAR_ARG.match(src.expr) and \
-                    not self.guards.value_guarded(src):
-                self.scalars[src.expr] = (v, src)
-                self.guards.guard_scalar_type(src, v)
-                return
-        try:
-            if isinstance(v, torch.Tensor):
-                prev = self.tensor_src.get(id(v))
-                if prev is not None and prev != src.expr:
-                    self.guards.guard_state(f"({src.expr}) is ({prev})", True, f"{src.expr} is the same tensor as {prev}")
-                    return
-                self.guards.guard(src, v)
-                weight = config.keep_weight_results and (isinstance(v, torch.nn.Parameter) or id(v) in self._module_tensors)
-                if self.rec.add_input(v, weight=weight):
-                    self.guards.add_tensor_input(src)
-                    self.tensor_src[id(v)] = src.expr
-                    self.input_objs[id(v)] = v
-                    if v.requires_grad and isinstance(v, torch.nn.Parameter):
-                        self.param_bytes += v.numel() * v.element_size()
-                return
-            self.guards.guard(src, v)
-        except Abort as e:
-            self.abort(str(e), e.kind)
+    # sources.py: reading sourced values, attributes, globals and imports, elements' sources
+    touch = sources.touch
+    touch_input = sources.touch_input
+    touch_deep = sources.touch_deep
+    _item_src = sources._item_src
+    load_attr = sources.load_attr
+    _plain_method = sources._plain_method
+    _getattr_builtin = sources._getattr_builtin
+    _touch_elements = sources._touch_elements
+    _import = sources._import
+    _import_from = sources._import_from
+    _guard_module_call = sources._guard_module_call
+    _sourced_items = sources._sourced_items
+    _submodule_srcs = sources._submodule_srcs
+    _element_srcs = sources._element_srcs
+    _globals_source = sources._globals_source
+    _global_src = sources._global_src
+    _guard_absent = sources._guard_absent
+    _sourced_pairs = sources._sourced_pairs
 
-    def touch_input(self, v, src):
-        """A parent trace's input, read again for a side trace (which takes the same inputs
-        first, in order): a tensor as touch does; a number as the same scalar input, still
-        unguarded (tracked as if just loaded)."""
-        if type(v) in (float, int) and self.recording:
-            self.scalars[src.expr] = (v, src)
-            self.guards.guard_scalar_type(src, v)
-            self.rec.scalar_input(src.expr, v)
-            if not self.dynamic_scalars:
-                self.settle_scalar((v, src))
-            return
-        self.touch(v, src)
 
     def settle_scalar(self, pair):
         """pair's number is used in a way that depends on its value: guard the value (it stays a
@@ -522,37 +466,6 @@ class Interpreter:
                 return n
         return None
 
-    def touch_deep(self, v, src, depth=0):
-        """A sourced container escapes into a builtin: guard everything inside it (element by
-        element up to 64 elements and 4 levels; beyond that, or for sets, the whole contents by
-        value when they are plain values, else the recording ends)."""
-        if src is None or not self.recording:
-            return
-        t = type(v)
-        if t in _DICTS:
-            t = dict
-        if t in (list, tuple, dict, set, frozenset) and (t in (set, frozenset) or depth > 4 or len(v) > 64):
-            if plain(tuple(v.items()) if t is dict else tuple(v)):
-                self.guards.guard_contents(src, v)
-            else:
-                self.abort(f"reads a {t.__name__} of {len(v)} elements as a whole (too large or too deep to "
-                           "guard element by element, and not made of plain values)")
-            return
-        self.touch(v, src)
-        self.guards.pin(src, v)  # (a plain data object handed to a builtin: which one matters)
-        if t in (list, tuple):
-            for i, x in enumerate(v):
-                self.touch_deep(x, src.item(i), depth + 1)
-        elif t is dict:
-            for key, x in v.items():
-                self.touch_deep(x, self._item_src(src, key), depth + 1)
-
-    def _item_src(self, src, key):
-        """The source of src[key]: the key spelled as a literal when it reads back exactly,
-        else as a guard constant (tuples of objects, enum members, floats)."""
-        if type(key) in (str, int, bool, type(None)):
-            return src.item(key)
-        return Source(f"{src.expr}[{self.guards.const_source(key).expr}]", src)
 
     def _effect(self, what):
         if self.probe is not None:
@@ -2422,374 +2335,22 @@ class Interpreter:
         push(self._import_from(stack[-1], ins.argval))
 
 
-    def _import(self, f, name, fromlist, level):
-        """`import name` / `from name import ...`: a module already loaded is read from
-        sys.modules, with an identity guard, so the trace sees it as the program does; one not
-        loaded yet is imported for real, which ends the trace (importing runs module code)."""
-        absname = name
-        if level:
-            package = f.globals.get("__package__") or f.globals.get("__name__", "")
-            absname = importlib.util.resolve_name("." * level + name, package)
-        want = absname if fromlist else absname.partition(".")[0]
-        mod = sys.modules.get(want)
-        loaded = absname in sys.modules and mod is not None and \
-            all(hasattr(sys.modules[absname], n) for n in (fromlist or ()) if n != "*")
-        if not loaded:
-            self.abort(f"imports {absname}, which is not loaded yet")
-            self._effect(f"importing {absname}")
-            return (builtins.__import__(name, f.globals, None, fromlist, level), None)
-        src = self.guards.const_source(sys.modules).item(want)
-        self.touch(mod, src)
-        return (mod, src)
+    # cuts.py: branches on tensor values, numbers read from tensors, cuts and stitches
+    _branch_on_tensor = cuts._branch_on_tensor
+    _tensor_value = cuts._tensor_value
+    _settle_items = cuts._settle_items
+    _item_exit = cuts._item_exit
+    _forget_read = cuts._forget_read
+    _compare_item = cuts._compare_item
+    _cut_for_grad = cuts._cut_for_grad
+    _value_cut = cuts._value_cut
+    _snapshot_at_start = cuts._snapshot_at_start
+    _cut = cuts._cut
+    _bucket_cut = cuts._bucket_cut
+    _stitch = cuts._stitch
+    _stitch_store = cuts._stitch_store
+    _stitch_at = cuts._stitch_at
 
-    def _import_from(self, mp, name):
-        mod, msrc = mp
-        try:
-            v = getattr(mod, name)
-        except AttributeError:
-            full = f"{getattr(mod, '__name__', '')}.{name}"
-            if full not in sys.modules:
-                raise ImportError(f"cannot import name '{name}' from '{getattr(mod, '__name__', mod)}'") from None
-            src = self.guards.const_source(sys.modules).item(full)
-            self.touch(sys.modules[full], src)
-            return (sys.modules[full], src)
-        src = msrc.attr(name) if msrc is not None else None
-        self.touch(v, src)
-        return (v, src)
-
-    def _guard_module_call(self, m, msrc):
-        """What nn.Module.__call__ of sourced module m would do differently on a later call: the
-        class's forward replaced, a forward set on the instance, hooks added to it or globally."""
-        if not self.recording:
-            return
-        from torch.nn.modules import module as mm
-        if msrc is not None:  # one guard per module call
-            e, c = msrc.expr, self.guards.const_source(type(m).forward).expr
-            h = self.guards.const_source(runs_class_forward).expr
-            self.guards.guard_state(f"_mc({e}, {c}, {h})", True,  # (guards.plain_call)
-                                    f"{e} runs {type(m).__qualname__}.forward, with no hooks", src=msrc)
-        g = self.guards.const_source(mm).expr
-        self.guards.guard_state(f"not ({g}._global_forward_hooks or {g}._global_forward_pre_hooks or "
-                                f"{g}._global_backward_hooks)", True, "no global module hooks")
-
-    # -- attributes ----------------------------------------------------------------------
-    def _plain_method(self, obj, osrc, name):
-        """(function, source) when obj.name is a plain method call (a function found on the type,
-        not shadowed by the instance): guarded to be the same function on obj's type (the class
-        may be patched, or obj's __class__ changed), and not shadowed later by an instance
-        attribute. None otherwise (static and class methods, properties, instance callables)."""
-        if isinstance(obj, type):
-            return None
-        raw = _static_lookup(type(obj), name)
-        if not isinstance(raw, types.FunctionType) or name in getattr(obj, "__dict__", ()):
-            return None
-        if osrc is not None and self.recording:  # one guard: this is on every method call's path
-            e, c = osrc.expr, self.guards.const_source(raw).expr
-            shadow = f" and {name!r} not in {e}.__dict__" if hasattr(obj, "__dict__") else ""
-            self.guards.guard_state(f"type({e}).{name} is {c}{shadow}", True,
-                                    f"{e}.{name} is {raw.__qualname__}, not shadowed by the instance", src=osrc)
-        return (raw, None)
-
-    def load_attr(self, obj, osrc, name):
-        """obj.name as a (value, source) pair, guarded when obj is sourced. Properties defined in
-        Python are inlined (their reads are guarded one by one, and a getter with side effects
-        ends the trace as any other code would), never re-run by a guard."""
-        if name == "shape" and self.sizes.size_read is None and isinstance(obj, torch.Tensor):
-            self.sizes.note_read("shape")
-        if not isinstance(obj, type):
-            raw = _static_lookup(type(obj), name)
-            if isinstance(raw, property) and isinstance(raw.fget, types.FunctionType):
-                return self._call_python(raw.fget, None, [], {}, (obj, osrc))
-        v = getattr(obj, name)
-        if osrc is None:
-            if name == "__dict__" and id(obj) in self.local_objs:
-                self._mark_local(v)  # (functools.update_wrapper updates a new function's __dict__)
-            return (v, None)
-        if isinstance(obj, torch.Tensor):
-            # Tensor metadata is guarded natively; only state Python can change besides it
-            # (the .grad slot, attributes set on the tensor object) is read through a source.
-            if name != "grad" and name not in getattr(obj, "__dict__", ()):
-                return (v, None)
-        src = osrc.attr(name)
-        if isinstance(v, torch.Tensor) and isinstance(obj, torch.nn.Module) and \
-                obj.__dict__.get("_buffers", {}).get(name) is v:
-            self._module_tensors[id(v)] = v  # a module's registered buffer: a weight input
-        if isinstance(v, types.MethodType):
-            # a bound method is made anew at each read: guard what it calls and on what
-            if self.recording:
-                self.guards.guard(Source(f"{src.expr}.__func__", src), v.__func__)
-                if v.__self__ is not obj:
-                    self.guards.guard(Source(f"{src.expr}.__self__", src), v.__self__)
-            return (v, Source(src.expr, osrc))
-        if isinstance(v, types.BuiltinMethodType) and not (v.__self__ is None or
-                                                           isinstance(v.__self__, types.ModuleType)):
-            # a builtin bound to obj (list.append ...): which one is fixed by obj's type
-            if self.recording:
-                self.guards.guard(Source(f"type({osrc.expr})", osrc), type(obj))
-            return (v, Source(src.expr, osrc))
-        if isinstance(v, types.BuiltinFunctionType) and _is_torch_module(obj):
-            # torch.tanh, torch.nn.functional's builtins: torch's own functions are taken as
-            # fixed (not guarded, so a side trace calling another one still links to its parent
-            # natively). Any other module's attributes, a user's config module's included
-            # (cfg.ACT = torch.tanh between calls), are guarded as any value is.
-            return (v, Source(src.expr, osrc))
-        self.touch(v, src)
-        return (v, src)
-
-    def _getattr_builtin(self, fn, args):
-        """getattr(obj, name[, default]) / hasattr(obj, name): the attribute is read as LOAD_ATTR
-        reads it (guarded when obj is sourced), and its absence is guarded too."""
-        (obj, osrc), name = args[0], args[1][0]
-        try:
-            pair = self.load_attr(obj, osrc, name)
-        except AttributeError:
-            if fn is getattr and len(args) < 3:
-                raise
-            if osrc is not None and self.recording:
-                self.guards.guard_state(f"hasattr({osrc.expr}, {name!r})", False, f"{osrc.expr} lacks {name}")
-            return (False, None) if fn is hasattr else args[2]
-        return (True, None) if fn is hasattr else pair
-
-    def _touch_elements(self, v, s):
-        """v (with source s, or a tuple whose element sources we know) goes into a builtin: guard
-        it and register its elements, so tensors reached through the builtin's result (sum,
-        zip, enumerate, dict.values() ...) are trace inputs."""
-        if type(v) is tuple and id(v) in self._tuple_srcs:
-            for x, xs in zip(v, self._tuple_srcs[id(v)]):
-                self.touch(x, xs)
-                self.guards.pin(xs, x)
-        elif type(v) is dict and id(v) in self._dict_srcs:
-            for key, x in v.items():
-                self.touch(x, self._dict_srcs[id(v)].get(key))
-                self.guards.pin(self._dict_srcs[id(v)].get(key), x)
-        else:
-            self.touch_deep(v, s)
-            if type(v) is list and s is not None and id(v) not in self.local_objs:
-                self.outer_lists.setdefault(id(v), s)
-                self.keep.append(v)  # (its id stays its own while recording)
-
-    def _branch_on_tensor(self, f, v, jump_if, target):
-        """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
-        a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
-        if self.probe is not None:
-            raise ProbeStop("a branch on a tensor's value")
-        self.rec.paused += 1
-        try:
-            truth = bool(v)  # as eager: raises for more than one element
-        finally:
-            self.rec.paused -= 1
-        take = truth == jump_if
-        if self._cut_for_grad():  # the trace ends before the jump, which reads the value again
-            self._value_cut(f, f.ip - 1, v, "bool", f"branch on a tensor (recorded: {truth})")
-            return take
-        try:
-            snap, live, _ = snapshot.take(self, f, f.ip if take else f.dec.index[target],
-                                          f"branch on a tensor (recorded: {truth})")
-        except NoSnapshot as e:
-            self.abort(f"data-dependent branch on a tensor: {e}", "data_dependent")
-            return take
-        self.rec.side_exit(v, truth, live, snap)
-        return take
-
-    def _tensor_value(self, t, conv):
-        """A Python number read from recorded tensor t (t.item(), int(t), ...): the trace goes on
-        with this value, behind a side exit taken when t holds another one; the snapshot resumes
-        right after the call with the new value."""
-        if self.probe is not None:
-            raise ProbeStop("a tensor's value read as a Python number")
-        self.rec.paused += 1
-        try:
-            raw = t.item()
-            value = raw if conv == "item" else {"int": int, "float": float, "bool": bool}[conv](t)
-        finally:
-            self.rec.paused -= 1
-        f = self.frames[-1]
-        if self._cut_for_grad():  # the trace ends here: the number is read after it
-            self._value_cut(f, f.ip, t, conv, f"{conv}() of a tensor (recorded: {raw!r})")
-            return (value, None)
-        if conv in ("item", "float") and t.is_floating_point() and type(value) is float:
-            self.deferred_reads += 1  # (its exit is made where it is used: _settle_items, _compare_item)
-            return (value, ItemRead(t, conv))
-        try:
-            snap, live, index = snapshot.take(self, f, f.ip, f"{conv}() of a tensor == {raw!r}")
-        except NoSnapshot as e:
-            self.abort(f"data-dependent value: {e}", "data_dependent")
-            return (value, None)
-        snap.frames[-1].stack.append(("item", snapshot.live_number(t, live, index), conv))
-        self.rec.value_exit(t, raw, live, snap)
-        return (value, None)
-
-    def _settle_items(self, f):
-        """Before a bytecode of frame f that uses (not only moves) a deferred number read on the
-        stack: its value exit is made here, with a snapshot that runs this bytecode again with
-        the number read anew from its tensor; from here the trace relies on the value, as an
-        exit made at the read would have."""
-        for v, src in list(f.stack):
-            if type(src) is ItemRead:
-                self._item_exit(f, src, v)
-
-    def _item_exit(self, f, src, v):
-        if not self.recording:
-            self._forget_read(src)
-            return
-        cut = self._cut_for_grad()  # (a tensor requiring grad came since the read: the trace ends here)
-        what = f"{src.conv}() of a tensor == {v!r}" if not cut else \
-            f"{src.conv}() of a tensor (recorded: {v!r}), the trace ends there with grad on"
-        try:  # (taken while src is pending: the snapshot reads the number anew from its tensor)
-            snap, live, _ = snapshot.take(self, f, f.ip - 1, what)
-        except NoSnapshot as e:
-            self._forget_read(src)
-            self.abort(f"data-dependent value: {e}", "data_dependent")
-            return
-        self._forget_read(src)
-        if cut:
-            snap.value_cut = True
-            self.rec.cut = (snap, live)
-        else:
-            self.rec.value_exit(src.t, v, live, snap)
-
-    def _forget_read(self, src):
-        """Every pair holding deferred read src, in every frame, is a plain number from here."""
-        for fr in self.frames:
-            for where in (fr.locals, fr.stack):
-                for i, p in enumerate(where):
-                    if p[1] is src:
-                        where[i] = (p[0], None)
-        self.deferred_reads = sum(1 for fr in self.frames for where in (fr.locals, fr.stack)
-                                  for p in where if type(p[1]) is ItemRead)
-
-    def _compare_item(self, f, arg):
-        """COMPARE_OP on a deferred number read and a Python number: the comparison is recorded on
-        the tensor (in float64, as Python compares the float) and the trace guards its outcome,
-        which repeats from call to call where the number does not (a convergence test). Returns
-        the pair to push, or None when the comparison does not qualify (then settled, and
-        compared as usual)."""
-        stack = f.stack
-        a, b = stack[-2], stack[-1]
-        mine, other = (a, b) if type(a[1]) is ItemRead else (b, a)
-        plain_number = type(other[0]) is float or (type(other[0]) is int and abs(other[0]) < 2 ** 53)
-        if type(other[1]) is ItemRead or not plain_number or not self.recording or self.probe is not None or \
-                not self.rec.known(mine[1].t) or self._cut_for_grad():
-            self._settle_items(f)
-            return None
-        if other[1] is not None and other[1].expr in self.scalars:
-            self.settle_scalar(other)
-        del stack[-2:]
-        t = mine[1].t
-        wide = t if t.dtype == torch.float64 else t.to(torch.float64)
-        op = _COMPARE[arg] if mine is a else _FLIPPED[arg]
-        outcome = op(wide, other[0])
-        return self._tensor_value(outcome, "bool")
-
-    def _cut_for_grad(self):
-        """Whether a branch on or a read of a tensor's value ends the trace (a cut) instead of
-        leaving it through a side exit: with grad on and a tensor of the trace requiring grad, the
-        trace compiles as AOTAutograd's forward and backward (training.py), which run whole."""
-        return config.training and torch.is_grad_enabled() and \
-            (self.value_cuts or any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.rec.keep))
-
-    def _value_cut(self, f, resume_ip, t, conv, guard):
-        """Ends the trace at a read of one-element tensor t's value (conv: "bool", "item", "int",
-        "float"): its outputs are the live tensors, t among them, and its cut's snapshot resumes at
-        resume_ip with the number read from t on top of the stack -- recorded again per value
-        (the continuation's guards check it, snapshot._decode_pair). The rest of this call runs
-        unrecorded. Without a snapshot the recording aborts."""
-        try:
-            snap, live, index = snapshot.take(self, f, resume_ip, f"{guard}, the trace ends there with grad on")
-        except NoSnapshot as e:
-            self.abort(f"data-dependent value with grad on: {e}", "data_dependent")
-            return
-        snap.frames[-1].stack.append(("item", snapshot.live_number(t, live, index), conv))
-        snap.value_cut = True
-        self.rec.cut = (snap, live)
-
-    def _snapshot_at_start(self):
-        """(Snapshot, live tensors) that re-runs the current bytecode (for ops whose output size
-        depends on the data); NoSnapshot if it cannot be re-run."""
-        if self._start is None or self._start[0] is not self.frames[-1]:
-            raise NoSnapshot("it is not called from a bytecode the interpreter can re-run")
-        f, ip, stack, kw_names, mutated = self._start
-        if self.rec.mutated != mutated:
-            raise NoSnapshot("an in-place write happened in the same call")
-        snap, live, _ = snapshot.take(self, f, ip, "output size of a data-dependent op", stack, kw_names)
-        return snap, live
-
-    def _cut(self, f):
-        """The trace reached config.max_trace_ops: it ends before the current instruction and
-        hands its live values to a snapshot that continues from there (an exit always taken);
-        the call itself goes on unrecorded."""
-        if self.probe is not None:
-            raise ProbeStop("the trace is cut (config.max_trace_ops)")
-        try:
-            snap, live, _ = snapshot.take(self, f, f.ip - 1, "trace cut (config.max_trace_ops)")
-        except NoSnapshot as e:
-            self.abort(f"trace longer than {self.max_ops} ops and not cut here: {e}", "too_long")
-            return
-        if not live:
-            self.abort(f"trace longer than {self.max_ops} ops with no tensor live at the cut", "too_long")
-            return
-        self.rec.cut = (snap, live)
-
-    def _bucket_cut(self):
-        """Under data-parallel training (config.ddp_bucket_mb): the trace ends before this
-        submodule call, its parameters so far about one DDP bucket; the rest of the call is the
-        trace after the cut (recorded as the cut's side trace), whose backward runs first."""
-        if self.probe is not None or self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
-            return
-        f, ip, stack, kw_names, mutated = self._start
-        if self.rec.mutated != mutated:
-            return
-        try:
-            snap, live, _ = snapshot.take(self, f, ip, "trace cut (a DDP bucket's parameters)", stack, kw_names)
-        except NoSnapshot:
-            return  # (not cut here: perhaps at the next submodule)
-        if live:
-            snap.bucket_cut = True
-            self.rec.cut = (snap, live)
-
-    def _stitch(self, why):
-        """Ends the trace right before the current CALL, which is not recordable (why), as a
-        *stitch*: the trace's outputs are the live tensors, and its cut exit carries a snapshot of
-        the frames as they will be *after* the call, with the call's result as one more live
-        value (("live", n)), plus the call itself (`step`: its callable and arguments, encoded like
-        the frames). On later calls the front end runs the trace, makes that one call for real,
-        and goes on in a trace recorded from after it (tracetree.Runner._continue_at_exit). False when
-        the state cannot be carried (then the recording aborts, as before)."""
-        if self._start is None or not self.frames or self._start[0] is not self.frames[-1]:
-            return False
-        f, ip, stack, kw_names, mutated = self._start
-        ins = f.dec.insts[ip]
-        if ins.opname not in ("CALL", "CALL_KW") or self.rec.mutated != mutated:
-            return False
-        if ins.opname == "CALL_KW":  # 3.13: the keyword names are the top of the stack, consumed with the call
-            if not stack or type(stack[-1][0]) is not tuple:
-                return False
-            stack, kw_names = stack[:-1], stack[-1][0]
-        return self._stitch_at(f, ip, stack, kw_names, why, "call", ins.arg + 2, tuple(kw_names or ()), True)
-
-    def _stitch_store(self, f, why, kind, extra):
-        """A stitch at the STORE_ATTR (kind "setattr", extra the name) or STORE_SUBSCR ("setitem")
-        now at f.ip - 1, into an object from outside the call, before its operands are popped:
-        the step makes the store for real on later calls, between the two traces."""
-        return self._stitch_at(f, f.ip - 1, f.stack, f.kw_names, why, kind, 2 if kind == "setattr" else 3, extra,
-                               False)
-
-    def _stitch_at(self, f, ip, stack, kw_names, why, kind, nops, extra, pushes):
-        if self.probe is not None:  # (before the call or store is made)
-            raise ProbeStop(why)
-        if not config.stitch or self.nopython or not self.recording or len(stack) < nops:
-            return False
-        # inside a try or with block the step's exception would belong to a handler of the
-        # frame, which a step made between two traces cannot reach
-        if any(fr.dec.handlers and fr.dec.catches_at(fr.dec.insts[ip if fr is f else fr.ip - 1].offset)
-               for fr in self.frames):
-            return False
-        cut = snapshot.for_stitch(self, f, ip, stack, kw_names, why, (kind, nops, extra, pushes))
-        if cut is None:
-            return False
-        self.rec.cut = cut
-        self.rec.stitch_reason = why
-        return True
 
     def new_frame(self, code, fn, fn_src, glb):
         """A frame of code, to run from its first bytecode (or from a snapshot's, set on it)."""
@@ -2801,77 +2362,6 @@ class Interpreter:
         rec = Recorder("resume")
         rec.abort("running on after a side exit")
         return cls(rec, GuardSet())
-
-    def _sourced_items(self, v, s):
-        """(elements, their sources) of iterating v, when v is a sourced ModuleList/Sequential or
-        tuple (or a tuple whose elements' sources are known); None otherwise."""
-        if s is not None and isinstance(v, (torch.nn.Sequential, torch.nn.ModuleList)):
-            return list(v._modules.values()), list(self._submodule_srcs(v, s).values())
-        if id(v) in self._sliced_modules and not _has_hooks(v):
-            return list(v._modules.values()), self._sliced_modules[id(v)]
-        # (a list may grow while the loop runs: its items are not taken ahead of time)
-        if type(v) is tuple and len(v) <= 256 and (s is not None or id(v) in self._tuple_srcs):
-            return list(v), self._element_srcs(v, s, len(v))
-        return None
-
-    def _sourced_pairs(self, fn, args, kwargs):
-        """enumerate(xs[, start]) / zip(xs, ys, ...) over sourced containers (a ModuleList's
-        layers with their weights, a tuple of tensors passed in): an iterator of tuples whose
-        elements keep their sources, so what is read through them stays guarded and their
-        tensors are trace inputs. None where an argument's elements have no sources (the call
-        is then made as any builtin's)."""
-        if fn is enumerate:
-            if len(args) not in (1, 2) or set(kwargs) - {"start"}:
-                return None
-            start = args[1] if len(args) == 2 else kwargs.get("start", (0, None))
-            if type(start[0]) is not int:
-                return None
-            self.touch(*start)
-            parts = [self._sourced_items(*args[0])]
-        else:
-            if kwargs or not args:
-                return None
-            parts = [self._sourced_items(v, s) for v, s in args]
-        if any(p is None for p in parts) or not any(x is not None for p in parts for x in p[1]):
-            return None
-        if fn is enumerate:
-            rows = [((start[0] + i, x), [None, xs]) for i, (x, xs) in enumerate(zip(*parts[0]))]
-        else:
-            n = min(len(p[0]) for p in parts)
-            rows = [(tuple(p[0][i] for p in parts), [p[1][i] for p in parts]) for i in range(n)]
-        items = []
-        for t, srcs in rows:
-            self._tuple_srcs[id(t)] = srcs
-            self.keep.append(t)
-            items.append(t)
-        return (self._mark_local(_SourcedIter(items, [None] * len(items))), None)
-
-    def _submodule_srcs(self, m, src):
-        """Sources of an nn.Sequential/ModuleList/ModuleDict's children by name, with a guard
-        on the names (iteration order and indexing depend on them)."""
-        msrc = src.attr("_modules")
-        names = list(m._modules)
-        self.guards.guard_state(f"list({msrc.expr})", names, f"submodules of {src.expr}")
-        return {n: msrc.item(n) for n in names}
-
-    def _element_srcs(self, v, s, n):
-        if type(v) is tuple and id(v) in self._tuple_srcs:
-            return self._tuple_srcs[id(v)]
-        if s is not None and type(v) in (list, tuple, torch.Size):
-            return [s.item(i) for i in range(n)]
-        self.touch_deep(v, s)
-        return [None] * n
-
-    def _globals_source(self, f):
-        # A function's globals dict keeps its identity: guards read the current value from it.
-        return GLOBALS if f.fn_src is FUNC else self.guards.const_source(f.globals)
-
-    def _global_src(self, f, name):
-        return self._globals_source(f).item(name)
-
-    def _guard_absent(self, f, name):
-        expr = f"({name!r} not in {self._globals_source(f).expr})"
-        self.guards.guard_state(expr, True, f"no global named {name}")
 
 
 _TPFLAGS_SEQUENCE, _TPFLAGS_MAPPING = 1 << 5, 1 << 6
@@ -3002,21 +2492,11 @@ _HANDLERS = {name: fn for fn in vars(Interpreter).values() if callable(fn) and h
 _SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
 
 
-_DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
 # Builtins that read the calling frame (Interpreter._frame_namespace).
 _FRAME_READERS = (globals, locals, vars, dir, eval, exec)
 # Builtin types whose __new__ a Python subclass's __new__ may call (super().__new__(cls, ...)).
 _BUILTIN_BASES = (tuple, list, dict, set, frozenset, int, float, str, bytes)
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
-
-
-def _static_lookup(cls, name):
-    """The attribute `name` as stored on class cls or a base (no descriptor called), or None."""
-    for klass in cls.__mro__:
-        d = klass.__dict__
-        if name in d:
-            return d[name]
-    return None
 
 
 def _module_key(m, key):

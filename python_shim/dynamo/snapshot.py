@@ -508,7 +508,7 @@ def _decode_pair(spec, env, live, interp):
 def _decode_item(spec, live, interp):
     """_decode_pair of a number read from a live tensor (.item(), float(), ...): the side trace
     specializes on it (its guards read it back from x[i]), or, compared with a Python number
-    later, defers the read as the recording did (interpreter._compare_item)."""
+    later, defers the read as the recording did (cuts._compare_item)."""
     expr = f"{_CONVERT_EXPR[spec[2]]}(x[{spec[1]}])"
     interp.rec.paused += 1  # reading the number is not part of the side trace
     try:
@@ -519,7 +519,7 @@ def _decode_item(spec, live, interp):
     interp.touch(t, EXIT.item(spec[1]))
     if spec[2] in ("item", "float") and t.is_floating_point() and type(v) is float and interp.rec.known(t) \
             and not interp._cut_for_grad():
-        interp.deferred_reads += 1  # (guarded where it is used, as at the read: interpreter._compare_item)
+        interp.deferred_reads += 1  # (guarded where it is used, as at the read: cuts._compare_item)
         return v, ItemRead(t, spec[2])
     interp.guards.guard_state(expr, v, f"the value read at the exit ({expr})")
     return v, None

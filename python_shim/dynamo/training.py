@@ -46,7 +46,7 @@ def unsupported(rec, side=False):
     compiled forward and backward, or None."""
     if rec.tape is None:
         return rec.tape_why or "no tape"
-    if rec.exits:  # (branches and value reads end the trace instead, interpreter._cut_for_grad)
+    if rec.exits:  # (branches and value reads end the trace instead, cuts._cut_for_grad)
         return "an op whose output size depends on the data (a side exit) is not compiled with grad yet"
     if rec.device is not None:
         return "CUDA tensors are not compiled with grad yet"
