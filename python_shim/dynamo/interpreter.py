@@ -14,6 +14,13 @@ for real with recording on. Pure builtins run for real. Anything else -- I/O, `p
 runs for real (the call must still be right): as a stitch between two traces where the state
 can be carried, else it ends the trace (`abort_reason` and its kind say why).
 
+The rest of the interpreter's work lives with collaborators, functions that take the
+interpreter as their first argument and are bound as its methods (none imports this module):
+calls.py (a call, by the kind of callable; what cannot be recorded; argument binding),
+sources.py (where values come from: guards, trace inputs, attributes, globals), cuts.py (branches
+on tensor values, numbers read from tensors, cuts, stitches) and generators.py (the call's
+generators). This module keeps the frames, the loop and the bytecode handlers.
+
 Each bytecode has one handler method, `_op_<NAME>` marked `@_handles(...)`, collected in
 `_HANDLERS`; the bytecodes they handle (and the few skipped) are the supported set, which code
 is checked against before it is run (`_Code`).
@@ -31,6 +38,7 @@ import importlib.util
 import inspect
 import math
 import operator
+import os
 import re
 import sys
 import types
@@ -40,8 +48,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 
-from . import bytecode, config, cuts, snapshot, sources
+from . import bytecode, calls, config, cuts, snapshot, sources
 from .cuts import _COMPARE
+from .generators import _HOLDERS, _realize, _holds_generator, _Returned, _Yielded, _suspended_in_block, _Generator, _GENERATOR_LIKE, _CLEANUP_OPS
 from .sources import _DICTS, _has_hooks, runs_class_forward
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
@@ -53,7 +62,7 @@ from .sizeflow import SizeFlow
 # tensors a Python number meets in + - * / as a scalar input (a size probe's are fakes, probe.py)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter, FakeTensor)
 
-CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # (frames of dynamo's own code: _let_go)
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
 
 _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -70,90 +79,15 @@ _SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
 _ITEM_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME",
                "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP", "JUMP_FORWARD",
                "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP"}
-_UNHANDLED = object()  # Interpreter.call's handlers: not this kind of callable
 
 _SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
                  "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
                  "BINARY_OP", "CALL", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE"}
 
-# Builtins that only compute on their arguments.
-_PURE_BUILTINS = {getattr(builtins, n) for n in (
-    "abs", "all", "any", "bool", "callable", "dict", "divmod", "enumerate", "float", "format", "getattr",
-    "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
-    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
-_PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
-_PURE_BUILTINS.add(torch.device)  # an immutable value (FX graphs write `device(type='cpu')`)
-# Containers made by a call (of the call's own, as {} and [] make them): a defaultdict's factory
-# runs for real when a missing key is read, so it must be a pure builtin (tuple, list, int ...).
-_CONTAINERS = (collections.OrderedDict, collections.deque, collections.defaultdict)
-_PURE_BUILTINS |= {torch.finfo, torch.iinfo}  # a dtype's limits (masks filled with finfo(dtype).min)
-# torch's autocast setters and the getters that read what they set (torch.autocast.__enter__/__exit__)
-_AUTOCAST_SETTERS = {torch.set_autocast_enabled: torch.is_autocast_enabled, torch.set_autocast_dtype: torch.get_autocast_dtype,
-                     torch.set_autocast_cache_enabled: torch.is_autocast_cache_enabled}
-# inspect.signature(fn) of a function (Hugging Face's apply_chunking_to_forward counts a method's
-# parameters): fixed by the function, which its read guards; run for real, not stepped through.
-_PURE_BUILTINS.add(inspect.signature)
-# builtin exception classes: making one (to raise it, caught or not) changes nothing
-_PURE_BUILTINS |= {v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException)}
-# math on Python numbers (a tensor argument would be read through .item(), which aborts).
-_PURE_BUILTINS |= {getattr(math, n) for n in (
-    "sqrt", "exp", "log", "log2", "log10", "pow", "sin", "cos", "tan", "tanh", "erf", "ceil", "floor", "trunc",
-    "fabs", "isfinite", "isinf", "isnan", "prod", "gcd", "isqrt", "copysign", "hypot", "atan2", "radians", "degrees")}
 # Bytecodes that may run torch operations (their start is where an op of data-dependent output
 # size resumes).
 _MAY_CALL_TORCH = {"CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "UNARY_NEGATIVE",
                    "UNARY_INVERT", "CONTAINS_OP"}
-# Tensor methods that read contents into Python objects without dispatching an ATen op.
-_READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyped_storage", "_storage",
-                   "__reduce_ex__", "__getstate__", "__repr__", "__str__", "__format__"}
-# Python functions of torch's run for real under the recorder, not interpreted: a function
-# vmapped by torch.vmap (its Python runs once over batched tensors inside functorch's C++ layers,
-# which the interpreter cannot step through; the ATen ops they produce are recorded as any torch
-# call's are). Hugging Face's attention masks are made this way.
-_RUN_WHOLE = frozenset({torch.vmap(lambda x: x).__code__})
-
-
-def _control_flow_operators():
-    """torch's control-flow operators (torch.cond, while_loop, map): their Python traces the
-    branches with torch.compile's own machinery, which the interpreter cannot step through. A
-    call of one is made as it is, between traces (a stitch), or the function runs eagerly."""
-    found = set()
-    for mod, name in (("torch", "cond"), ("torch", "while_loop"), ("torch._higher_order_ops", "cond"),
-                      ("torch._higher_order_ops", "while_loop"), ("torch._higher_order_ops.map", "map"),
-                      ("torch._higher_order_ops", "scan"), ("torch._higher_order_ops", "associative_scan")):
-        m = sys.modules.get(mod)
-        fn = getattr(m, name, None) if m is not None else None
-        if callable(fn):
-            found.add(getattr(fn, "__code__", None) or fn)
-    found.discard(None)
-    return frozenset(found)
-
-
-_CONTROL_FLOW = _control_flow_operators()
-
-
-def _map(fn, *iterables):
-    """map(fn, *iterables) in Python: the interpreter runs it as a generator of the call, so
-    fn's work is recorded when the map is consumed (list(map(...)), pytree's
-    deque(map(fn, leaves), maxlen=0))."""
-    for args in zip(*iterables):
-        yield fn(*args)
-
-
-def _self_source(m, msrc):
-    """The source of bound method m's object: the object it was read from (`obj.meth`), else
-    `<m>.__self__` (a method kept in a closure cell or a container: torch.no_grad's self.clone)."""
-    if msrc is None:
-        return None
-    if msrc.base is not None and msrc.expr == f"{msrc.base.expr}.{m.__func__.__name__}":
-        return msrc.base
-    return Source(f"{msrc.expr}.__self__", msrc)
-
-
-def _dict_class(cls):
-    """A Python subclass of dict or OrderedDict made by their __new__, with an __init__ in Python."""
-    return isinstance(cls, type) and type(cls) in (type, abc.ABCMeta) and issubclass(cls, dict) and \
-        cls.__new__ in (dict.__new__, collections.OrderedDict.__new__) and isinstance(cls.__init__, types.FunctionType)
 
 
 def _stable_key(k):
@@ -161,36 +95,13 @@ def _stable_key(k):
     return isinstance(k, type) or type(k) in (str, int, bool, type(None))
 
 
-# Methods of containers that do not change them.
-_READ_METHODS = {"get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__",
-                 "__contains__", "format", "join", "split", "strip", "startswith", "endswith", "lower", "upper",
-                 "replace"}
-
 # The bytecodes the interpreter runs: those of its _op_ handlers (_HANDLERS, after the class) and
 # the ones it skips; generators (genexprs, `yield`, `yield from` driven by next()); try/except/finally
 # and with blocks through the exception table; imports of modules already loaded.
 _SKIPPED = frozenset(("NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "CACHE"))
 
-# Reads of torch's dispatch-mode stack, answered without the recorder's own mode (_mode_read).
-_MODE_READERS = {f for f in (getattr(torch._C, "_len_torch_dispatch_stack", None),
-                             getattr(torch.utils._python_dispatch, "_get_current_dispatch_mode", None),
-                             getattr(torch.utils._python_dispatch, "_get_current_dispatch_mode_stack", None),
-                             getattr(torch.utils._python_dispatch, "is_in_torch_dispatch_mode", None))
-                 if f is not None}
 
-# torch functions (not ATen ops, so not recorded) that change global state: they end the trace
-# and run for real (torch.manual_seed, torch.set_default_dtype, torch.use_deterministic_algorithms).
-_GLOBAL_SETTER = re.compile(r"^_?(set_|manual_seed$|seed$|use_|random_seed)")
-MAX_DEPTH = 32
 MAX_STEPS = 200_000
-
-
-# what a handler that only restores locals before re-raising runs (Code.catches_at)
-_CLEANUP_OPS = frozenset(("SWAP", "POP_TOP", "STORE_FAST", "NOP"))
-
-
-# ... and a generator's PEP 479 handler (3.12+): closing the generator runs neither
-_CLOSE_RUNS_NOTHING = _CLEANUP_OPS | {"CALL_INTRINSIC_1"}
 
 
 class _Code:
@@ -251,39 +162,6 @@ def unsupported_reason(code, top=False):
     return _Code.of(code).unsupported
 
 
-_FROM_DATA = {torch.tensor, torch.as_tensor}
-
-
-# Tensor methods that read sizes as Python numbers (x.shape is an attribute: load_attr)
-_SIZE_METHODS = frozenset(("size", "numel", "nelement", "stride", "storage_offset", "__len__"))
-
-
-def _reads_size(fn, args):
-    """Whether calling fn on args reads a tensor's size as Python numbers."""
-    if isinstance(getattr(fn, "__self__", None), torch.Tensor):
-        return getattr(fn, "__name__", None) in _SIZE_METHODS
-    if (fn is len or fn is torch.numel) and args:
-        return isinstance(args[0][0], torch.Tensor)
-    return False
-
-
-# Sequences torch.tensor(data) reads element by element. A torch.Size (x.shape[-2:]) is a
-# trace's static shape: as data it is a tuple of the same ints.
-_SEQUENCES = (list, tuple, torch.Size)
-
-
-def _numbers(v, depth=0):
-    """v is a number or bool, or a (nested) list/tuple/torch.Size of them."""
-    if type(v) in (int, float, bool):
-        return True
-    return type(v) in _SEQUENCES and depth < 8 and all(_numbers(x, depth + 1) for x in v)
-
-
-def _freeze(v):
-    """v with its lists and sizes made tuples (a constant the guards may hold: it cannot change)."""
-    return tuple(_freeze(x) for x in v) if type(v) in _SEQUENCES else v
-
-
 def _bucket_bytes(config):
     """config.ddp_bucket_mb in bytes when torch.distributed runs with more than one rank, else 0."""
     try:
@@ -306,14 +184,6 @@ def _note_program_frame(e, f):
         e.__dict__.setdefault("_dynamo_program_frames", []).append((f.code.co_filename, line, f.code.co_name))
     except (AttributeError, TypeError):  # (an exception without a __dict__: its place is not kept)
         pass
-
-
-def _missing_message(qual, kind, missing):
-    """CPython's message for missing arguments: 'a'; 'a' and 'b'; 'a', 'b', and 'c'."""
-    quoted = [f"'{m}'" for m in missing]
-    listed = quoted[0] if len(quoted) == 1 else " and ".join(quoted) if len(quoted) == 2 else \
-        ", ".join(quoted[:-1]) + ", and " + quoted[-1]
-    return f"{qual}() missing {len(missing)} required {kind} argument{'s' if len(missing) != 1 else ''}: {listed}"
 
 
 class _Frame:
@@ -537,570 +407,29 @@ class Interpreter:
             self.frames.pop()
             self.depth -= 1
 
-    def _bind(self, f, fn, fn_src, args, kwargs):
-        """Binds the call's (value, source) pairs to frame f's parameters as CPython binds them,
-        with CPython's checks in its order and its messages (a wrong call raises the TypeError
-        eager raises): keywords, then too many positional arguments, then missing ones."""
-        code = fn.__code__
-        n = code.co_argcount
-        nk = code.co_kwonlyargcount
-        names = code.co_varnames
-        qual = code.co_qualname
-        loc = list(f.locals)
-        for i in range(min(n, len(args))):
-            loc[i] = args[i]
-        extra = list(args[n:])
-        pos = n + nk
-        if code.co_flags & CO_VARARGS:
-            t = tuple(v for v, _ in extra)
-            self._mark_local(t)
-            loc[pos] = (t, None)
-            self._tuple_srcs[id(t)] = [s for _, s in extra]
-            pos += 1
-        kw = dict(kwargs)
-        settable = names[code.co_posonlyargcount:n + nk]
-        for name in list(kw):
-            if name in settable:
-                i = names.index(name, code.co_posonlyargcount)
-                if loc[i][0] is not _NULL:
-                    raise TypeError(f"{qual}() got multiple values for argument '{name}'")
-                loc[i] = kw.pop(name)
-            elif not code.co_flags & CO_VARKEYWORDS:
-                posonly = [k for k in kwargs if k in names[:code.co_posonlyargcount]]
-                if posonly:
-                    raise TypeError(f"{qual}() got some positional-only arguments passed as keyword arguments: "
-                                    f"'{', '.join(posonly)}'")
-                raise TypeError(f"{qual}() got an unexpected keyword argument '{name}'")
-        if code.co_flags & CO_VARKEYWORDS:
-            d = {name: v for name, (v, _) in kw.items()}
-            self._mark_local(d)
-            self._dict_srcs[id(d)] = {name: s for name, (_, s) in kw.items()}
-            loc[pos] = (d, None)
-        defaults = fn.__defaults__ or ()
-        if extra and not code.co_flags & CO_VARARGS:
-            kw_given = sum(loc[i][0] is not _NULL for i in range(n, n + nk))
-            sig = f"from {n - len(defaults)} to {n}" if defaults else f"{n}"
-            plural = "s" if defaults or n != 1 else ""
-            given = (f"{len(args)} positional argument{'s' if len(args) != 1 else ''} (and {kw_given} keyword-only "
-                     f"argument{'s' if kw_given != 1 else ''}) were") if kw_given else \
-                f"{len(args)} {'was' if len(args) == 1 else 'were'}"
-            raise TypeError(f"{qual}() takes {sig} positional argument{plural} but {given} given")
-        if self.scalars:
-            for p in loc:
-                if p[1] is not None and p[1].expr in self.scalars:
-                    self._moved.add(id(p))
-        missing = [names[i] for i in range(n - len(defaults)) if loc[i][0] is _NULL]
-        if missing:
-            raise TypeError(_missing_message(qual, "positional", missing))
-        for i in range(n - len(defaults), n):
-            if loc[i][0] is _NULL:
-                j = i - (n - len(defaults))
-                src = fn_src.attr("__defaults__").item(j) if fn_src is not None else None
-                loc[i] = (defaults[j], src)
-        kwdefaults = fn.__kwdefaults__ or {}
-        missing = [names[i] for i in range(n, n + nk) if loc[i][0] is _NULL and names[i] not in kwdefaults]
-        if missing:
-            raise TypeError(_missing_message(qual, "keyword-only", missing))
-        for i in range(n, n + nk):
-            if loc[i][0] is _NULL:
-                src = fn_src.attr("__kwdefaults__").item(names[i]) if fn_src is not None else None
-                loc[i] = (kwdefaults[names[i]], src)
-        f.locals = loc
+    # calls.py: calls by the kind of callable, what cannot be recorded, argument binding
+    unsupported_reason = staticmethod(unsupported_reason)
+    call = calls.call
+    _call_reading_state = calls._call_reading_state
+    _call_python_code = calls._call_python_code
+    _call_introspection = calls._call_introspection
+    _call_torch = calls._call_torch
+    _frame_namespace = calls._frame_namespace
+    _call_builtin = calls._call_builtin
+    _call_object = calls._call_object
+    _make_partial = calls._make_partial
+    _partial_sources = calls._partial_sources
+    _from_data = calls._from_data
+    _instantiate = calls._instantiate
+    _sourced_view = calls._sourced_view
+    _super_args = calls._super_args
+    _call_python = calls._call_python
+    _concrete = calls._concrete
+    _opaque = calls._opaque
+    _mode_read = calls._mode_read
+    _outside_recorder = calls._outside_recorder
+    _bind = calls._bind
 
-    # -- calls ---------------------------------------------------------------------------
-    def call(self, fnp, args, kwargs):
-        """Calls fnp[0] with (value, source) pairs; returns a pair. Each kind of callable has a
-        handler, tried in this order; one that does not take the call returns _UNHANDLED, and
-        what none takes runs unrecorded (_opaque)."""
-        fn = fnp[0]
-        if self.sizes.size_read is None and self.frames and _reads_size(fn, args):
-            self.sizes.note_read("len" if fn is len else getattr(fn, "__name__", "size"))
-        for handler in (self._call_reading_state, self._call_python_code, self._call_introspection,
-                        self._call_torch, self._call_builtin, self._call_object):
-            r = handler(fnp, args, kwargs)
-            if r is not _UNHANDLED:
-                return r
-        name = getattr(fn, "__qualname__", None) or type(fn).__name__
-        return self._opaque(fnp, args, kwargs, f"call to {name} is not traceable")
-
-    def _call_reading_state(self, fnp, args, kwargs):
-        """Reads of a tensor's value or contents, grad mode set, torch's global setters, weak
-        references, reads of the dispatch-mode stack."""
-        fn, fsrc = fnp
-        # t.item(), int(t), float(t), bool(t) on a recorded one-element tensor: a guarded value
-        if not kwargs and self.recording and self.frames:
-            t = conv = None
-            if not args and getattr(fn, "__name__", None) == "item" and isinstance(getattr(fn, "__self__", None),
-                                                                                   torch.Tensor):
-                t, conv = fn.__self__, "item"
-            elif fn in (int, float, bool) and len(args) == 1 and isinstance(args[0][0], torch.Tensor):
-                t, conv = args[0][0], fn.__name__
-            if t is not None and self.rec.known(t) and t.numel() == 1:
-                return self._tensor_value(t, conv)
-        if isinstance(getattr(fn, "__self__", None), torch.Tensor) and \
-                getattr(fn, "__name__", None) in _READS_CONTENTS:
-            # these read the data without an ATen op the recorder could see
-            return self._opaque(fnp, args, kwargs, f"data-dependent value: Tensor.{fn.__name__}() reads a "
-                                                   f"tensor's contents")
-        if fn is torch._C._set_grad_enabled and len(args) == 1 and not kwargs and type(args[0][0]) is bool:
-            # grad mode set inside the call (torch.no_grad(), set_grad_enabled): the ATen ops are
-            # the same either way; no snapshot is taken while it differs from the trace's start,
-            # and a trace must end with it as it started (frontend)
-            self._touch_elements(*args[0])
-            fn(args[0][0])
-            return (None, None)
-        if fn in _AUTOCAST_SETTERS and not kwargs and all(type(v) in _BY_VALUE for v, _ in args) and self.recording:
-            # `with torch.autocast(..., enabled=False)` where autocast is off already (LLaMA's rotary
-            # embedding): a setter given the value torch has is nothing to do, the value guarded
-            getter, get_args, v = _AUTOCAST_SETTERS[fn], [a for a, _ in args[:-1]], args[-1][0]
-            if getter(*get_args) == v:
-                expr = f"{self.guards.const_source(getter).expr}({', '.join(self.guards.const_source(a).expr for a in get_args)})"
-                self.guards.guard_state(expr, v, f"{getter.__name__}({', '.join(map(repr, get_args))})")
-                return (None, None)
-        if _is_torch_callable(fn) and _GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""):
-            return self._opaque(fnp, args, kwargs, f"torch.{fn.__name__}() changes torch's global state")
-        if type(fn) is weakref.ReferenceType and not args and not kwargs:  # ref(): its referent, by source
-            r = fn()
-            if fsrc is None:
-                return (r, None)
-            src = Source(f"{fsrc.expr}()", fsrc)
-            self.touch(r, src)
-            return (r, src)
-        if fn in _MODE_READERS and self.recording:
-            return self._mode_read(fn, args, kwargs)
-        return _UNHANDLED
-
-    def _call_python_code(self, fnp, args, kwargs):
-        """Python functions and methods (inlined), and modules whose class forward runs."""
-        fn, fsrc = fnp
-        if isinstance(fn, types.FunctionType):
-            if fn.__code__ in _CONTROL_FLOW:
-                return self._opaque(fnp, args, kwargs, f"torch's control-flow operator {fn.__name__} is not recorded "
-                                                       "(it runs as in eager)")
-            if fn.__code__ in _RUN_WHOLE or fn in _PURE_BUILTINS:
-                return _UNHANDLED  # run for real: recorded at ATen (_call_torch), or pure (_call_builtin)
-            return self._call_python(fn, fsrc, args, kwargs, None)
-        if isinstance(fn, types.MethodType) and type(fn.__self__) is _Generator:
-            return self._concrete(fn, args, kwargs)  # g.send / throw / close: they run g's frame here
-        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-            return self._call_python(fn.__func__, None, args, kwargs, (fn.__self__, _self_source(fn, fsrc)))
-        if isinstance(fn, torch.nn.Module):
-            if _has_hooks(fn):
-                return self._opaque(fnp, args, kwargs, "module with hooks")
-            fwd = type(fn).forward
-            if self.bucket_bytes and self.param_bytes >= self.bucket_bytes and self.recording and \
-                    torch.is_grad_enabled():
-                self._bucket_cut()  # (the call then runs on unrecorded, as after any cut)
-            if isinstance(fwd, types.FunctionType) and runs_class_forward(fn):
-                self._guard_module_call(fn, fsrc)
-                return self._call_python(fwd, None, args, kwargs, (fn, fsrc))
-        return _UNHANDLED
-
-    def _call_introspection(self, fnp, args, kwargs):
-        """type(x), getattr/hasattr, next() of an outside iterator; isinstance's class guard
-        (the call itself is a pure builtin's, below)."""
-        fn = fnp[0]
-        if (fn is type or fn is isinstance) and args and isinstance(args[0][0], _Generator):
-            # a generator the interpreter runs is a generator to the program
-            if fn is type:
-                return (types.GeneratorType, None) if len(args) == 1 and not kwargs else _UNHANDLED
-            return self._concrete(fn, [(_GENERATOR_LIKE, None)] + list(args[1:]), kwargs)
-        if fn is type and len(args) == 1 and not kwargs and args[0][1] is not None:
-            v, vsrc = args[0]  # type(k).s reads through the class: guard which class it is
-            src = Source(f"type({vsrc.expr})", vsrc)
-            self.touch(type(v), src)
-            return (type(v), src)
-        if fn in (getattr, hasattr) and not kwargs and len(args) in (2, 3) and type(args[1][0]) is str and \
-                (fn is getattr or len(args) == 2):
-            return self._getattr_builtin(fn, args)
-        if fn is next and args and id(args[0][0]) not in self.local_objs:
-            return self._opaque(fnp, args, kwargs, "next() advances an iterator from outside the function "
-                                                   "(its position cannot be guarded)")
-        if fn is isinstance and args and args[0][1] is not None and self.recording:  # o.__class__ = B
-            self.guards.guard(Source(f"type({args[0][1].expr})", args[0][1]), type(args[0][0]))
-        return _UNHANDLED
-
-    def _call_torch(self, fnp, args, kwargs):
-        """torch.tensor of Python data, and every torch callable (and super()), recorded."""
-        fn = fnp[0]
-        if fn in _FROM_DATA and self.recording:
-            made = self._from_data(fn, args, kwargs)
-            if made is not None:
-                return made
-        if _is_torch_callable(fn) or (fn is super and len(args) == 2) or getattr(fn, "__code__", None) in _RUN_WHOLE:
-            for v, s in list(args) + list(kwargs.values()):
-                self._touch_elements(v, s)  # lists of sizes, dims, paddings: read by value
-            mark, self.rec.step_mark, why = self.rec.step_mark, len(self.rec.lines), None
-            try:
-                r = self._concrete(fn, args, kwargs)
-            except DataDependentStep as e:  # torch.unique, nms: a stitch step (see the recorder)
-                why = str(e)
-            except Exception as e:  # noqa: BLE001 -- judged by running it as eager does
-                # A call that raised under the recorder (its dispatch mode, a recorder decomposition)
-                # is judged by eager: it runs again outside the recorder, raising only if eager
-                # raises. (torch 1.13's composite ops took other paths under a dispatch mode; 2.13's
-                # take eager's, so this now guards against the recorder's own failures only.)
-                name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "a torch call")
-                why = f"{name} raised under the recorder ({type(e).__name__}: {e})"
-            finally:
-                self.rec.step_mark = mark
-            if why is not None:
-                return self._opaque(fnp, args, kwargs, why)
-            if not args and not kwargs and type(r[0]) in _BY_VALUE and self.recording and \
-                    (getattr(fn, "__self__", None) is None or isinstance(fn.__self__, types.ModuleType)):
-                # torch state read by the program (torch.are_deterministic_algorithms_enabled())
-                self.guards.guard_state(f"{self.guards.const_source(fn).expr}()", r[0],
-                                        f"{getattr(fn, '__name__', fn)}() == {r[0]!r}")
-            return r
-        return _UNHANDLED
-
-    def _frame_namespace(self, fn, args, kwargs):
-        """globals(), locals(), vars(), dir() and eval/exec without namespaces read the calling
-        frame's: here the program's frame (self.frames[-1]), not the interpreter's own. None
-        where fn is none of these."""
-        if not self.frames or not any(fn is r for r in _FRAME_READERS) or kwargs or \
-                ((fn is vars or fn is dir) and args) or ((fn is eval or fn is exec) and not 1 <= len(args) <= 2):
-            return None
-        f = self.frames[-1]
-        if fn is globals:
-            return (f.globals, None)
-        names = {}
-        for name, (v, _) in zip(f.dec.names, f.locals):
-            if v is _NULL:
-                continue
-            if name in f.code.co_cellvars or name in f.code.co_freevars:
-                if type(v) is not types.CellType:
-                    continue
-                try:
-                    v = v.cell_contents
-                except ValueError:
-                    continue
-            names[name] = v
-        if fn is locals or fn is vars:
-            return (names, None)
-        if fn is dir:
-            return (sorted(names), None)
-        for v, s in args:
-            self._touch_elements(v, s)
-        self._effect(f"{fn.__name__}() of program text")  # (what the text does is not seen)
-        glb = args[1][0] if len(args) == 2 else f.globals
-        return (fn(args[0][0], glb, names if len(args) == 1 else None), None)
-
-    def _call_builtin(self, fnp, args, kwargs):
-        """enumerate/zip of sourced values, pure builtins, and methods of lists, dicts, sets,
-        tuples and strings."""
-        fn, fsrc = fnp
-        made = self._frame_namespace(fn, args, kwargs)
-        if made is not None:
-            if fn is eval or fn is exec:
-                self.abort(f"{fn.__name__}() runs program text dynamo does not see")
-            return made
-        if fn in (enumerate, zip) and self.recording:
-            made = self._sourced_pairs(fn, args, kwargs)
-            if made is not None:
-                return made
-        if fn in (setattr, object.__setattr__) and len(args) == 3 and not kwargs and type(args[1][0]) is str and \
-                id(args[0][0]) in self.local_objs:
-            # setattr(obj, "name", v) on an object the call made, as STORE_ATTR sets it (and
-            # object.__setattr__, as a frozen dataclass's __init__ does)
-            self.touch(*args[1])
-            fn(args[0][0], args[1][0], args[2][0])
-            return (None, None)
-        if fn is map and len(args) >= 2 and not kwargs:  # lazily, as map does: see _map
-            return self._call_python(_map, None, list(args), {}, None)
-        if fn is collections.defaultdict and args and args[0][0] is not None and args[0][0] not in _PURE_BUILTINS:
-            return _UNHANDLED  # (a factory that may do anything when a missing key is read)
-        if fn in _PURE_BUILTINS or fn in _CONTAINERS:
-            for i, (v, s) in enumerate(list(args) + list(kwargs.values())):
-                if i == 0 and fn in (isinstance, issubclass, callable):
-                    self.touch(v, s)  # its class decides, which the class guard checks
-                else:
-                    self._touch_elements(v, s)
-            # (a bound method read anew each call is guarded by its function and object: not pinned)
-            r = self._concrete(fn, args, kwargs, pin=fn not in (isinstance, issubclass, callable, inspect.signature))
-            if fn in _CONTAINERS:  # a new container of the call's own, as {} makes
-                self._mark_local(r[0])
-            return r
-        self_ = getattr(fn, "__self__", None)
-        if isinstance(fn, types.BuiltinMethodType) and isinstance(self_, (list, dict, set, tuple, str)):
-            if id(self_) in self.local_objs or fn.__name__ in _READ_METHODS:
-                if fsrc is not None and fsrc.base is not None:  # d.values(), d.get(k), ... of a sourced d
-                    self._touch_elements(self_, fsrc.base)
-                    if type(self_) in _DICTS and fn.__name__ in ("items", "values") and not args and not kwargs:
-                        return self._sourced_view(self_, fsrc.base, fn.__name__)
-                return self._concrete(fn, args, kwargs)
-            return self._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
-                                                    f"from outside the function")
-        return _UNHANDLED
-
-    def _call_object(self, fnp, args, kwargs):
-        """Python classes instantiated, object.__new__/__init__ on objects the call made, and
-        instances with a __call__ in Python."""
-        fn, fsrc = fnp
-        if _plain_class(fn):
-            return self._instantiate(fn, args, kwargs)
-        if _dict_class(fn):  # a dict subclass with an __init__ in Python (Hugging Face's ModelOutput)
-            obj = self._mark_local(fn.__new__(fn))
-            self._call_python(fn.__init__, None, args, kwargs, (obj, None), init=True)
-            return (obj, None)
-        if fn is functools.partial and args:
-            return self._make_partial(args, kwargs)
-        if type(fn) is functools.partial:  # its function called with its arguments first
-            fs, asrcs, ksrcs = self._partial_sources(fn, fsrc)
-            self.touch(fn.func, fs)
-            a = [(v, s) for v, s in zip(fn.args, asrcs)] + list(args)
-            k = {n: (v, ksrcs[n]) for n, v in fn.keywords.items()}
-            for v, s in a[:len(fn.args)] + [k[n] for n in fn.keywords]:
-                self.touch(v, s)  # (what the partial holds is read as a load of it would be)
-            k.update(kwargs)
-            return self.call((fn.func, fs), a, k)
-        if fn is object.__new__ and len(args) == 1 and not kwargs and _plain_class(args[0][0]):
-            obj = object.__new__(args[0][0])  # super().__new__(cls) in a __new__ of Python
-            self._mark_local(obj)
-            self.keep.append(obj)
-            return (obj, None)
-        if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and not args and not kwargs and \
-                id(fn.__self__) in self.local_objs and fn == object.__init__.__get__(fn.__self__):
-            return (None, None)  # super().__init__() reaching object's, on an object made in the call
-        base = getattr(fn, "__self__", None)
-        if type(fn) is types.BuiltinFunctionType and fn.__name__ == "__new__" and isinstance(base, type) and \
-                base in _BUILTIN_BASES and args \
-                and _plain_class(args[0][0]) and issubclass(args[0][0], base):
-            # super().__new__(cls, ...) in a __new__ of Python over a builtin base (a tuple or list
-            # subclass): the new object made for real, a local of the call, its elements guarded
-            for v, s in list(args[1:]) + list(kwargs.values()):
-                self._touch_elements(v, s)
-            obj = self._concrete(fn, args, kwargs)[0]
-            self._mark_local(obj)
-            self.keep.append(obj)
-            return (obj, None)
-        if type(fn) is types.MethodWrapperType and fn.__name__ == "__init__" and id(base) in self.local_objs and \
-                isinstance(base, (list, dict, set)):
-            # super().__init__(items) of a list, dict or set subclass the call made: filled for real
-            for v, s in list(args) + list(kwargs.values()):
-                self._touch_elements(v, s)
-            self._concrete(fn, args, kwargs)
-            return (None, None)
-        if type(type(fn)) in (type, abc.ABCMeta) and not isinstance(fn, (torch.Tensor, torch.nn.Module)) and \
-                type(fn).__module__ != "builtins":
-            # an instance of a Python class with a __call__ in Python (torchvision's LevelMapper):
-            # a method call, guarded as one
-            call = self._plain_method(fn, fsrc, "__call__")
-            if call is not None:
-                return self._call_python(call[0], None, args, kwargs, (fn, fsrc))
-        return _UNHANDLED
-
-    def _make_partial(self, args, kwargs):
-        """functools.partial(func, *args, **kwargs) made in the call (functools.wraps makes one
-        inside decorators): the real object, its parts' sources kept for when it is called."""
-        (func, fs), rest = args[0], list(args[1:])
-        p = functools.partial(func, *[v for v, _ in rest], **{n: v for n, (v, _) in kwargs.items()})
-        asrcs, ksrcs = [s for _, s in rest], {n: s for n, (_, s) in kwargs.items()}
-        if p.func is not func:  # partial(partial(f, a), b) flattens to partial(f, a, b)
-            fs, inner_a, inner_k = self._partial_sources(func, fs)
-            asrcs, ksrcs = inner_a + asrcs, {**inner_k, **ksrcs}
-        self._mark_local(p)
-        self._partial_srcs[id(p)] = (fs, asrcs, ksrcs)
-        return (p, None)
-
-    def _partial_sources(self, p, psrc):
-        """(source of p.func, sources of p.args, sources of p.keywords by name) of a partial."""
-        if id(p) in self._partial_srcs:
-            return self._partial_srcs[id(p)]
-        if psrc is None:
-            return None, [None] * len(p.args), dict.fromkeys(p.keywords)
-        return (psrc.attr("func"), [psrc.attr("args").item(i) for i in range(len(p.args))],
-                {n: psrc.attr("keywords").item(n) for n in p.keywords})
-
-    def _from_data(self, fn, args, kwargs):
-        """torch.tensor(data) / as_tensor(data) of Python numbers (nested lists or tuples; dtype
-        and device by value): the numbers are constants or guarded reads, so the tensor is the
-        same on every call that passes the guards. It becomes a trace input whose source makes
-        it again from those numbers, held by the guards (`c7(c8, dtype=c9)`); None when the data
-        are anything else (the call is then recorded, and the recorder refuses it)."""
-        a = [v for v, _ in args]
-        k = {n: v for n, (v, _) in kwargs.items()}
-        if not a or set(k) - {"dtype", "device"} or not all(_numbers(v) for v in a[:1]) or \
-                not all(plain(v) for v in list(a[1:]) + list(k.values())):
-            return None
-        for v, s in list(args) + list(kwargs.values()):
-            self._touch_elements(v, s)
-        frozen = [_freeze(v) for v in a]
-        self.rec.paused += 1
-        try:
-            with self._outside_recorder():
-                t = fn(*frozen, **k)
-        finally:
-            self.rec.paused -= 1
-        c = self.guards.const_source
-        parts = [c(v).expr for v in frozen] + [f"{n}={c(v).expr}" for n, v in k.items()]
-        src = Source(f"{c(fn).expr}({', '.join(parts)})")
-        self.keep.append(t)
-        self.touch(t, src)
-        return (t, src)
-
-    def _instantiate(self, cls, args, kwargs):
-        """cls(*args) for a plain Python class (no metaclass; object.__new__ or a __new__ in Python,
-        interpreted): a new object of the call's own, its __init__ interpreted like any method."""
-        if cls.__new__ is not object.__new__:  # a __new__ in Python: interpreted, as type.__call__ runs it
-            obj = self._call_python(cls.__new__, None, [(cls, None)] + list(args), kwargs, None)[0]
-            if not isinstance(obj, cls):  # (__init__ runs only on an instance of cls)
-                return (obj, None)
-        else:
-            obj = object.__new__(cls)
-            self._mark_local(obj)
-            self.keep.append(obj)
-        init = cls.__init__
-        if init is object.__init__:
-            # object.__init__ refuses arguments only where __new__ is object's too (a namedtuple's
-            # __new__ takes them, and its __init__ is object's)
-            if (args or kwargs) and cls.__new__ is object.__new__:
-                raise TypeError(f"{cls.__name__}() takes no arguments")
-        else:
-            self._call_python(init, None, args, kwargs, (obj, None), init=True)
-        return (obj, None)
-
-    def _sourced_view(self, d, dsrc, which):
-        """d.items() / d.values() of a sourced dict as a tuple whose elements keep their sources
-        (d[k]), so that modules and objects taken from it are read through guarded paths (their
-        parameters are trace inputs). The keys are guarded by d's own guard."""
-        srcs = [self._item_src(dsrc, k) for k in d]
-        if which == "values":
-            t = tuple(d.values())
-            self._tuple_srcs[id(t)] = srcs
-        else:
-            pairs = []
-            for (k, v), s in zip(d.items(), srcs):
-                p = (k, v)
-                self._tuple_srcs[id(p)] = [None, s]
-                pairs.append(p)
-            t = tuple(pairs)
-            self._tuple_srcs[id(t)] = [None] * len(t)
-            self.keep.extend(pairs)
-        self.keep.append(t)
-        return (t, None)
-
-    @staticmethod
-    def _super_args(f):
-        """Zero-argument super() in frame f: (the __class__ cell's class, the first argument)."""
-        if "__class__" not in f.dec.names or not f.code.co_argcount:
-            raise RuntimeError("super(): __class__ cell not found")
-        cls = f.locals[f.dec.names.index("__class__")][0].cell_contents
-        first, src = f.locals[0]
-        if isinstance(first, types.CellType):  # the first argument is captured by a closure
-            first, src = first.cell_contents, None
-        return [(cls, None), (first, src)]
-
-    def _call_python(self, fn, fsrc, args, kwargs, self_pair, init=False):
-        if "_torchdynamo_orig_callable" in getattr(fn, "__dict__", ()):
-            # A function torch.compile wrapped is compiled here as part of the caller: what it
-            # wraps is recorded (torchvision compiles its Python roi_align on first use; recorded,
-            # its gathers fuse into one loop, 10x faster than Inductor's code for it). One marked
-            # torch.compiler.disable, or whose code we cannot follow, runs as the program asked,
-            # a step between traces.
-            orig = fn.__dict__["_torchdynamo_orig_callable"]
-            disabled = fn.__dict__.get("_torchdynamo_disable")
-            if not disabled and isinstance(orig, types.FunctionType) and unsupported_reason(orig.__code__) is None \
-                    and self_pair is None:
-                return self._call_python(orig, None, args, kwargs, None, init)
-            how = "marked torch.compiler.disable" if disabled else "wrapped by torch.compile"
-            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is {how}", self_pair)
-        if getattr(fn, "_dynamo_disable", False):
-            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} is marked dynamo.disable",
-                                self_pair)
-        why = unsupported_reason(fn.__code__)
-        if why is None and self.depth >= MAX_DEPTH:
-            why = "inlining too deep"
-        mod = getattr(fn, "__module__", None) or ""
-        if mod.split(".")[:2] in (["torch", "_dynamo"], ["torch", "compiler"]):
-            # torch.compile's own queries (is_compiling(), is_compile_supported(): the platform,
-            # sysconfig, global flags of this process): run for real, as eager runs them, their
-            # answers constants of the trace (torchvision's roi_align asks before choosing its path)
-            if self_pair is not None:
-                args = [self_pair] + list(args)
-            r = self._concrete(fn, args, kwargs)
-            if isinstance(r[0], torch.Tensor):  # (a tensor made outside the trace: not a constant of it)
-                self.abort(f"{fn.__qualname__} (torch.compile's helper) returned a tensor")
-            return r
-        if why is not None and (mod == "torch" or mod.startswith("torch.")) and not mod.startswith("torch.nn.modules"):
-            # torch's own Python helpers (Tensor.split, ...): run for real with recording on, so
-            # the ATen ops they perform are recorded; their arguments are all we pass them.
-            # What they read of sizes is not seen: the trace serves its own sizes only.
-            self.sizes.note_read("", f"{fn.__qualname__}() (torch's Python code run without being followed)")
-            if self_pair is not None:
-                args = [self_pair] + list(args)
-            return self._concrete(fn, args, kwargs)
-        if why is not None:
-            return self._opaque((fn, fsrc), args, kwargs, f"{fn.__qualname__} uses {why}", self_pair)
-        if self.recording:
-            self.inlined.append(fn.__qualname__)
-        if fsrc is None and id(fn) not in self.local_objs:
-            fsrc = self.guards.const_source(fn)  # reads of its closure and defaults stay guarded
-        if fsrc is not None and self.recording:  # the code itself can be replaced (f.__code__ = ...)
-            self.guards.guard(Source(f"{fsrc.expr}.__code__", fsrc), fn.__code__)
-        return self.call_function(fn, fsrc, args, kwargs, self_pair, init)
-
-    def _concrete(self, fn, args, kwargs, pin=True):
-        """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
-        object among them is pinned (its identity guarded): what fn does with it is not seen."""
-        if pin and self.guards._structural:
-            for v, s in list(args) + list(kwargs.values()):
-                self.guards.pin(s, v)
-        a = [v for v, _ in args]
-        k = {n: v for n, (v, _) in kwargs.items()}
-        r = fn(*a, **k)
-        if type(r) in (list, dict, set) or hasattr(type(r), "__next__"):
-            self._mark_local(r)  # made by this call (an iterator from iter(), zip(), ...)
-        return (r, None)
-
-    def _opaque(self, fnp, args, kwargs, why, self_pair=None):
-        """Runs a call we cannot record, for real. The trace ends right before it: where the
-        interpreter state can be carried to later calls, as a stitch (the call becomes a step
-        between this trace and the next, see _stitch), else by an abort."""
-        stitched = self._stitch(why)
-        if not stitched:
-            self.abort(why)
-        self._effect(f"a call not recorded ({why})")
-        self.rec.paused += 1
-        try:
-            a = [self._escaping(v) for v, _ in args]  # (a generator of the call goes out as a real one)
-            if self_pair is not None:
-                a = [self_pair[0]] + a
-            with self._outside_recorder():  # exactly as eager runs it
-                r = fnp[0](*a, **{n: self._escaping(v) for n, (v, _) in kwargs.items()})
-        finally:
-            self.rec.paused -= 1
-        if stitched:
-            raise StitchNow(r)
-        return (r, None)
-
-    def _mode_read(self, fn, args, kwargs):
-        """A read of torch's dispatch-mode stack (nn.MultiheadAttention asks whether make_fx is
-        tracing): answered as the program sees it, without the recorder's own mode, and guarded,
-        so that a later call under a mode of the program's records again."""
-        for v, s in list(args) + list(kwargs.values()):
-            self._touch_elements(v, s)
-        with self._outside_recorder():
-            r = fn(*[v for v, _ in args], **{n: v for n, (v, _) in kwargs.items()})
-        call = f"{self.guards.const_source(fn).expr}({', '.join(repr(v) for v, _ in args)}" \
-               f"{', ' if args and kwargs else ''}{', '.join(f'{n}={v!r}' for n, (v, _) in kwargs.items())})"
-        name = getattr(fn, "__name__", "a dispatch-mode read")
-        if type(r) in _BY_VALUE:
-            self.guards.guard_state(call, r, f"{name}() == {r!r}")
-        elif type(r) is list and not r:
-            self.guards.guard_state(f"len({call})", 0, f"{name}() is empty")
-        else:  # a mode of the program's is active: its own modes are not recorded through
-            self.abort(f"{name}() finds a dispatch mode of the program's", "python")
-        return (r, None)
-
-    def _outside_recorder(self):
-        """A context without the recorder's dispatch mode, for calls not recorded: they run
-        exactly as in eager, and what they ask of torch's mode stack (make_fx tracing?) is the
-        program's answer. (torch 1.13's composite ops also took other, "tensor subclass" paths
-        under any Python dispatch mode; 2.13's do not.)"""
-        if _current_mode() is self.rec:
-            return _pop_mode_temporarily()
-        return contextlib.nullcontext()
 
     # -- the loop ------------------------------------------------------------------------
     def _jump(self, f, target):
@@ -1270,7 +599,7 @@ class Interpreter:
                 type(e) is _Generator for e in (old.values() if type(old) is dict else old)):
             return
         for r in gc.get_referrers(old):
-            if r is not self.keep and not (type(r) is types.FrameType and r.f_code.co_filename == __file__):
+            if r is not self.keep and not (type(r) is types.FrameType and r.f_code.co_filename.startswith(_PACKAGE_DIR)):
                 return  # (held elsewhere: in the program, or by a snapshot; closed at the end at the latest)
         self.local_objs.discard(id(old))
         for i, k in enumerate(self.keep):
@@ -2492,10 +1821,6 @@ _HANDLERS = {name: fn for fn in vars(Interpreter).values() if callable(fn) and h
 _SUPPORTED = frozenset(_HANDLERS) | _SKIPPED
 
 
-# Builtins that read the calling frame (Interpreter._frame_namespace).
-_FRAME_READERS = (globals, locals, vars, dir, eval, exec)
-# Builtin types whose __new__ a Python subclass's __new__ may call (super().__new__(cls, ...)).
-_BUILTIN_BASES = (tuple, list, dict, set, frozenset, int, float, str, bytes)
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
@@ -2507,179 +1832,6 @@ def _module_key(m, key):
     if not isinstance(key, int) or not -len(names) <= key < len(names):
         raise IndexError(f"index {key} is out of range")
     return names[key]
-
-
-_HOLDERS = (list, dict, set, tuple)  # what a dropped local may hold a generator in (_let_go)
-
-
-def _realize(v, depth=0):
-    """v with each interpreted generator in it (also inside lists, tuples and dicts) replaced by
-    a real generator that delegates to it (next, send, throw and close pass through `yield
-    from`), one per generator: for code outside the call, which sees CPython's type."""
-    if isinstance(v, _Generator):
-        real = v.real() if v.real is not None else None
-        if real is None:
-            real = _delegate(v)
-            v.real = weakref.ref(real)  # (weak: the delegate holds v, and dropping it must drop v)
-        return real
-    if depth < 4 and type(v) is tuple:
-        return tuple(_realize(e, depth + 1) for e in v)
-    if depth < 4 and type(v) is list:
-        v[:] = [_realize(e, depth + 1) for e in v]
-    elif depth < 4 and type(v) is dict:
-        for k in v:
-            v[k] = _realize(v[k], depth + 1)
-    return v
-
-
-def _delegate(g):
-    return (yield from g)
-
-
-def _holds_generator(v, depth=0):
-    if isinstance(v, _Generator):
-        return True
-    if depth < 4 and type(v) in (list, tuple, set, frozenset):
-        return any(_holds_generator(e, depth + 1) for e in v)
-    if depth < 4 and isinstance(v, dict):
-        return any(_holds_generator(e, depth + 1) for e in v.values())
-    return False
-
-
-class _Returned(tuple):
-    """A generator frame's return (value, source) pair, carried by its StopIteration."""
-
-    __slots__ = ()
-
-
-class _Yielded:
-    """What a generator frame's run returns at YIELD_VALUE: the (value, source) pair."""
-
-    __slots__ = ("pair",)
-
-    def __init__(self, pair):
-        self.pair = pair
-
-
-def _suspended_in_block(f):
-    """Generator frame f is suspended at a yield inside a try or with block (closing it runs code)."""
-    return bool(f.dec.handlers) and f.dec.catches_at(f.dec.insts[f.ip - 1].offset, cleanup=_CLOSE_RUNS_NOTHING)
-
-
-def _plain_stop(step, *args):
-    """step(*args), a generator's step for the program: the StopIteration at its end carries the
-    return value itself (inside the interpreter it carries the (value, source) pair)."""
-    try:
-        return step(*args)
-    except StopIteration as e:
-        if not isinstance(e.value, _Returned):
-            raise
-        value = e.value[0]
-    raise StopIteration(value)  # (outside the handler: no context, as CPython's has none)
-
-
-class _Generator:
-    """A generator whose frame the interpreter runs: each next() resumes it under recording
-    (its reads are guarded, its tensor ops recorded), lazily as CPython's would, so that all(),
-    any(), zip() and early breaks stop it exactly where eager stops. Iterated by the
-    interpreter (FOR_ITER) it hands out (value, source) pairs; by a builtin, plain values.
-    throw() and close() raise into the suspended frame as CPython's do; a StopIteration that
-    leaves the body becomes RuntimeError (PEP 479); resuming it from itself raises ValueError.
-    The program sees it as a generator (type(), isinstance: Interpreter._call_introspection)."""
-
-    __slots__ = ("interp", "frame", "done", "started", "running", "real", "__weakref__")
-
-    def __init__(self, interp, frame):
-        self.interp, self.frame, self.done, self.started, self.running = interp, frame, False, False, False
-        self.real = None  # a weak reference to the real generator standing for it outside the call (_realize)
-
-    # isinstance(g, types.GeneratorType) and inspect.isgenerator, asked by code that is not interpreted
-    __class__ = property(lambda self: types.GeneratorType)
-
-    def __del__(self):
-        """The last reference is gone: as CPython closes a generator it collects, closing runs
-        the finally or __exit__ it is suspended in, there and then, recorded like any code (an
-        exception from it is dropped, as CPython reports and ignores one)."""
-        self.interp.local_objs.discard(id(self))
-        if self.started and not self.done and not self.running and _suspended_in_block(self.frame):
-            try:
-                self.close()
-            except BaseException:  # noqa: BLE001 -- see above
-                pass
-
-    def _resume(self, thrown=None, sent=(None, None)):
-        if self.running:
-            raise ValueError("generator already executing")
-        if thrown is None and self.started:
-            self.frame.stack.append(sent)  # the value sent in (next(): None)
-        self.frame.thrown = thrown
-        self.started = True
-        self.running = True
-        try:
-            r = self.interp._run_frame(self.frame)
-        except StopIteration as e:  # PEP 479: a StopIteration leaving the body is an error
-            self.done = True
-            err = RuntimeError("generator raised StopIteration")
-            err.__cause__ = e
-            raise err
-        except BaseException:
-            self.done = True
-            raise
-        finally:
-            self.running = False
-        if isinstance(r, _Yielded):
-            return r.pair
-        self.done = True
-        raise StopIteration(_Returned(r))  # the frame's (value, source), for `yield from`
-
-    def next_pair(self):
-        if self.done:
-            raise StopIteration
-        return self._resume()
-
-    def throw_pair(self, exc, value=None, tb=None):
-        if isinstance(exc, type):  # throw(type[, value[, traceback]]), as contextlib calls it
-            exc = value if isinstance(value, exc) else exc() if value is None else exc(value)
-        if tb is not None:
-            exc = exc.with_traceback(tb)
-        if self.done or not self.started:  # raised at once: the body never runs (again)
-            self.done = True
-            raise exc
-        return self._resume(thrown=exc)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return _plain_stop(self.next_pair)[0]
-
-    def send_pair(self, pair):
-        if pair[0] is not None and not self.started:
-            raise TypeError("can't send non-None value to a just-started generator")
-        if self.done:
-            raise StopIteration
-        return self._resume(sent=pair)
-
-    def send(self, value):
-        return _plain_stop(self.send_pair, (value, None))[0]
-
-    def throw(self, exc, value=None, tb=None):
-        return _plain_stop(self.throw_pair, exc, value, tb)[0]
-
-    def close(self):
-        if self.done or not self.started:
-            self.done = True
-            return
-        try:
-            self.throw_pair(GeneratorExit())
-        except (GeneratorExit, StopIteration):
-            return
-        raise RuntimeError("generator ignored GeneratorExit")
-
-
-# A real generator: what type() and isinstance() answer about an interpreted one (_Generator).
-_GENERATOR_LIKE = (lambda: (yield))()
-_GENERATOR_LIKE.close()
 
 
 def release(rec, interp):

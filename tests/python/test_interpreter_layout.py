@@ -46,6 +46,9 @@ def test_the_package_imports_one_way():
     # a leaf: what the interpreter, recorder and snapshots share (frames, errors)
     assert graph["frames"] == set(), graph["frames"]
     assert "interpreter" not in graph["snapshot"] | graph["recorder"]
+    # the interpreter's collaborators take it as a parameter and never import it
+    for part in ("bytecode", "calls", "cuts", "sources", "generators"):
+        assert "interpreter" not in graph[part], (part, graph[part])
     assert "frontend" not in graph["interpreter"] | graph["snapshot"] | graph["recorder"] | graph["tracetree"]
     # the call path's stages: the runner (tracetree) runs and resumes, the policy (backoff)
     # decides; neither records (recording) nor reaches back into the front end
