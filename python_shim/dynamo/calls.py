@@ -39,6 +39,8 @@ _PURE_BUILTINS = {getattr(builtins, n) for n in (
     "abs", "all", "any", "bool", "callable", "dict", "divmod", "enumerate", "float", "format", "getattr",
     "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "max", "min", "next", "range",
     "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "frozenset", "id")}
+
+
 _PURE_BUILTINS |= {operator.getitem, operator.add, operator.mul, operator.neg, operator.index, torch.Size}
 _PURE_BUILTINS.add(torch.device)  # an immutable value (FX graphs write `device(type='cpu')`)
 # Containers made by a call (of the call's own, as {} and [] make them): a defaultdict's factory
@@ -65,6 +67,8 @@ _READS_CONTENTS = {"tolist", "numpy", "__array__", "data_ptr", "storage", "untyp
 # which the interpreter cannot step through; the ATen ops they produce are recorded as any torch
 # call's are). Hugging Face's attention masks are made this way.
 _RUN_WHOLE = frozenset({torch.vmap(lambda x: x).__code__})
+
+
 def _control_flow_operators():
     """torch's control-flow operators (torch.cond, while_loop, map): their Python traces the
     branches with torch.compile's own machinery, which the interpreter cannot step through. A
@@ -79,13 +83,19 @@ def _control_flow_operators():
             found.add(getattr(fn, "__code__", None) or fn)
     found.discard(None)
     return frozenset(found)
+
+
 _CONTROL_FLOW = _control_flow_operators()
+
+
 def _map(fn, *iterables):
     """map(fn, *iterables) in Python: the interpreter runs it as a generator of the call, so
     fn's work is recorded when the map is consumed (list(map(...)), pytree's
     deque(map(fn, leaves), maxlen=0))."""
     for args in zip(*iterables):
         yield fn(*args)
+
+
 def _self_source(m, msrc):
     """The source of bound method m's object: the object it was read from (`obj.meth`), else
     `<m>.__self__` (a method kept in a closure cell or a container: torch.no_grad's self.clone)."""
@@ -94,6 +104,8 @@ def _self_source(m, msrc):
     if msrc.base is not None and msrc.expr == f"{msrc.base.expr}.{m.__func__.__name__}":
         return msrc.base
     return Source(f"{msrc.expr}.__self__", msrc)
+
+
 def _dict_class(cls):
     """A Python subclass of dict or OrderedDict made by their __new__, with an __init__ in Python."""
     return isinstance(cls, type) and type(cls) in (type, abc.ABCMeta) and issubclass(cls, dict) and \
@@ -113,6 +125,8 @@ _MODE_READERS = {f for f in (getattr(torch._C, "_len_torch_dispatch_stack", None
 _GLOBAL_SETTER = re.compile(r"^_?(set_|manual_seed$|seed$|use_|random_seed)")
 MAX_DEPTH = 32
 _FROM_DATA = {torch.tensor, torch.as_tensor}
+
+
 def _reads_size(fn, args):
     """Whether calling fn on args reads a tensor's size as Python numbers."""
     if isinstance(getattr(fn, "__self__", None), torch.Tensor):
@@ -120,14 +134,20 @@ def _reads_size(fn, args):
     if (fn is len or fn is torch.numel) and args:
         return isinstance(args[0][0], torch.Tensor)
     return False
+
+
 def _numbers(v, depth=0):
     """v is a number or bool, or a (nested) list/tuple/torch.Size of them."""
     if type(v) in (int, float, bool):
         return True
     return type(v) in _SEQUENCES and depth < 8 and all(_numbers(x, depth + 1) for x in v)
+
+
 def _freeze(v):
     """v with its lists and sizes made tuples (a constant the guards may hold: it cannot change)."""
     return tuple(_freeze(x) for x in v) if type(v) in _SEQUENCES else v
+
+
 def _missing_message(qual, kind, missing):
     """CPython's message for missing arguments: 'a'; 'a' and 'b'; 'a', 'b', and 'c'."""
     quoted = [f"'{m}'" for m in missing]
@@ -527,6 +547,8 @@ def _sourced_view(interp, d, dsrc, which):
 
 
 @staticmethod
+
+
 def _super_args(f):
     """Zero-argument super() in frame f: (the __class__ cell's class, the first argument)."""
     if "__class__" not in f.dec.names or not f.code.co_argcount:
