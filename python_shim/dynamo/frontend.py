@@ -495,6 +495,7 @@ class OptimizedFunction:
             return self._through_stitch(rec, gs, interp, stitched.value, (c, exit_id), fn, args, kwargs)
         if raised is not None:  # as in _recording_raised, from the exit on
             effect = interp.effect or rec.effect
+            interp.abandoned = effect is None  # (as in _recording_raised)
             release(rec, interp)
             self.policy.side_aborted(snap, f"recording failed inside dynamo: {type(raised).__name__}: {raised}",
                                      "internal")
@@ -542,6 +543,8 @@ class OptimizedFunction:
         and nothing is counted; if it succeeds, e was dynamo's failure: it is kept as the reason
         and eager's result returned. After effects the call cannot be repeated, so e propagates."""
         effect = interp.effect or rec.effect
+        if effect is None:  # (what it ran runs again: its generators' finally blocks must not run twice)
+            interp.abandoned = True
         release(rec, interp)
         if isinstance(e, NopythonError):
             raise e

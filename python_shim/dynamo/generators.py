@@ -104,7 +104,10 @@ class _Generator:
         """The last reference is gone: as CPython closes a generator it collects, closing runs
         the finally or __exit__ it is suspended in, there and then, recorded like any code (an
         exception from it is dropped, as CPython reports and ignores one)."""
-        self.interp.local_objs.discard(id(self))
+        interp = self.interp
+        interp.local_objs.discard(id(self))
+        if interp.abandoned or interp.probe is not None:  # a recording whose call runs again eagerly, a size probe
+            return
         if self.started and not self.done and not self.running and _suspended_in_block(self.frame):
             try:
                 self.close()

@@ -224,6 +224,7 @@ class Interpreter:
         self.steps = 0
         self.handled_exc = None   # the exception being handled (CPython's exc_info), for bare raise
         self._exc_seen = {}       # id -> the program's exceptions met so far (each chained once, where raised)
+        self.abandoned = False    # the call is made again eagerly: the recording's generators close silently
         self.generators = weakref.WeakSet()  # the call's generators (_Generator): closed when dropped, as CPython's
         self.grad_at_start = torch.is_grad_enabled()  # `with torch.no_grad():` inside changes it for a while
         self.run_args = ()        # the call's positional arguments (run)

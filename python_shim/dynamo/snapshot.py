@@ -95,12 +95,18 @@ _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, 
                 range, type, types.BuiltinFunctionType, types.ModuleType, type(Ellipsis))
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
+
+
 def _plain_object(interp, x):
     """x is an instance the call made (object.__new__) of a plain Python class, its state all in
     its __dict__."""
     t = type(x)
+    # (object.__new__ must be able to make it again: every base is a class defined in Python; a
+    # subclass of tuple, list, OrderedDict, ... keeps its contents outside __dict__)
     return id(x) in interp.local_objs and _plain_class(t) and isinstance(getattr(x, "__dict__", None), dict) and \
-        all("__slots__" not in c.__dict__ for c in t.__mro__[:-1])
+        all("__slots__" not in c.__dict__ for c in t.__mro__[:-1]) and \
+        all(c is object or c.__flags__ & _HEAPTYPE for c in t.__mro__)
 
 
 def _object_number(x, live_index):
