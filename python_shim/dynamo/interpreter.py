@@ -78,11 +78,14 @@ _SCALAR_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
 # which decides itself): any other settles it first (cuts._settle_items).
 _ITEM_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP", "RESUME",
                "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP", "JUMP_FORWARD",
-               "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP"}
+               "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE", "COMPARE_OP", "LOAD_FAST_LOAD_FAST",
+               "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "LOAD_FAST_AND_CLEAR", "PUSH_NULL_BELOW"}
 
 _SCALAR_MOVES = {"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "PUSH_NULL", "NOP",
                  "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "STORE_FAST", "POP_TOP", "COPY", "SWAP",
-                 "BINARY_OP", "CALL", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE"}
+                 "BINARY_OP", "CALL", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "CACHE",
+                 "CALL_KW", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST",
+                 "LOAD_FAST_AND_CLEAR", "PUSH_NULL_BELOW"}
 
 # Bytecodes that may run torch operations (their start is where an op of data-dependent output
 # size resumes).
