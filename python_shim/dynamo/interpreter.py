@@ -62,7 +62,7 @@ from .sizeflow import SizeFlow
 # tensors a Python number meets in + - * / as a scalar input (a size probe's are fakes, probe.py)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter, FakeTensor)
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # (frames of dynamo's own code: _let_go)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # frames of dynamo's own code
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async gen
 
 _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -175,6 +175,20 @@ def _bucket_bytes(config):
     except Exception:  # noqa: BLE001 -- a torch without distributed support: nothing to split for
         return 0
     return int(config.ddp_bucket_mb * 2 ** 20)
+
+
+def _without_own_frames(tb):
+    """Traceback tb without the frames of dynamo's own code: an exception the program catches
+    holds no interpreter frame (which would hold the call's frames and generators alive, in a
+    cycle, past where eager frees them)."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, kept[1:] + [None]):
+        a.tb_next = b
+    return kept[0] if kept else None
 
 
 def _note_program_frame(e, f):
@@ -463,6 +477,7 @@ class Interpreter:
                 del f.stack[h[3]:]
                 if h[4]:
                     f.stack.append((f.dec.insts[f.ip - 1].offset, None))
+                e.__traceback__ = _without_own_frames(e.__traceback__)
                 f.stack.append((e, None))
                 f.kw_names = ()
                 self._jump(f, h[2])
@@ -1851,6 +1866,10 @@ def release(rec, interp):
     interp.input_objs = {}
     interp._start = None
     interp.run_args = ()
+    # the exceptions the call met hold tracebacks through its frames (a generator's, a
+    # generator itself): dropped, the call's generators go when the program drops them
+    interp._exc_seen = {}
+    interp.handled_exc = None
 
 
 def signature_text(fn):
