@@ -1738,18 +1738,10 @@ def _match_class(subject, cls, nargs, names):
             raise TypeError(f"{cls.__name__}() accepts {allowed} positional sub-pattern{plural} ({nargs} given)")
         if match_self:
             values.append(subject)
-        else:
-            for name in match_args[:nargs]:
-                if type(name) is not str:
-                    raise TypeError(f"__match_args__ elements must be strings (got {type(name).__name__})")
-                if name in seen:
-                    raise TypeError(f"{cls.__name__}() got multiple sub-patterns for attribute {name!r}")
-                seen.add(name)
-                try:
-                    values.append(getattr(subject, name))
-                except AttributeError:
-                    return None
-    for name in names:
+    positional = [] if match_self or not nargs else list(match_args[:nargs])
+    for i, name in enumerate(positional + list(names)):
+        if i < len(positional) and type(name) is not str:
+            raise TypeError(f"__match_args__ elements must be strings (got {type(name).__name__})")
         if name in seen:
             raise TypeError(f"{cls.__name__}() got multiple sub-patterns for attribute {name!r}")
         seen.add(name)
