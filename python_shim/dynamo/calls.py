@@ -386,7 +386,9 @@ def _call_builtin(interp, fnp, args, kwargs):
             if fsrc is not None and fsrc.base is not None:  # d.values(), d.get(k), ... of a sourced d
                 interp._touch_elements(self_, fsrc.base)
                 if type(self_) in _DICTS and fn.__name__ in ("items", "values") and not args and not kwargs:
-                    return interp._sourced_view(self_, fsrc.base, fn.__name__)
+                    return interp._sourced_view(self_, [interp._item_src(fsrc.base, k) for k in self_], fn.__name__)
+            elif type(self_) in _DICTS and id(self_) in interp._dict_srcs:
+                return _noted_dict_method(interp, fn, self_, args, kwargs)
             return interp._concrete(fn, args, kwargs)
         return interp._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                 f"from outside the function")
@@ -525,11 +527,33 @@ def _instantiate(interp, cls, args, kwargs):
     return (obj, None)
 
 
-def _sourced_view(interp, d, dsrc, which):
+def _noted_dict_method(interp, fn, d, args, kwargs):
+    """A method of a dict whose values have sources (a **kwargs dict: interp.dict_srcs), called
+    on it: a value read out (get, pop, setdefault, []) keeps its source, and is guarded as any
+    read of it; items() and values() keep each value's; a copy keeps them all. Any other method
+    reads values the trace would otherwise take as constants: all of them are guarded first."""
+    name, srcs = fn.__name__, interp.dict_srcs(d)
+    if name in ("get", "pop", "setdefault", "__getitem__") and args and not kwargs:
+        key = args[0][0]
+        src = srcs.get(key) if type(key) in (str, int) else None
+        if src is not None:
+            v = interp._concrete(fn, args, kwargs)[0]
+            interp.touch(v, src)
+            return (v, src)
+    elif name in ("items", "values") and not args and not kwargs:
+        return interp._sourced_view(d, [srcs.get(k) for k in d], name)
+    elif name == "copy" and not args and not kwargs:
+        r = interp._mark_local(fn())
+        interp.note_dict_srcs(r, srcs)
+        return (r, None)
+    interp._touch_elements(d, None)
+    return interp._concrete(fn, args, kwargs)
+
+
+def _sourced_view(interp, d, srcs, which):
     """d.items() / d.values() of a sourced dict as a tuple whose elements keep their sources
-    (d[k]), so that modules and objects taken from it are read through guarded paths (their
-    parameters are trace inputs). The keys are guarded by d's own guard."""
-    srcs = [interp._item_src(dsrc, k) for k in d]
+    (srcs, one per key: d[k]), so that modules and objects taken from it are read through guarded
+    paths (their parameters are trace inputs). The keys are guarded by d's own guard."""
     if which == "values":
         t = tuple(d.values())
         interp._tuple_srcs[id(t)] = srcs
@@ -713,7 +737,7 @@ def _bind(interp, f, fn, fn_src, args, kwargs):
     if code.co_flags & CO_VARKEYWORDS:
         d = {name: v for name, (v, _) in kw.items()}
         interp._mark_local(d)
-        interp._dict_srcs[id(d)] = {name: s for name, (_, s) in kw.items()}
+        interp.note_dict_srcs(d, {name: s for name, (_, s) in kw.items()})
         loc[pos] = (d, None)
     defaults = fn.__defaults__ or ()
     if extra and not code.co_flags & CO_VARARGS:

@@ -248,7 +248,7 @@ class Interpreter:
         self.depth = 0
         self.inlined = []         # qualified names of inlined callees, for explain()
         self._tuple_srcs = {}     # id(tuple) -> element sources (*args, tuples built from sourced values)
-        self._dict_srcs = {}      # id(dict) -> value sources (**kwargs)
+        self._dict_srcs = {}      # id(dict) -> {key: (source, value)} (**kwargs, merged from it): see dict_srcs
         self._partial_srcs = {}   # id(partial made in the call) -> (func source, arg sources, keyword sources)
         self._list_srcs = {}      # id(list being built by BUILD_LIST / LIST_EXTEND) -> element sources (f(x, *args))
         self._sliced_modules = {}  # id(ModuleList/Sequential sliced in the call) -> its modules' sources
@@ -360,6 +360,25 @@ class Interpreter:
             raise ProbeStop(what)
         if self.effect is None:
             self.effect = what
+
+    def dict_srcs(self, d):
+        """{key: source} of the values of dict d (a **kwargs dict, one merged or copied from it, a
+        snapshot's) whose source still holds: the value is the very object it was when its source
+        was noted. An item the call assigned anew or removed has none, so that it is never read back
+        through the argument it replaced."""
+        noted = self._dict_srcs.get(id(d))
+        if not noted:
+            return {}
+        return {k: s for k, (s, v) in noted.items() if s is not None and d.get(k, _NULL) is v}
+
+    def note_dict_srcs(self, d, srcs):
+        """Notes {key: source} for dict d's current values (d is kept: ids are the keys)."""
+        if srcs:
+            noted = self._dict_srcs.setdefault(id(d), {})
+            for k, s in srcs.items():
+                if k in d:
+                    noted[k] = (s, d[k])
+            self.keep.append(d)
 
     def _mark_local(self, obj):
         self.local_objs.add(id(obj))
@@ -818,7 +837,7 @@ class Interpreter:
         kwargs = {}
         if arg & 1:
             d, dsrc = pop()
-            srcs = self._dict_srcs.get(id(d), {})
+            srcs = self.dict_srcs(d)
             kwargs = {n: (v, srcs.get(n) or (dsrc.item(n) if dsrc else None)) for n, v in d.items()}
         t, tsrc = pop()
         srcs = self._tuple_srcs.get(id(t))
@@ -965,6 +984,8 @@ class Interpreter:
             src = osrc.item(key[0])
         elif osrc is not None and type(obj) in _DICTS:
             src = self._item_src(osrc, key[0])
+        elif type(obj) in _DICTS and id(obj) in self._dict_srcs:  # kwargs['scale'] of a **kwargs dict
+            src = self.dict_srcs(obj).get(key[0])
         elif osrc is not None and isinstance(obj, _MODULE_CONTAINERS) and \
                 isinstance(key[0], (int, str)) and not isinstance(key[0], bool):
             src = self._submodule_srcs(obj, osrc)[_module_key(obj, key[0])]
@@ -1017,9 +1038,11 @@ class Interpreter:
                 raise StitchNow(None)
         key = pop()
         obj = self._popv(pop)
-        v = self._popv(pop)
+        v, vsrc = pop()
         if id(obj) not in self.local_objs:
             v = self._escaping(v)  # (as in STORE_ATTR)
+        elif vsrc is not None and type(obj) in _DICTS and id(obj) in self._dict_srcs:
+            self._dict_srcs[id(obj)][key[0]] = (vsrc, v)
         if isinstance(obj, torch.Tensor) and isinstance(v, (bool, int, float)) and self.recording:
             # x[k] = number: the 0-dim tensor torch makes of the number (in x's dtype, as
             # Tensor.__setitem__ does) is made here by a traced op instead of from Python
@@ -1156,13 +1179,22 @@ class Interpreter:
         arg = ins.arg
         op = ins.opname
         v, s = pop()
-        self.touch_deep(v, s)
         d = stack[-arg][0]
+        srcs = self.dict_srcs(v) if type(v) in _DICTS else {}
+        if s is not None and type(v) in _DICTS:
+            self.touch(v, s)  # (its class and keys)
+            srcs = {k: self._item_src(s, k) for k in v}
+        elif not srcs:
+            self.touch_deep(v, s)
         if op == "DICT_MERGE":
             dup = set(d) & set(v)
             if dup:
                 raise TypeError(f"got multiple values for keyword argument '{next(iter(dup))}'")
         d.update(v)
+        if srcs and type(d) in _DICTS and id(d) in self.local_objs:
+            # f(**kwargs), {**kwargs}: each value keeps its source, guarded where it is read (a value
+            # read from nowhere would be a constant of the trace, unguarded)
+            self.note_dict_srcs(d, srcs)
 
     @_handles('LIST_TO_TUPLE')
     def _op_LIST_TO_TUPLE(self, f, ins):

@@ -193,7 +193,7 @@ def encode(interp, x, src, live, live_index):
     if t is list:
         return ("list", [encode(interp, e, None, live, live_index) for e in x], n)
     if t in _DICTS:
-        srcs = interp._dict_srcs.get(id(x), {})
+        srcs = interp.dict_srcs(x)
         return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
     if t is _SourcedIter and x.seq is not None:  # live over a list: the list and the position
         return ("liter", encode(interp, x.seq, x.src, live, live_index), x.i, n)
@@ -477,9 +477,10 @@ def _decode_pair(spec, env, live, interp):
         return v, None
     elif kind == "dict":
         v = _made(env)[spec[2]] = interp._mark_local(spec[3]())
-        srcs = interp._dict_srcs[id(v)] = {}
+        srcs = {}
         for k, s in spec[1]:
             v[k], srcs[k] = _decode_pair(s, env, live, interp)
+        interp.note_dict_srcs(v, srcs)
         return v, None
     elif kind == "obj":
         v = _made(env)[spec[2]] = interp._mark_local(object.__new__(spec[3]))

@@ -233,10 +233,11 @@ def _touch_elements(interp, v, s):
         for x, xs in zip(v, interp._tuple_srcs[id(v)]):
             interp.touch(x, xs)
             interp.guards.pin(xs, x)
-    elif type(v) is dict and id(v) in interp._dict_srcs:
+    elif type(v) in _DICTS and id(v) in interp._dict_srcs:
+        srcs = interp.dict_srcs(v)
         for key, x in v.items():
-            interp.touch(x, interp._dict_srcs[id(v)].get(key))
-            interp.guards.pin(interp._dict_srcs[id(v)].get(key), x)
+            interp.touch(x, srcs.get(key))
+            interp.guards.pin(srcs.get(key), x)
     else:
         interp.touch_deep(v, s)
         if type(v) is list and s is not None and id(v) not in interp.local_objs:

@@ -36,6 +36,10 @@ SUB_CLASS = """class Sub(nn.Module):
 """
 
 DIMS = [3, 1, 7, 2, 4, 5, 8]
+# how a function reads an input it was given by keyword into **kw
+KEYWORD_READS = ["{0} = kw['{0}']", "{0} = kw.get('{0}')", "{0} = kw.pop('{0}')", "{0} = kw.setdefault('{0}', None)",
+                 "{0} = (lambda **d: d['{0}'])(**kw)", "{0} = {{**kw}}['{0}']", "{0} = kw.copy()['{0}']",
+                 "{0} = dict(kw.items())['{0}']"]
 LITERALS = ["2.0", "0.5", "-1.5", "3", "0", "1e-3", "-2", "0.0", "1", "100.0"]
 VALUES = ["0.5", "2.0", "-1.0", "3", "0.25", "0", "1e-4", "-3"]
 
@@ -975,9 +979,17 @@ class Builder:
         """The whole program's text."""
         ret = self.return_expr()
         body = ([f"global {', '.join(sorted(self.decls))}"] if self.decls else []) + self.body + [f"return {ret}"]
-        args = ", ".join(self.input_names)
-        parts = [HEADER] + self.globals + ["", self.make_inputs_src(), "", self.build_src(args, body), "",
-                                           self.mutate_src()]
+        names, keywords = self.input_names, []
+        if len(names) >= 2 and self.chance(3):
+            # the last inputs passed by keyword into **kw and read out of it, as wrappers and
+            # Hugging Face's forwards do
+            keywords = names[len(names) - self.draw(st.integers(1, len(names) - 1)):]
+            names = names[:len(names) - len(keywords)] + ["**kw"]
+            body = [self.pick(KEYWORD_READS).format(n) for n in keywords] + body
+            self.tags.add("input:kwargs")
+        args = ", ".join(names)
+        parts = [HEADER] + self.globals + ([f"KEYWORDS = {tuple(keywords)!r}"] if keywords else []) + \
+            ["", self.make_inputs_src(), "", self.build_src(args, body), "", self.mutate_src()]
         return "\n".join(parts)
 
     def make_inputs_src(self):

@@ -195,9 +195,13 @@ def instantiate(prog):
     return ns, ns["build"]()
 
 
-def attempt(fn, args):
-    """(result, None) or (None, the exception fn raised)."""
+def attempt(fn, args, keywords=()):
+    """(result, None) or (None, the exception fn raised). The last len(keywords) arguments are
+    passed by keyword, under those names (the program's KEYWORDS)."""
     try:
+        if keywords:
+            n = len(args) - len(keywords)
+            return fn(*args[:n], **dict(zip(keywords, args[n:]))), None
         return fn(*args), None
     except Exception as e:  # noqa: BLE001 -- any exception is compared with eager's
         # The frames' locals go now: a generator the call left suspended is collected (its
@@ -330,10 +334,10 @@ def decided_by_rounding(prog, call):
                 ns["mutate"](k, fn)
                 args = ns["make_inputs"](k)
                 if k < call:
-                    attempt(fn, args)
+                    attempt(fn, args, ns.get("KEYWORDS", ()))
                 else:
                     with probe:
-                        attempt(fn, args)
+                        attempt(fn, args, ns.get("KEYWORDS", ()))
         return probe.decided_by_rounding
     except Exception:  # noqa: BLE001 -- a replay that fails judges nothing
         return False
@@ -351,8 +355,8 @@ def compare_calls(ns_e, eager, ns_c, target, calls, tol, prog=None):
             ns_e["mutate"](call, eager)
             ns_c["mutate"](call, target)
             args_e, args_c = ns_e["make_inputs"](call), ns_c["make_inputs"](call)
-            want = attempt(eager, args_e)
-            got = attempt(opt, args_c)
+            want = attempt(eager, args_e, ns_e.get("KEYWORDS", ()))
+            got = attempt(opt, args_c, ns_c.get("KEYWORDS", ()))
             failure = compare_call(call, got, want, (args_c, args_e), (observe(ns_c, target), observe(ns_e, eager)),
                                    tol)
             if failure is not None:
