@@ -23,7 +23,7 @@ def forget_warnings():
     _WARNED.clear()
 
 # The knobs whose change lets a function left to CPython be recorded again (_comes_back).
-_CONFIG_KNOBS = ("stitch", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
+_CONFIG_KNOBS = ("stitch", "write_backs", "max_stitches", "max_stitch_variants", "max_trace_ops", "max_side_traces", "gpu",
                  "compile_parts", "abort_limit", "cache_limit", "size_variants", "hotexit")
 
 

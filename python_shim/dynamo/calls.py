@@ -371,12 +371,15 @@ def _call_builtin(interp, fnp, args, kwargs):
         return _UNHANDLED  # (a factory that may do anything when a missing key is read)
     if fn in _PURE_BUILTINS or fn in _CONTAINERS:
         for i, (v, s) in enumerate(list(args) + list(kwargs.values())):
-            if i == 0 and fn in (isinstance, issubclass, callable):
-                interp.touch(v, s)  # its class decides, which the class guard checks
+            if i == 0 and (fn in _BY_CLASS or (fn is len and type(v) in _SIZED)):
+                # its class or length decides, which the guard of an object, list, tuple or dict
+                # checks (len(cache.layers) reads no element)
+                interp.touch(v, s)
             else:
                 interp._touch_elements(v, s)
         # (a bound method read anew each call is guarded by its function and object: not pinned)
-        r = interp._concrete(fn, args, kwargs, pin=fn not in (isinstance, issubclass, callable, inspect.signature))
+        r = interp._concrete(fn, args, kwargs, pin=not (fn in _BY_CLASS or fn is inspect.signature or
+                                                        (fn is len and type(args[0][0]) in _SIZED)))
         if fn in _CONTAINERS:  # a new container of the call's own, as {} makes
             interp._mark_local(r[0])
         return r
@@ -389,6 +392,8 @@ def _call_builtin(interp, fnp, args, kwargs):
                     return interp._sourced_view(self_, [interp._item_src(fsrc.base, k) for k in self_], fn.__name__)
             elif type(self_) in _DICTS and id(self_) in interp._dict_srcs:
                 return _noted_dict_method(interp, fn, self_, args, kwargs)
+            if fn.__name__ in _BY_IDENTITY and not (fn.__name__ == "__contains__" and isinstance(self_, (dict, set))):
+                interp._pin_held(self_)  # lst.index(obj), lst == other: which objects it holds
             return interp._concrete(fn, args, kwargs)
         return interp._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                 f"from outside the function")
@@ -527,6 +532,15 @@ def _instantiate(interp, cls, args, kwargs):
     return (obj, None)
 
 
+_BY_CLASS = (isinstance, issubclass, callable)
+_BY_IDENTITY = frozenset(("index", "count", "remove", "__contains__", "__eq__", "__ne__"))
+_SIZED = (list, tuple, dict, collections.OrderedDict, str, range, torch.Size)  # len() of these: the guard's length
+# dict methods that read no value of the dict they are called on (get, pop and setdefault read one
+# only where the key is there: _noted_dict_method gives it its source then)
+_VALUE_BLIND = frozenset(("keys", "__contains__", "__len__", "__iter__", "get", "pop", "setdefault", "update", "clear",
+                          "__setitem__", "__delitem__"))
+
+
 def _noted_dict_method(interp, fn, d, args, kwargs):
     """A method of a dict whose values have sources (a **kwargs dict: interp.dict_srcs), called
     on it: a value read out (get, pop, setdefault, []) keeps its source, and is guarded as any
@@ -546,7 +560,8 @@ def _noted_dict_method(interp, fn, d, args, kwargs):
         r = interp._mark_local(fn())
         interp.note_dict_srcs(r, srcs)
         return (r, None)
-    interp._touch_elements(d, None)
+    if name not in _VALUE_BLIND:
+        interp._touch_elements(d, None)
     return interp._concrete(fn, args, kwargs)
 
 
@@ -638,8 +653,7 @@ def _concrete(interp, fn, args, kwargs, pin=True):
     """fn called for real on the values of args/kwargs ((value, source) pairs). A plain data
     object among them is pinned (its identity guarded): what fn does with it is not seen."""
     if pin and interp.guards._structural:
-        for v, s in list(args) + list(kwargs.values()):
-            interp.guards.pin(s, v)
+        interp._pin(*args, *kwargs.values())
     a = [v for v, _ in args]
     k = {n: v for n, (v, _) in kwargs.items()}
     r = fn(*a, **k)

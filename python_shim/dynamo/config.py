@@ -25,6 +25,11 @@ stitch         when True (default), a call the recorder cannot record (print, a 
                as a *stitch*: the recording makes the call and records the trace after it; later
                calls run the trace natively, make that one call in Python, and go on in the native
                trace after it. False: such a call aborts the recording (the function runs eagerly).
+write_backs    when True (default), an attribute the call sets on a plain data object from outside
+               it (`cache.layers[0].keys = torch.cat(...)`, a Hugging Face cache's update), to a
+               tensor of the trace or a plain value, is set again by the trace after each native
+               run (a *write-back*) instead of ending the trace there; later reads in the call see
+               the value set. False: such a store is a stitch (or ends the recording).
 max_stitches   stitches (continuation traces) under one root trace (default 8); a call that
                needs one more drops the root trace (an abort: the function is left to CPython
                rather than interpreted from that stitch on every call). The traces of a tree
@@ -111,6 +116,7 @@ hotexit = 8
 max_side_traces = 16
 max_trace_ops = 5000
 stitch = True
+write_backs = True
 max_stitches = 8
 max_stitch_variants = 4
 verify = False

@@ -36,7 +36,8 @@ from .guards import EXIT, GuardSet, Source
 from .interpreter import Interpreter, release, unsupported_reason
 from .log import enabled as log_enabled, log
 from .registry import bump
-from .tracetree import MISS, NEXT, Attempt, Compiled, RecordSide, Runner, _fastcall, _flatten_result, shape_key
+from .tracetree import MISS, NEXT, Attempt, Compiled, OutObjects, RecordSide, Runner, _fastcall, _flatten_result, \
+    shape_key
 
 EAGER = object()   # OptimizedFunction.call from the frame hook: "let CPython run this frame"
 CHURN = 4          # recordings in a row missed at one guard: the value changes every call
@@ -601,6 +602,7 @@ class OptimizedFunction:
         c = self._compile_native(rec, gs, interp, text, out_spec, guards_only, side_of)
         if c is None:
             return result
+        c.python_effects = getattr(rec, "python_effects", None)
         self._attach_cut(c, rec)
         if side_of is not None:
             self._add_side(c, side_of)
@@ -642,7 +644,21 @@ class OptimizedFunction:
             out_spec = ("cut",)
         else:
             index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items() if e in gs.tensor_inputs}
-            out_spec, names = _flatten_result(result, rec, index)
+            # objects from outside the call that it returns (a Hugging Face cache handed back in
+            # the ModelOutput), found again at their sources after the native run; only for a root
+            # trace, where none of the program's Python runs between the call's start and its end
+            # (a side trace may follow a stitch's step)
+            objects = OutObjects(interp.obj_srcs) if not train and side_of is None else None
+            value = result
+            if interp.writebacks:
+                value = (result, tuple(v for _, _, v in interp.writebacks))
+            out_spec, names = _flatten_result(value, rec, index, objects)
+            if interp.writebacks or (objects is not None and objects.exprs):
+                if interp.writebacks:
+                    gs.guard_distinct()
+                rec.python_effects = (gs.getter([s.expr for s, _, _ in interp.writebacks]),
+                                      [n for _, n, _ in interp.writebacks],
+                                      gs.getter(objects.exprs) if objects is not None and objects.exprs else None)
         if not rec.ops and rec.cut is None:  # (a cut trace may hand its live values on as they are)
             raise Abort("no tensor operations on this path (nothing to compile)", "nothing")
         if not names:  # the work is in place, or returns inputs and Python values only:
@@ -665,7 +681,7 @@ class OptimizedFunction:
     def _storable(rec, side_of, guards_only):
         """Whether the trace goes to the trace store: a root with no exits or cut, on the CPU."""
         return side_of is None and not rec.exits and rec.cut is None and not guards_only and \
-            rec.device is None and store.enabled()
+            rec.device is None and getattr(rec, "python_effects", None) is None and store.enabled()
 
     def _compile_native(self, rec, gs, interp, text, out_spec, guards_only, side_of):
         """The Compiled of trace `text` (its guards' function built while LLVM compiles), or None

@@ -23,6 +23,7 @@ recording interpreter reads from a source is guarded:
 The guards of one trace are compiled into a single Python function, in the order they were
 recorded, so that a guard on `a[0].training` is checked only after `a[0]` passed its own.
 """
+import abc
 import collections
 import math
 import re
@@ -35,12 +36,13 @@ _BY_VALUE = (type(None), bool, int, float, str, torch.dtype, torch.device)
 
 def structural(v):
     """Whether v is a plain data object, guarded by its class and the attributes read (see the
-    module's text): an instance of a class written in Python with the plain metaclass (no enum,
-    no ABC), its own __dict__, and attribute access and setting of object's own; no module,
+    module's text): an instance of a class written in Python with the plain metaclass or ABCMeta
+    (an abstract base changes nothing of how its instances' attributes are read or set; no enum),
+    its own __dict__, and attribute access and setting of object's own; no module,
     tensor, function or class, nothing of torch itself. (A class's own __eq__ or __hash__, such
     as a dataclass's, is allowed: comparing or hashing the object pins it.)"""
     t = type(v)
-    if type(t) is not type or t.__module__ == "builtins" or t.__module__.startswith("torch.") or \
+    if type(t) not in (type, abc.ABCMeta) or t.__module__ == "builtins" or t.__module__.startswith("torch.") or \
             isinstance(v, (torch.Tensor, torch.nn.Module, BaseException)):
         return False
     try:
@@ -311,6 +313,7 @@ class GuardSet:
         self._indexed = 0        # how many of _consts the two indexes cover
         self._seen = set()       # source exprs already guarded
         self._structural = {}    # source expr -> the plain data object guarded there by class only
+        self._structural_at = {}  # id(such an object) -> (its first source expr, the object)
         self.tensor_inputs = []  # source exprs of tensor inputs, in trace input order
         self.tensor_meta = {}    # source expr of a guarded tensor -> tensor_meta() of the recorded one
         self._about = []         # the Source each check reads (None: none), for _hoisted
@@ -400,6 +403,7 @@ class GuardSet:
             self._add(src, f"type({e}) is {self._const(t)}")
             self.lines.append((e, "class", f"a {t.__qualname__} (its attributes guarded as read)"))
             self._structural[e] = value
+            self._structural_at.setdefault(id(value), (e, value))
         else:
             self._add(src, f"{e} is {self._const(value, at=e)}")
             self.lines.append((e, "identity", f"{t.__name__} at {id(value):#x}"))
@@ -425,7 +429,14 @@ class GuardSet:
     def pin(self, src, value):
         """The trace depends on which object src holds (identity compared, hashed, handed to a
         builtin or torch): a plain data object guarded by class only gets an identity guard too."""
-        if src is None or self._structural.get(src.expr) is not value or ("pin", src.expr) in self._seen:
+        if src is None or self._structural.get(src.expr) is not value:
+            # (its source dropped on the way: a list or dict of the call's held it) the source it
+            # was guarded at, where it is that very object
+            at = self._structural_at.get(id(value))
+            if at is None or at[1] is not value:
+                return
+            src = Source(at[0])
+        if ("pin", src.expr) in self._seen:
             return
         self._seen.add(("pin", src.expr))
         e = src.expr
@@ -450,6 +461,32 @@ class GuardSet:
             self._add(src, f"type({e}) is {self._const(t)} and tuple({e}.items()) == {self._const(snap)}")
         self.lines.append((e, "contents", f"{t.__name__} of {len(value)} plain values"))
         self._fn = None
+
+    def guard_distinct(self):
+        """The plain data objects guarded by class only (structural) stand in the same relation
+        as in the recorded call: those that were one object are one (`is`), and the others are
+        distinct objects. A trace that sets attributes on them (write-backs) relies on it: a read
+        of b.x after a.x was set is a read of what the call set only where a is b."""
+        if len(self._structural) < 2:
+            return
+        groups = {}
+        for e, v in self._structural.items():
+            groups.setdefault(id(v), []).append(e)
+        for exprs in groups.values():
+            for e in exprs[1:]:
+                self.guard_state(f"{e} is {exprs[0]}", True, f"{e} is the same object as {exprs[0]}")
+        reps = [exprs[0] for exprs in groups.values()]
+        if len(reps) > 1:
+            ids = ", ".join(f"id({e})" for e in reps)
+            self.guard_state(f"len({{{ids}}})", len(reps), f"{len(reps)} distinct objects at {', '.join(reps)}")
+
+    def getter(self, exprs):
+        """A function (a, k, g, f, x=None) -> the tuple of values at source expressions exprs,
+        read as the guard function reads them (its constants and helpers in scope)."""
+        code = "def get(a, k, g, f, x=None):\n    return (" + "".join(e + ", " for e in exprs) + ")\n"
+        env = dict(self._consts, **_HELPERS.ready())
+        exec(compile(code, "<dynamo sources>", "exec"), env)  # noqa: S102 -- source expressions dynamo wrote
+        return env["get"]
 
     def guard_state(self, expr, value, what, src=None):
         """A guard that expression expr still evaluates to value (torch state, a method lookup,

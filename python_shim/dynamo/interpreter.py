@@ -55,7 +55,7 @@ from .sources import _DICTS, _has_hooks, runs_class_forward
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
 from .frames import ItemRead, plain_class as _plain_class
-from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain
+from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain, structural
 from .recorder import Recorder
 from .sizeflow import SizeFlow
 
@@ -105,12 +105,20 @@ _SKIPPED = frozenset(("NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "CACHE"))
 
 
 MAX_STEPS = 200_000
+# instructions that read a local slot named by their argument (cells included: their slot holds
+# the cell), and the builtins that read a frame's locals as a whole
+_LOCAL_READS = frozenset(("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "MAKE_CELL",
+                          "LOAD_CLOSURE", "LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLASSDEREF",
+                          "LOAD_FROM_DICT_OR_DEREF"))
+_SINGLETONS = (type(None), bool, type(Ellipsis), type(NotImplemented))
+_HOLDERS_OF_OBJECTS = (list, tuple, dict, set, frozenset, collections.OrderedDict, collections.defaultdict)
+_FRAME_READERS = frozenset(("locals", "vars", "dir", "eval", "exec", "super", "globals"))
 
 
 class _Code:
     """Decoded instructions of a code object, cached."""
 
-    __slots__ = ("insts", "index", "unsupported", "names", "handlers")
+    __slots__ = ("insts", "index", "unsupported", "names", "handlers", "_unread")
     _cache = {}
 
     def __init__(self, code):
@@ -126,6 +134,47 @@ class _Code:
             list(code.co_freevars)
         # (start, end, target, depth, lasti) per protected range, byte offsets, end exclusive
         self.handlers = bytecode.exception_table(code)
+        self._unread = {}
+
+    def unread_from(self, k):
+        """The local slots that no instruction reachable from instruction k reads (a snapshot
+        resuming at k may leave them unbound: nothing after it sees them). Reachability is taken
+        wide: every instruction may fall through, every jump and exception handler is followed;
+        any read of the frame as a whole (locals(), vars(), dir(), eval, exec, zero-argument
+        super()) keeps every slot. An empty set when unsure."""
+        got = self._unread.get(k)
+        if got is None:
+            got = self._unread[k] = self._find_unread(k)
+        return got
+
+    def _find_unread(self, k):
+        n, insts, index = len(self.names), self.insts, self.index
+        read, seen, todo = set(), set(), [k]
+        while todo:
+            j = todo.pop()
+            if j in seen or j >= len(insts):
+                continue
+            seen.add(j)
+            ins = insts[j]
+            op = ins.opname
+            if op in _LOCAL_READS:
+                read.add(ins.arg)
+            elif op == "LOAD_FAST_LOAD_FAST":
+                read.update((ins.arg >> 4, ins.arg & 15))
+            elif op == "STORE_FAST_LOAD_FAST":
+                read.add(ins.arg & 15)
+            elif op in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in _FRAME_READERS:
+                return frozenset()
+            todo.append(j + 1)
+            if "JUMP" in op or op in ("FOR_ITER", "SEND"):
+                t = index.get(ins.argval) if type(ins.argval) is int else None
+                if t is None:
+                    return frozenset()
+                todo.append(t)
+            h = self.handler_at(ins.offset)
+            if h is not None:
+                todo.append(index[h[2]])
+        return frozenset(range(n)) - read
 
     def handler_at(self, offset):
         """The exception-table entry covering bytecode offset (the innermost: the table lists
@@ -259,6 +308,12 @@ class Interpreter:
         self.frames = []          # the live frames, outermost first (snapshots at side exits)
         self.deferred_reads = 0   # pairs holding a frames.ItemRead (numbers whose exit is not made yet)
         self.effect = None        # the first effect outside the call (it cannot be run again after it)
+        # write-backs: attributes the call sets on plain data objects from outside it, made by
+        # the trace after its native run (source of the object, name, value); `written` has
+        # (id(object), name) of each: a read of one gives the value the call set, not a source
+        self.writebacks = []
+        self.written = set()
+        self.obj_srcs = {}        # id(object read from a source, not a tensor) -> (object, its first source)
         self.nopython = False     # the function's name under nopython=True: an abort raises NopythonError
         from . import config
         self.max_ops = config.max_trace_ops
@@ -379,6 +434,32 @@ class Interpreter:
                 if k in d:
                     noted[k] = (s, d[k])
             self.keep.append(d)
+
+    def _write_back(self, f, name):
+        """obj.name = v (the top two of f's stack) on a plain data object from outside the call,
+        read from a source (a Hugging Face cache layer: `self.keys = torch.cat([self.keys, k])`):
+        made now, as eager makes it, and again by the trace after each native run, with the
+        trace's tensor or the constant (a write-back; the value must be a tensor of the trace or
+        a plain value, else False: the store ends the trace as before). The rest of the call
+        reads obj.name as the value set (load_attr: no source), and no side exit, stitch or cut
+        may follow in this trace (snapshot.take: their snapshots do not carry write-backs)."""
+        (obj, osrc), (v, _) = f.stack[-1], f.stack[-2]
+        if osrc is None or not self.recording or not config.write_backs or not structural(obj) or \
+                not (isinstance(v, torch.Tensor) or plain(v)) or self.grad_at_start:
+            return False
+        raw = sources._static_lookup(type(obj), name)
+        if raw is not None and hasattr(type(raw), "__set__"):  # a property or slot: not a plain store
+            return False
+        if self.probe is not None:
+            raise ProbeStop(f"sets attribute {name} of an object from outside the function")
+        self._effect(f"setting attribute {name}")
+        f.stack.pop()
+        f.stack.pop()
+        setattr(obj, name, v)
+        self.writebacks.append((osrc, name, v))
+        self.written.add((id(obj), name))
+        self.keep.append(obj)
+        return True
 
     def _mark_local(self, obj):
         self.local_objs.add(id(obj))
@@ -563,10 +644,26 @@ class Interpreter:
         return v
 
     def _pin(self, *pairs):
-        """(value, source) pairs the trace depends on by identity (GuardSet.pin)."""
+        """(value, source) pairs the trace depends on by identity (GuardSet.pin), and what the
+        call's own containers among them hold (_pin_held)."""
         if self.guards._structural:
             for v, s in pairs:
                 self.guards.pin(s, v)
+                if type(v) in _HOLDERS_OF_OBJECTS:
+                    self._pin_held(v)
+
+    def _pin_held(self, v, depth=0):
+        """The objects a list, tuple, dict or set of the call's holds, pinned (GuardSet.pin finds
+        where each was read): building a container drops its elements' sources, and the trace
+        depends on which objects they are only where the container is compared, searched or
+        handed to a builtin, which pin them here."""
+        if not self.guards._structural or depth > 3 or (id(v) not in self.local_objs and type(v) is not tuple):
+            return
+        for x in (v.values() if isinstance(v, dict) else v):
+            if type(x) in _HOLDERS_OF_OBJECTS:
+                self._pin_held(x, depth + 1)
+            else:
+                self.guards.pin(None, x)
 
     # -- one handler per bytecode: f the frame, ins the instruction; None, or (value,) to return
 
@@ -699,6 +796,8 @@ class Interpreter:
     def _op_STORE_ATTR(self, f, ins):
         stack = f.stack
         pop = stack.pop
+        if id(stack[-1][0]) not in self.local_objs and self._write_back(f, ins.argval):
+            return
         if id(stack[-1][0]) not in self.local_objs:
             why = f"sets attribute {ins.argval} of an object from outside the function"
             stitched = self._stitch_store(f, why, "setattr", ins.argval)
@@ -916,7 +1015,8 @@ class Interpreter:
         arg = ins.arg
         b = pop()
         a = pop()
-        self._pin(a, b)
+        if type(a[0]) not in _SINGLETONS and type(b[0]) not in _SINGLETONS:
+            self._pin(a, b)  # (`x is None` is decided by x's class, which its guard checks)
         push(((a[0] is not b[0]) if arg else (a[0] is b[0]), None))
 
     @_handles('CONTAINS_OP')
@@ -944,6 +1044,8 @@ class Interpreter:
         else:
             self.touch_deep(*b)
             self._pin(a)
+            if type(b[0]) in (list, tuple):  # (compared element by element; a dict or set hashes keys, pinned when stored)
+                self._pin_held(b[0])
             r = a[0] in b[0]
         push(((not r) if arg else r, None))
 
@@ -1070,8 +1172,7 @@ class Interpreter:
         arg = ins.arg
         items = stack[len(stack) - arg:] if arg else []
         del stack[len(stack) - arg:]
-        self._pin(*items)
-        lst = self._mark_local([v for v, _ in items])
+        lst = self._mark_local([v for v, _ in items])  # (its elements pinned where it is compared or handed on)
         if any(s is not None for _, s in items):
             self._list_srcs[id(lst)] = [s for _, s in items]
         push((lst, None))
@@ -1093,9 +1194,11 @@ class Interpreter:
         arg = ins.arg
         items = stack[len(stack) - 2 * arg:] if arg else []
         del stack[len(stack) - 2 * arg:]
-        self._pin(*items)
-        d = {items[2 * i][0]: items[2 * i + 1][0] for i in range(arg)}
-        push((self._mark_local(d), None))
+        keys, values = items[0::2], items[1::2]
+        self._pin(*keys)  # (hashed; the values are pinned where the dict is compared or handed on: _pin_held)
+        d = self._mark_local({k: v for (k, _), (v, _) in zip(keys, values)})
+        self.note_dict_srcs(d, {k: s for (k, _), (_, s) in zip(keys, values) if s is not None and type(k) is str})
+        push((d, None))
 
     @_handles('BUILD_CONST_KEY_MAP')
     def _op_BUILD_CONST_KEY_MAP(self, f, ins):
@@ -1105,8 +1208,9 @@ class Interpreter:
         keys = self._popv(pop)
         items = stack[len(stack) - arg:]
         del stack[len(stack) - arg:]
-        self._pin(*items)
-        push((self._mark_local(dict(zip(keys, (v for v, _ in items)))), None))
+        d = self._mark_local(dict(zip(keys, (v for v, _ in items))))
+        self.note_dict_srcs(d, {k: s for k, (_, s) in zip(keys, items) if s is not None and type(k) is str})
+        push((d, None))
 
     @_handles('BUILD_STRING')
     def _op_BUILD_STRING(self, f, ins):
@@ -1324,7 +1428,9 @@ class Interpreter:
         stack = f.stack
         pop = stack.pop
         op = ins.opname
-        v = self._popv(pop)
+        v, s = pop()
+        if s is not None and not op.endswith("NONE") and (hasattr(type(v), "__bool__") or hasattr(type(v), "__len__")):
+            self._pin((v, s))  # (None-ness, or the truth of an object without __bool__ or __len__: its class says)
         if isinstance(v, torch.Tensor) and op.endswith(("IF_FALSE", "IF_TRUE")) and self.recording and \
                 self.rec.known(v):
             take = self._branch_on_tensor(f, v, op.endswith("IF_TRUE"), ins.argval)
@@ -1894,6 +2000,15 @@ def release(rec, interp):
     # generator itself): dropped, the call's generators go when the program drops them
     interp._exc_seen = {}
     interp.handled_exc = None
+    # objects from outside, and the values a call's dicts held (kept to tell whether a source
+    # still holds): a generator among them would be closed only when the recording is collected
+    interp.obj_srcs = {}
+    interp._dict_srcs = {}
+    interp.writebacks = []
+    interp.written = set()
+    # (the guards stay with the trace; the objects they guarded by class are the call's)
+    interp.guards._structural = {}
+    interp.guards._structural_at = {}
 
 
 def signature_text(fn):

@@ -1618,9 +1618,11 @@ def _linear(x, w, b):
 def _own_attention(*tensors):
     """Whether dynamo::attention (runtime/attention.cpp: fused, online softmax, no score matrix in
     memory) can stand for attention over these [batch, heads, rows, head size] tensors: float32 on
-    the CPU, one head size of at most 512, and no gradient to record (the op has no backward)."""
+    the CPU, one head size of at most 512, the same batch and heads (grouped key/value heads are
+    not its case), and no gradient to record (the op has no backward)."""
     return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 for t in tensors) and \
         len({t.shape[-1] for t in tensors}) == 1 and tensors[0].shape[-1] <= 512 and \
+        len({tuple(t.shape[:2]) for t in tensors}) == 1 and \
         not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 

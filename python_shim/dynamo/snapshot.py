@@ -19,21 +19,25 @@ a later call with other inputs:
   ("siter", items, n), ("seqiter", seq, position, n)  an iterator (over a sequence's items, or
                      CPython's range/list/tuple iterator at a position), object n
   ("liter", spec, i, n)  a loop over a list at element i: live again over the list spec stands for
-  ("list", items, n), ("dict", items, n, dict or OrderedDict), ("cell", spec, n, local),
+  ("list", items, n), ("dict", items, n, dict, OrderedDict or a defaultdict's maker), ("cell", spec, n, local),
   ("cell_empty", n, local), ("lazy", kind, parts, n, strict),
   ("obj", attrs, n, cls)  a mutable object the call holds (cls: a plain class whose instance the
                      call made, attrs its __dict__; a cell is local when the call made it, so the
                      resumed frame may assign it; lazy: a zip or an enumerate, its parts
                      as __reduce__ gives them): made again, once, as object n of the snapshot
+  ("closure", n, code, globals, name, qualname, defaults, kwdefaults, cells, attrs)  a function
+                     with a closure that the call made: made again around its cells, object n
   ("ref", n)         object n again: two frames holding one list (an accumulator passed to a
                      helper) must hold one list after the exit too, or appends through one would
                      not be seen through the other
 
-What cannot be encoded faithfully (a tensor made outside the trace, a closure over the
-recording's cells, an object of a class with its own __new__ or slots) makes the branch abort
-the recording instead.
+What cannot be encoded faithfully (a tensor made outside the trace, a closure whose cells hold
+itself, an object of a class with its own __new__ or slots) makes the branch abort the
+recording instead; a local nothing reads after the resume point is left unbound instead
+(_locals_spec).
 """
 import collections
+import functools
 import re
 import types
 
@@ -42,6 +46,7 @@ import torch
 from .frames import CO_GENERATOR, NULL as _NULL, NoSnapshot, ResumeFailed, SourcedIter as _SourcedIter
 from .frames import ItemRead, dense_order, plain_class as _plain_class
 from .guards import EXIT, FUNC, Source
+from .sources import recovered_source
 
 
 _CONVERT_EXPR = {"item": "(lambda t: t.item())", "int": "int", "float": "float", "bool": "bool"}
@@ -147,6 +152,11 @@ def spec_objects(spec, out):
         spec_objects(spec[1], out)
     elif kind == "bound":
         spec_objects(spec[1], out)
+    elif kind == "closure":
+        out.add(spec[1])
+        parts = ([spec[6]] if spec[6] else []) + [s for _, s in spec[7] or ()] + list(spec[8]) + [s for _, s in spec[9]]
+        for e in parts:
+            spec_objects(e, out)
     return out
 
 
@@ -160,8 +170,10 @@ def encode(interp, x, src, live, live_index):
         return _encode_tensor(interp, x, src, live, live_index)
     if type(src) is ItemRead:  # a number read from a live tensor, its exit not made yet
         return ("item", live_number(src.t, live, live_index), src.conv)
-    if src is not None and not src.expr.startswith("x["):
-        return ("src", src.expr)
+    # (an object from outside the call that went through a local dict: where it was first read)
+    found = src or (recovered_source(interp, x) if id(x) not in interp.local_objs else None)
+    if found is not None and not found.expr.startswith("x["):
+        return ("src", found.expr)
     # (a value a side trace read as x[i] -- a stitch's result -- is encoded by what it is: the
     # next exit's x is another one)
     t = type(x)
@@ -172,7 +184,7 @@ def encode(interp, x, src, live, live_index):
         return ("const", x)
     if t is types.FunctionType:
         if x.__closure__ and id(x) in interp.local_objs:
-            raise NoSnapshot(f"a closure made inside the function ({x.__qualname__}) is live")
+            return _encode_closure(interp, x, live, live_index)
         return ("const", x)
     if t is tuple:
         srcs = interp._tuple_srcs.get(id(x)) or [None] * len(x)
@@ -183,8 +195,8 @@ def encode(interp, x, src, live, live_index):
         # read must see what the stitch's step wrote into it
         csrc = interp.outer_cells[id(x)]
         return ("src", csrc.expr) if csrc is not None else ("const", x)
-    if t is list or t in _DICTS or t is types.CellType or t in _LAZY or t is _SourcedIter or \
-            t.__name__ in _SEQ_ITERATORS or _plain_object(interp, x):
+    if t is list or t in _DICTS or t is collections.defaultdict or t is types.CellType or t in _LAZY or \
+            t is _SourcedIter or t.__name__ in _SEQ_ITERATORS or _plain_object(interp, x):
         # (an iterator is an object too: the frames and a stitch's step holding one iterator
         # must hold one after it, or next() through one would not move the other)
         n, seen = _object_number(x, live_index)
@@ -192,9 +204,8 @@ def encode(interp, x, src, live, live_index):
             return ("ref", n)
     if t is list:
         return ("list", [encode(interp, e, None, live, live_index) for e in x], n)
-    if t in _DICTS:
-        srcs = interp.dict_srcs(x)
-        return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
+    if t in _DICTS or t is collections.defaultdict:
+        return _encode_dict(interp, x, n, live, live_index)
     if t is _SourcedIter and x.seq is not None:  # live over a list: the list and the position
         return ("liter", encode(interp, x.seq, x.src, live, live_index), x.i, n)
     if t is _SourcedIter:
@@ -227,6 +238,58 @@ def encode(interp, x, src, live, live_index):
         attrs = [(name, encode(interp, v, None, live, live_index)) for name, v in x.__dict__.items()]
         return ("obj", attrs, n, t)
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
+
+
+def _encode_closure(interp, x, live, live_index):
+    """("closure", n, code, globals, name, qualname, defaults, keyword defaults, cells, attributes)
+    of a function with a closure that the call made (a decorator's wrapper, Hugging Face's mask
+    functions): made again from its code around its cells, each one object again (the frames
+    holding a cell and the function share it). One whose cells hold itself is not carried."""
+    if any(_cell_holds(c, x) for c in x.__closure__):
+        raise NoSnapshot(f"a recursive closure made inside the function ({x.__qualname__}) is live")
+    n, seen = _object_number(x, live_index)
+    if seen:
+        return ("ref", n)
+    enc = lambda v: encode(interp, v, None, live, live_index)  # noqa: E731
+    return ("closure", n, x.__code__, x.__globals__, x.__name__, x.__qualname__,
+            enc(x.__defaults__) if x.__defaults__ else None,
+            [(k, enc(v)) for k, v in x.__kwdefaults__.items()] if x.__kwdefaults__ else None,
+            [enc(c) for c in x.__closure__], [(k, enc(v)) for k, v in x.__dict__.items()])
+
+
+def _cell_holds(cell, x):
+    try:
+        return cell.cell_contents is x
+    except ValueError:  # (an empty cell)
+        return False
+
+
+def _make_closure(spec, made, dec):
+    """The function a "closure" spec stands for; dec(spec) decodes a part."""
+    _, n, code, glb, name, qual, defaults, kwdefaults, cells, attrs = spec
+    fn = types.FunctionType(code, glb, name, dec(defaults) if defaults else None, tuple(dec(c) for c in cells))
+    made[n] = fn
+    fn.__qualname__ = qual
+    if kwdefaults:
+        fn.__kwdefaults__ = {k: dec(s) for k, s in kwdefaults}
+    for k, s in attrs:
+        fn.__dict__[k] = dec(s)
+    return fn
+
+
+def _encode_dict(interp, x, n, live, live_index):
+    """("dict", items, n, what makes it) of a dict, an OrderedDict or a defaultdict (Hugging
+    Face's check_model_inputs collects outputs in a defaultdict(tuple)): made again with the same
+    default factory, which must be a class or a function from outside the call."""
+    t = type(x)
+    if t is collections.defaultdict:
+        factory = x.default_factory
+        if not (factory is None or isinstance(factory, type) or
+                (type(factory) in (types.FunctionType, types.BuiltinFunctionType) and id(factory) not in interp.local_objs)):
+            raise NoSnapshot("a defaultdict whose default factory was made in the call is live")
+        t = functools.partial(collections.defaultdict, factory)
+    srcs = interp.dict_srcs(x)
+    return ("dict", [(k, encode(interp, v, srcs.get(k), live, live_index)) for k, v in x.items()], n, t)
 
 
 def live_number(t, live, live_index):
@@ -397,6 +460,8 @@ def decode(spec, env, live):
     if kind == "lazy":
         out = _made(env)[spec[3]] = _lazy(spec, [decode(p, env, live) for p in spec[2]])
         return out
+    if kind == "closure":
+        return _make_closure(spec, _made(env), lambda s: decode(s, env, live))
     raise AssertionError(f"unknown snapshot spec {kind}")
 
 
@@ -506,6 +571,8 @@ def _decode_pair(spec, env, live, interp):
         v = _made(env)[spec[3]] = _lazy(spec, [_decode_pair(p, env, live, interp)[0] for p in spec[2]])
         interp.keep.append(v)
         return v, None
+    elif kind == "closure":  # (a function of the call's own, as MAKE_FUNCTION made it)
+        return interp._mark_local(_make_closure(spec, _made(env), lambda s: _decode_pair(s, env, live, interp)[0])), None
     else:
         return decode(spec, env, live), None
     interp.touch(v, src)
@@ -657,6 +724,10 @@ def take(interp, f, resume_ip, guard, stack=None, kw_names=None):
 
 
 def _frame_states(interp, f, resume_ip, live, index):
+    if interp.writebacks:
+        # (the trace sets them after its native run; an exit's snapshot would have to carry them)
+        raise NoSnapshot(f"the call set attribute {interp.writebacks[0][1]} of {interp.writebacks[0][0].expr} "
+                         "before it (a write-back)")
     if torch.is_grad_enabled() != interp.grad_at_start:
         raise NoSnapshot("grad mode differs from the trace's start here (inside torch.no_grad() or the like)")
     if any(fr.code.co_flags & CO_GENERATOR for fr in interp.frames):
@@ -676,9 +747,32 @@ def _frame_states(interp, f, resume_ip, live, index):
         else:
             fn_spec = ("const", fr.fn)
         enc = lambda pair: encode(interp, pair[0], pair[1], live, index)  # noqa: E731
-        frames.append(FrameState(fr.code, fn_spec, resume_ip if fr is f else fr.ip,
-                                 [enc(p) for p in fr.locals], [enc(p) for p in fr.stack], fr.kw_names, fr.init))
+        ip = resume_ip if fr is f else fr.ip
+        frames.append(FrameState(fr.code, fn_spec, ip, _locals_spec(interp, fr, ip, live, index),
+                                 [enc(p) for p in fr.stack], fr.kw_names, fr.init))
     return frames
+
+
+def _locals_spec(interp, fr, ip, live, index):
+    """The specs of frame fr's locals, resuming at instruction ip. A local that cannot be carried
+    (a closure made in the call, an object of a kind snapshots do not make again) is left unbound
+    where nothing from ip on reads it (_Code.unread_from): a wrapper's helper defined before the
+    call it wraps does not keep the whole call from having side exits."""
+    specs = []
+    for i, p in enumerate(fr.locals):
+        scratch, scratch_index = list(live), dict(index)  # (a failed encode leaves nothing behind)
+        try:
+            spec = encode(interp, p[0], p[1], scratch, scratch_index)
+        except NoSnapshot:
+            if (fr.init and i == 0) or i not in fr.dec.unread_from(ip):
+                raise
+            spec = ("null",)
+        else:
+            live[:] = scratch
+            index.clear()
+            index.update(scratch_index)
+        specs.append(spec)
+    return specs
 
 
 def for_stitch(interp, f, ip, stack, kw_names, why, step):

@@ -18,6 +18,8 @@ from .guards import FUNC, GLOBALS, Source, plain
 
 
 _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
+_PLAIN_TYPES = (type(None), bool, int, float, str, tuple, list, dict, collections.OrderedDict, torch.dtype,
+                torch.device)
 
 
 # Scalar inputs (config.dynamic): a Python float or int argument of the call that only feeds
@@ -92,6 +94,8 @@ def touch(interp, v, src, depth=0, scalar_ok=False):
                     interp.param_bytes += v.numel() * v.element_size()
             return
         interp.guards.guard(src, v)
+        if type(v) not in _PLAIN_TYPES and id(v) not in interp.obj_srcs:
+            interp.obj_srcs[id(v)] = (v, src)  # (a result holding it finds it there: OutObjects)
     except Abort as e:
         interp.abort(str(e), e.kind)
 
@@ -144,17 +148,34 @@ def _item_src(interp, src, key):
     return Source(f"{src.expr}[{interp.guards.const_source(key).expr}]", src)
 
 
+def recovered_source(interp, obj):
+    """The source an object from outside the call was first read from, when its own was dropped
+    on the way (it went through a list or dict the call made, or a local of another frame): its
+    attributes are then read through that source -- guarded each call, as a direct read is --
+    and not taken as constants of the trace. None for tensors, plain values and the call's own
+    objects (obj_srcs holds only what touch() saw read from a source)."""
+    found = interp.obj_srcs.get(id(obj)) if interp.obj_srcs else None
+    return found[1] if found is not None and found[0] is obj else None
+
+
 def load_attr(interp, obj, osrc, name):
     """obj.name as a (value, source) pair, guarded when obj is sourced. Properties defined in
     Python are inlined (their reads are guarded one by one, and a getter with side effects
     ends the trace as any other code would), never re-run by a guard."""
     if name == "shape" and interp.sizes.size_read is None and isinstance(obj, torch.Tensor):
         interp.sizes.note_read("shape")
+    if osrc is None:
+        osrc = recovered_source(interp, obj)
     if not isinstance(obj, type):
         raw = _static_lookup(type(obj), name)
         if isinstance(raw, property) and isinstance(raw.fget, types.FunctionType):
             return interp._call_python(raw.fget, None, [], {}, (obj, osrc))
     v = getattr(obj, name)
+    if osrc is not None and interp.written:
+        if (id(obj), name) in interp.written:
+            return (v, None)  # set by this call (a write-back): what the trace made, not the argument's
+        if name == "__dict__" and any(k[0] == id(obj) for k in interp.written):
+            interp.abort(f"reads __dict__ of an object whose attributes the call set ({osrc.expr})")
     if osrc is None:
         if name == "__dict__" and id(obj) in interp.local_objs:
             interp._mark_local(v)  # (functools.update_wrapper updates a new function's __dict__)
@@ -202,6 +223,8 @@ def _plain_method(interp, obj, osrc, name):
     raw = _static_lookup(type(obj), name)
     if not isinstance(raw, types.FunctionType) or name in getattr(obj, "__dict__", ()):
         return None
+    if osrc is None:
+        osrc = recovered_source(interp, obj)
     if osrc is not None and interp.recording:  # one guard: this is on every method call's path
         e, c = osrc.expr, interp.guards.const_source(raw).expr
         shadow = f" and {name!r} not in {e}.__dict__" if hasattr(obj, "__dict__") else ""
@@ -225,12 +248,14 @@ def _getattr_builtin(interp, fn, args):
     return (True, None) if fn is hasattr else pair
 
 
-def _touch_elements(interp, v, s):
+def _touch_elements(interp, v, s, depth=0):
     """v (with source s, or a tuple whose element sources we know) goes into a builtin: guard
     it and register its elements, so tensors reached through the builtin's result (sum,
     zip, enumerate, dict.values() ...) are trace inputs."""
     if type(v) is tuple and id(v) in interp._tuple_srcs:
         for x, xs in zip(v, interp._tuple_srcs[id(v)]):
+            if xs is None and depth < 4:  # (kw.items()'s pairs hold the values' sources)
+                _touch_elements(interp, x, None, depth + 1)
             interp.touch(x, xs)
             interp.guards.pin(xs, x)
     elif type(v) in _DICTS and id(v) in interp._dict_srcs:
@@ -238,6 +263,8 @@ def _touch_elements(interp, v, s):
         for key, x in v.items():
             interp.touch(x, srcs.get(key))
             interp.guards.pin(srcs.get(key), x)
+    elif s is None:
+        return
     else:
         interp.touch_deep(v, s)
         if type(v) is list and s is not None and id(v) not in interp.local_objs:

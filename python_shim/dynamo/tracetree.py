@@ -106,6 +106,10 @@ class Compiled:
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
+        # what the trace does in Python after its native run (frontend._trace_outputs): None, or
+        # (write-back targets' getter, their attribute names, the getter of the objects from
+        # outside that the result holds, or None); see Runner.finish
+        self.python_effects = None
 
     def _take_entry(self, entry):
         """What the native entry says of the trace (None: no native code)."""
@@ -260,11 +264,31 @@ def _fastcall():
     return _fast
 
 
-def _flatten_result(result, rec, input_index):
+class OutObjects:
+    """The objects from outside the call that its result holds, each found again at the source
+    it was read from (spec ("S", k): the k-th of exprs). srcs: the interpreter's obj_srcs."""
+
+    def __init__(self, srcs):
+        self.srcs, self.exprs, self._at = srcs, [], {}
+
+    def index(self, v):
+        """v's position in exprs, or None when v was not read from a source."""
+        k = self._at.get(id(v))
+        if k is None:
+            found = self.srcs.get(id(v))
+            if found is None or found[0] is not v:
+                return None
+            k = self._at[id(v)] = len(self.exprs)
+            self.exprs.append(found[1].expr)
+        return k
+
+
+def _flatten_result(result, rec, input_index, objects=None):
     """(spec, list of IR output names) for a return value; tensors must be trace values, or
     trace inputs: input_index maps id(tensor) -> input slot, and a returned input is the very
     object the call was given (a Parameter stays a Parameter, an input written in place is the
-    same object), as eager returns it."""
+    same object), as eager returns it. objects (OutObjects, or None): the objects read from a
+    source that the result may hold as they are."""
     names = []
 
     def add(n):  # the same tensor returned twice stays one output
@@ -297,7 +321,7 @@ def _flatten_result(result, rec, input_index):
             return (type(v).__name__, [walk(x) for x in v])
         if type(v) in (dict, collections.OrderedDict):  # (segmentation models return an OrderedDict)
             return (type(v).__name__, list(v.keys()), [walk(x) for x in v.values()])
-        if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.Size):
+        if v is None or type(v) in (bool, int, float, str, torch.dtype, torch.device, torch.Size):
             return ("C", v)
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             # a dataclass (Hugging Face's ModelOutput, a dict subclass too): made again as an
@@ -307,6 +331,9 @@ def _flatten_result(result, rec, input_index):
             items = list(v.items()) if isinstance(v, dict) else []
             return ("D", type(v), [k for k, _ in items], [walk(x) for _, x in items],
                     list(attrs), [walk(x) for x in attrs.values()])
+        k = objects.index(v) if objects is not None else None
+        if k is not None:
+            return ("S", k)
         raise Abort(f"returns a {type(v).__name__}", "result")
 
     return walk(result), names
@@ -370,8 +397,9 @@ def _sides_miss(snap, fn, args, kwargs, values):
     return ""
 
 
-def _rebuild(spec, outs, inputs):
-    """The return value from its spec, the trace's outputs and the call's input tensors."""
+def _rebuild(spec, outs, inputs, objs=()):
+    """The return value from its spec, the trace's outputs, the call's input tensors and the
+    objects from outside the call that it holds (objs: OutObjects' order)."""
     kind = spec[0]
     if kind == "T":
         return outs[spec[1]]
@@ -389,25 +417,27 @@ def _rebuild(spec, outs, inputs):
         return t.as_strided(spec[2], spec[3], t.storage_offset() + spec[4])
     if kind == "C":
         return spec[1]
+    if kind == "S":
+        return objs[spec[1]]
     if kind == "tuple":
-        return tuple(_rebuild(s, outs, inputs) for s in spec[1])
+        return tuple(_rebuild(s, outs, inputs, objs) for s in spec[1])
     if kind == "list":
-        return [_rebuild(s, outs, inputs) for s in spec[1]]
+        return [_rebuild(s, outs, inputs, objs) for s in spec[1]]
     if kind == "D":
-        return _rebuild_object(spec, outs, inputs)
-    pairs = ((k, _rebuild(s, outs, inputs)) for k, s in zip(spec[1], spec[2]))
+        return _rebuild_object(spec, outs, inputs, objs)
+    pairs = ((k, _rebuild(s, outs, inputs, objs)) for k, s in zip(spec[1], spec[2]))
     return collections.OrderedDict(pairs) if kind == "OrderedDict" else dict(pairs)
 
 
-def _rebuild_object(spec, outs, inputs):
+def _rebuild_object(spec, outs, inputs, objs):
     """A dataclass result (spec "D": class, item keys and specs, attribute names and specs)."""
     _, cls, keys, item_specs, names, attr_specs = spec
     base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict if issubclass(cls, dict) else object
     obj = base.__new__(cls)
     for k, s in zip(keys, item_specs):
-        base.__setitem__(obj, k, _rebuild(s, outs, inputs))
+        base.__setitem__(obj, k, _rebuild(s, outs, inputs, objs))
     for n, s in zip(names, attr_specs):
-        object.__setattr__(obj, n, _rebuild(s, outs, inputs))
+        object.__setattr__(obj, n, _rebuild(s, outs, inputs, objs))
     return obj
 
 
@@ -490,9 +520,30 @@ class Runner:
             self.native_runs += 1
         if c.store_id is not None and c.runs in _CHOICES_AT:
             self.store_choices(c)
-        result = _rebuild(c.out_spec, outs, inputs)
-        if config.verify:
+        result = self.finish(c, outs, inputs, fn, args, kwargs)
+        if config.verify and c.python_effects is None:  # (eager again would make the write-backs twice)
             self._verify(fn, result, args, kwargs)
+        return result
+
+    @staticmethod
+    def finish(c, outs, inputs, fn, args, kwargs, values=None):
+        """The call's result from trace c's native outputs, and what c does in Python after its
+        native run (c.python_effects): the objects from outside that the result holds found at
+        their sources, then the write-backs made, in the recorded order, on the objects their
+        sources name now (all read before the first is made: a source through an attribute the
+        call sets names the object the recording read). values: an exit's live values (x)."""
+        fx = c.python_effects
+        if fx is None:
+            return _rebuild(c.out_spec, outs, inputs)
+        targets, names, objects = fx
+        g = fn.__globals__
+        objs = objects(args, kwargs, g, fn, values) if objects is not None else ()
+        if not names:
+            return _rebuild(c.out_spec, outs, inputs, objs)
+        where = targets(args, kwargs, g, fn, values)
+        result, written = _rebuild(c.out_spec, outs, inputs, objs)
+        for obj, name, v in zip(where, names, written):
+            setattr(obj, name, v)
         return result
 
     def store_choices(self, c):
@@ -561,7 +612,7 @@ class Runner:
                                               kwargs)
             bump("native_runs")
             self.native_runs += 1
-            return _rebuild(side.out_spec, outs, inputs)
+            return self.finish(side, outs, inputs, fn, args, kwargs, values)
         if snap.step is not None or snap.value_cut:  # taken every time: record its continuation at once
             if len(snap.sides) >= config.max_stitch_variants:
                 return self._stitch_unfit(c, snap, fn, args, kwargs, values)
@@ -631,6 +682,8 @@ class Runner:
         (besides the live values being tensors, which they are)."""
         if parent.handle is None or side.handle is None:  # (a TrainedTrace: no native entry)
             return False
+        if parent.python_effects is not None or side.python_effects is not None:
+            return False  # (the Python after a native run is Runner.finish's, per trace)
         own = set(parent.guards._checks)
         extra = [chk for chk in side.guards._checks
                  if chk not in own and not (chk.startswith("isinstance(x[") and chk.endswith(", Tensor)"))]

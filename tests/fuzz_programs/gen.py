@@ -681,7 +681,7 @@ class Builder:
         a = self.value()
         if a is None or not self.chance(4):
             return self.s_inplace()
-        form = self.pick(["append", "state", "global", "attr", "append-tensor", "self"])
+        form = self.pick(["append", "state", "global", "attr", "append-tensor", "self", "cache"])
         self.ensure_global("LOG", "LOG = []", "state:log")
         if form == "state":
             self.ensure_global("STATE", "STATE = {'calls': 0}", "state:dict")
@@ -693,6 +693,11 @@ class Builder:
         if form == "attr":
             self.cfg_attr("count", "0", ["0"])
             return self.commit(["CFG.count += 1"], "side:attr")
+        if form == "cache":  # a tensor attribute grown each call and read back (a KV cache's write-back)
+            self.cfg_attr("kv", "torch.zeros(0)", ["torch.zeros(0)", "torch.ones(3)"])
+            name = self.fresh()
+            return self.commit([f"CFG.kv = torch.cat([CFG.kv, {a}.detach().reshape(-1)[:2].float()])",
+                                f"{name} = {a} + CFG.kv.sum()"], "side:write-back", [name])
         if form == "self" and self.module:
             self.add_init("self.calls = 0")
             return self.commit(["self.calls += 1"], "side:module-attr")
