@@ -764,7 +764,9 @@ def _locals_spec(interp, fr, ip, live, index):
         try:
             spec = encode(interp, p[0], p[1], scratch, scratch_index)
         except NoSnapshot:
-            if (fr.init and i == 0) or i not in fr.dec.unread_from(ip):
+            # (an object with a finalizer -- a generator suspended in a try block -- must stay
+            # held to the call's end, where CPython drops the frame's locals and runs it)
+            if (fr.init and i == 0) or i not in fr.dec.unread_from(ip) or hasattr(type(p[0]), "__del__"):
                 raise
             spec = ("null",)
         else:
@@ -886,12 +888,20 @@ def resume(snap, fn, args, kwargs, live, interp, recorded=False):
     except Exception as e:  # noqa: BLE001 -- nothing of the program has run yet from here
         raise ResumeFailed(f"cannot rebuild the frames at {snap.where}: {type(e).__name__}: {e}") from e
     result = None
-    for depth, (fr, fs) in enumerate(zip(reversed(frames), reversed(snap.frames))):
-        if depth:
-            fr.stack.append(result)  # the inlined call's value, as its CALL would push it
-        interp.frames = frames[:len(frames) - depth]
-        made = fr.locals[0] if fs.init else None  # (cls(...) gives the caller the object __init__ set up)
-        result = interp._execute(fr)
-        if made is not None:
-            result = made
+    try:
+        for depth, (fr, fs) in enumerate(zip(reversed(frames), reversed(snap.frames))):
+            if depth:
+                fr.stack.append(result)  # the inlined call's value, as its CALL would push it
+            interp.frames = frames[:len(frames) - depth]
+            made = fr.locals[0] if fs.init else None  # (cls(...) gives the caller the object __init__ set up)
+            result = interp._execute(fr)
+            if made is not None:
+                result = made
+    finally:
+        # the frames are done (returned, or left by the program's exception): the interpreter no
+        # longer holds them, so a generator in their locals goes when the program lets go of it,
+        # as a frame of CPython's does (held by them, and holding the interpreter, it was a cycle
+        # the collector broke one or two calls later)
+        interp.frames = []
+        frames.clear()
     return interp.finish(result[0])

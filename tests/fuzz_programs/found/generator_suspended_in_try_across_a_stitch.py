@@ -1,15 +1,15 @@
 """Fuzzer reproducer: wrong side-effect count (call 0): LOG: 0 vs eager 1.
 
-Status: open. A generator suspended inside its `try` block is live at a stitch (here the item
-assignment `STATE['calls'] += 1` into a dict from outside the call). Eager closes it when the
-call returns (its last reference goes with the frame), so its `finally` appends to LOG during
-the call; after the stitch the rest of the call runs from a snapshot, and the generator is
-closed only when something of dynamo's that still refers to it lets go -- one or two calls
-later (LOG: 0, 2, 1, ... against 1, 1, 1). Found once the fuzzer passed inputs by keyword (the
-recording used to fall back at `{**kw}['x1']`); the same happens with positional arguments.
-Related: generators made while a side trace is recorded (frontend._record_side, from an
-exit's snapshot) can end up in reference cycles and be closed by the collector later, their
-`finally` running then (a semantics test collects garbage first for that reason).
+Status: fixed (python_shim/dynamo/snapshot.py, _locals_spec and resume); kept as a regression
+reproducer.
+
+A generator suspended inside its `try` block is live at a stitch (here the item assignment
+`STATE['calls'] += 1` into a dict from outside the call) and is not used after it. Eager closes
+it when the call returns (its last reference goes with the frame), so its `finally` appends to
+LOG during the call. The snapshot left that local unbound (nothing reads it after the stitch),
+so the generator stayed with the recording's frames and was closed by the collector a call or
+two later (LOG: 0, 2, 1, ...). A local whose object has a finalizer is never dropped from a
+snapshot now, and the frames a resumed call ran are let go when it returns or raises.
 """
 import torch
 LOG = []

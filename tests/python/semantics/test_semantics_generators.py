@@ -371,9 +371,8 @@ def test_a_generator_returned_inside_a_container_is_a_real_one():
         return first + b, [g], {"g": g}
 
     opt = dynamo.optimize(fn)
-    # (generators an earlier test's side-trace recordings left in reference cycles are closed
-    # by the collector, their finally appending to LOG wherever it runs: collected first; see
-    # tests/fuzz_programs/found/generator_suspended_in_try_across_a_stitch.py)
+    # (generators that side-trace recordings of earlier tests left in reference cycles are
+    # closed by the collector, their finally appending to LOG wherever it runs: collected first)
     gc.collect()
     for _ in range(3):
         a, b = torch.randn(4), torch.randn(4)
