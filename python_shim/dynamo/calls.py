@@ -545,7 +545,8 @@ def _noted_dict_method(interp, fn, d, args, kwargs):
     """A method of a dict whose values have sources (a **kwargs dict: interp.dict_srcs), called
     on it: a value read out (get, pop, setdefault, []) keeps its source, and is guarded as any
     read of it; items() and values() keep each value's; a copy keeps them all. Any other method
-    reads values the trace would otherwise take as constants: all of them are guarded first."""
+    that reads values (not _VALUE_BLIND) would hand them on without sources, as constants of the
+    trace: all of them are guarded first."""
     name, srcs = fn.__name__, interp.dict_srcs(d)
     if name in ("get", "pop", "setdefault", "__getitem__") and args and not kwargs:
         key = args[0][0]

@@ -242,3 +242,34 @@ def test_a_closure_the_call_made_is_carried_across_a_side_exit(fn, extra):
             torch.testing.assert_close(opt(x, extra), fn(x, extra))
     assert dynamo.counters()["side_traces_compiled"] >= 1
     assert not dynamo.explain(fn, x, extra).aborts
+
+
+class State:
+    def __init__(self):
+        self.k = torch.zeros(2, 3)
+
+
+def _store_forms(x, st, inp):
+    st.inp = inp              # an input tensor: the call's own object again
+    st.view = x[:, 1:]        # a view of the call's argument
+    t = x * 2
+    st.k = t                  # then written in place after the store: the object holds the new values
+    t.add_(1)
+    st.last = t[-1]           # a view of a tensor the trace computed
+    st.k = st.k + 0.5         # written twice: the last one holds
+    st.n = float(x.shape[0])  # a plain value
+    return st.k.sum()
+
+
+def test_the_forms_a_write_back_takes_match_eager():
+    opt = dynamo.optimize(_store_forms)
+    with torch.no_grad():
+        for _ in range(4):
+            x, inp = torch.randn(2, 3), torch.randn(3)
+            se, sd = State(), State()
+            torch.testing.assert_close(opt(x, sd, inp), _store_forms(x, se, inp))
+            assert sd.inp is inp and se.inp is inp
+            for name in ("k", "view", "last"):
+                torch.testing.assert_close(getattr(sd, name), getattr(se, name))
+            assert sd.view._base is x and sd.n == se.n  # a view of the argument, as eager's
+    assert dynamo.counters()["native_runs"] >= 2
