@@ -95,19 +95,21 @@ __attribute__((always_inline)) inline float hmax(v16 x) { return fold_halves(x, 
 
 struct Problem {
   int64_t B, H, L, S, D;            // batch, heads, queries, keys, head size (of q, k and v)
+  int64_t Hk, G;                    // key/value heads, and query heads per key/value head (grouped: H = Hk * G)
   const float *q, *k, *v;
   int64_t qs[4], ks[4], vs[4], os[4];  // element strides of q, k, v, out ([B, H, rows, D])
   float *out, *lse;                 // lse: [B, H, L] contiguous
   float scale;
   bool causal;
   int64_t Sp, Dp;                   // keys padded to KB, head size padded to DB
-  const float *kt, *vp;             // packed: per (b, h) K^T [D, Sp], and V [Sp, Dp] unless v_direct
+  const float *kt, *vp;             // packed: per (b, key/value head) K^T [D, Sp], and V [Sp, Dp] unless v_direct
   bool v_direct;                    // V read in place (rows of unit stride, D a multiple of DB)
 };
 
-// K^T (and V unless it is read in place) of head bh into the packed buffers (zero-padded).
+// K^T (and V unless it is read in place) of key/value head bh (b * Hk + h) into the packed
+// buffers (zero-padded).
 void pack_head(const Problem &p, int64_t bh, float *kt, float *vp) {
-  int64_t b = bh / p.H, h = bh % p.H;
+  int64_t b = bh / p.Hk, h = bh % p.Hk;
   const float *k = p.k + b * p.ks[0] + h * p.ks[1];
   const float *v = p.v + b * p.vs[0] + h * p.vs[1];
   for (int64_t j0 = 0; j0 < p.S; j0 += 16)  // 16 keys at a time: their rows read once, in order
@@ -221,9 +223,9 @@ __attribute__((always_inline)) inline void tile_step(const Problem &p, Tile &t, 
 // key block in turn while it is in the L1 cache.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void query_group(const Problem &p, int64_t bh, int64_t i0, int64_t rows) {
-  int64_t b = bh / p.H, h = bh % p.H;
-  const float *kt = p.kt + bh * p.D * p.Sp;
-  const float *vp = p.v_direct ? p.v + b * p.vs[0] + h * p.vs[1] : p.vp + bh * p.Sp * p.Dp;
+  int64_t b = bh / p.H, h = bh % p.H, hk = h / p.G, kv = b * p.Hk + hk;  // (its key/value head)
+  const float *kt = p.kt + kv * p.D * p.Sp;
+  const float *vp = p.v_direct ? p.v + b * p.vs[0] + hk * p.vs[1] : p.vp + kv * p.Sp * p.Dp;
   const int64_t vrs = p.v_direct ? p.vs[2] : p.Dp;
   const float *q = p.q + b * p.qs[0] + h * p.qs[1];
   Tile tiles[TILES];
@@ -281,8 +283,9 @@ void check_inputs(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v)
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "dynamo::attention: q, k, v must be [batch, heads, rows, head size]");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "dynamo::attention: float32 only");
-  TORCH_CHECK(q.size(0) == k.size(0) && q.size(0) == v.size(0) && q.size(1) == k.size(1) && q.size(1) == v.size(1),
-              "dynamo::attention: q, k, v differ in batch or heads");
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(1) > 0 &&
+                  q.size(1) % k.size(1) == 0,
+              "dynamo::attention: q, k, v differ in batch, or q's heads are not a multiple of k's and v's");
   TORCH_CHECK(k.size(2) == v.size(2), "dynamo::attention: k and v have different numbers of keys");
   TORCH_CHECK(q.size(3) == k.size(3) && q.size(3) == v.size(3), "dynamo::attention: q, k, v must have one head size");
   TORCH_CHECK(q.size(3) <= kMaxHead, "dynamo::attention: head size above ", kMaxHead);
@@ -355,7 +358,7 @@ constexpr size_t kMaxShapes = 4096;  // past that, new shapes run the default (a
 // kernels' speed depends on besides the sizes).
 ShapeKey shape_key(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal) {
   return ShapeKey{{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), (int64_t)causal,
-                   (q.stride(3) == 1) | (k.stride(3) == 1) << 1 | (v.stride(3) == 1) << 2, 0}};
+                   (q.stride(3) == 1) | (k.stride(3) == 1) << 1 | (v.stride(3) == 1) << 2, k.size(1)}};
 }
 
 // While kSweepShapes shapes are still being measured (sizes that keep changing: a sweep of
@@ -398,6 +401,10 @@ Kernel kernel_for(const ShapeKey &key) {
   if (force && std::strcmp(force, "own") == 0) return Kernel::Own;
   if (force && std::strcmp(force, "aten") == 0) return Kernel::Aten;
   if (!wide_vectors()) return Kernel::Aten;
+  // One or two query rows per packed key/value head (a decode step: one new token, perhaps two
+  // query heads sharing its keys): packing K^T costs as much as the scores, which ATen's kernel
+  // reads from K in place.
+  if (key.v[2] * (key.v[1] / std::max<int64_t>(key.v[7], 1)) <= 2) return Kernel::Aten;
   // A decided choice never changes (entries are never removed): each thread keeps its last one,
   // so a model's steady calls at one shape take no lock.
   thread_local ShapeKey last_key{{-1}};
@@ -432,29 +439,31 @@ void own_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v
                    at::Tensor &out, at::Tensor &lse) {
   Problem p{};
   p.B = q.size(0), p.H = q.size(1), p.L = q.size(2), p.S = k.size(2), p.D = q.size(3);
+  p.Hk = k.size(1), p.G = p.H / p.Hk;
   p.q = q.data_ptr<float>(), p.k = k.data_ptr<float>(), p.v = v.data_ptr<float>();
   for (int i = 0; i < 4; ++i) p.qs[i] = q.stride(i), p.ks[i] = k.stride(i), p.vs[i] = v.stride(i), p.os[i] = out.stride(i);
   p.out = out.data_ptr<float>(), p.lse = lse.data_ptr<float>();
   p.scale = (float)scale, p.causal = causal;
   p.Sp = round_up(p.S, KB), p.Dp = round_up(p.D, DB);
-  int64_t heads = p.B * p.H;
+  int64_t heads = p.B * p.H, kv_heads = p.B * p.Hk;
   p.v_direct = p.vs[3] == 1 && p.D == p.Dp;
   // (not zeroed: pack_head writes every element, the padding included)
-  std::unique_ptr<float[]> packed(new float[(size_t)(heads * (p.D * p.Sp + (p.v_direct ? 0 : p.Sp * p.Dp)))]);
-  float *kt = packed.get(), *vp = packed.get() + heads * p.D * p.Sp;
+  std::unique_ptr<float[]> packed(new float[(size_t)(kv_heads * (p.D * p.Sp + (p.v_direct ? 0 : p.Sp * p.Dp)))]);
+  float *kt = packed.get(), *vp = packed.get() + kv_heads * p.D * p.Sp;
   p.kt = kt, p.vp = vp;
   const int64_t group = QB * TILES, groups = (p.L + group - 1) / group;
-  if (groups == 1) {  // one group of queries per head: packing and the group in one task (one fork)
-    at::parallel_for(0, heads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t bh = b; bh < e; ++bh) {
-        pack_head(p, bh, kt + bh * p.D * p.Sp, vp + bh * p.Sp * p.Dp);
-        query_group(p, bh, 0, p.L);
+  if (groups == 1) {  // one group of queries per head: a key/value head's packing and its query heads in one task
+    at::parallel_for(0, kv_heads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t kv = b; kv < e; ++kv) {
+        pack_head(p, kv, kt + kv * p.D * p.Sp, vp + kv * p.Sp * p.Dp);
+        const int64_t first = (kv / p.Hk) * p.H + (kv % p.Hk) * p.G;
+        for (int64_t g = 0; g < p.G; ++g) query_group(p, first + g, 0, p.L);
       }
     });
     return;
   }
-  at::parallel_for(0, heads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t bh = b; bh < e; ++bh) pack_head(p, bh, kt + bh * p.D * p.Sp, vp + bh * p.Sp * p.Dp);
+  at::parallel_for(0, kv_heads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t kv = b; kv < e; ++kv) pack_head(p, kv, kt + kv * p.D * p.Sp, vp + kv * p.Sp * p.Dp);
   });
   at::parallel_for(0, heads * groups, 1, [&](int64_t b, int64_t e) {
     for (int64_t w = b; w < e; ++w) {

@@ -1615,14 +1615,20 @@ def _linear(x, w, b):
     return y.view(*x.shape[:-1], w.shape[0])
 
 
+def _grouped_heads(q, k, v=None, *more):
+    """k and v have one number of heads, of which q's is a multiple (the same, or grouped)."""
+    return v is not None and not more and k.shape[1] == v.shape[1] and k.shape[1] > 0 and \
+        q.shape[1] % k.shape[1] == 0
+
+
 def _own_attention(*tensors):
     """Whether dynamo::attention (runtime/attention.cpp: fused, online softmax, no score matrix in
     memory) can stand for attention over these [batch, heads, rows, head size] tensors: float32 on
-    the CPU, one head size of at most 512, the same batch and heads (grouped key/value heads are
-    not its case), and no gradient to record (the op has no backward)."""
+    the CPU, one head size of at most 512, one batch, query heads a multiple of the key/value
+    heads (grouped: LLaMA's, Qwen2's), and no gradient to record (the op has no backward)."""
     return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 4 for t in tensors) and \
         len({t.shape[-1] for t in tensors}) == 1 and tensors[0].shape[-1] <= 512 and \
-        len({tuple(t.shape[:2]) for t in tensors}) == 1 and \
+        len({t.shape[0] for t in tensors}) == 1 and _grouped_heads(*tensors) and \
         not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 

@@ -58,6 +58,31 @@ def test_the_op_matches_a_float64_reference_and_eagers_layout(b, h, l, s, d, cau
     assert out.stride() == eager.stride() or h == 1 or l == 1  # (a size-1 dim's stride says nothing)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,hk,l,s,d", [(1, 4, 2, 1, 9, 16), (2, 8, 2, 7, 40, 32), (1, 6, 1, 33, 33, 64),
+                                          (1, 4, 4, 5, 17, 8)])
+def test_grouped_key_value_heads_match_a_float64_reference(b, h, hk, l, s, d, causal):
+    # (LLaMA, Qwen2, Mistral: each key/value head serves h / hk query heads)
+    q, k, v = torch.randn(b, h, l, d), torch.randn(b, hk, s, d), torch.randn(b, hk, s, d)
+    out, lse = torch.ops.dynamo.attention(q, k, v, 1 / math.sqrt(d), causal)
+    want, want_lse = reference(q, k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1),
+                               1 / math.sqrt(d), causal)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-5, atol=2e-6)
+
+
+def test_sdpa_with_grouped_heads_records_the_own_kernel():
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) + 1
+    q, k, v = torch.randn(1, 8, 12, 16), torch.randn(1, 2, 12, 16), torch.randn(1, 2, 12, 16)
+    assert "dynamo::attention" in ops_of(fn, q, k, v)
+    fast = dynamo.optimize(fn)
+    with torch.no_grad():
+        for _ in range(3):
+            q, k, v = torch.randn(1, 8, 12, 16), torch.randn(1, 2, 12, 16), torch.randn(1, 2, 12, 16)
+            torch.testing.assert_close(fast(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
+
+
 def test_empty_and_keyless_attention():
     q = torch.randn(2, 3, 0, 8)
     out, lse = torch.ops.dynamo.attention(q, torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8), 0.5, False)
@@ -89,6 +114,8 @@ def test_bad_inputs_are_refused_with_a_message():
         torch.ops.dynamo.attention(x, x, torch.randn(1, 2, 4, 16), 1.0, False)
     with pytest.raises(RuntimeError, match=r"\[batch, heads"):
         torch.ops.dynamo.attention(x[0], x[0], x[0], 1.0, False)
+    with pytest.raises(RuntimeError, match="multiple"):  # 2 query heads over 3 key/value heads
+        torch.ops.dynamo.attention(x, torch.randn(1, 3, 4, 8), torch.randn(1, 3, 4, 8), 1.0, False)
 
 
 def ops_of(fn, *args):
