@@ -760,19 +760,22 @@ def _locals_spec(interp, fr, ip, live, index):
     call it wraps does not keep the whole call from having side exits."""
     specs = []
     for i, p in enumerate(fr.locals):
-        scratch, scratch_index = list(live), dict(index)  # (a failed encode leaves nothing behind)
+        n_live, n_index, refs = len(live), len(index), index.get("refs")
         try:
-            spec = encode(interp, p[0], p[1], scratch, scratch_index)
+            spec = encode(interp, p[0], p[1], live, index)
         except NoSnapshot:
             # (an object with a finalizer -- a generator suspended in a try block -- must stay
             # held to the call's end, where CPython drops the frame's locals and runs it)
             if (fr.init and i == 0) or i not in fr.dec.unread_from(ip) or hasattr(type(p[0]), "__del__"):
                 raise
+            # what the failed encode added is taken back: live values and numbered objects are
+            # only appended, and the object counter only grows
+            del live[n_live:]
+            for k in list(index)[n_index:]:
+                del index[k]
+            if refs is not None:
+                index["refs"] = refs
             spec = ("null",)
-        else:
-            live[:] = scratch
-            index.clear()
-            index.update(scratch_index)
         specs.append(spec)
     return specs
 
