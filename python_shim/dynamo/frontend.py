@@ -1030,6 +1030,7 @@ class OptimizedFunction:
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined, mutates=p.mutates,
                          family=fam, shape_key=shape_key(args), size_read=None, size_fixed=p.size_fixed,
                          retimer=(RETIME_AFTER, self._entry_maker(text, defaulted)) if defaulted is not None else None)
+            c.python_effects = p.python_effects  # (write-backs and returned outside objects, as the proto's)
             fam.instances += 1
             bump("size_instances")
             bump("compile_seconds", c.stats.compile_ms / 1e3)

@@ -273,3 +273,23 @@ def test_the_forms_a_write_back_takes_match_eager():
                 torch.testing.assert_close(getattr(sd, name), getattr(se, name))
             assert sd.view._base is x and sd.n == se.n  # a view of the argument, as eager's
     assert dynamo.counters()["native_runs"] >= 2
+
+
+def _set_scaled(o, x):
+    o.h = x * 2 + 1
+    return x.sum(0)
+
+
+def test_a_size_family_instance_makes_the_write_backs_of_its_traces():
+    """A size family made from traces with write-backs: its instances (no recording) set the
+    attributes as the recorded traces do, and return the call's own result."""
+    opt = dynamo.optimize(_set_scaled)
+    before = dynamo.counters()["size_instances"]
+    with torch.no_grad():
+        for n in (3, 5, 7, 9, 11):
+            x = torch.randn(n, 4)
+            oe, od = State(), State()
+            oe.h = od.h = None
+            torch.testing.assert_close(opt(od, x), _set_scaled(oe, x))
+            torch.testing.assert_close(od.h, oe.h)
+    assert dynamo.counters()["size_instances"] - before >= 1
