@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
 
 #include "gpu/program.h"
 #include "runtime/derived.h"
@@ -14,6 +17,10 @@
 namespace dynamo::runtime {
 
 using jit::ErrorCode;
+
+namespace {
+void share_kept(Entry &e);
+}  // namespace
 
 std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trace,
                                      const std::string &fn_name, int num_threads) {
@@ -42,7 +49,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   popt.kept_steps = true;
   e->plan = jit::plan_trace(e->trace, popt);
   if (!e->plan.step_kept.empty()) {  // the kept kernel results' memory, allocated once
-    e->kept = std::make_unique<Entry::Kept>();
+    e->kept = std::make_shared<Entry::Kept>();
     e->kept->offset.assign((size_t)e->plan.num_slots, 0);
     size_t bytes = 0;
     for (int32_t s = 0; s < e->plan.num_slots; ++s)
@@ -64,6 +71,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   int nk = 0;
   bool cached = false;
   e->code = engine.compile(e->trace, e->plan, fn_name, &nk, &cached);
+  if (e->kept) share_kept(*e);
   e->stats.struct_size = sizeof(dynamo_entry_stats);
   e->stats.num_kernels = (uint32_t)nk;
   for (char k : e->plan.step_kept) e->stats.kept_steps += k != 0;
@@ -80,6 +88,72 @@ Entry::~Entry() = default;
 Entry::Kept::~Kept() { free(memory); }
 
 namespace {
+
+// Entries whose kept steps are the same -- one machine code (the same program, perhaps at other
+// sizes: a size family's instances), the same kept steps and slots with the same bytes, reading
+// the same argument slots of the same types -- share one Kept: what one run computed from the
+// weights the others reuse while the weights are the same (the keys are checked on every run, as
+// for one entry). Registered weakly: the Kept goes with the last entry holding it.
+std::mutex kept_registry_mu;
+std::map<std::string, std::weak_ptr<Entry::Kept>> kept_registry;
+
+std::string kept_signature(const Entry &e) {
+  const jit::Plan &p = e.plan;
+  std::ostringstream os;
+  os << e.code.tracker.get() << '|';
+  for (char k : p.step_kept) os << (int)k;
+  os << '|';
+  for (int32_t s = 0; s < p.num_slots; ++s)
+    if (p.slot_kept[(size_t)s]) os << s << ':' << p.scratch_bytes[(size_t)s] << ',';
+  os << '|';
+  for (int32_t w : p.kept_weights) os << w << ',';
+  // The instructions the kept values come from, as text (types, sizes and constants included:
+  // arange(n + 1) kept at one size is not the one at another)
+  const jit::Trace &t = e.trace;
+  std::vector<int32_t> todo;
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    if (!p.step_kept[si]) continue;
+    const jit::Step &st = p.steps[si];
+    if (st.kind == jit::Step::Extern) {
+      for (int32_t v : p.externs[(size_t)st.index].result_values) todo.push_back(v);
+    } else {
+      for (const jit::Root &r : p.groups[(size_t)st.index].roots) todo.push_back(r.value);
+      for (const jit::Root &r : p.groups[(size_t)st.index].row_roots) todo.push_back(r.value);
+    }
+  }
+  std::vector<char> seen(t.insts.size(), 0);
+  while (!todo.empty()) {
+    int32_t v = todo.back();
+    todo.pop_back();
+    int32_t k = t.def[(size_t)v];
+    if (k < 0 || seen[(size_t)k]) continue;
+    seen[(size_t)k] = 1;
+    for (const jit::Operand &o : t.insts[(size_t)k].args)
+      if (o.kind == jit::Operand::Value) todo.push_back(o.value);
+  }
+  std::istringstream lines(jit::print_trace(t));
+  std::string line;
+  std::getline(lines, line);  // (the header)
+  for (size_t k = 0; k < t.insts.size() && std::getline(lines, line); ++k)
+    if (seen[k]) os << line << '\n';
+  return os.str();
+}
+
+void share_kept(Entry &e) {
+  if (!e.code.tracker) return;
+  std::string key = kept_signature(e);
+  std::lock_guard<std::mutex> lock(kept_registry_mu);
+  for (auto it = kept_registry.begin(); it != kept_registry.end();)  // (those whose entries went)
+    it = it->second.expired() ? kept_registry.erase(it) : std::next(it);
+  auto found = kept_registry.find(key);
+  if (found != kept_registry.end()) {
+    if (std::shared_ptr<Entry::Kept> k = found->second.lock()) {
+      e.kept = std::move(k);
+      return;
+    }
+  }
+  kept_registry[key] = e.kept;
+}
 
 // What identifies a weight's contents for the kept steps: its address, the caller's version and
 // the bytes of the elements derived.h's content keys sample (the same rule: a write the version does not count, through

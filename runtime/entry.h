@@ -100,7 +100,9 @@ struct Entry {
     void *memory = nullptr;
     ~Kept();
   };
-  std::unique_ptr<Kept> kept;
+  // Shared by the entries of one machine code whose kept steps are the same (a size family's
+  // instances: the same weights packed once, not once per instance; kept_registry in entry.cpp).
+  std::shared_ptr<Kept> kept;
   mutable std::atomic<int64_t> kept_computes{0};  // complete runs that computed the kept steps
   // DYNAMO_PROFILE=1 (jit::profile_enabled): time per plan step (null otherwise), and of the
   // trace function per run; entry_profile() reports them.

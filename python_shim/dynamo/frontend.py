@@ -783,8 +783,10 @@ class OptimizedFunction:
         if _shares_code(c):
             bump("code_shared")
         self._add_root(c, rec, interp)
-        if not rec.exits and rec.cut is None and not guards_only and rec.device is None:
+        if all(e.plain_branch for e in rec.exits) and rec.cut is None and not guards_only and rec.device is None:
             c.size_fixed = {**rec.size_fixed, **interp.sizes.size_fixed}
+            c.size_guards, c.size_passed = interp.sizes.size_guards, interp.sizes.size_passed
+            c.size_opaque = interp.sizes.size_opaque
             c.dynamic_marks = dict(rec.input_marks)
             self._join_family(c, interp.sizes.size_read)
         if self._storable(rec, None, guards_only) and rec.call.store_where is not None:
@@ -879,7 +881,7 @@ class OptimizedFunction:
                 log("recompiles", f"{self.name}: size family widened by this trace: {wide.describe()}")
                 return
         for p in self.compiled:
-            if p is c or p.family is not None or p.size_read is not None or p.exits or \
+            if p is c or p.family is not None or p.size_read is not None or not _branch_exits_only(p) or \
                     p.cut_id is not None or not sizes.same_program(p, c):
                 continue
             try:
@@ -906,7 +908,7 @@ class OptimizedFunction:
                 config.dynamic is False and not _has_marks(args, kwargs):
             return False
         for c in self.compiled:
-            if type(c) is not Compiled or c.family is not None or c.size_read is not None or c.exits or \
+            if type(c) is not Compiled or c.family is not None or c.size_read is not None or not _branch_exits_only(c) or \
                     c.cut_id is not None or getattr(c, "probed", False):
                 continue
             try:
@@ -961,7 +963,7 @@ class OptimizedFunction:
         inherited choices when it made such defaults, else None."""
         inherited = ""
         for c in reversed(self.compiled):
-            if c.family is not fam and c is not fam.proto or _ones(c.shape_key) != _ones(key):
+            if c.family is not fam and c is not fam.proto or _ones(c.shape_key) != _ones(key) or c.defaulted:
                 continue
             try:
                 inherited = c.entry.choices()
@@ -991,15 +993,31 @@ class OptimizedFunction:
                         pass
         return " ".join(w for w in inherited.split() if not w.endswith("=winograd"))
 
-    def _entry_maker(self, text, choices):
-        """A function making a fresh entry of trace text with these step choices (the others
-        time themselves)."""
-        def make():
-            entry = self._frame_for(None).compile(native.Trace(text))
+    def _entry_maker(self, text, fam, key):
+        """An instance's retimer (tracetree.Compiled._retime): when a member of its family fam
+        (for calls of shape_key key) has timed its steps by then, the instance's entry takes
+        those choices (a decode step at each new cache length: the products are the same at
+        every length); else a fresh entry of trace text that times its steps itself."""
+        def make(c):
+            choices = self._timed_choices(fam, key)
             if choices:
-                entry.set_choices(choices)
-            return entry
+                c.entry.set_choices(choices)
+                return None
+            return self._frame_for(None).compile(native.Trace(text))
         return make
+
+    def _timed_choices(self, fam, key):
+        """The step choices of the newest member of family fam (at sizes 1 where key has them)
+        that timed its steps itself: a recorded trace, or an instance after its retiming."""
+        for c in reversed(self.compiled):
+            if (c.family is fam or c is fam.proto) and not c.defaulted and _ones(c.shape_key) == _ones(key):
+                try:
+                    words = c.entry.choices().split()
+                except DynamoError:
+                    return ""
+                if words:
+                    return " ".join(w for w in words if not w.endswith("=winograd"))
+        return ""
 
     def _from_family(self, fn, args, kwargs):
         """A call no trace took, at sizes a family serves: an instance of the family compiled
@@ -1027,9 +1045,10 @@ class OptimizedFunction:
                 return MISS
             defaulted = self._inherit_choices(fam, entry, shape_key(args))
             p = fam.proto
-            c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined, mutates=p.mutates,
+            c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined,
+                         [e.fresh_copy() for e in p.exits], mutates=p.mutates,
                          family=fam, shape_key=shape_key(args), size_read=None, size_fixed=p.size_fixed,
-                         retimer=(RETIME_AFTER, self._entry_maker(text, defaulted)) if defaulted is not None else None)
+                         retimer=(RETIME_AFTER, self._entry_maker(text, fam, shape_key(args))) if defaulted is not None else None)
             c.python_effects = p.python_effects  # (write-backs and returned outside objects, as the proto's)
             fam.instances += 1
             bump("size_instances")
@@ -1134,6 +1153,12 @@ def _ones(key):
 def _leaf_shapes(args, kwargs):
     """The shapes of the tensors in a call's arguments (nested ones included), in order."""
     return tuple(tuple(t.shape) for t in probe._leaves((args, kwargs), []))
+
+
+def _branch_exits_only(c):
+    """Trace c's side exits are all at branches (none a stitch or a cut): it may join a size
+    family, whose instances take such exits with their own sizes (snapshot.encode_pair)."""
+    return c.cut_id is None and all(e.plain_branch for e in c.exits)
 
 
 def _has_tensor(args, kwargs):

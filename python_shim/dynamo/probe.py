@@ -42,8 +42,10 @@ class _Text:
     """What Family.widened reads of a trace: its text (and, for a family's proto, the sizes its
     program used as numbers)."""
 
-    def __init__(self, text, size_fixed=None, input_srcs=()):
+    def __init__(self, text, size_fixed=None, input_srcs=(), flow=None):
         self.text, self.size_fixed, self.input_srcs = text, size_fixed or {}, input_srcs
+        # what sizeflow.py saw Python do with sizes (the comparisons and what it passed to torch)
+        self.size_guards, self.size_passed, self.size_opaque = flow or ([], [], [])
 
 
 def _leaves(v, out):
@@ -132,7 +134,9 @@ def run(name, fn, args, kwargs, change, base_shapes):
         spec, names = _flatten_result(result, rec, index)
         if not names:
             names = [rec.last_value()]
-        return rec.text(names), spec, rec.value_shapes(), dict(interp.sizes.size_fixed)
+        sf = interp.sizes
+        return rec.text(names), spec, rec.value_shapes(), (dict(sf.size_fixed), (sf.size_guards, sf.size_passed,
+                                                                                 sf.size_opaque))
     finally:
         fake_log.disabled = quiet
         torch._C._set_grad_enabled(grad)
@@ -188,16 +192,18 @@ def family(c, name, fn, args, kwargs, recorded):
     from . import sizes
     t0 = time.perf_counter()
     try:
-        base_text, spec, base_shapes, fixed = run(name, fn, args, kwargs, {}, {})
+        base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {})
     except Exception as e:  # noqa: BLE001 -- a probe that cannot run finds nothing
         return None, f"the base probe ended: {type(e).__name__}: {e}", 1
     if spec != c.out_spec:
         return None, "the probe's result has another structure (a view or a number that follows the sizes)", 1
+    if list(flow[0]) != list(c.size_guards):
+        return None, "the probe's comparisons of sizes in Python differ from the recording's", 1
     fixed = dict(fixed)
     for k, v in c.size_fixed.items():
         fixed.setdefault(k, v)
     search = _Search(name, fn, args, kwargs, spec, base_shapes, sizes.Family.of_trace(_Text(base_text, fixed,
-                                                                                            c.input_srcs)))
+                                                                                            c.input_srcs, flow)))
     search.vary_dims(recorded)
     if not search.fam.variables:
         return None, f"no argument dimension can vary ({_failures(search.failed)})", search.runs
@@ -206,7 +212,9 @@ def family(c, name, fn, args, kwargs, recorded):
     if why is not None:
         return None, why, search.runs
     fam = search.fam
-    out = sizes.Family(c, fam.parts, fam.kinds, fam.exprs, fam.variables, low)
+    out = sizes.Family(c, fam.parts, fam.kinds, fam.exprs, fam.variables, low, fam.samples)
+    if out.unusable is not None:
+        return None, out.unusable, search.runs
     log("perf", f"{name}: {search.runs} size probe(s) in {(time.perf_counter() - t0) * 1e3:.1f} ms")
     return out, None, search.runs
 
@@ -261,7 +269,7 @@ class _Search:
             if change is None:
                 return
             try:
-                text, s, _, _ = self.probe(change)
+                text, s, _, (_, flow) = self.probe(change)
             except Exception as e:  # noqa: BLE001 -- these dims stay constant (or the group is tried)
                 log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
                 self.failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
@@ -269,7 +277,7 @@ class _Search:
                     return  # (Python uses it: no group changes that)
                 continue
             self.tried.update(dims)
-            wide, why = self.fam.widened(_Text(text), least=1) if s == self.spec else \
+            wide, why = self.fam.widened(_Text(text, flow=flow), least=1) if s == self.spec else \
                 (None, "another result structure")
             if wide is None or len(wide.variables) != len(self.fam.variables) + 1:
                 log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: no fit ({why})")

@@ -23,6 +23,7 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 import torch
 
 from . import snapshot
+from .sizes import p_add, p_mul, poly
 from .frames import NULL as _NULL, ProbeStop, SizeUsed, is_torch_callable
 
 # bytecodes that only move stack values (a tracked value passes through unchanged)
@@ -46,6 +47,9 @@ _READS = {"COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2, "UNARY_NEGATIVE": 1, "U
 _MUL = frozenset((5, 18))
 _DIV_POW = frozenset((2, 8, 11, 15, 21, 24))
 _ADD = frozenset((0, 13))
+_SUB = frozenset((10, 23))
+_JUMPS = frozenset(("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                    "POP_JUMP_BACKWARD_IF_TRUE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP", "UNARY_NOT"))
 _NUMBER = (int, float)
 _NO_DIMS = frozenset()
 
@@ -53,17 +57,37 @@ _NO_DIMS = frozenset()
 class _Sized(tuple):
     """A (value, None) stack pair holding a number or a sequence of numbers computed from tensor
     sizes. dims: the (trace value name, dimension) pairs a number came from; elems: per element
-    of a sequence, the same (dims is then their union)."""
+    of a sequence, the same (dims is then their union). expr: the number as a polynomial over
+    those (name, dim) keys (sizes.poly), where it is one (a floor division is not: None); exprs:
+    per element of a sequence, the same."""
 
-    def __new__(cls, value, dims=_NO_DIMS, elems=None):
+    def __new__(cls, value, dims=_NO_DIMS, elems=None, expr=None, exprs=None):
         p = super().__new__(cls, (value, None))
         p.elems = tuple(elems) if elems is not None else None
         p.dims = frozenset().union(*p.elems) if p.elems is not None else frozenset(dims)
+        p.expr = expr if type(value) is int else None
+        p.exprs = tuple(exprs) if exprs is not None and p.elems is not None and len(exprs) == len(p.elems) else \
+            ((None,) * len(p.elems) if p.elems is not None else None)
         return p
 
 
 def _dims_of(p):
     return p.dims if isinstance(p, _Sized) else _NO_DIMS
+
+
+def _expr_of(p):
+    """The polynomial of a stack pair's number: a tracked one's, a plain int's constant, else None."""
+    if isinstance(p, _Sized):
+        return p.expr
+    v = p[0]
+    return poly(v) if type(v) is int and p[1] is None else None
+
+
+def _exprs_of(p, n):
+    if isinstance(p, _Sized) and p.exprs is not None:
+        return p.exprs
+    v = p[0]
+    return tuple(poly(x) if type(x) is int else None for x in v) if type(v) in (tuple, list, torch.Size) else (None,) * n
 
 
 def _is_number(v):
@@ -84,6 +108,12 @@ class SizeFlow:
         self.size_read = None     # a size read that is not followed: the trace serves its own sizes only
         self.size_fixed = {}      # (trace value name, dim) -> where Python used that size as a number
         self._sized = False       # a tracked value exists (then each bytecode is checked)
+        # comparisons of tracked sizes that Python made: (left - right as a polynomial over the
+        # keys, dis.cmp_op index, the outcome, where); a size family holds only where they come
+        # out the same (sizes.Family.check_sizes)
+        self.size_guards = []
+        self.size_passed = []     # polynomials of tracked numbers handed to torch calls (op arguments)
+        self.size_opaque = []     # (dims, value) of tracked numbers handed to torch calls without one
         self._origin = False      # the current bytecode makes a tracked value (no size_read note)
 
     def note_read(self, what, text=None):
@@ -122,6 +152,10 @@ class SizeFlow:
             raise ProbeStop(f"following a size failed: {type(e).__name__}: {e}")
         if self.size_read is None:
             self.size_read = f"a size (following it failed inside dynamo: {type(e).__name__}: {e})"
+
+    def fix_at_snapshot(self, p):
+        """A tracked pair that a snapshot (a side exit's) holds as a constant: its sizes are fixed."""
+        self._fix((p,), self.interp.frames[-1] if self.interp.frames else None)
 
     def _fix(self, pairs, f):
         """The tracked values among pairs are used as numbers: their dimensions stay constant."""
@@ -168,6 +202,18 @@ class SizeFlow:
             return None
         if op == "BINARY_OP":
             return self._size_binary(f, ins)
+        if op == "COMPARE_OP":
+            return self._size_compare(f, ins)
+        if op in _JUMPS:  # a branch (or `not`) on a tracked number: a guard on it being 0
+            p = stack[-1] if stack else None
+            if isinstance(p, _Sized) and p.expr is not None:
+                self._guard(p.expr, 3, bool(p[0]), f)
+            else:
+                self._fix(stack[-1:], f)
+            return None
+        if op == "UNARY_NEGATIVE" and stack and isinstance(stack[-1], _Sized) and stack[-1].expr is not None:
+            dims, expr = stack[-1].dims, p_add((), stack[-1].expr, -1)
+            return lambda: self._mark_top(f, dims=dims, expr=expr)
         if op == "BINARY_SUBSCR":
             return self._size_subscript(f)
         if op == "BINARY_SLICE":  # 3.12: shape[start:end]
@@ -175,23 +221,25 @@ class SizeFlow:
         if op == "UNPACK_SEQUENCE":
             p = stack[-1]
             if isinstance(p, _Sized) and p.elems is not None and len(p.elems) == ins.arg:
-                elems = p.elems
-                return lambda: self._mark_unpacked(f, elems)
+                elems, exprs = p.elems, p.exprs
+                return lambda: self._mark_unpacked(f, elems, exprs)
             self._fix(stack[-1:], f)
             return None
         if op in ("BUILD_TUPLE", "BUILD_LIST"):
             items = stack[len(stack) - ins.arg:] if ins.arg else []
             if any(isinstance(p, _Sized) for p in items):
-                elems = [_dims_of(p) for p in items]
-                return lambda: self._mark_top(f, elems=elems)
+                elems, exprs = [_dims_of(p) for p in items], [_expr_of(p) for p in items]
+                return lambda: self._mark_top(f, elems=elems, exprs=exprs)
             return None
         if op in ("LIST_APPEND", "LIST_EXTEND"):
             return self._size_list_add(f, op, ins)
+        if op == "BUILD_SLICE":
+            return self._size_build_slice(f, ins)
         if op == "LIST_TO_TUPLE":
             p = stack[-1]
             if isinstance(p, _Sized) and p.elems is not None:
-                elems = p.elems
-                return lambda: self._mark_top(f, elems=elems)
+                elems, exprs = p.elems, p.exprs
+                return lambda: self._mark_top(f, elems=elems, exprs=exprs)
             return None
         if op == "CALL_FUNCTION_EX":
             return self._size_star_call(f, ins)
@@ -216,14 +264,22 @@ class SizeFlow:
             return None
         x, y, arg = a[0], b[0], ins.arg
         if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-            return None  # the number becomes an integer of the op's IR line (fitted, verified)
+            self._passed((a, b))  # the number becomes an integer of the op's IR line
+            return None
+        dims = _dims_of(a) | _dims_of(b)
         if _is_number(x) and _is_number(y) and (arg in _MUL or arg in _DIV_POW and not isinstance(b, _Sized)):
-            dims = _dims_of(a) | _dims_of(b)
-            return lambda: self._mark_top(f, dims=dims)
+            ea, eb = _expr_of(a), _expr_of(b)
+            expr = p_mul(ea, eb) if arg in _MUL and ea is not None and eb is not None else None
+            return lambda: self._mark_top(f, dims=dims, expr=expr)
+        if (arg in _ADD or arg in _SUB) and type(x) is int and type(y) is int and \
+                _expr_of(a) is not None and _expr_of(b) is not None:
+            expr = p_add(_expr_of(a), _expr_of(b), 1 if arg in _ADD else -1)  # (n + 1: an offset)
+            return lambda: self._mark_top(f, dims=dims, expr=expr)
         if arg in _ADD and _is_shape(x) and _is_shape(y):
             elems = (a.elems if isinstance(a, _Sized) and a.elems is not None else (_dims_of(a),) * len(x)) + \
                     (b.elems if isinstance(b, _Sized) and b.elems is not None else (_dims_of(b),) * len(y))
-            return lambda: self._mark_top(f, elems=elems)
+            exprs = _exprs_of(a, len(x)) + _exprs_of(b, len(y))
+            return lambda: self._mark_top(f, elems=elems, exprs=exprs)
         self._fix((a, b), f)
         return None
 
@@ -234,8 +290,8 @@ class SizeFlow:
         self._fix((lo, hi), f)
         if isinstance(obj, _Sized):
             if obj.elems is not None and all(b[0] is None or type(b[0]) is int for b in (lo, hi)):
-                elems = obj.elems[lo[0]:hi[0]]
-                return lambda: self._mark_top(f, elems=elems)
+                elems, exprs = obj.elems[lo[0]:hi[0]], obj.exprs[lo[0]:hi[0]]
+                return lambda: self._mark_top(f, elems=elems, exprs=exprs)
             self._fix((obj,), f)
         return None
 
@@ -248,11 +304,11 @@ class SizeFlow:
         if isinstance(obj, _Sized) and not isinstance(key, _Sized):
             k = key[0]
             if obj.elems is not None and type(k) is int and -len(obj.elems) <= k < len(obj.elems):
-                dims = obj.elems[k]
-                return lambda: self._mark_top(f, dims=dims)
+                dims, expr = obj.elems[k], obj.exprs[k]
+                return lambda: self._mark_top(f, dims=dims, expr=expr)
             if obj.elems is not None and type(k) is slice:
-                elems = obj.elems[k]
-                return lambda: self._mark_top(f, elems=elems)
+                elems, exprs = obj.elems[k], obj.exprs[k]
+                return lambda: self._mark_top(f, elems=elems, exprs=exprs)
             self._fix((obj,), f)
         return None
 
@@ -265,9 +321,10 @@ class SizeFlow:
             return None
         self._origin = True
         elems = [frozenset({(name, d)}) for d in range(t.dim())]
+        exprs = [poly(1, (name, d)) for d in range(t.dim())]
 
         def after():
-            self._mark_top(f, elems=elems)
+            self._mark_top(f, elems=elems, exprs=exprs)
         return after
 
     def _size_call(self, f, ins, kw_on_stack=False):
@@ -276,10 +333,12 @@ class SizeFlow:
         tracked shape is its rank, int/tuple/list keep them tracked; anything else fixes them."""
         stack = f.stack
         n = ins.arg
+        stack_kw = None
         if kw_on_stack:
             if not stack or type(stack[-1][0]) is not tuple:
                 return None
-            nkw = len(stack[-1][0])
+            stack_kw = stack[-1][0]
+            nkw = len(stack_kw)
             stack = stack[:-1]
         else:
             nkw = len(f.kw_names or ())
@@ -317,20 +376,25 @@ class SizeFlow:
         if fn is len and len(args) == 1:
             return None  # the length of a shape is a rank (guarded natively), not a size
         if fn is int and len(args) == 1 and _is_number(args[0][0]):
-            dims = args[0].dims
-            return lambda: self._mark_top(f, dims=dims)
+            dims, expr = args[0].dims, args[0].expr
+            return lambda: self._mark_top(f, dims=dims, expr=expr)
         if fn in (tuple, list, torch.Size) and len(args) == 1 and args[0].elems is not None:
-            elems = args[0].elems
-            return lambda: self._mark_top(f, elems=elems)
+            elems, exprs = args[0].elems, args[0].exprs
+            return lambda: self._mark_top(f, elems=elems, exprs=exprs)
         if fn in (torch.tensor, torch.as_tensor, torch.scalar_tensor):
             self._fix(tracked, f)  # data made from the numbers: a constant of the trace
             return None
         code = _python_code(fn)
         if code is not None:
             if code.co_flags & (CO_VARARGS | CO_VARKEYWORDS):
-                self._fix(tracked, f)  # *args/**kwargs are rebuilt without their pairs
+                # *args/**kwargs are rebuilt without their pairs: what lands there is fixed
+                names = (stack_kw if kw_on_stack else f.kw_names) or ()
+                bound = isinstance(fn, (types.MethodType, torch.nn.Module))
+                self._fix(_landing_in_stars(code, bound, pos, names, args[len(args) - nkw:]), f)
             return None
         if _torch_c_callable(fn):
+            self._passed(tracked)
+
             def after():  # a torch function's numbers (not tensors) computed from tracked ones
                 if f.stack and not _tensors_only(f.stack[-1][0]):
                     self._fix(tracked, f)
@@ -349,12 +413,13 @@ class SizeFlow:
             self._fix((item,), f)
             return None
         before = lst.elems if isinstance(lst, _Sized) and lst.elems is not None else (_NO_DIMS,) * len(lst[0])
+        exprs = _exprs_of(lst, len(lst[0]))
         if op == "LIST_APPEND":
-            added = (_dims_of(item),)
+            added, exprs = (_dims_of(item),), exprs + (_expr_of(item),)
         elif isinstance(item, _Sized) and item.elems is not None:
-            added = item.elems
+            added, exprs = item.elems, exprs + item.exprs
         elif type(item[0]) in (tuple, list, torch.Size) and not isinstance(item, _Sized):
-            added = (_NO_DIMS,) * len(item[0])
+            added, exprs = (_NO_DIMS,) * len(item[0]), exprs + _exprs_of(item, len(item[0]))
         else:
             self._fix((item,), f)
             return None
@@ -363,7 +428,7 @@ class SizeFlow:
         def after():
             p = f.stack[at]
             if type(p[0]) is list and len(p[0]) == len(elems):
-                f.stack[at] = _Sized(p[0], elems=elems)
+                f.stack[at] = _Sized(p[0], elems=elems, exprs=exprs)
                 self._sized = True
             else:
                 self._fix((_Sized(None, elems=elems),), f)
@@ -384,6 +449,7 @@ class SizeFlow:
         if ins.arg & 1 or isinstance(items[0], _Sized) or not _torch_c_callable(fn):
             self._fix(tracked, f)
             return None
+        self._passed(tracked)
 
         def after():
             if f.stack and not _tensors_only(f.stack[-1][0]):
@@ -396,12 +462,13 @@ class SizeFlow:
             return None
         self._origin = True
         keys = frozenset((name, d) for d in dims)
+        expr = (((tuple(sorted(keys)), 1),) if keys else poly(1))  # (a size, or the product numel() is)
 
         def after():
-            self._mark_top(f, dims=keys)
+            self._mark_top(f, dims=keys, expr=expr)
         return after
 
-    def _mark_top(self, f, dims=_NO_DIMS, elems=None):
+    def _mark_top(self, f, dims=_NO_DIMS, elems=None, expr=None, exprs=None):
         """The value on top of f's stack (just made) as a tracked pair."""
         if not f.stack or f.stack[-1][1] is not None:
             return
@@ -412,16 +479,77 @@ class SizeFlow:
         if elems is None and not _is_number(v):
             self._fix((_Sized(None, dims),), f)
             return
-        f.stack[-1] = _Sized(v, dims, elems)
+        f.stack[-1] = _Sized(v, dims, elems, expr, exprs)
         self._sized = True
 
-    def _mark_unpacked(self, f, elems):
+    def _mark_unpacked(self, f, elems, exprs):
         k = len(elems)
         for i in range(k):
             p = f.stack[-1 - i]
             if p[1] is None and _is_number(p[0]):
-                f.stack[-1 - i] = _Sized(p[0], elems[i])
+                f.stack[-1 - i] = _Sized(p[0], elems[i], expr=exprs[i])
         self._sized = True
+
+    def _size_build_slice(self, f, ins):
+        """BUILD_SLICE with tracked bounds that are polynomials: a tracked slice, whose bounds
+        are integers of an op line where it indexes a tensor (x[:, :n + 1]); any other use of
+        it fixes them (a list sliced by a size has a length Python would decide with)."""
+        items = f.stack[len(f.stack) - ins.arg:]
+        tracked = [p for p in items if isinstance(p, _Sized)]
+        if not tracked:
+            return None
+        if any(p.expr is None for p in tracked):
+            self._fix(tracked, f)
+            return None
+        dims = frozenset().union(*(p.dims for p in tracked))
+        self._passed(tracked)
+
+        def after():
+            if f.stack and type(f.stack[-1][0]) is slice and f.stack[-1][1] is None:
+                f.stack[-1] = _Sized(f.stack[-1][0], dims)
+                self._sized = True
+        return after
+
+    def _size_compare(self, f, ins):
+        """COMPARE_OP on tracked numbers (or one and a plain int): a guard on how it comes out
+        (size_guards), not a fixed size; of anything else they are fixed."""
+        a, b = f.stack[-2], f.stack[-1]
+        if not (isinstance(a, _Sized) or isinstance(b, _Sized)):
+            return None
+        ea, eb = _expr_of(a), _expr_of(b)
+        if ea is None or eb is None or not 0 <= ins.arg < 6:
+            self._fix((a, b), f)
+            return None
+        diff = p_add(ea, eb, -1)
+
+        def after():
+            r = f.stack[-1][0] if f.stack else None
+            if type(r) is bool:
+                self._guard(diff, ins.arg, r, f)
+            else:
+                self._fix((a, b), f)
+        return after
+
+    def _guard(self, expr, op, outcome, f):
+        if any(m for m, _ in expr):
+            self.size_guards.append((expr, op, outcome, snapshot.where(f)))
+
+    def _passed(self, pairs):
+        """Tracked numbers handed to a torch call: integers of its IR line, each either given by
+        its polynomial (size_passed) or not (size_opaque: a family must not vary it there)."""
+        for p in pairs:
+            if not isinstance(p, _Sized):
+                continue
+            if p.elems is None:
+                items = [(p.expr, p.dims, p[0])]
+            else:
+                items = [(e, d, v) for e, d, v in zip(p.exprs, p.elems, p[0] if isinstance(p[0], (tuple, list)) else ())]
+            for expr, dims, v in items:
+                if expr is not None:
+                    if any(m for m, _ in expr) and expr not in self.size_passed:
+                        self.size_passed.append(expr)
+                elif dims:
+                    self.size_opaque.append((frozenset(dims), v))
 
 
 def _python_code(fn):
@@ -437,6 +565,17 @@ def _python_code(fn):
                                                         torch.nn.modules.module._global_forward_pre_hooks):
             return fwd.__code__
     return None
+
+
+def _landing_in_stars(code, bound, pos, names, kwvals):
+    """The tracked pairs of a call to a Python function of `code` that binding puts into its
+    *args tuple or **kwargs dict (calls._bind keeps the pairs of named parameters only). bound:
+    fn takes self implicitly."""
+    n = code.co_argcount - (1 if bound else 0)
+    out = [p for p in pos[n:] if isinstance(p, _Sized)]
+    settable = code.co_varnames[code.co_posonlyargcount:code.co_argcount + code.co_kwonlyargcount]
+    out += [p for name, p in zip(names, kwvals) if isinstance(p, _Sized) and name not in settable]
+    return out
 
 
 def _torch_c_callable(fn):

@@ -126,34 +126,116 @@ def tokens(text, owners=None):
     return parts, values, kinds
 
 
-def _value(expr, env):
-    """c * prod(v_i ** e_i) at variable values env, a Fraction."""
-    c, exps = expr
-    for v, e in zip(env, exps):
-        if e:
-            c *= Fraction(v) ** e
-    return c
+# Polynomials over size symbols: a sorted tuple of (monomial, coefficient) pairs with no zero
+# coefficient, a monomial a sorted tuple of symbols (a symbol repeated is a power). A family's
+# integers are polynomials over its variables (numbers 0, 1, ...); what sizeflow.py follows in
+# Python, over (trace value name, dim) keys.
+def poly(const=0, sym=None):
+    """The constant const, or (sym given) const * sym (const 0 taken as 1)."""
+    if sym is not None:
+        return (((sym,), Fraction(const or 1)),)
+    return (((), Fraction(const)),) if const else ()
+
+
+def p_add(a, b, k=1):
+    """a + k * b."""
+    out = dict(a)
+    for m, c in b:
+        out[m] = out.get(m, 0) + k * c
+    return tuple(sorted((m, c) for m, c in out.items() if c))
+
+
+def p_mul(a, b):
+    out = {}
+    for m1, c1 in a:
+        for m2, c2 in b:
+            m = tuple(sorted(m1 + m2))
+            out[m] = out.get(m, 0) + c1 * c2
+    return tuple(sorted((m, c) for m, c in out.items() if c))
+
+
+def p_eval(a, value):
+    """a at symbol values value (a list or dict: value[symbol]), a Fraction."""
+    total = Fraction(0)
+    for m, c in a:
+        for s in m:
+            c *= value[s]
+        total += c
+    return total
+
+
+def p_syms(a):
+    return {s for m, _ in a for s in m}
+
+
+def p_subst(a, polys):
+    """a with each symbol s replaced by the polynomial polys[s]."""
+    out = ()
+    for m, c in a:
+        term = poly(c)
+        for s in m:
+            term = p_mul(term, polys[s])
+        out = p_add(out, term)
+    return out
+
+
+def _ratio(exps, ratios):
+    """prod(ratios[i] ** exps[i])."""
+    out = Fraction(1)
+    for r, e in zip(ratios, exps):
+        out *= r ** e
+    return out
+
+
+# comparisons of sizes (sizeflow.py: dis.cmp_op's order), as applied to (left - right, 0)
+_CMP = (lambda d: d < 0, lambda d: d <= 0, lambda d: d == 0, lambda d: d != 0, lambda d: d > 0, lambda d: d >= 0)
+CMP_TEXT = ("<", "<=", "==", "!=", ">", ">=")
 
 
 class Family:
     """Traces of one program at several sizes. proto: the Compiled whose guards, output spec
-    and op list every instance shares; exprs: per integer of the text (c, exponents per
-    variable); variables: per variable, the (input slot, dim) pairs that are it."""
+    and op list every instance shares; exprs: per integer of the text, its polynomial over the
+    variables; variables: per variable, the (input slot, dim) pairs that are it; samples: the
+    variables' values at each trace the fit went through (None: the proto's alone)."""
 
-    def __init__(self, proto, parts, kinds, exprs, variables, low=None):
+    def __init__(self, proto, parts, kinds, exprs, variables, low=None, samples=None):
         self.proto, self.parts, self.kinds, self.exprs, self.variables = proto, parts, kinds, exprs, variables
         # per variable, its least value: 2, or 1 where a probe showed the program the same at 1
         self.low = list(low) if low is not None else [2] * len(variables)
+        self.samples = [list(e) for e in samples] if samples is not None else []
         self.instances = 0      # compiled from it without a recording
         self.failures = 0       # instances that did not compile (the family goes after a few)
         # each input slot's rank: the dims its `input` line lists (none for a 0-d tensor or a number)
         self.ranks = collections.Counter(k[1] for k in kinds if k[0] == DIM)
+        # the comparisons of sizes Python made (sizeflow.py), over the variables, with what each
+        # gave: an instance's sizes must give the same; unusable: why the family cannot serve
+        self.checks, self.unusable = self._size_checks()
 
     @classmethod
     def of_trace(cls, c):
         """A trace as a family without variables (every integer a constant)."""
         parts, values, kinds = tokens(c.text)
-        return cls(c, parts, kinds, [(Fraction(v), ()) for v in values], [])
+        return cls(c, parts, kinds, [poly(v) for v in values], [], samples=[[]])
+
+    def key_polys(self):
+        """{(trace value name, dim): its size as a polynomial over the variables}."""
+        owners = {}
+        tokens(self.proto.text, owners)
+        return {key: self.exprs[j] for key, j in owners.items() if self.exprs[j] is not None}
+
+    def _size_checks(self):
+        guards = getattr(self.proto, "size_guards", ())
+        if not guards:
+            return [], None
+        keys = self.key_polys()
+        out = []
+        for expr, op, outcome, where in guards:
+            missing = p_syms(expr) - keys.keys()
+            if missing:
+                k = min(missing)
+                return [], f"the program compared {value_name(self.proto, k[0])}.size({k[1]}) in Python at {where}"
+            out.append((p_subst(expr, keys), op, outcome, where))
+        return out, None
 
     def describe(self, input_srcs=None):
         """The variables as readable guards: `s0 = a[0].size(1) >= 2`, equalities between dims."""
@@ -165,6 +247,8 @@ class Family:
 
     def bind(self, inputs):
         """The variables' values for these trace inputs (tensors, in slot order), or a reason."""
+        if self.unusable is not None:
+            return None, self.unusable
         for i, t in enumerate(inputs):  # a family is of one rank per input: another misses it
             if isinstance(t, torch.Tensor) and t.dim() != self.ranks[i]:
                 return None, f"input {i} has {t.dim()} dims, the family {self.ranks[i]}"
@@ -182,7 +266,16 @@ class Family:
             if v < self.low[k]:
                 return None, f"s{k} would be {v} (this size variable is at least {self.low[k]})"
             env.append(v)
-        return env, None
+        why = self.check_sizes(env)
+        return (env, None) if why is None else (None, why)
+
+    def check_sizes(self, env):
+        """None when Python's comparisons of sizes give at env what they gave when recorded."""
+        at = [Fraction(v) for v in env]
+        for expr, op, outcome, where in self.checks:
+            if _CMP[op](p_eval(expr, at)) != outcome:
+                return f"the comparison of sizes ({CMP_TEXT[op]}) at {where} would come out {not outcome}"
+        return None
 
     def instantiate(self, inputs):
         """The IR text of this program at the sizes of inputs, or (None, why not)."""
@@ -195,13 +288,15 @@ class Family:
         """The IR text at variable values env, or (None, why not); with inputs (the call's
         tensors), each input size and stride of the text must be theirs."""
         out = [self.parts[0]]
+        at = [Fraction(x) for x in env]
         for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
-            v = _value(expr, env) if expr[1] else expr[0]
+            v = p_eval(expr, at)
             if v.denominator != 1:
                 return None, f"a size of the trace would be {v} (not a whole number)"
             v = int(v)
-            least = 2 if any(e and self.low[k] > 1 for k, e in enumerate(expr[1])) else 1
-            if kind[0] == DIM and any(expr[1]) and v < least:
+            syms = p_syms(expr)
+            least = 2 if any(self.low[k] > 1 for k in syms) else 1
+            if kind[0] == DIM and syms and v < least:
                 return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least {least})"
             if inputs is not None and kind[0] in (DIM, STRIDE):
                 t = inputs[kind[1]]
@@ -219,6 +314,8 @@ class Family:
         parts, values, kinds = tokens(c.text)
         if parts != self.parts or len(values) != len(self.exprs):
             return None, "other operations or constants"
+        if list(getattr(c, "size_guards", ())) != list(getattr(self.proto, "size_guards", ())):
+            return None, "a comparison of sizes in Python came out otherwise"
         # the known variables at c's sizes
         env = []
         for k, dims in enumerate(self.variables):
@@ -226,27 +323,9 @@ class Family:
             if len(vals) != 1 or min(vals) < max(least, self.low[k]):
                 return None, f"s{k} is not one size >= {max(least, self.low[k])} in the new trace"
             env.append(vals.pop())
-        # input dims that were constants and changed: new variables (equal pairs are one)
-        new, new_dims = [], []
-        for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
-            if kind[0] != DIM or expr[1] and any(expr[1]):
-                continue
-            a, b = expr[0], values[j]
-            if a == b:
-                continue
-            if a < least or b < least:
-                return None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= {least})"
-            # dims that changed by the same ratio are one variable: those equal to it are it,
-            # the others a multiple of it (y of 5 * n elements viewed as [n, 5])
-            key = (a, b)
-            same = [i for i, (a0, b0) in enumerate(new) if Fraction(b0, a0) == Fraction(b, a)]
-            if not same:
-                new.append(key)
-                new_dims.append([(kind[1], kind[2])])
-            elif new[same[0]] == key:
-                new_dims[same[0]].append((kind[1], kind[2]))
-        if not new:
-            return None, "no input size changed"
+        new, new_dims, why = self._new_variables(kinds, values, least)
+        if why is not None:
+            return None, why
         nvars = len(self.variables) + len(new)
         if nvars > MAX_VARS:
             return None, f"more than {MAX_VARS} size variables"
@@ -254,43 +333,103 @@ class Family:
         steps = list(product(range(3), repeat=len(new)))
         seen = set()
         for e in steps:
-            r = _value((Fraction(1), e), ratios)
+            r = _ratio(e, ratios)
             if r in seen:
                 return None, "the sizes changed in step (the variables cannot be told apart)"
             seen.add(r)
         old = len(self.variables)
-        exprs = []
+        at = [Fraction(v) for v in env]
+        exprs, other = [], []
         for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
-            c0, exps = expr
-            exps = tuple(exps) + (0,) * (old - len(exps))
-            e = _value((c0, exps), env)
+            e = p_eval(expr, at)
             b = Fraction(values[j])
+            if kind[0] not in _FREE and (p_syms(expr) or e != b):
+                other.append(j)  # (what gives it is found below)
+                exprs.append(None)
+                continue
             fit = None
             if e == 0:
-                fit = () if b == 0 else None
+                fit = expr if b == 0 else None
             else:
                 for k in steps:
-                    if e * _value((Fraction(1), k), ratios) == b:
-                        fit = k
+                    if e * _ratio(k, ratios) == b:
+                        mono = tuple(sorted(s for i, x in enumerate(k) for s in [old + i] * x))
+                        fit = p_mul(expr, ((mono, 1 / _ratio(k, [Fraction(a) for a, _ in new])),))
                         break
+            if fit is None and len(new) == 1:  # an offset of the new variable: expr + d * (s - a)
+                a_new, b_new = new[0]
+                d = (b - e) / (b_new - a_new)
+                if d.denominator == 1 and d:
+                    fit = p_add(p_add(expr, poly(d, old)), poly(-d * a_new))
             if fit is None:
                 fixed = getattr(self.proto, "size_fixed", None)
                 hint = f" (the program used a size as a number in Python at {min(fixed.values())})" if fixed else ""
-                return None, f"integer {j} of the text ({kind[0]}) follows no product of the sizes{hint}"
-            if fit == ():
-                fit = (0,) * len(new)
-            c1 = c0
-            for (a, _), x in zip(new, fit):
-                c1 /= Fraction(a) ** x
-            full = exps + tuple(fit)
-            if any(full) and kind[0] not in _FREE:
-                return None, f"integer {j} of the text ({kind[0]}: not a type or a shape) depends on the sizes"
-            exprs.append((c1, full))
+                return None, f"integer {j} of the text ({kind[0]}) follows no product or offset of the sizes{hint}"
+            exprs.append(fit)
+        samples = [list(s) + [a for a, _ in new] for s in (self.samples or [[]])] + [env + [b for _, b in new]]
+        if other:
+            why = self._computed(other, exprs, values, samples)
+            if why is not None:
+                return None, why
         why = _fixed_sizes_constant(self.proto, exprs)
         if why is not None:
             return None, why
-        return Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims,
-                      self.low + [least] * len(new_dims)), None
+        fam = Family(self.proto, self.parts, self.kinds, exprs, self.variables + new_dims,
+                     self.low + [least] * len(new_dims), samples)
+        return (fam, None) if fam.unusable is None else (None, fam.unusable)
+
+    def _new_variables(self, kinds, values, least):
+        """The input dims of a new sample (its text's kinds and values) that were constants and
+        changed: new variables ((old size, new size) each, and the (slot, dim) pairs that are
+        it), or a reason. Equal pairs are one variable; dims that changed by the same ratio as one
+        are a multiple of it (y of 5 * n elements viewed as [n, 5]), by the same difference an
+        offset of it (a cache of n and a mask of n + 1): those are fitted, not new."""
+        new, new_dims, offset = [], [], False
+        for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
+            if kind[0] != DIM or p_syms(expr):
+                continue
+            a, b = p_eval(expr, []), values[j]
+            if a == b:
+                continue
+            if a < least or b < least:
+                return None, None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= {least})"
+            key = (a, b)
+            same = [i for i, (a0, b0) in enumerate(new) if Fraction(b0, a0) == Fraction(b, a)]
+            if same:
+                if new[same[0]] == key:
+                    new_dims[same[0]].append((kind[1], kind[2]))
+            elif any(b0 - a0 == b - a for a0, b0 in new):
+                offset = True
+            else:
+                new.append(key)
+                new_dims.append([(kind[1], kind[2])])
+        if not new:
+            return None, None, "no input size changed"
+        if offset and len(new) > 1:
+            return None, None, "sizes changed in step with an offset among several new variables"
+        return new, new_dims, None
+
+    def _computed(self, other, exprs, values, samples):
+        """Each integer of `other` (op arguments, not types or shapes: nothing checks them when
+        the code runs) that changed or follows the sizes: the polynomial of a size Python
+        computed and passed to a torch call (sizeflow.py), which must give it in every sample;
+        its slot in exprs is filled. None, or why not."""
+        owners = {}
+        tokens(self.proto.text, owners)
+        keys = {key: exprs[j] for key, j in owners.items() if exprs[j] is not None}
+        passed = []
+        for q in getattr(self.proto, "size_passed", ()):
+            if p_syms(q) <= keys.keys():
+                passed.append(p_subst(q, keys))
+        at = [[Fraction(v) for v in s] for s in samples]
+        for j in other:
+            want = [p_eval(self.exprs[j], s[:len(self.variables)]) for s in at[:-1]] + [Fraction(values[j])]
+            found = next((q for q in passed if all(p_eval(q, s) == w for s, w in zip(at, want))), None)
+            if found is None:
+                return (f"integer {j} of the text ({self.kinds[j][0]}: not a type or a shape) depends on the sizes, "
+                        "and no size the program computed in Python gives it")
+            exprs[j] = found
+        return None
 
 
 def value_name(c, name):
@@ -304,17 +443,29 @@ def value_name(c, name):
 
 def _fixed_sizes_constant(proto, exprs):
     """None when every size the program used as a number in Python (sizeflow.py) is a constant
-    of the fit, else why not: what Python decided with it may differ at other sizes."""
+    of the fit, and no number computed from a size that varies without a polynomial (a floor
+    division) went into an op's arguments; else why not: what Python decided with it, or the op
+    given it, may differ at other sizes."""
     fixed = getattr(proto, "size_fixed", None)
-    if not fixed:
+    opaque = getattr(proto, "size_opaque", None)
+    if not fixed and not opaque:
         return None
     owners = {}
-    tokens(proto.text, owners)
+    _, values, kinds = tokens(proto.text, owners)
+    if opaque:
+        others = {v for v, k in zip(values, kinds) if k[0] not in _FREE}
+        for dims, v in opaque:
+            varies = [key for key in dims if key not in owners or p_syms(exprs[owners[key]])]
+            if varies and v in others:
+                return (f"the program computed {v} from {value_name(proto, varies[0][0])}.size({varies[0][1]}) "
+                        "(not as a sum or product of sizes) and passed it to a torch op")
+    if not fixed:
+        return None
     for key, where in sorted(fixed.items()):
         j = owners.get(key)
         if j is None:
             return f"the program used a size of {key[0]} in Python at {where}, which is not a size of the trace"
-        if any(exprs[j][1]):
+        if p_syms(exprs[j]):
             return (f"the program used {value_name(proto, key[0])}.size({key[1]}) as a number in Python at {where}, "
                     "and it changed")
     return None

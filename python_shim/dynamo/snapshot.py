@@ -95,6 +95,19 @@ class Snapshot:
         #                      call, its continuation recorded at once (a side trace)
 
 
+    def fresh_copy(self):
+        """This branch exit for another trace of the same program (a size family's instance):
+        the same frames to resume, none of this one's counts, side traces or links."""
+        out = Snapshot(self.frames, self.consts, self.where, self.guard)
+        assert self.step is None and not self.value_cut and not self.bucket_cut, "a branch exit only"
+        return out
+
+    @property
+    def plain_branch(self):
+        """A side exit at a branch (not a stitch or a cut)."""
+        return self.step is None and not self.value_cut and not self.bucket_cut
+
+
 _DICTS = (dict, collections.OrderedDict)  # exactly these: rebuilt empty, then filled in order
 _CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device, torch.Size, slice,
                 range, type, types.BuiltinFunctionType, types.ModuleType, type(Ellipsis))
@@ -238,6 +251,60 @@ def encode(interp, x, src, live, live_index):
         attrs = [(name, encode(interp, v, None, live, live_index)) for name, v in x.__dict__.items()]
         return ("obj", attrs, n, t)
     raise NoSnapshot(f"a {t.__name__} object is live at the branch")
+
+
+def encode_pair(interp, p, live, live_index):
+    """The spec of a stack or local pair. A number or a shape computed from tensor sizes (a pair
+    sizeflow.py tracks) is encoded as those tensors' sizes, read where the snapshot is resumed:
+    a size family's instance (sizes.py) that takes the exit resumes with its own sizes. One that
+    is not a sum of products of sizes (a floor division), or whose tensors cannot be carried,
+    is a constant, and its sizes are fixed for size families."""
+    if getattr(p, "dims", None):
+        spec = _encode_sized(interp, p, live, live_index)
+        if spec is not None:
+            return spec
+        interp.sizes.fix_at_snapshot(p)
+    return encode(interp, p[0], p[1], live, live_index)
+
+
+def _encode_sized(interp, p, live, live_index):
+    v = p[0]
+    if p.elems is None:
+        return _sized_number(interp, p.expr, live, live_index) if p.expr is not None else None
+    if type(v) not in (tuple, torch.Size) or any(e is None for e in p.exprs):
+        return None
+    specs = [_sized_number(interp, e, live, live_index) for e in p.exprs]
+    return None if any(x is None for x in specs) else ("sizes", specs, type(v) is torch.Size)
+
+
+def _sized_number(interp, expr, live, live_index):
+    """("sized", [(coefficient, [(tensor spec, dim), ...]), ...]) of a polynomial over (trace
+    value name, dim) keys, or None when a tensor it reads is not at hand."""
+    named = {}
+    for t in interp.rec.keep:
+        n = interp.rec.vals.get(id(t)) if isinstance(t, torch.Tensor) else None
+        if n is not None:
+            named.setdefault(n, t)
+    terms = []
+    for mono, coef in expr:
+        if coef.denominator != 1:
+            return None
+        factors = []
+        for name, d in mono:
+            t = named.get(name)
+            if t is None:
+                return None
+            try:
+                factors.append((encode(interp, t, _src_of(interp, t), live, live_index), d))
+            except NoSnapshot:
+                return None
+        terms.append((int(coef), factors))
+    return ("sized", terms)
+
+
+def _src_of(interp, t):
+    expr = interp.tensor_src.get(id(t))
+    return Source(expr) if expr is not None else None
 
 
 def _encode_closure(interp, x, live, live_index):
@@ -462,6 +529,16 @@ def decode(spec, env, live):
         return out
     if kind == "closure":
         return _make_closure(spec, _made(env), lambda s: decode(s, env, live))
+    if kind == "sized":  # a number computed from sizes: at the sizes of this run's tensors
+        total = 0
+        for coef, factors in spec[1]:
+            for ts, d in factors:
+                coef *= decode(ts, env, live).shape[d]
+            total += coef
+        return total
+    if kind == "sizes":
+        out = tuple(decode(s, env, live) for s in spec[1])
+        return torch.Size(out) if spec[2] else out
     raise AssertionError(f"unknown snapshot spec {kind}")
 
 
@@ -746,7 +823,7 @@ def _frame_states(interp, f, resume_ip, live, index):
             fn_spec = ("src", fr.fn_src.expr)
         else:
             fn_spec = ("const", fr.fn)
-        enc = lambda pair: encode(interp, pair[0], pair[1], live, index)  # noqa: E731
+        enc = lambda pair: encode_pair(interp, pair, live, index)  # noqa: E731
         ip = resume_ip if fr is f else fr.ip
         frames.append(FrameState(fr.code, fn_spec, ip, _locals_spec(interp, fr, ip, live, index),
                                  [enc(p) for p in fr.stack], fr.kw_names, fr.init))
@@ -762,7 +839,7 @@ def _locals_spec(interp, fr, ip, live, index):
     for i, p in enumerate(fr.locals):
         n_live, n_index, refs = len(live), len(index), index.get("refs")
         try:
-            spec = encode(interp, p[0], p[1], live, index)
+            spec = encode_pair(interp, p, live, index)
         except NoSnapshot:
             # (an object with a finalizer -- a generator suspended in a try block -- must stay
             # held to the call's end, where CPython drops the frame's locals and runs it)

@@ -101,8 +101,12 @@ class Compiled:
         self.size_read = size_read  # where its recording read a tensor's size in Python (None: nowhere)
         self.size_fixed = size_fixed if size_fixed is not None else {}  # (trace value, dim) -> where
         #                           Python used that size as a number (sizeflow.py)
+        self.size_guards = []     # comparisons of sizes Python made, what passed them to torch
+        self.size_passed = []     # calls (sizeflow.SizeFlow: size_guards, size_passed, size_opaque)
+        self.size_opaque = []
         # retimer: (runs, make): at that many runs make() gives a fresh entry that times its steps
         self.retime_at, self.retimer = retimer or (0, None)
+        self.defaulted = retimer is not None  # its step choices are defaults, not timed (until it retimes)
         self.dynamic_marks = {}   # input slot -> dims marked dynamic on the recorded call (mark_dynamic)
         self.stitch_count = 0     # roots: continuation traces after stitches under this root
         self.training = False     # a TrainedTrace (training.py): forward and backward through AOTAutograd
@@ -224,11 +228,13 @@ class Compiled:
         code shared) replaces its entry and times its steps in the next runs."""
         make, self.retimer = self.retimer, None
         try:
-            entry = make()
+            entry = make(self)  # (None: the entry it has took its family's timed choices)
         except Exception:  # noqa: BLE001 -- it keeps the entry it has
             return
-        # (the old entry stays alive with the trace: another thread may be running it now)
-        self.retired, self.entry, self.handle = self.entry, entry, entry.handle
+        self.defaulted = False
+        if entry is not None:
+            # (the old entry stays alive with the trace: another thread may be running it now)
+            self.retired, self.entry, self.handle = self.entry, entry, entry.handle
 
 
 class SideExit:

@@ -90,19 +90,48 @@ def test_broadcast_from_one_is_not_a_variable():
 def test_a_size_read_in_python_keeps_traces_apart():
     def f(x):
         n = x.shape[1]
-        if n > 6:  # a branch on the size: a family would run the small branch for large n
+        if n > 6:  # a branch on the size: a family serves the small branch only where n <= 6
             return x[:, : n // 2] * 2
         return x.view(x.size(0), -1) + 1
 
     c = sweep(f, lambda n: (torch.randn(3, n),), [4, 5, 6, 8, 10, 14])
-    assert c["size_instances"] == 0 and c["traces_compiled"] == 6, c
+    # 4 and 5 make a family guarded by n > 6 being False: 6 is its instance; the large branch
+    # slices at n // 2 (a bound Python computed): its sizes are recorded each
+    assert c["size_instances"] == 1 and c["traces_compiled"] == 5, c
+
+
+def test_a_comparison_of_sizes_is_a_guard_of_the_family():
+    """`if n > 6` over sizes on both sides of 6, in an order where a family forms first on one
+    side: every call is eager's, and the other side is never served by the family."""
+    def f(x, y):
+        n, m = x.shape[0], y.shape[0]
+        if n + 1 > m:
+            return (x[:m - 1] * 2).sum(0) + y.sum()
+        return x.sum(0) - y[:n + 1].sum(0)
+
+    pairs = [(3, 5), (4, 6), (5, 7), (6, 5), (9, 11), (7, 3), (12, 9), (2, 9)]
+    it = iter(pairs)
+    c = sweep(f, lambda _: tuple(torch.randn(k, 4) for k in next(it)), list(range(len(pairs))))
+    assert c["size_instances"] >= 2, c
 
 
 def test_len_of_a_tensor_is_a_size_read():
+    """len(x) multiplies x: the scalar of the op line is the size Python computed (sizeflow's
+    polynomial), so instances put each call's length there."""
     def f(x):
-        return x * len(x)
+        return x * len(x) + (x.shape[0] - 1)
 
-    c = sweep(f, lambda n: (torch.randn(n, 2),), [3, 4, 5, 6])
+    c = sweep(f, lambda n: (torch.randn(n, 2),), [3, 4, 5, 6, 11])
+    assert c["size_instances"] == 3, c
+
+
+def test_a_size_through_floor_division_into_an_op_is_not_varied():
+    """n // 4 has no polynomial: at lengths 8 and 9 it is 2 both times, and an instance at 12
+    would multiply by 2 where eager multiplies by 3."""
+    def f(x):
+        return x * (x.shape[0] // 4)
+
+    c = sweep(f, lambda n: (torch.randn(n, 2),), [8, 9, 12, 13])
     assert c["size_instances"] == 0, c
 
 

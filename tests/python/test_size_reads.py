@@ -134,7 +134,7 @@ def test_fixed_dimension_that_stays_the_same():
 
 def test_explain_says_where_the_size_was_used():
     def f(x):
-        return x.new_ones(x.size(0) + 1)
+        return x.new_ones(x.size(0) % 5 + 1)  # (% of a size: used as a number)
 
     opt = dynamo.optimize(f)
     for n in (2, 3):
@@ -176,8 +176,8 @@ def test_in_place_write_sized_by_python():
 
 
 def test_side_exits_at_many_sizes():
-    """A data-dependent branch (a side exit) at each size: such traces do not join families,
-    and every call, on either side of the branch, matches eager."""
+    """A data-dependent branch (a side exit) at each size: such traces join size families, and
+    every call, on either side of the branch, matches eager."""
     def f(x):
         y = x * 2
         if y.sum() > 0:
@@ -191,7 +191,29 @@ def test_side_exits_at_many_sizes():
                 x = sign * (torch.rand(n, 4) + 0.1)
                 torch.testing.assert_close(opt(x), f(x))
     c = dynamo.counters()
-    assert c["size_instances"] == 0 and c["eager_runs"] == 0, c
+    assert c["size_instances"] >= 1 and c["eager_runs"] == 0, c
+
+
+def test_an_instance_resumes_an_exit_with_its_own_sizes():
+    """Sizes Python computed are live at a side exit: an instance of the family that takes the
+    exit resumes with the numbers of its own sizes (the snapshot reads them from its tensors)."""
+    def f(x):
+        n = x.shape[0] + 1
+        shape = x.shape
+        y = x * 2
+        if y.sum() > 0:
+            return y.sum(0) * 2
+        return (y[: n - 2] - 1).reshape(shape[1], -1), n, shape
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in [3, 4, 6, 9, 7, 12, 5]:  # the family forms on the positive path; then both
+            for sign in ((1,) if n < 6 else (1, -1)):
+                x = sign * (torch.rand(n, 4) + 0.1)
+                want, got = f(x), opt(x)
+                torch.testing.assert_close(got, want)
+    c = dynamo.counters()
+    assert c["size_instances"] >= 3 and c["eager_runs"] == 0 and c["side_exits"] >= 1, c
 
 
 def test_dims_in_step_then_apart():
@@ -229,7 +251,7 @@ def test_mark_dynamic_under_dynamic_false():
 
 def test_mark_dynamic_says_why_no_family(capfd):
     def f(x):
-        return x.new_ones(x.size(0) + 1)
+        return x.new_ones(x.size(0) % 5 + 1)  # (% of a size: used as a number)
 
     opt = dynamo.optimize(f)
     for n in (2, 3, 4):
