@@ -71,7 +71,7 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   int nk = 0;
   bool cached = false;
   e->code = engine.compile(e->trace, e->plan, fn_name, &nk, &cached);
-  if (e->kept) share_kept(*e);
+  share_kept(*e);
   e->stats.struct_size = sizeof(dynamo_entry_stats);
   e->stats.num_kernels = (uint32_t)nk;
   for (char k : e->plan.step_kept) e->stats.kept_steps += k != 0;
@@ -82,6 +82,17 @@ std::unique_ptr<Entry> compile_entry(jit::Engine &engine, const jit::Trace &trac
   e->stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (jit::profile_enabled()) e->step_times = std::make_unique<StepTime[]>(std::max<size_t>(1, e->plan.steps.size()));
   return e;
+}
+
+// Each instruction of t as its line of the trace's text.
+std::vector<std::string> trace_inst_lines(const jit::Trace &t) {
+  std::istringstream text(jit::print_trace(t));
+  std::vector<std::string> out;
+  std::string line;
+  std::getline(text, line);  // (the header)
+  for (size_t k = 0; k < t.insts.size() && std::getline(text, line); ++k) out.push_back(line);
+  out.resize(t.insts.size());
+  return out;
 }
 
 Entry::~Entry() = default;
@@ -131,16 +142,15 @@ std::string kept_signature(const Entry &e) {
     for (const jit::Operand &o : t.insts[(size_t)k].args)
       if (o.kind == jit::Operand::Value) todo.push_back(o.value);
   }
-  std::istringstream lines(jit::print_trace(t));
-  std::string line;
-  std::getline(lines, line);  // (the header)
-  for (size_t k = 0; k < t.insts.size() && std::getline(lines, line); ++k)
-    if (seen[k]) os << line << '\n';
+  std::vector<std::string> lines = trace_inst_lines(t);
+  for (size_t k = 0; k < t.insts.size(); ++k)
+    if (seen[k]) os << lines[k] << '\n';
   return os.str();
 }
 
 void share_kept(Entry &e) {
-  if (!e.code.tracker) return;
+  if (e.code.tracker) share_extern_steps(e, e.code.tracker.get());
+  if (!e.kept || !e.code.tracker) return;
   std::string key = kept_signature(e);
   std::lock_guard<std::mutex> lock(kept_registry_mu);
   for (auto it = kept_registry.begin(); it != kept_registry.end();)  // (those whose entries went)

@@ -130,11 +130,16 @@ def tokens(text, owners=None):
 # coefficient, a monomial a sorted tuple of symbols (a symbol repeated is a power). A family's
 # integers are polynomials over its variables (numbers 0, 1, ...); what sizeflow.py follows in
 # Python, over (trace value name, dim) keys.
+def _num(c):
+    """c as an int where it is whole (coefficients are ints or Fractions: int arithmetic is fast)."""
+    return c if type(c) is int else (c.numerator if c.denominator == 1 else c)
+
+
 def poly(const=0, sym=None):
     """The constant const, or (sym given) const * sym (const 0 taken as 1)."""
     if sym is not None:
-        return (((sym,), Fraction(const or 1)),)
-    return (((), Fraction(const)),) if const else ()
+        return (((sym,), _num(Fraction(const or 1))),)
+    return (((), _num(Fraction(const))),) if const else ()
 
 
 def p_add(a, b, k=1):
@@ -142,7 +147,7 @@ def p_add(a, b, k=1):
     out = dict(a)
     for m, c in b:
         out[m] = out.get(m, 0) + k * c
-    return tuple(sorted((m, c) for m, c in out.items() if c))
+    return tuple(sorted((m, _num(c)) for m, c in out.items() if c))
 
 
 def p_mul(a, b):
@@ -151,12 +156,12 @@ def p_mul(a, b):
         for m2, c2 in b:
             m = tuple(sorted(m1 + m2))
             out[m] = out.get(m, 0) + c1 * c2
-    return tuple(sorted((m, c) for m, c in out.items() if c))
+    return tuple(sorted((m, _num(c)) for m, c in out.items() if c))
 
 
 def p_eval(a, value):
-    """a at symbol values value (a list or dict: value[symbol]), a Fraction."""
-    total = Fraction(0)
+    """a at symbol values value (a list or dict: value[symbol]): an int, or a Fraction."""
+    total = 0
     for m, c in a:
         for s in m:
             c *= value[s]
@@ -271,7 +276,7 @@ class Family:
 
     def check_sizes(self, env):
         """None when Python's comparisons of sizes give at env what they gave when recorded."""
-        at = [Fraction(v) for v in env]
+        at = [int(v) for v in env]
         for expr, op, outcome, where in self.checks:
             if _CMP[op](p_eval(expr, at)) != outcome:
                 return f"the comparison of sizes ({CMP_TEXT[op]}) at {where} would come out {not outcome}"
@@ -288,8 +293,13 @@ class Family:
         """The IR text at variable values env, or (None, why not); with inputs (the call's
         tensors), each input size and stride of the text must be theirs."""
         out = [self.parts[0]]
-        at = [Fraction(x) for x in env]
+        at = [int(x) for x in env]
         for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
+            if len(expr) == 1 and not expr[0][0] or not expr:  # (a constant)
+                if inputs is None or kind[0] not in (DIM, STRIDE):
+                    out.append(str(expr[0][1]) if expr else "0")
+                    out.append(self.parts[i + 1])
+                    continue
             v = p_eval(expr, at)
             if v.denominator != 1:
                 return None, f"a size of the trace would be {v} (not a whole number)"
