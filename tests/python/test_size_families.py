@@ -294,3 +294,75 @@ def test_a_rank_0_input_and_a_passed_through_one():
         got, want = opt(*args), f(*args)
         assert got[0] is args[2] or torch.equal(got[0], want[0])
         assert torch.equal(got[1]["k"][0], want[1]["k"][0])
+
+
+def _cache_step(k, v, mask, q):
+    """A decode step in miniature: a cache grown by one, a mask one longer than the cache was,
+    sizes Python computes and compares, an arange over a computed length, a slice to a computed
+    bound, a branch on the mask's values (a side exit)."""
+    past = k.shape[0]
+    kv_length = past + q.shape[0]
+    if mask.shape[0] - kv_length > 0:  # (never here: the mask is as long as the keys will be)
+        mask = mask[:kv_length]
+    k = torch.cat([k, q], 0)
+    v = torch.cat([v, q * 2], 0)
+    pos = torch.arange(past, kv_length)
+    scores = (q @ k.T) / k.shape[-1] ** 0.5
+    if mask.all():
+        w = scores.softmax(-1)
+    else:
+        w = scores.masked_fill(~mask, -1e9).softmax(-1)
+    out = w @ v + pos.float().unsqueeze(-1)
+    return out, k[: kv_length - 1].sum(0), k, v
+
+
+@pytest.mark.parametrize("masked_from", [None, 9])
+def test_a_decode_step_over_cache_lengths_is_one_family(masked_from):
+    """One family over cache lengths 2..24 (in a shuffled order, after the first two): every
+    call matches eager, including the calls that take the side exit (mask with zeros)."""
+    opt = dynamo.optimize(_cache_step)
+    torch.manual_seed(0)
+    lengths = [3, 4] + [12, 2, 7, 24, 5, 16, 9, 6, 21, 10]
+    before = dict(dynamo.counters())
+    with torch.no_grad():
+        for n in lengths:
+            k, v, q = torch.randn(n, 8), torch.randn(n, 8), torch.randn(1, 8)
+            mask = torch.ones(n + 1, dtype=torch.bool)
+            if masked_from is not None and n >= masked_from:
+                mask[0] = False
+            want = _cache_step(k, v, mask, q)
+            got = opt(k, v, mask, q)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b)
+    c = dynamo.counters()
+    assert c["size_instances"] - before["size_instances"] >= 6, c
+    assert c["traces_compiled"] - before["traces_compiled"] <= 3, c
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sizes_python_computes_follow_each_call(seed):
+    """Programs over two lengths n and m with the size arithmetic and comparisons that size
+    families now follow (sums, differences, comparisons both ways, computed slice bounds and
+    op arguments), called at random sizes: every call is eager's."""
+    import random
+    rnd = random.Random(seed)
+
+    def f(x, y):
+        n, m = x.shape[0], y.shape[0]
+        d = n - m
+        if d > 1:
+            z = x[: m + 1] * 2 + y.sum()
+        elif n + m >= 9:
+            z = torch.cat([x, y], 0)[1:n] - 1
+        else:
+            z = x.new_zeros(n + 2) + torch.arange(n + 2).float()
+        return z.sum() * (n + m), torch.arange(m, n + m).float().mean(), y[m // 2:] + 1
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for _ in range(14):
+            n, m = rnd.randint(2, 9), rnd.randint(2, 9)
+            x, y = torch.randn(n), torch.randn(m)
+            want, got = f(x, y), opt(x, y)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b)
