@@ -691,14 +691,14 @@ std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan 
 }
 
 namespace {
-// The product and convolution steps of entries of one machine code whose instruction and
-// operand types are the same (a size family's instances: a decode step's linear layers at every
-// cache length) share their state -- the side timed fastest and the weight packed for it -- so
-// a new instance neither times them again nor packs its weights again. (Their packed weights are
-// keyed by content, as for one entry.)
+// The product steps of entries of one machine code whose instruction and operand types are the
+// same (a size family's instances: a decode step's linear layers at every cache length) share
+// their state -- the side timed fastest and the weight packed for it -- so a new instance neither
+// times them again nor packs its weights again. (Their packed weights are keyed by content, as
+// for one entry; every side computes the same product.) Convolution steps are not shared: their
+// state holds more than the choice and the packed weight.
 std::mutex step_registry_mu;
 std::map<std::string, std::weak_ptr<GemmStep>> gemm_registry;
-std::map<std::string, std::weak_ptr<ConvStep>> conv_registry;
 
 template <class T>
 void share_step(std::map<std::string, std::weak_ptr<T>> &reg, const std::string &key, std::shared_ptr<T> &step) {
@@ -720,20 +720,16 @@ void share_extern_steps(Entry &e, const void *code) {
   std::lock_guard<std::mutex> lock(step_registry_mu);
   for (auto it = gemm_registry.begin(); it != gemm_registry.end();)
     it = it->second.expired() ? gemm_registry.erase(it) : std::next(it);
-  for (auto it = conv_registry.begin(); it != conv_registry.end();)
-    it = it->second.expired() ? conv_registry.erase(it) : std::next(it);
   for (size_t k = 0; k < e.plan.externs.size(); ++k) {
     bool gemm = k < e.externs->gemms.size() && e.externs->gemms[k];
-    bool conv = k < e.externs->convs.size() && e.externs->convs[k];
-    if (!gemm && !conv) continue;
+    if (!gemm) continue;
     if (lines.empty()) lines = trace_inst_lines(t);
     const jit::Inst &in = t.insts[(size_t)e.plan.externs[k].inst];
     std::ostringstream key;
     key << code << '|' << k << '|' << lines[(size_t)e.plan.externs[k].inst] << '|';
     for (const jit::Operand &o : in.args)
       if (o.kind == jit::Operand::Value) key << jit::print_type(t.types[(size_t)o.value], true) << ';';
-    if (gemm) share_step(gemm_registry, key.str(), e.externs->gemms[k]);
-    else share_step(conv_registry, key.str(), e.externs->convs[k]);
+    share_step(gemm_registry, key.str(), e.externs->gemms[k]);
   }
 }
 

@@ -139,8 +139,8 @@ std::vector<std::string> trace_inst_lines(const jit::Trace &t);
 
 // LibTorch side (aten_extern.cpp).
 std::shared_ptr<ExternOps> resolve_externs(const jit::Trace &t, const jit::Plan &p);
-// Entry e's product and convolution steps take the state of the same steps of earlier entries of
-// the machine code `code` (see there).
+// Entry e's product steps take the state of the same steps of earlier entries of the machine
+// code `code` (see there).
 void share_extern_steps(Entry &e, const void *code);
 // The extern result of this call whose memory starts at `data`, as a DLPack tensor sharing it
 // (a copy when it is a view of memory the call borrowed: an input, an output, scratch; nullptr

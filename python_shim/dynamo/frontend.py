@@ -908,7 +908,8 @@ class OptimizedFunction:
                 config.dynamic is False and not _has_marks(args, kwargs):
             return False
         for c in self.compiled:
-            if type(c) is not Compiled or c.family is not None or c.size_read is not None or not _branch_exits_only(c) or \
+            if type(c) is not Compiled or c.family is not None or c.size_read is not None or \
+                    not _branch_exits_only(c) or \
                     c.cut_id is not None or getattr(c, "probed", False):
                 continue
             try:
@@ -1048,7 +1049,8 @@ class OptimizedFunction:
             c = Compiled(p.guards, text, entry, p.out_spec, p.input_srcs, p.ops, p.inlined,
                          [e.fresh_copy() for e in p.exits], mutates=p.mutates,
                          family=fam, shape_key=shape_key(args), size_read=None, size_fixed=p.size_fixed,
-                         retimer=(RETIME_AFTER, self._entry_maker(text, fam, shape_key(args))) if defaulted is not None else None)
+                         retimer=((RETIME_AFTER, self._entry_maker(text, fam, shape_key(args)))
+                                  if defaulted is not None else None))
             c.python_effects = p.python_effects  # (write-backs and returned outside objects, as the proto's)
             fam.instances += 1
             bump("size_instances")

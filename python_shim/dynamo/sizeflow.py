@@ -6,13 +6,16 @@ the Python code did the same at those sizes: nothing it decided may have depende
 changes. So a size read in Python -- `x.shape`, `x.size()`, `x.size(d)`, `len(x)`, `x.numel()` --
 is a *tracked* value: a stack pair (`_Sized`) that remembers which dimensions of which trace
 values it was computed from. While the program only moves it (locals, tuples, lists built as
-`[*shape, n]`, unpacking, indexing a shape with a constant), multiplies or divides it by plain
-numbers, or hands it to a torch operation (also as `x.view(*shape)`) (where it becomes an integer of the IR text, which the family fits and the
-verifier checks), it stays tracked. Any other use -- a comparison, a branch, `+`/`-`, a builtin
-or math function, a container, a closure, the returned value -- *fixes* those dimensions: the
-family must then hold them constant (sizes.py refuses a family in which a fixed dimension
-changed, and an instance is checked against the constant by the verifier). The rule is a safe
-default: a bytecode not known to be a move fixes every tracked value it might read.
+`[*shape, n]`, unpacking, indexing a shape with a constant), adds, subtracts or multiplies it
+(kept as a polynomial over the sizes it came from: `_Sized.expr`), divides it by plain numbers,
+or hands it to a torch operation (also as `x.view(*shape)`, a slice bound `x[:, :n + 1]`, a
+scalar `x * n`) -- where it becomes an integer of the IR text, given by its polynomial
+(`size_passed`) -- it stays tracked. A comparison or a branch on it is a *guard*
+(`size_guards`): a family holds only at sizes where it comes out the same. Any other use -- a
+builtin or math function, a container, a closure, an attribute store, the returned value, a
+floor division passed to an op (`size_opaque`) -- *fixes* those dimensions: the family must
+then hold them constant (sizes.py refuses a family in which a fixed dimension changed). The rule
+is a safe default: a bytecode not known to be a move fixes every tracked value it might read.
 
 Sizes of tensors that are not values of the trace, and strides, are not followed: the trace then
 serves its own sizes only (SizeFlow.size_read), as before this module.
@@ -87,7 +90,9 @@ def _exprs_of(p, n):
     if isinstance(p, _Sized) and p.exprs is not None:
         return p.exprs
     v = p[0]
-    return tuple(poly(x) if type(x) is int else None for x in v) if type(v) in (tuple, list, torch.Size) else (None,) * n
+    if type(v) in (tuple, list, torch.Size):
+        return tuple(poly(x) if type(x) is int else None for x in v)
+    return (None,) * n
 
 
 def _is_number(v):
@@ -543,7 +548,8 @@ class SizeFlow:
             if p.elems is None:
                 items = [(p.expr, p.dims, p[0])]
             else:
-                items = [(e, d, v) for e, d, v in zip(p.exprs, p.elems, p[0] if isinstance(p[0], (tuple, list)) else ())]
+                vals = p[0] if isinstance(p[0], (tuple, list)) else ()
+                items = list(zip(p.exprs, p.elems, vals))
             for expr, dims, v in items:
                 if expr is not None:
                     if any(m for m, _ in expr) and expr not in self.size_passed:

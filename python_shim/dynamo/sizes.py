@@ -4,17 +4,21 @@ A trace's IR text is the program at one set of sizes: the sizes are integers in 
 result types, the shape lists of reshapes). When a function is recorded a second time and the new
 trace is the first one with only such integers changed (the same Python guards, the same ops, the
 same output structure), the two are a *family*: each input dimension that changed is a size
-variable s0, s1, ..., and each integer of the text is fitted to c * s0^e0 * s1^e1 ... (e in 0..2,
-c rational) through both samples. A later call whose sizes miss every trace, but which the
-family's Python guards accept, gets an *instance*: the text with the call's sizes put in, compiled
-at once (machine code shared with the family's traces: sizes are data of the code) and run
-natively -- no recording. A third recording that differs in other dimensions (a new batch size
+variable s0, s1, ..., and each integer of the text is fitted through the samples to a polynomial of
+them: c * s0^e0 * s1^e1 ... (e in 0..2, c rational), or that plus d * (s - a) for one new
+variable s (an offset: a cache of n and its mask of n + 1, cat of two lengths); an op argument
+(not a type or shape) must be what a size Python computed and passed there gives (sizeflow.py),
+and Python's comparisons of sizes are guards each instance checks. A later call whose sizes miss
+every trace, but which the family's Python guards accept, gets an *instance*: the text with the
+call's sizes put in, compiled at once (machine code shared with the family's traces: sizes are
+data of the code) and run natively -- no recording. A third recording that differs in other dimensions (a new batch size
 after new lengths) widens the family by the variables it adds.
 
 Why an instance computes what the program would:
-  * the program read no size in Python (the interpreter notes x.shape, x.size(), len(x), ...:
-    what Python does with such a number -- a branch, a loop count, arithmetic -- is not followed,
-    so a trace that read one is never generalized);
+  * every size the program read in Python was followed (sizeflow.py): its sums and products
+    passed to torch ops are polynomials the instance evaluates, its comparisons are guards, and
+    any other use fixed it (a family never varies a fixed size); a size read that is not
+    followed keeps the trace to its own sizes;
   * every integer that changed is a type or a reshape/expand shape: the verifier recomputes every
     IR op's result type from its operands and rejects an annotation that differs, and every
     LibTorch call's result is checked against its annotation when it runs, so a fit that is wrong
@@ -307,7 +311,8 @@ class Family:
             syms = p_syms(expr)
             least = 2 if any(self.low[k] > 1 for k in syms) else 1
             if kind[0] == DIM and syms and v < least:
-                return None, f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are at least {least})"
+                return None, (f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are "
+                              f"at least {least})")
             if inputs is not None and kind[0] in (DIM, STRIDE):
                 t = inputs[kind[1]]
                 actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
@@ -402,7 +407,8 @@ class Family:
             if a == b:
                 continue
             if a < least or b < least:
-                return None, None, f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} (variables are >= {least})"
+                return None, None, (f"input {kind[1]}'s size {kind[2]} changed from {a} to {b} "
+                                    f"(variables are >= {least})")
             key = (a, b)
             same = [i for i, (a0, b0) in enumerate(new) if Fraction(b0, a0) == Fraction(b, a)]
             if same:
