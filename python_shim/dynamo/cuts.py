@@ -20,12 +20,17 @@ def _branch_on_tensor(interp, f, v, jump_if, target):
     """`if v:` on a recorded tensor: the trace goes on along the branch taken now, guarded by
     a side exit whose snapshot resumes at the other branch. Returns whether to jump."""
     if interp.probe is not None:
-        raise ProbeStop("a branch on a tensor's value")
-    interp.rec.paused += 1
-    try:
-        truth = bool(v)  # as eager: raises for more than one element
-    finally:
-        interp.rec.paused -= 1
+        # (a probe's tensors hold no values: it takes the branch the recorded trace took at its
+        # exit of the same number, and records the same exit; none left: the probe ends)
+        if not interp.probe_branches:
+            raise ProbeStop("a branch on a tensor's value")
+        truth = interp.probe_branches.pop(0)
+    else:
+        interp.rec.paused += 1
+        try:
+            truth = bool(v)  # as eager: raises for more than one element
+        finally:
+            interp.rec.paused -= 1
     take = truth == jump_if
     if interp._cut_for_grad():  # the trace ends before the jump, which reads the value again
         interp._value_cut(f, f.ip - 1, v, "bool", f"branch on a tensor (recorded: {truth})")
@@ -36,6 +41,7 @@ def _branch_on_tensor(interp, f, v, jump_if, target):
     except NoSnapshot as e:
         interp.abort(f"data-dependent branch on a tensor: {e}", "data_dependent")
         return take
+    snap.branch_truth = truth
     interp.rec.side_exit(v, truth, live, snap)
     return take
 

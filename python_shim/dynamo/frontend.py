@@ -916,12 +916,16 @@ class OptimizedFunction:
                 inputs = c.check(args, kwargs, fn.__globals__, fn)
             except Exception:  # noqa: BLE001 -- (as the trace's own run would judge it: not this one)
                 inputs = None
-            leaves, recorded = _leaf_shapes(args, kwargs), getattr(c, "leaf_shapes", None)
-            if inputs is None or recorded is None or leaves == recorded or len(leaves) != len(recorded):
+            if inputs is None:
+                continue
+            now = [tuple(t.shape) if isinstance(t, torch.Tensor) else () for t in inputs]
+            recorded = probe.input_shapes(c)
+            if now == recorded or len(now) != len(recorded) or \
+                    any(len(a) != len(b) for a, b in zip(now, recorded)):
                 continue  # (not a miss on sizes: strides, dtypes, another structure)
             c.probed = True
             try:
-                fam, why, runs = probe.family(c, self.name, fn, args, kwargs, recorded)
+                fam, why, runs = probe.family(c, self.name, fn, args, kwargs, inputs)
             except Exception as e:  # noqa: BLE001 -- never leak an internal error to the program
                 fam, why, runs = None, f"internal error: {type(e).__name__}: {e}", 0
             bump("size_probes", runs)

@@ -327,6 +327,8 @@ class Interpreter:
         self.param_bytes = 0      # bytes of the parameters requiring grad this trace takes (ddp_bucket_mb)
         self.bucket_bytes = _bucket_bytes(config)
         self.probe = None         # a size probe (probe.py): {value name: shape} of its base run
+        self.probe_branches = []  # ... the branches on tensors its recorded trace took, in order
+        self.probe_writes = {}    # ... the write-backs it made: (id(obj), name) -> value (not set)
         recorder.on_scalar_input = lambda expr: self.guards.add_tensor_input(self.scalars[expr][1])
 
     # -- recording state -----------------------------------------------------------------
@@ -450,12 +452,13 @@ class Interpreter:
         raw = sources._static_lookup(type(obj), name)
         if raw is not None and hasattr(type(raw), "__set__"):  # a property or slot: not a plain store
             return False
-        if self.probe is not None:
-            raise ProbeStop(f"sets attribute {name} of an object from outside the function")
-        self._effect(f"setting attribute {name}")
         f.stack.pop()
         f.stack.pop()
-        setattr(obj, name, v)
+        if self.probe is not None:  # (a probe acts on nothing: the rest of it reads the value from here)
+            self.probe_writes[(id(obj), name)] = v
+        else:
+            self._effect(f"setting attribute {name}")
+            setattr(obj, name, v)
         self.writebacks.append((osrc, name, v))
         self.written.add((id(obj), name))
         self.keep.append(obj)

@@ -76,15 +76,15 @@ def _dense_strides(t, shape):
 
 
 def _fake_args(mode, args, kwargs, change):
-    """args and kwargs with each tensor a fake twin; change: {leaf index: shape} for the ones
+    """args and kwargs with each tensor a fake twin; change: {id(tensor): shape} for the ones
     made at other sizes (laid out as the real one)."""
     leaves = _leaves((args, kwargs), [])
     fakes = {}
-    for i, t in enumerate(leaves):
+    for t in leaves:
         if id(t) in fakes:
             continue
-        if i in change:
-            shape = change[i]
+        if id(t) in change:
+            shape = change[id(t)]
             with mode:
                 f = torch.empty_strided(shape, _dense_strides(t, shape), dtype=t.dtype, device=t.device)
             f.requires_grad_(t.requires_grad)
@@ -103,20 +103,24 @@ def _fake_args(mode, args, kwargs, change):
     return swap(tuple(args)), swap(dict(kwargs))
 
 
-def run(name, fn, args, kwargs, change, base_shapes):
-    """One probe: fn recorded over fakes of args/kwargs, the leaves in change ({leaf index:
-    shape}) at those sizes; base_shapes: the base run's value shapes ({} in the base run itself,
-    which may decide on any size). Returns (IR text, output spec, {value
-    name: shape}, sizes used as numbers); raises when the probe ends early (ProbeStop) or fails."""
+def run(name, fn, args, kwargs, change, base_shapes, branches=()):
+    """One probe: fn recorded over fakes of args/kwargs, the tensors in change ({id(tensor):
+    shape}: arguments, or trace inputs read from objects, such as a cache's tensors) at those sizes; base_shapes: the base run's value shapes ({} in the base run itself,
+    which may decide on any size); branches: what the recorded trace's branches on tensors took,
+    in order (a probe takes the same, and records the same side exits). Returns (IR text, output
+    spec, {value name: shape}, (sizes used as numbers, what else sizeflow saw)); raises when the
+    probe ends early (ProbeStop) or fails."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from . import recording
     from .interpreter import release
-    from .tracetree import _flatten_result
+    from .tracetree import OutObjects, _flatten_result
     mode = FakeTensorMode()
     rec, gs, interp = recording.start(name, state_guard=False)  # (named as the recording is)
     rec.probe = mode
+    rec.probe_shapes = change
     interp.probe = base_shapes
+    interp.probe_branches = list(branches)
     grad = torch.is_grad_enabled()
     # a probe that fails is an answer (the program differs at those sizes): torch 2.x's FakeTensor
     # logs every meta kernel that raises as an error on stderr, which would look like a fault
@@ -128,10 +132,13 @@ def run(name, fn, args, kwargs, change, base_shapes):
             result = interp.run(fn, fargs, fkwargs)
         if torch.is_grad_enabled() != grad:
             raise Abort("the call changes grad mode")
-        if rec.abort_reason is not None or rec.cut is not None or rec.exits:
-            raise Abort(rec.abort_reason or "a side exit or cut")
+        if rec.abort_reason is not None or rec.cut is not None or interp.probe_branches:
+            raise Abort(rec.abort_reason or ("a cut" if rec.cut is not None else "fewer branches than recorded"))
+        # (the result as the recording flattens it: with the write-backs' values, and objects from
+        # outside the call found at their sources)
         index = {i: gs.tensor_inputs.index(e) for i, e in interp.tensor_src.items() if e in gs.tensor_inputs}
-        spec, names = _flatten_result(result, rec, index)
+        value = (result, tuple(v for _, _, v in interp.writebacks)) if interp.writebacks else result
+        spec, names = _flatten_result(value, rec, index, OutObjects(interp.obj_srcs))
         if not names:
             names = [rec.last_value()]
         sf = interp.sizes
@@ -158,6 +165,20 @@ def _doubled(leaves, dims):
     return change
 
 
+def _grown(leaves, dims, by):
+    """{leaf index: shape} with each of dims ((leaf, dim) pairs) grown by `by`; None when a leaf
+    is not laid out densely."""
+    change = {}
+    for i, d in dims:
+        t = leaves[i]
+        if _dense_strides(t, tuple(t.shape)) is None:
+            return None
+        shape = list(change.get(i, t.shape))
+        shape[d] = t.shape[d] + by
+        change[i] = tuple(shape)
+    return change
+
+
 def _at_one(leaves, dims, change):
     """change with each of dims at size 1."""
     change = dict(change)
@@ -173,26 +194,54 @@ def _failures(failed):
     if not failed:
         return "no probe ran"
     items = sorted(failed.items(), key=lambda kv: len(kv[1]))
-    return "; ".join(f"argument tensor {i} dim {d}: {why}" for (i, d), why in items[:3])
+    return "; ".join(f"input {i} dim {d}: {why}" for (i, d), why in items[:3])
 
 
 def _dims_text(dims):
-    return ", ".join(f"argument tensor {i} dim {d}" for i, d in dims)
+    return ", ".join(f"input {i} dim {d}" for i, d in dims)
 
 
 MAX_RUNS = 16  # probes per family (a function of many tensors, such as a backward graph, tries its
 # changed dims first and leaves the rest constant)
 
 
-def family(c, name, fn, args, kwargs, recorded):
+def input_shapes(c):
+    """The shapes of trace c's inputs (slot order) as its text declares them (None for a number)."""
+    from . import sizes
+    _, values, kinds = sizes.tokens(c.text)
+    dims = {}
+    for v, k in zip(values, kinds):
+        if k[0] == sizes.DIM:
+            dims.setdefault(k[1], []).append(v)
+    n = len(c.input_srcs or ())
+    return [tuple(dims.get(i, ())) for i in range(n)]
+
+
+def weight_slots(c):
+    """The input slots of trace c that are weights (parameters and buffers: ` weight` in their
+    input line), which probes leave at their sizes."""
+    out, slot = set(), 0
+    for line in c.text.splitlines():
+        if " = input " in line:
+            if line.rstrip().endswith(" weight"):
+                out.add(slot)
+            slot += 1
+    return out
+
+
+def family(c, name, fn, args, kwargs, inputs):
     """A size family for trace c (a root recorded at other sizes, whose Python guards accept
     this call) from probes at this call's sizes: (Family or None, why not, probes run).
-    recorded: the shapes of the tensors in the recorded call's arguments (the dims that changed
-    since are probed first)."""
+    inputs: the trace's inputs at this call (slot order), which the probes vary (arguments, and
+    tensors read from objects); the dims that changed since the recording are probed first."""
     from . import sizes
     t0 = time.perf_counter()
+    recorded = input_shapes(c)
+    branches = [e.branch_truth for e in c.exits]
+    if any(b is None for b in branches):
+        return None, "the trace has side exits that are not branches on a tensor", 0
     try:
-        base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {})
+        base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {}, branches)
     except Exception as e:  # noqa: BLE001 -- a probe that cannot run finds nothing
         return None, f"the base probe ended: {type(e).__name__}: {e}", 1
     if spec != c.out_spec:
@@ -203,8 +252,9 @@ def family(c, name, fn, args, kwargs, recorded):
     for k, v in c.size_fixed.items():
         fixed.setdefault(k, v)
     search = _Search(name, fn, args, kwargs, spec, base_shapes, sizes.Family.of_trace(_Text(base_text, fixed,
-                                                                                            c.input_srcs, flow)))
-    search.vary_dims(recorded)
+                                                                                            c.input_srcs, flow)),
+                     branches, [t if i not in weight_slots(c) else None for i, t in enumerate(inputs)])
+    search.vary_dims(recorded, changed_only=bool(c.exits) or c.python_effects is not None)
     if not search.fam.variables:
         return None, f"no argument dimension can vary ({_failures(search.failed)})", search.runs
     low = search.least_sizes()
@@ -222,26 +272,34 @@ def family(c, name, fn, args, kwargs, recorded):
 class _Search:
     """The probes of one family: the base run's family, widened one argument dim at a time."""
 
-    def __init__(self, name, fn, args, kwargs, spec, base_shapes, fam):
+    def __init__(self, name, fn, args, kwargs, spec, base_shapes, fam, branches, inputs):
         self.name, self.fn, self.args, self.kwargs = name, fn, args, kwargs
+        self.branches = branches
         self.spec, self.base_shapes, self.fam = spec, base_shapes, fam
-        self.leaves = _leaves((args, kwargs), [])
+        # what the probes vary: the trace's inputs (numbers and weights among them are left alone)
+        self.leaves = [t if isinstance(t, torch.Tensor) else torch.empty(()) for t in inputs]
         self.runs = 1             # (the base run)
         self.origin = []          # per variable: ((leaf, dim) pairs, base size) of the probe that made it
         self.tried = set()
         self.failed = {}          # (leaf, dim) -> why its probe found nothing
+        self.offsets_first = False  # groups grown by one amount tried before doubled ones
 
     def probe(self, change):
         self.runs += 1
-        return run(self.name, self.fn, self.args, self.kwargs, change, self.base_shapes)
+        by_id = {id(self.leaves[i]): shape for i, shape in change.items()}
+        return run(self.name, self.fn, self.args, self.kwargs, by_id, self.base_shapes, self.branches)
 
-    def vary_dims(self, recorded):
-        """Each argument dim (those changed since the recording first) probed doubled; one that
-        fits becomes a variable of the family."""
+    def vary_dims(self, recorded, changed_only=False):
+        """Each input dim (those changed since the recording first) probed doubled; one that
+        fits becomes a variable of the family. changed_only: those alone (a trace that sets
+        attributes or has side exits -- a decode step -- whose probes each cost about what a
+        recording does: its other dims wait until a call changes them)."""
         leaves = self.leaves
         changed = [(i, d) for i, t in enumerate(leaves) for d in range(t.dim())
                    if i < len(recorded) and d < len(recorded[i]) and recorded[i][d] != t.shape[d]]
-        order = changed + [(i, d) for i, t in enumerate(leaves) for d in range(t.dim()) if (i, d) not in changed]
+        order = changed + ([] if changed_only else
+                           [(i, d) for i, t in enumerate(leaves) for d in range(t.dim()) if (i, d) not in changed])
+        self.offsets_first = changed_only
         for i, d in order:
             t = leaves[i]
             marks = getattr(t, "_dynamo_dynamic", None) or ()
@@ -255,17 +313,34 @@ class _Search:
     def _vary(self, i, d):
         """The dim alone; when that probe cannot run, with the other arguments' dims of its size
         at the same place, then with every argument dim of its size (x + y of two arguments of
-        one batch size: both change)."""
+        one batch size: both change), then also with the dims one or two from it, each grown by
+        the same amount (a key/value cache of n and an attention mask of n + 1)."""
         leaves, t = self.leaves, self.leaves[i]
+        n = t.shape[d]
         same = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
-                if u.shape[e] == t.shape[d] and (j, e) not in self.tried]
+                if u.shape[e] == n and (j, e) not in self.tried]
         placed = [(j, e) for j, e in same if e == d and (j == i or leaves[j].dim() == t.dim())]
+        varied = {x for dims in self.fam.variables for x in dims}
+        base = placed or [(i, d)]
+        singles = [(j, e) for j, u in enumerate(leaves) for e in range(u.dim())
+                   if 0 < abs(u.shape[e] - n) <= 2 and u.shape[e] >= 2 and (j, e) not in varied]
+        # (every dim one amount away at once -- all layers' caches -- then each alone)
+        near = [base + [x for x in singles if leaves[x[0]].shape[x[1]] == n + delta] for delta in (1, -1, 2, -2)]
+        near = [g for g in near if len(g) > len(base)]
+        near += [base + [x] for x in singles if len(singles) > 1]
         groups = [[(i, d)]]
         for g in (placed, same):
             if len(g) > 1 and g not in groups:
                 groups.append(g)
-        for dims in groups:
-            change = _doubled(leaves, dims)
+        grown = [False] * len(groups) + [True] * len(near)
+        if self.offsets_first:  # (a decode step: its dims that changed did so by one amount)
+            groups, grown = near + groups, [True] * len(near) + [False] * len(groups)
+        else:
+            groups += near
+        for k, dims in enumerate(groups):
+            if k and self.runs >= MAX_RUNS:
+                return
+            change = _grown(leaves, dims, n) if grown[k] else _doubled(leaves, dims)
             if change is None:
                 return
             try:
@@ -273,29 +348,28 @@ class _Search:
             except Exception as e:  # noqa: BLE001 -- these dims stay constant (or the group is tried)
                 log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: {type(e).__name__}: {e}")
                 self.failed[(i, d)] = str(e) if isinstance(e, (SizeUsed, Abort)) else f"{type(e).__name__}: {e}"
-                if isinstance(e, SizeUsed):
-                    return  # (Python uses it: no group changes that)
-                continue
-            self.tried.update(dims)
+                continue  # (a larger group may keep Python's comparisons as they were: a mask with its cache)
             wide, why = self.fam.widened(_Text(text, flow=flow), least=1) if s == self.spec else \
                 (None, "another result structure")
             if wide is None or len(wide.variables) != len(self.fam.variables) + 1:
                 log("recompiles", f"{self.name}: size probe of {_dims_text(dims)}: no fit ({why})")
                 self.failed[(i, d)] = why or "it changes nothing else"
-                return
+                continue  # (a larger group may fit: the cache's tensors and their mask together)
+            self.tried.update(dims)
             self.fam = wide
-            self.origin.append((dims, t.shape[d]))
+            # (a group grown by one amount has dims at other sizes than t's: none is probed at 1)
+            self.origin.append((dims, None if grown[k] else t.shape[d]))
             return
 
     def least_sizes(self):
         """Per variable, its least size: 1 where the base run was at 1, or a probe at 1 gives
         the family's text at 1 (all such variables at 1 at once checked too), else 2."""
         fam, origin = self.fam, self.origin
-        base_env = [v for _, v in origin]
+        base_env = [int(v) for v in fam.samples[0]]  # (the variables at the base run: its sample)
         low = [1 if v == 1 else 2 for v in base_env]
         fam.low = low
         for k, (dims, v) in enumerate(origin):
-            if v == 1:
+            if v == 1 or v is None:
                 continue
             try:
                 text, s, _, _ = self.probe(_at_one(self.leaves, dims, {}))
@@ -309,7 +383,7 @@ class _Search:
             fam.low[k] = 2
             if s == self.spec and want == text:
                 low[k] = 1
-        probed_ones = [k for k, (_, v) in enumerate(origin) if v != 1 and low[k] == 1]
+        probed_ones = [k for k, (_, v) in enumerate(origin) if v is not None and v != 1 and low[k] == 1]
         if probed_ones and sum(1 for x in low if x == 1) > 1:  # every variable at 1 at once
             change = {}
             for k, (dims, _) in enumerate(origin):

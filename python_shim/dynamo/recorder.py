@@ -141,6 +141,7 @@ class Recorder(TorchDispatchMode):
         #                         the tape's replay makes explicit: batch norm's running statistics)
         self.probe = None       # a size probe (probe.py): the FakeTensorMode its ops run under
         self._fakes = {}        # ... and there, id(real tensor) -> its fake twin
+        self.probe_shapes = {}  # ... id(real tensor) -> the size the probe gives it (probe.run)
         self.size_fixed = {}    # (value name, dim) -> why: sizes an op's choice depended on (aten::alias)
 
     # -- values --------------------------------------------------------------------------
@@ -475,6 +476,27 @@ class Recorder(TorchDispatchMode):
             return None
         return q, k, v, scale, (B * H, L, v.shape[3])
 
+    def probe_twin(self, v):
+        """In a size probe: the fake twin of real tensor v, at the probe's size for it where the
+        probe changes it (probe_shapes: a trace input read from an object, such as a key/value
+        cache's tensor), else at v's own."""
+        f = self._fakes.get(id(v))
+        if f is None:
+            shape = self.probe_shapes.get(id(v))
+            self.paused += 1  # (making the twin is not an op of the program)
+            try:
+                if shape is None:
+                    f = self.probe.from_tensor(v)
+                else:
+                    from .probe import _dense_strides
+                    with self.probe:
+                        f = torch.empty_strided(shape, _dense_strides(v, shape), dtype=v.dtype, device=v.device)
+            finally:
+                self.paused -= 1
+            self._fakes[id(v)] = f
+            self.keep.append(v)
+        return f
+
     def _probe_call(self, func, args, kwargs):
         """In a size probe: func run on fake tensors (shapes, dtypes and strides without data) --
         the program's real tensors (parameters, constants) as their fake twins, creation ops
@@ -483,11 +505,7 @@ class Recorder(TorchDispatchMode):
 
         def fake(v):
             if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor):
-                f = self._fakes.get(id(v))
-                if f is None:
-                    f = self._fakes[id(v)] = self.probe.from_tensor(v)
-                    self.keep.append(v)
-                return f
+                return self.probe_twin(v)
             if type(v) in (list, tuple):
                 return type(v)(fake(x) for x in v)
             return v
@@ -1041,11 +1059,12 @@ class Recorder(TorchDispatchMode):
             raise Abort(f"{func._schema.name}: general strided views are not supported", "strided_view")
         return None
 
-    def _guard(self, cond_name, shape, truth, live, snapshot):
+    def _guard(self, cond_name, shape, truth, live, snapshot, branch=False):
         """Emits `guard(cond, truth, id, live...)` (cond: an IR bool of `shape`, one
         element) and registers the exit's snapshot; `live` are trace tensors the snapshot refers
-        to by position. Returns the exit id."""
-        if self.probe is not None:
+        to by position. Returns the exit id. (A size probe records a branch's exit as its
+        recording did, taking the branch the recording took: cuts._branch_on_tensor.)"""
+        if self.probe is not None and not branch:
             raise ProbeStop("a side exit")
         k = len(self.exits)
         ops = [cond_name, "true" if truth else "false", str(k)] + [self._operand(t) for t in live]
@@ -1063,7 +1082,7 @@ class Recorder(TorchDispatchMode):
             b = self._new()
             self.lines.append(f"  {b} = ne({c}, 0) : bool[{shape}]")
             c = b
-        return self._guard(c, shape, truth, live, snapshot)
+        return self._guard(c, shape, truth, live, snapshot, branch=True)
 
     def _shape_exit(self, func, vals, outs):
         """An op whose output size depends on the data (nonzero, masked_select): the trace keeps

@@ -42,6 +42,7 @@ import re
 import types
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .frames import CO_GENERATOR, NULL as _NULL, NoSnapshot, ResumeFailed, SourcedIter as _SourcedIter
 from .frames import ItemRead, dense_order, plain_class as _plain_class
@@ -93,6 +94,7 @@ class Snapshot:
         #                      taken every call, its continuation recorded at once, one per value
         self.bucket_cut = False  # a cut at a DDP bucket's end (config.ddp_bucket_mb): taken every
         #                      call, its continuation recorded at once (a side trace)
+        self.branch_truth = None  # a branch on a tensor: what the recording took (size probes take it too)
 
 
     def fresh_copy(self):
@@ -100,6 +102,7 @@ class Snapshot:
         the same frames to resume, none of this one's counts, side traces or links."""
         out = Snapshot(self.frames, self.consts, self.where, self.guard)
         assert self.step is None and not self.value_cut and not self.bucket_cut, "a branch exit only"
+        out.branch_truth = self.branch_truth
         return out
 
     @property
@@ -429,7 +432,10 @@ def _input_view(interp, x):
 
 
 def _memory_of(t):
-    """Where t's storage starts (the storage's data pointer, without making a storage object)."""
+    """Where t's storage starts (the storage's data pointer, without making a storage object); a
+    size probe's fake tensor has no data: its storage's identity instead."""
+    if isinstance(t, FakeTensor):
+        return ("fake", t.untyped_storage()._cdata)
     return t.data_ptr() - t.storage_offset() * t.element_size()
 
 

@@ -172,8 +172,8 @@ def load_attr(interp, obj, osrc, name):
             return interp._call_python(raw.fget, None, [], {}, (obj, osrc))
     v = getattr(obj, name)
     if osrc is not None and interp.written:
-        if (id(obj), name) in interp.written:
-            return (v, None)  # set by this call (a write-back): what the trace made, not the argument's
+        if (id(obj), name) in interp.written:  # set by this call (a write-back): what the trace made
+            return (interp.probe_writes.get((id(obj), name), v) if interp.probe is not None else v, None)
         if name == "__dict__" and any(k[0] == id(obj) for k in interp.written):
             interp.abort(f"reads __dict__ of an object whose attributes the call set ({osrc.expr})")
     if osrc is None:
@@ -208,6 +208,8 @@ def load_attr(interp, obj, osrc, name):
         # natively). Any other module's attributes, a user's config module's included
         # (cfg.ACT = torch.tanh between calls), are guarded as any value is.
         return (v, Source(src.expr, osrc))
+    if interp.probe is not None and id(v) in interp.rec.probe_shapes:  # (a tensor a size probe changes)
+        v = interp.rec.probe_twin(v)
     interp.touch(v, src)
     return (v, src)
 

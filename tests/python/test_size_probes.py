@@ -395,3 +395,51 @@ def test_probes_per_family_are_capped():
     # dims probed up to the cap, then at most one probe at size 1 per variable and one for all at 1
     from dynamo import sizes
     assert dynamo.counters()["size_probes"] <= probe.MAX_RUNS + sizes.MAX_VARS + 1, dynamo.counters()
+
+
+class _KV:
+    """A key/value cache as Hugging Face's layers hold one: tensors in attributes, grown by a
+    write-back each step."""
+
+    def __init__(self, k, v):
+        self.k, self.v = k, v
+
+
+def _decode(q, mask, cache):
+    past = cache.k.shape[0]
+    kv_length = past + q.shape[0]
+    if mask.shape[0] - kv_length > 0:
+        mask = mask[:kv_length]
+    if mask.all():  # (a side exit, before the write-backs as in Hugging Face's mask code: the
+        bias = torch.zeros(kv_length)  # probes take the branch the recording took)
+    else:
+        bias = (~mask).float() * -1e9
+    cache.k = torch.cat([cache.k, q], 0)  # (write-backs: set again after each native run)
+    cache.v = torch.cat([cache.v, q * 2], 0)
+    scores = q @ cache.k.T + bias + torch.arange(past, kv_length).float()
+    return scores.softmax(-1) @ cache.v
+
+
+def test_a_decode_step_with_a_cache_object_and_a_side_exit_records_once():
+    """The probes vary the cache's tensors (read from an object, not arguments) together with the
+    mask one longer (a difference, not a ratio), follow the recorded branch, and keep the
+    write-backs to themselves: the second length is served without a second recording, and every
+    call (the exit taken too) matches eager, the caches included."""
+    opt = dynamo.optimize(_decode)
+    torch.manual_seed(0)
+    k0, v0 = torch.randn(3, 8), torch.randn(3, 8)
+    ce, cd = _KV(k0.clone(), v0.clone()), _KV(k0.clone(), v0.clone())
+    before = dict(dynamo.counters())
+    with torch.no_grad():
+        for step in range(12):
+            q = torch.randn(1, 8)
+            mask = torch.ones(ce.k.shape[0] + 1, dtype=torch.bool)
+            if step >= 8:
+                mask[0] = False  # (the exit: the other branch)
+            want, got = _decode(q, mask, ce), opt(q, mask.clone(), cd)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(cd.k, ce.k)
+            torch.testing.assert_close(cd.v, ce.v)
+    c = dynamo.counters()
+    assert c["traces_compiled"] - before["traces_compiled"] == 1, c
+    assert c["size_instances"] - before["size_instances"] >= 8 and c["eager_runs"] == before["eager_runs"], c
