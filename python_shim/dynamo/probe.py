@@ -29,6 +29,7 @@ program shows it in the probe). The family must give the trace's own text at the
 compiled from text (machine code shared) and checked by the verifier and the runtime like any.
 """
 import logging
+import re
 import time
 
 import torch
@@ -217,6 +218,22 @@ def input_shapes(c):
     return [tuple(dims.get(i, ())) for i in range(n)]
 
 
+def _variable_inputs(c, args, kwargs, inputs):
+    """inputs with None for those the probes leave alone: weights, and tensors a probe could not
+    hand the program at other sizes everywhere it reads them -- a probe makes fakes of the
+    argument tensors (in lists, tuples and dicts too) and of tensors read as an attribute of an
+    argument's object (a cache's `layer.keys`); a global or an element of an object's list is
+    read as it is."""
+    weights = weight_slots(c)
+    leaves = {id(t) for t in _leaves((args, kwargs), [])}
+    out = []
+    for i, t in enumerate(inputs):
+        src = str(c.input_srcs[i]) if i < len(c.input_srcs or ()) else ""
+        by_attr = src.startswith(("a[", "k[")) and re.search(r"\.[A-Za-z_]\w*$", src) is not None
+        out.append(t if i not in weights and (id(t) in leaves or by_attr) else None)
+    return out
+
+
 def weight_slots(c):
     """The input slots of trace c that are weights (parameters and buffers: ` weight` in their
     input line), which probes leave at their sizes."""
@@ -253,7 +270,7 @@ def family(c, name, fn, args, kwargs, inputs):
         fixed.setdefault(k, v)
     search = _Search(name, fn, args, kwargs, spec, base_shapes, sizes.Family.of_trace(_Text(base_text, fixed,
                                                                                             c.input_srcs, flow)),
-                     branches, [t if i not in weight_slots(c) else None for i, t in enumerate(inputs)])
+                     branches, _variable_inputs(c, args, kwargs, inputs))
     search.vary_dims(recorded, changed_only=bool(c.exits) or c.python_effects is not None)
     if not search.fam.variables:
         return None, f"no argument dimension can vary ({_failures(search.failed)})", search.runs
