@@ -53,6 +53,22 @@ def structural(v):
             getattr(t, "__getattr__", None) is None and "__slots__" not in t.__dict__)
 
 
+def structural_dict(v):
+    """Whether v is a dict of a subclass written in Python whose keys and attributes read as a
+    dict's and an object's do (Hugging Face's ModelOutput: its own __getitem__, __setattr__ and
+    __setitem__, dict's iteration): guarded by its class and its keys, its attributes and items
+    as read, so that a new one each call with the same keys is the same argument."""
+    t = type(v)
+    if not isinstance(v, dict) or type(t) not in (type, abc.ABCMeta) or t.__module__ == "builtins" or \
+            t.__module__.startswith("torch."):
+        return False
+    base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
+    return (t.__getattribute__ in (object.__getattribute__, dict.__getattribute__) and
+            getattr(t, "__getattr__", None) is None and
+            t.__iter__ is base.__iter__ and t.keys is base.keys and t.items is base.items and
+            t.values is base.values and t.__len__ is base.__len__ and t.__contains__ is base.__contains__)
+
+
 def same_float(x, c):
     """x is the float c exactly: NaN matches NaN, and -0.0 is not 0.0 (x / s, copysign)."""
     if c != c:
@@ -402,6 +418,12 @@ class GuardSet:
         elif structural(value):
             self._add(src, f"type({e}) is {self._const(t)}")
             self.lines.append((e, "class", f"a {t.__qualname__} (its attributes guarded as read)"))
+            self._structural[e] = value
+            self._structural_at.setdefault(id(value), (e, value))
+        elif structural_dict(value):
+            self._add(src, f"type({e}) is {self._const(t)} and list({e}) == {self._const(list(value))}")
+            self.lines.append((e, "class", f"a {t.__qualname__} with keys {list(value)!r} (its attributes and "
+                                           "items guarded as read)"))
             self._structural[e] = value
             self._structural_at.setdefault(id(value), (e, value))
         else:

@@ -55,7 +55,7 @@ from .sources import _DICTS, _has_hooks, runs_class_forward
 from .frames import CO_GENERATOR, NULL as _NULL, Abort, DataDependentStep, NopythonError, StitchNow  # noqa: F401
 from .frames import NoSnapshot, ProbeStop, SourcedIter as _SourcedIter, is_torch_callable as _is_torch_callable
 from .frames import ItemRead, plain_class as _plain_class
-from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain, structural
+from .guards import _BY_VALUE, ARG, FUNC, GLOBALS, KWARG, GuardSet, Source, plain, structural, structural_dict
 from .recorder import Recorder
 from .sizeflow import SizeFlow
 
@@ -1036,7 +1036,8 @@ class Interpreter:
             hit = (b[0] == a[0]).any()
             push(self._tensor_value(torch.logical_not(hit) if arg else hit, "bool"))
             return
-        if b[1] is not None and type(b[0]) in _DICTS + (set, frozenset) and _stable_key(a[0]):
+        if b[1] is not None and (type(b[0]) in _DICTS + (set, frozenset) or structural_dict(b[0])) and \
+                _stable_key(a[0]):
             # `k in registry` of a sourced dict or set (torch's pytree node table, 149 types):
             # the answer is guarded, not the whole container
             self.touch(*a)

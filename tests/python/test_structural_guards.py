@@ -3,6 +3,7 @@ instance of an ordinary Python class) are guarded by their class and the attribu
 reads, not by identity: a fresh object each call runs the same trace. Where the trace depends on
 which object it is (`is`, `==`, a dict key, a builtin given the object), it is guarded by
 identity as before. Results equal eager's on every call."""
+import collections
 import dataclasses
 
 import torch
@@ -145,3 +146,42 @@ def test_a_default_dataclass_made_each_call_runs_one_trace_and_compares_by_its_e
                            (Config(3.0, b), Config(3.0, b))]:
             x = torch.randn(2)
             assert torch.equal(jit2(x, cfg, other), configured_same(x, cfg, other))
+
+
+class _Output(collections.OrderedDict):
+    """As Hugging Face's ModelOutput: an ordered dict whose fields are attributes too, with its
+    own __getitem__ (an int gives the tuple's element) and __setattr__."""
+
+    def __init__(self, **fields):
+        super().__init__()
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def __setattr__(self, name, value):
+        super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __getitem__(self, k):
+        return dict(self.items())[k] if isinstance(k, str) else tuple(self.values())[k]
+
+
+def _read_output(x, out=None):
+    y = x + out.hidden
+    if "extra" in out:
+        y = y * out.extra
+    return y.relu()
+
+
+def test_a_dict_subclass_made_each_call_is_guarded_by_class_and_keys():
+    """A new output object each call with the same keys runs one trace (its attributes guarded
+    as read); one with another key set is not taken for it; a value changed is seen."""
+    opt = dynamo.optimize(_read_output)
+    before = dict(dynamo.counters())
+    with torch.no_grad():
+        for k in range(6):
+            x = torch.randn(4)
+            out = _Output(hidden=torch.randn(4)) if k != 4 else _Output(hidden=torch.randn(4), extra=torch.randn(4))
+            torch.testing.assert_close(opt(x, out=out), _read_output(x, out=out))
+    c = dynamo.counters()
+    assert c["traces_compiled"] - before["traces_compiled"] == 2, c
+    assert c["native_runs"] - before["native_runs"] >= 3, c
