@@ -67,7 +67,7 @@ def _model(family, cfg):
 def run_family(family, make_cfg, args):
     model = _model(family, make_cfg())
     ids = torch.randint(3, make_cfg().vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(1))
-    kw = dict(max_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+    kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
 
     def gen(m):
         t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from inspect import CO_VARARGS, CO_VARKEYWORDS
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_mode, _pop_mode_temporarily
 from .generators import _Generator, _GENERATOR_LIKE
-from .sources import _DICTS, _has_hooks, runs_class_forward
+from .sources import _DICTS, _has_hooks, raw_item_src, recovered_source, runs_class_forward
 from .frames import NULL as _NULL, DataDependentStep, StitchNow
 from .frames import is_torch_callable as _is_torch_callable
 from .frames import plain_class as _plain_class
@@ -382,14 +382,20 @@ def _call_builtin(interp, fnp, args, kwargs):
                                                         (fn is len and type(args[0][0]) in _SIZED)))
         if fn in _CONTAINERS:  # a new container of the call's own, as {} makes
             interp._mark_local(r[0])
+            if fn is dict and len(args) == 1 and not kwargs:  # dict(d.items()): the values keep their sources
+                interp.note_dict_srcs(r[0], _pair_sources(interp, args[0][0]))
         return r
     self_ = getattr(fn, "__self__", None)
     if isinstance(fn, types.BuiltinMethodType) and isinstance(self_, (list, dict, set, tuple, str)):
         if id(self_) in interp.local_objs or fn.__name__ in _READ_METHODS:
+            if (fsrc is None or fsrc.base is None) and isinstance(self_, dict) and id(self_) not in interp.local_objs:
+                found = recovered_source(interp, self_)  # (self of an inlined method, through a closure cell)
+                fsrc = found.attr(fn.__name__) if found is not None else fsrc
             if fsrc is not None and fsrc.base is not None:  # d.values(), d.get(k), ... of a sourced d
                 interp._touch_elements(self_, fsrc.base)
-                if type(self_) in _DICTS and fn.__name__ in ("items", "values") and not args and not kwargs:
-                    return interp._sourced_view(self_, [interp._item_src(fsrc.base, k) for k in self_], fn.__name__)
+                if isinstance(self_, dict) and fn.__name__ in ("items", "values") and not args and not kwargs:
+                    return interp._sourced_view(self_, [raw_item_src(interp, self_, fsrc.base, k) for k in self_],
+                                                fn.__name__)
             elif type(self_) in _DICTS and id(self_) in interp._dict_srcs:
                 return _noted_dict_method(interp, fn, self_, args, kwargs)
             if fn.__name__ in _BY_IDENTITY and not (fn.__name__ == "__contains__" and isinstance(self_, (dict, set))):
@@ -398,6 +404,20 @@ def _call_builtin(interp, fnp, args, kwargs):
         return interp._opaque(fnp, args, kwargs, f"{type(self_).__name__}.{fn.__name__} changes an object "
                                                 f"from outside the function")
     return _UNHANDLED
+
+
+def _pair_sources(interp, pairs):
+    """{key: source} of the values of a tuple of (key, value) pairs whose values have sources
+    (d.items() of a sourced dict: _sourced_view); {} for anything else."""
+    if type(pairs) is not tuple:
+        return {}
+    out = {}
+    for p in pairs:
+        srcs = interp._tuple_srcs.get(id(p)) if type(p) is tuple and len(p) == 2 else None
+        if srcs is None or srcs[1] is None or type(p[0]) not in (str, int):
+            return {}
+        out[p[0]] = srcs[1]
+    return out
 
 
 def _call_object(interp, fnp, args, kwargs):

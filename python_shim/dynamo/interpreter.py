@@ -93,6 +93,23 @@ _MAY_CALL_TORCH = {"CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_OP", "BINARY_S
                    "UNARY_INVERT", "CONTAINS_OP"}
 
 
+def _bounded_dims(key, sizes):
+    """{dim: (start, stop, step) as polynomials} of the dims of x[key] whose slice has a bound
+    (x[:, :, -n:, :] -> {2: (-n, None, None)}), where key is plain slices and ints (sizes: the
+    interpreter's SizeFlow, which knows the bounds Python computed from sizes); None for
+    anything else (Ellipsis, None, tensors, lists: every dim)."""
+    items = key if type(key) is tuple else (key,)
+    out, d = {}, 0
+    for k in items:
+        if type(k) is slice:
+            if k.start is not None or k.stop is not None or k.step is not None:
+                out[d] = sizes.slice_bound(k)
+        elif type(k) is not int:
+            return None
+        d += 1
+    return out
+
+
 def _stable_key(k):
     """Whether k hashes and compares the same on every call: a class, a string, a number."""
     return isinstance(k, type) or type(k) in (str, int, bool, type(None))
@@ -462,6 +479,25 @@ class Interpreter:
         self.writebacks.append((osrc, name, v))
         self.written.add((id(obj), name))
         self.keep.append(obj)
+        return True
+
+    def _item_write_back(self, f):
+        """d[key] = v (the top three of f's stack) into a dict from outside the call read from a
+        source (Hugging Face's EncoderDecoderCache.is_updated[layer] = True), key a plain
+        constant, v a trace tensor or a plain value: made now and again after each native run,
+        as an attribute write-back is (_write_back). False: the store ends the trace as before."""
+        (key, _), (d, dsrc), (v, _) = f.stack[-1], f.stack[-2], f.stack[-3]
+        if dsrc is None or type(d) not in _DICTS or not _stable_key(key) or not self.recording or \
+                not config.write_backs or not (isinstance(v, torch.Tensor) or plain(v)) or self.grad_at_start:
+            return False
+        if self.probe is not None:
+            raise ProbeStop("item assignment into a dict from outside the function")
+        self._effect("item assignment")
+        del f.stack[-3:]
+        d[key] = v
+        self.writebacks.append((dsrc, ("item", key), v))
+        self.written.add((id(d), ("item", key)))
+        self.keep.append(d)
         return True
 
     def _mark_local(self, obj):
@@ -1084,8 +1120,19 @@ class Interpreter:
         key = pop()
         self._pin(key)
         obj, osrc = pop()
-        v = obj[self._tensor_index(obj, key[0])]
+        if isinstance(obj, torch.Tensor) and self.recording:
+            self.rec.alias_dims = _bounded_dims(key[0], self.sizes)
+            self.rec.alias_guard = self.sizes.alias_guard
+            try:
+                v = obj[self._tensor_index(obj, key[0])]
+            finally:
+                self.rec.alias_dims = None
+        else:
+            v = obj[self._tensor_index(obj, key[0])]
         src = None
+        if self.written and type(obj) in _DICTS and _stable_key(key[0]) and (id(obj), ("item", key[0])) in self.written:
+            push((v, None))  # set by this call (a write-back): what the trace made, not the argument's
+            return
         if osrc is not None and type(obj) in (list, tuple) and type(key[0]) is int:
             src = osrc.item(key[0])
         elif osrc is not None and type(obj) in _DICTS:
@@ -1133,6 +1180,8 @@ class Interpreter:
         pop = stack.pop
         if id(stack[-2][0]) not in self.local_objs and not isinstance(stack[-2][0], torch.Tensor):
             # (a tensor's item assignment is an in-place write, recorded at ATen)
+            if self._item_write_back(f):
+                return
             why = "item assignment into an object from outside the function"
             stitched = self._stitch_store(f, why, "setitem", None)
             if not stitched:
@@ -1154,6 +1203,14 @@ class Interpreter:
             # Tensor.__setitem__ does) is made here by a traced op instead of from Python
             # data, so the write is recorded; the number is a constant or a guarded value.
             v = torch.scalar_tensor(v, dtype=obj.dtype, device=obj.device)
+        if isinstance(obj, torch.Tensor) and self.recording:  # (as a read's index: BINARY_SUBSCR)
+            self.rec.alias_dims = _bounded_dims(key[0], self.sizes)
+            self.rec.alias_guard = self.sizes.alias_guard
+            try:
+                obj[self._tensor_index(obj, key[0])] = v
+            finally:
+                self.rec.alias_dims = None
+            return
         obj[self._tensor_index(obj, key[0])] = v
 
     @_handles('BUILD_TUPLE')

@@ -32,6 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop, dense_order
+from .sizes import p_add, poly
 
 _aten = torch.ops.aten
 _PRIM_DEVICE = torch.ops.prim.device.default
@@ -82,6 +83,21 @@ def _keep_torch_dynamo_out():
     if not _DYNAMO_KEPT_OUT and "torch._dynamo" in sys.modules:
         Recorder.__torch_dispatch__ = torch._disable_dynamo(Recorder.__dict__["__torch_dispatch__"], recursive=True)
         _DYNAMO_KEPT_OUT = True
+
+
+def _covering_bound(bounds):
+    """The polynomial k of a slice that covers its dim when k >= the size: [:k] (start none or
+    0, no step) or [-k:] (stop none, no step); None for any other slice or bound."""
+    if bounds is None:
+        return None
+    start, stop, step = bounds
+    if step is not None:
+        return None
+    if stop is not None and (start is None or start == ()):
+        return stop
+    if start is not None and stop is None:
+        return p_add((), start, -1)
+    return None
 
 
 class Recorder(TorchDispatchMode):
@@ -142,6 +158,8 @@ class Recorder(TorchDispatchMode):
         self.probe = None       # a size probe (probe.py): the FakeTensorMode its ops run under
         self._fakes = {}        # ... and there, id(real tensor) -> its fake twin
         self.probe_shapes = {}  # ... id(real tensor) -> the size the probe gives it (probe.run)
+        self.alias_dims = None  # the dims an index being made bounds (interpreter's BINARY_SUBSCR)
+        self.alias_guard = None  # ... and where a bound that covered its dim goes (sizeflow)
         self.size_fixed = {}    # (value name, dim) -> why: sizes an op's choice depended on (aten::alias)
 
     # -- values --------------------------------------------------------------------------
@@ -597,12 +615,20 @@ class Recorder(TorchDispatchMode):
             # torch's indexing gives an alias where a slice kept a whole dim (x[:, :6] of 4
             # columns): its bound was compared with the size, which must stay what it was
             why = "an index kept a whole dimension (aten::alias): its bound was compared with the size"
-            if self.probe is not None:
-                raise ProbeStop(why)
             n = self.vals.get(id(args[0]))
             if n is not None:
-                for d in range(args[0].dim()):
-                    self.size_fixed.setdefault((n, d), why)
+                # the dims a slice bounded, where the interpreter knows the index (x[:, :, -n:, :]):
+                # a bound that is a polynomial of the sizes covered the dim -- x[:k] with k >= the
+                # size, x[-k:] with k >= it -- a guard of size families; any other fixes the dim
+                dims = self.alias_dims if self.alias_dims is not None else dict.fromkeys(range(args[0].dim()))
+                for d, bounds in dims.items():
+                    covered = _covering_bound(bounds)
+                    if covered is not None and self.alias_guard is not None:
+                        self.alias_guard(p_add(covered, poly(1, (n, d)), -1), why)
+                    elif self.probe is not None:
+                        raise ProbeStop(why)
+                    else:
+                        self.size_fixed.setdefault((n, d), why)
         if func is _aten._local_scalar_dense.default:
             raise Abort("data-dependent value: a tensor's contents are read (.item(), bool(), int()) inside a call "
                         "the interpreter runs whole, where it cannot place a side exit", "data_dependent")

@@ -119,6 +119,7 @@ class SizeFlow:
         self.size_guards = []
         self.size_passed = []     # polynomials of tracked numbers handed to torch calls (op arguments)
         self.size_opaque = []     # (dims, value) of tracked numbers handed to torch calls without one
+        self.slice_bounds = {}    # id(slice) -> (the slice, its bounds as polynomials): BUILD_SLICE
         self._origin = False      # the current bytecode makes a tracked value (no size_read note)
 
     def note_read(self, what, text=None):
@@ -240,6 +241,11 @@ class SizeFlow:
             return self._size_list_add(f, op, ins)
         if op == "BUILD_SLICE":
             return self._size_build_slice(f, ins)
+        if op == "STORE_SUBSCR" and len(stack) >= 3 and isinstance(stack[-2][0], torch.Tensor):
+            # x[:, :n] = v: the key's bounds are integers of the write's IR (as in a read: they
+            # were noted where the slice was built); a number stored is data
+            self._fix(stack[-3:-2], f)
+            return None
         if op == "LIST_TO_TUPLE":
             p = stack[-1]
             if isinstance(p, _Sized) and p.elems is not None:
@@ -508,12 +514,28 @@ class SizeFlow:
             return None
         dims = frozenset().union(*(p.dims for p in tracked))
         self._passed(tracked)
+        bounds = tuple(_expr_of(p) for p in items) + (None,) * (3 - len(items))
 
         def after():
             if f.stack and type(f.stack[-1][0]) is slice and f.stack[-1][1] is None:
-                f.stack[-1] = _Sized(f.stack[-1][0], dims)
+                s = f.stack[-1][0]
+                f.stack[-1] = _Sized(s, dims)
+                self.slice_bounds[id(s)] = (s, bounds)  # (start, stop, step) as polynomials
                 self._sized = True
         return after
+
+    def slice_bound(self, s):
+        """(start, stop, step) of slice s as polynomials over the sizes (plain ints as constants,
+        None where absent or not a polynomial)."""
+        found = self.slice_bounds.get(id(s))
+        if found is not None and found[0] is s:
+            return found[1]
+        return tuple(poly(x) if type(x) is int else None for x in (s.start, s.stop, s.step))
+
+    def alias_guard(self, expr, where):
+        """An index kept a whole dim: its bound (expr - the dim's size, a polynomial) was at
+        least the size; a family holds only where it still is (a guard, not a fixed size)."""
+        self.size_guards.append((expr, 5, True, where))
 
     def _size_compare(self, f, ins):
         """COMPARE_OP on tracked numbers (or one and a plain int): a guard on how it comes out

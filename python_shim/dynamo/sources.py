@@ -14,7 +14,7 @@ from . import config
 from .frames import Abort
 from .frames import SourcedIter as _SourcedIter
 from .frames import ItemRead
-from .guards import FUNC, GLOBALS, Source, plain
+from .guards import FUNC, GLOBALS, Source, plain, structural_dict
 
 
 _DICTS = (dict, collections.OrderedDict)  # read key by key, guarded by their keys
@@ -123,6 +123,7 @@ def touch_deep(interp, v, src, depth=0):
     t = type(v)
     if t in _DICTS:
         t = dict
+    keyed = t is not dict and structural_dict(v)  # (its class and keys guarded: which one it is does not matter)
     if t in (list, tuple, dict, set, frozenset) and (t in (set, frozenset) or depth > 4 or len(v) > 64):
         if plain(tuple(v.items()) if t is dict else tuple(v)):
             interp.guards.guard_contents(src, v)
@@ -131,13 +132,14 @@ def touch_deep(interp, v, src, depth=0):
                        "guard element by element, and not made of plain values)")
         return
     interp.touch(v, src)
-    interp.guards.pin(src, v)  # (a plain data object handed to a builtin: which one matters)
+    if not keyed:
+        interp.guards.pin(src, v)  # (a plain data object handed to a builtin: which one matters)
     if t in (list, tuple):
         for i, x in enumerate(v):
             interp.touch_deep(x, src.item(i), depth + 1)
-    elif t is dict:
+    elif t is dict or keyed:
         for key, x in v.items():
-            interp.touch_deep(x, interp._item_src(src, key), depth + 1)
+            interp.touch_deep(x, raw_item_src(interp, v, src, key), depth + 1)
 
 
 def _item_src(interp, src, key):
@@ -146,6 +148,16 @@ def _item_src(interp, src, key):
     if type(key) in (str, int, bool, type(None)):
         return src.item(key)
     return Source(f"{src.expr}[{interp.guards.const_source(key).expr}]", src)
+
+
+def raw_item_src(interp, d, src, key):
+    """The source of the value dict d (read from src) holds at key as dict's own items() gives
+    it: src[key] for a dict, dict.__getitem__(src, key) for a subclass (whose own __getitem__
+    may answer otherwise: Hugging Face's ModelOutput gives its tuple's element for an int)."""
+    item = _item_src(interp, src, key)
+    if type(d) in _DICTS:
+        return item
+    return Source(f"dict.__getitem__({src.expr}, {item.expr[len(src.expr) + 1:-1]})", src)
 
 
 def recovered_source(interp, obj):

@@ -549,7 +549,10 @@ class Runner:
         where = targets(args, kwargs, g, fn, values)
         result, written = _rebuild(c.out_spec, outs, inputs, objs)
         for obj, name, v in zip(where, names, written):
-            setattr(obj, name, v)
+            if type(name) is tuple:  # ("item", key): d[key] = v
+                obj[name[1]] = v
+            else:
+                setattr(obj, name, v)
         return result
 
     def store_choices(self, c):

@@ -366,3 +366,20 @@ def test_sizes_python_computes_follow_each_call(seed):
             want, got = f(x, y), opt(x, y)
             for a, b in zip(got, want):
                 torch.testing.assert_close(a, b)
+
+
+def _masked_scores(q, k, mask):
+    m = mask[:, : k.shape[0]]  # (the whole mask where it is as long as k: an alias whose bound is a size)
+    return (q @ k.T) + m
+
+
+def test_a_slice_that_keeps_a_whole_dim_by_a_computed_bound_is_a_guard():
+    """x[:, :n] with n the size of that dim is an alias: the family holds where the bound still
+    covers the dim, and a longer mask (a real slice) is recorded apart; every call is eager's."""
+    opt = dynamo.optimize(_masked_scores)
+    before = dynamo.counters()["size_instances"]
+    with torch.no_grad():
+        for n, extra in [(3, 0), (4, 0), (7, 0), (5, 2), (9, 0), (6, 1), (12, 0)]:
+            q, k, mask = torch.randn(2, 8), torch.randn(n, 8), torch.randn(1, n + extra)
+            torch.testing.assert_close(opt(q, k, mask), _masked_scores(q, k, mask))
+    assert dynamo.counters()["size_instances"] - before >= 3

@@ -293,3 +293,34 @@ def test_a_size_family_instance_makes_the_write_backs_of_its_traces():
             torch.testing.assert_close(opt(od, x), _set_scaled(oe, x))
             torch.testing.assert_close(od.h, oe.h)
     assert dynamo.counters()["size_instances"] - before >= 1
+
+
+class _Flags:
+    def __init__(self):
+        self.updated = {0: False, 1: False}
+        self.k = None
+
+
+def _cross_attention_step(x, cache, layer):
+    """As Hugging Face's encoder-decoder cache: the first step computes and stores the cross
+    keys and marks the layer updated (an item assignment into the cache's dict); later steps
+    read them back."""
+    if not cache.updated[layer]:
+        cache.k = x * 2
+        cache.updated[layer] = True
+    return x @ cache.k.T + cache.updated[layer]
+
+
+def test_an_item_set_in_a_dict_from_outside_is_made_again_after_each_native_run():
+    opt = dynamo.optimize(_cross_attention_step)
+    before = dynamo.counters()["native_runs"]
+    with torch.no_grad():
+        for step in range(8):
+            if step % 4 == 0:  # (a new generate(): a fresh cache)
+                ce, cd = _Flags(), _Flags()
+            x = torch.randn(2, 3)
+            for layer in (0, 1):
+                torch.testing.assert_close(opt(x, cd, layer), _cross_attention_step(x, ce, layer))
+                assert cd.updated == ce.updated
+                torch.testing.assert_close(cd.k, ce.k)
+    assert dynamo.counters()["native_runs"] - before >= 8
