@@ -26,7 +26,7 @@ from .sources import _DICTS, _has_hooks, raw_item_src, recovered_source, runs_cl
 from .frames import NULL as _NULL, DataDependentStep, StitchNow
 from .frames import is_torch_callable as _is_torch_callable
 from .frames import plain_class as _plain_class
-from .guards import _BY_VALUE, Source, plain
+from .guards import _BY_VALUE, Source, plain, structural_dict
 
 # Tensor methods that read sizes as Python numbers (x.shape is an attribute: load_attr)
 _SIZE_METHODS = frozenset(("size", "numel", "nelement", "stride", "storage_offset", "__len__"))
@@ -371,7 +371,7 @@ def _call_builtin(interp, fnp, args, kwargs):
         return _UNHANDLED  # (a factory that may do anything when a missing key is read)
     if fn in _PURE_BUILTINS or fn in _CONTAINERS:
         for i, (v, s) in enumerate(list(args) + list(kwargs.values())):
-            if i == 0 and (fn in _BY_CLASS or (fn is len and type(v) in _SIZED)):
+            if i == 0 and (fn in _BY_CLASS or (fn is len and (type(v) in _SIZED or structural_dict(v)))):
                 # its class or length decides, which the guard of an object, list, tuple or dict
                 # checks (len(cache.layers) reads no element)
                 interp.touch(v, s)
@@ -379,7 +379,8 @@ def _call_builtin(interp, fnp, args, kwargs):
                 interp._touch_elements(v, s)
         # (a bound method read anew each call is guarded by its function and object: not pinned)
         r = interp._concrete(fn, args, kwargs, pin=not (fn in _BY_CLASS or fn is inspect.signature or
-                                                        (fn is len and type(args[0][0]) in _SIZED)))
+                                                        (fn is len and (type(args[0][0]) in _SIZED or
+                                                                        structural_dict(args[0][0])))))
         if fn in _CONTAINERS:  # a new container of the call's own, as {} makes
             interp._mark_local(r[0])
             if fn is dict and len(args) == 1 and not kwargs:  # dict(d.items()): the values keep their sources
