@@ -59,6 +59,20 @@ def dense_order(t):
     return order
 
 
+def dense_strides(t, shape):
+    """Strides for a tensor of `shape` laid out as t is (t dense in some dim order), or None."""
+    if t.dim() == 0:
+        return ()
+    order = dense_order(t)
+    if order is None:
+        return None
+    out, step = [0] * t.dim(), 1
+    for d in order:
+        out[d] = step
+        step *= shape[d]
+    return tuple(out)
+
+
 def is_torch_callable(fn):
     """A callable of torch's: a function or class of a torch module, a tensor's method, or a
     builtin of torch's C modules (the interpreter calls these for real; their ATen ops are

@@ -35,7 +35,7 @@ import time
 import torch
 
 from . import config
-from .frames import Abort, SizeUsed, dense_order
+from .frames import Abort, SizeUsed, dense_order, dense_strides
 from .log import log
 
 
@@ -62,20 +62,6 @@ def _leaves(v, out):
     return out
 
 
-def _dense_strides(t, shape):
-    """Strides for a tensor of `shape` laid out as t is (t dense in some dim order), or None."""
-    if t.dim() == 0:
-        return ()
-    order = dense_order(t)
-    if order is None:
-        return None
-    out, step = [0] * t.dim(), 1
-    for d in order:
-        out[d] = step
-        step *= shape[d]
-    return tuple(out)
-
-
 def _fake_args(mode, args, kwargs, change):
     """args and kwargs with each tensor a fake twin; change: {id(tensor): shape} for the ones
     made at other sizes (laid out as the real one)."""
@@ -87,7 +73,7 @@ def _fake_args(mode, args, kwargs, change):
         if id(t) in change:
             shape = change[id(t)]
             with mode:
-                f = torch.empty_strided(shape, _dense_strides(t, shape), dtype=t.dtype, device=t.device)
+                f = torch.empty_strided(shape, dense_strides(t, shape), dtype=t.dtype, device=t.device)
             f.requires_grad_(t.requires_grad)
         else:
             f = mode.from_tensor(t)
@@ -158,7 +144,7 @@ def _doubled(leaves, dims):
     change = {}
     for i, d in dims:
         t = leaves[i]
-        if _dense_strides(t, tuple(t.shape)) is None:
+        if dense_strides(t, tuple(t.shape)) is None:
             return None
         shape = list(change.get(i, t.shape))
         shape[d] = 2 * t.shape[d]
@@ -172,7 +158,7 @@ def _grown(leaves, dims, by):
     change = {}
     for i, d in dims:
         t = leaves[i]
-        if _dense_strides(t, tuple(t.shape)) is None:
+        if dense_strides(t, tuple(t.shape)) is None:
             return None
         shape = list(change.get(i, t.shape))
         shape[d] = t.shape[d] + by

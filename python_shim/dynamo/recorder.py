@@ -31,7 +31,7 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop, dense_order
+from .frames import Abort, DataDependentStep, NoSnapshot, ProbeStop, dense_order, dense_strides
 from .sizes import p_add, poly
 
 _aten = torch.ops.aten
@@ -506,9 +506,8 @@ class Recorder(TorchDispatchMode):
                 if shape is None:
                     f = self.probe.from_tensor(v)
                 else:
-                    from .probe import _dense_strides
                     with self.probe:
-                        f = torch.empty_strided(shape, _dense_strides(v, shape), dtype=v.dtype, device=v.device)
+                        f = torch.empty_strided(shape, dense_strides(v, shape), dtype=v.dtype, device=v.device)
             finally:
                 self.paused -= 1
             self._fakes[id(v)] = f

@@ -51,8 +51,9 @@ _MUL = frozenset((5, 18))
 _DIV_POW = frozenset((2, 8, 11, 15, 21, 24))
 _ADD = frozenset((0, 13))
 _SUB = frozenset((10, 23))
-_JUMPS = frozenset(("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-                    "POP_JUMP_BACKWARD_IF_TRUE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP", "UNARY_NOT"))
+_DECIDES = frozenset(("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                      "POP_JUMP_BACKWARD_IF_TRUE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP", "UNARY_NOT",
+                      "COMPARE_OP", "UNARY_NEGATIVE"))
 _NUMBER = (int, float)
 _NO_DIMS = frozenset()
 
@@ -120,6 +121,7 @@ class SizeFlow:
         self.size_passed = []     # polynomials of tracked numbers handed to torch calls (op arguments)
         self.size_opaque = []     # (dims, value) of tracked numbers handed to torch calls without one
         self.slice_bounds = {}    # id(slice) -> (the slice, its bounds as polynomials): BUILD_SLICE
+        self._next_slice = None   # ((start, stop), bounds) of the slice a BINARY_SLICE is making
         self._origin = False      # the current bytecode makes a tracked value (no size_read note)
 
     def note_read(self, what, text=None):
@@ -190,6 +192,7 @@ class SizeFlow:
         """Before bytecode op runs in frame f: fixes what it reads as a number, or returns a
         function to run after it that marks the values it made from tracked ones (or from a
         tensor's sizes) as tracked."""
+        self._next_slice = None  # (a BINARY_SLICE's bounds serve that bytecode alone)
         if op in _MOVES:
             return None
         stack = f.stack
@@ -208,18 +211,8 @@ class SizeFlow:
             return None
         if op == "BINARY_OP":
             return self._size_binary(f, ins)
-        if op == "COMPARE_OP":
-            return self._size_compare(f, ins)
-        if op in _JUMPS:  # a branch (or `not`) on a tracked number: a guard on it being 0
-            p = stack[-1] if stack else None
-            if isinstance(p, _Sized) and p.expr is not None:
-                self._guard(p.expr, 3, bool(p[0]), f)
-            else:
-                self._fix(stack[-1:], f)
-            return None
-        if op == "UNARY_NEGATIVE" and stack and isinstance(stack[-1], _Sized) and stack[-1].expr is not None:
-            dims, expr = stack[-1].dims, p_add((), stack[-1].expr, -1)
-            return lambda: self._mark_top(f, dims=dims, expr=expr)
+        if op in _DECIDES:
+            return self._size_decision(f, op, ins)
         if op == "BINARY_SUBSCR":
             return self._size_subscript(f)
         if op == "BINARY_SLICE":  # 3.12: shape[start:end]
@@ -241,10 +234,7 @@ class SizeFlow:
             return self._size_list_add(f, op, ins)
         if op == "BUILD_SLICE":
             return self._size_build_slice(f, ins)
-        if op == "STORE_SUBSCR" and len(stack) >= 3 and isinstance(stack[-2][0], torch.Tensor):
-            # x[:, :n] = v: the key's bounds are integers of the write's IR (as in a read: they
-            # were noted where the slice was built); a number stored is data
-            self._fix(stack[-3:-2], f)
+        if op in ("STORE_SUBSCR", "STORE_SLICE") and self._tensor_store(f, op):
             return None
         if op == "LIST_TO_TUPLE":
             p = stack[-1]
@@ -294,10 +284,17 @@ class SizeFlow:
         self._fix((a, b), f)
         return None
 
-    def _size_slice(self, f):
-        """BINARY_SLICE: a tracked shape sliced by plain bounds stays tracked (as BINARY_SUBSCR
-        with a slice); tracked bounds are fixed."""
-        obj, lo, hi = f.stack[-3], f.stack[-2], f.stack[-1]
+    def _size_slice(self, f, at=-3):
+        """BINARY_SLICE (and STORE_SLICE, whose container is at `at`): a tracked shape sliced by
+        plain bounds stays tracked (as BINARY_SUBSCR with a slice); a tensor sliced by bounds
+        that are polynomials of the sizes takes them as integers of its op (as x[:, :n + 1]
+        built with BUILD_SLICE); other tracked bounds are fixed."""
+        obj, lo, hi = f.stack[at], f.stack[at + 1], f.stack[at + 2]
+        if isinstance(obj[0], torch.Tensor) and all(_expr_of(b) is not None or b[0] is None for b in (lo, hi)):
+            self._passed((lo, hi))
+            self._next_slice = ((lo[0], hi[0]), (_expr_of(lo) if lo[0] is not None else None,
+                                                 _expr_of(hi) if hi[0] is not None else None, None))
+            return None
         self._fix((lo, hi), f)
         if isinstance(obj, _Sized):
             if obj.elems is not None and all(b[0] is None or type(b[0]) is int for b in (lo, hi)):
@@ -501,6 +498,38 @@ class SizeFlow:
                 f.stack[-1 - i] = _Sized(p[0], elems[i], expr=exprs[i])
         self._sized = True
 
+    def _size_decision(self, f, op, ins):
+        """COMPARE_OP, a branch or `not` on a tracked number (a guard on how it comes out, or on
+        it being 0), or UNARY_NEGATIVE (its polynomial negated)."""
+        stack = f.stack
+        if op == "COMPARE_OP":
+            return self._size_compare(f, ins)
+        p = stack[-1] if stack else None
+        if op == "UNARY_NEGATIVE":
+            if isinstance(p, _Sized) and p.expr is not None:
+                dims, expr = p.dims, p_add((), p.expr, -1)
+                return lambda: self._mark_top(f, dims=dims, expr=expr)
+            self._fix(stack[-1:], f)
+            return None
+        if isinstance(p, _Sized) and p.expr is not None:
+            self._guard(p.expr, 3, bool(p[0]), f)
+        else:
+            self._fix(stack[-1:], f)
+        return None
+
+    def _tensor_store(self, f, op):
+        """x[:, :n] = v (STORE_SUBSCR, 3.12's STORE_SLICE) into a tensor: the key's bounds are
+        integers of the write's IR (as in a read), and a number stored is data (fixed). False
+        when the container is not a tensor."""
+        stack = f.stack
+        at = -2 if op == "STORE_SUBSCR" else -3
+        if len(stack) < -at + 1 or not isinstance(stack[at][0], torch.Tensor):
+            return False
+        self._fix(stack[at - 1:at], f)
+        if op == "STORE_SLICE":
+            self._size_slice(f, at=-3)
+        return True
+
     def _size_build_slice(self, f, ins):
         """BUILD_SLICE with tracked bounds that are polynomials: a tracked slice, whose bounds
         are integers of an op line where it indexes a tensor (x[:, :n + 1]); any other use of
@@ -530,6 +559,9 @@ class SizeFlow:
         found = self.slice_bounds.get(id(s))
         if found is not None and found[0] is s:
             return found[1]
+        nxt, self._next_slice = self._next_slice, None
+        if nxt is not None and nxt[0] == (s.start, s.stop) and s.step is None:  # (3.12's BINARY_SLICE)
+            return nxt[1]
         return tuple(poly(x) if type(x) is int else None for x in (s.start, s.stop, s.step))
 
     def alias_guard(self, expr, where):

@@ -96,14 +96,24 @@ def matches_its_twin(make, calls, shape):
 
 
 def test_a_cache_filled_on_the_first_call_is_recorded_again_once_filled():
-    """More cache fills than config.max_stitches on the first call: the stitch tree overflows and
-    the root goes, but its stitches were stores into the module's own objects -- the next call
-    finds the caches filled and records the forward whole (it was left to CPython, run in parts)."""
+    """More cache fills than config.max_stitches on the first call. Without write-backs each fill
+    is a stitch: the stitch tree overflows and the root goes, but its stitches were stores into the
+    module's own objects -- the next call finds the caches filled and records the forward whole (it
+    was left to CPython, run in parts). With write-backs (the default) the fills are item
+    write-backs of the first call's trace, and the filled forward is the second trace."""
     n = dynamo.config.max_stitches + 2
-    model = matches_its_twin(lambda: torch.nn.Sequential(*[CachedBias(8) for _ in range(n)]), 5, (3, 8))
+    dynamo.config.write_backs = False
+    try:
+        model = matches_its_twin(lambda: torch.nn.Sequential(*[CachedBias(8) for _ in range(n)]), 5, (3, 8))
+    finally:
+        dynamo.config.write_backs = True
     f = model.forward
     assert len(f.compiled) == 1 and f.native_runs >= 3 and not f.parts, dynamo.report()
     assert "max_stitches" in dynamo.report()  # (the first call's tree, said)
+    dynamo.reset()
+    model = matches_its_twin(lambda: torch.nn.Sequential(*[CachedBias(8) for _ in range(n)]), 5, (3, 8))
+    f = model.forward
+    assert len(f.compiled) == 2 and f.native_runs >= 3 and not f.parts, dynamo.report()
 
 
 def test_a_tree_the_call_drops_is_not_compiled():
