@@ -254,10 +254,24 @@ def family(c, name, fn, args, kwargs, inputs):
     fixed = dict(fixed)
     for k, v in c.size_fixed.items():
         fixed.setdefault(k, v)
+    stateful = bool(c.exits) or c.python_effects is not None
+    if stateful:
+        # a decode step: the call's own sizes changed as the program changes them (a cache and
+        # its mask together), so the recording and the base run are the two samples of the fit
+        # (a probe costs what a recording does: one run, not one per dim)
+        proto = _Text(c.text, fixed, c.input_srcs, (c.size_guards, c.size_passed, c.size_opaque))
+        wide, why = sizes.Family.of_trace(proto).widened(_Text(base_text, flow=flow))
+        if wide is not None:
+            out = sizes.Family(c, wide.parts, wide.kinds, wide.exprs, wide.variables, wide.low, wide.samples)
+            if out.unusable is None:
+                log("perf", f"{name}: 1 size probe in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+                return out, None, 1
+        log("recompiles", f"{name}: the recording and the probe at this call's sizes make no family ({why}); "
+                          "probing dim by dim")
     search = _Search(name, fn, args, kwargs, spec, base_shapes, sizes.Family.of_trace(_Text(base_text, fixed,
                                                                                             c.input_srcs, flow)),
                      branches, _variable_inputs(c, args, kwargs, inputs))
-    search.vary_dims(recorded, changed_only=bool(c.exits) or c.python_effects is not None)
+    search.vary_dims(recorded, changed_only=stateful)
     if not search.fam.variables:
         return None, f"no argument dimension can vary ({_failures(search.failed)})", search.runs
     low = search.least_sizes()
