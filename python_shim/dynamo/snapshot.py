@@ -96,7 +96,6 @@ class Snapshot:
         #                      call, its continuation recorded at once (a side trace)
         self.branch_truth = None  # a branch on a tensor: what the recording took (size probes take it too)
 
-
     def fresh_copy(self):
         """This branch exit for another trace of the same program (a size family's instance):
         the same frames to resume, none of this one's counts, side traces or links."""
