@@ -205,7 +205,8 @@ class Builder:
         """A new input of the given shape, dtype and memory layout; its name."""
         name = f"x{len(self.input_names)}"
         layout = layout or self.pick(["contiguous", "contiguous", "contiguous", "contiguous", "transposed", "sliced",
-                                      "expanded", "offset", "varying", "restrided", "retyped", "reranked"])
+                                      "expanded", "offset", "varying", "restrided", "retyped", "reranked",
+                                      "growing"])
         expr = input_expr(shape, dtype, layout)
         self.ns["seed"] = 0
         if not self.run(f"{name} = {expr.format(g='g')}"):
@@ -1057,6 +1058,8 @@ def input_expr(shape, dtype, layout):
     dims = ", ".join(map(str, base)) + ("," if len(base) == 1 else "")
     if layout == "varying" and shape:  # the first dimension grows by one on odd calls
         dims = ", ".join([f"{base[0]} + seed % 2"] + list(map(str, base[1:]))) + ("," if len(base) == 1 else "")
+    if layout == "growing" and shape:  # the first dimension one longer at every call (a decode cache)
+        dims = ", ".join([f"{base[0]} + seed"] + list(map(str, base[1:]))) + ("," if len(base) == 1 else "")
     if layout == "restrided" and len(shape) >= 2:  # the same values, column-major on odd calls
         flip = "(lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2) if seed % 2 else t)"
         return f"{flip}({make_expr(dims, dtype)})"
