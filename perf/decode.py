@@ -1,22 +1,26 @@
-"""Hugging Face generate() with a KV cache, eager vs. dynamo, per decoder family: tokens compared,
-native runs counted, time per token.
+"""Hugging Face generate() with a KV cache, eager vs. torch.compile vs. dynamo, per decoder family:
+tokens compared, native runs counted, prefill and decode timed, decode held against the memory
+bandwidth.
 
 Each family's model is built from a small config with random weights (transformers, greedy
-decoding, `model.forward = dynamo.optimize(model.forward)` on a deep copy), and generate() runs
-with the same prompt on both sides: first eager (twice, the second timed), then dynamo three
-times (the first records and compiles; the last is timed, as a program that generates again and
-again sees it). One row per family:
+decoding, `model.forward = dynamo.optimize(model.forward)` -- or `torch.compile(model.forward)`
+-- on a deep copy), and generate() runs with the same prompt on every side: eager first (its
+tokens are the reference), then each other side: a first generate() (recording and compiling
+included, the "1st ms" column), one more, then the timed ones (as a program that generates again
+and again sees it). One row per family and side:
 
   PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/decode.py \\
-      [--families llama,gpt2,...] [--new-tokens 16] [--prompt 12] [--layers 2] [--hidden 128]
+      [--families llama,gpt2,...] [--sides eager,compile,dynamo] [--new-tokens 16] [--prompt 12] \\
+      [--layers 2] [--hidden 128] [--batch 1] [--dtype bfloat16]
 
-Columns: tokens identical to eager's; eager ms per generate; dynamo's first generate (recording
-and compiling included) and its last; the last's ratio to eager; native runs of the last
-generate / its forward calls; the first fallback reason dynamo.report() gives, if any.
+Columns: tokens identical to eager's; the first generate() (ms); a whole generate() of N tokens;
+its prefill (a generate() of one token); a decode step ((whole - prefill) / (N - 1)); the decode
+step's speed vs eager's; the decode step's bytes (every weight once and the key/value cache at the
+middle length) per its time, as a share of the measured triad bandwidth (the roofline); native
+runs / forward calls of a timed generate(); the first fallback dynamo.report() gives, if any.
 """
 import argparse
 import copy
-import statistics
 import sys
 import time
 
@@ -57,47 +61,98 @@ def _configs(layers, hidden, heads, vocab):
     }
 
 
-def _model(family, cfg):
+def _model(family, cfg, dtype):
     import transformers as tf
     torch.manual_seed(0)
     auto = tf.AutoModelForSeq2SeqLM if family in ("t5", "bart") else tf.AutoModelForCausalLM
-    return auto.from_config(cfg).eval()
+    return auto.from_config(cfg).eval().to(dtype)
+
+
+def triad_gbs():
+    """Memory bandwidth measured as a STREAM triad (a = b + s * c over 3 x 64 MB float32, the best
+    of 5), in GB/s of bytes moved: the roofline a decode step's bytes are held against."""
+    n = 16 * 1024 * 1024
+    b, c, a = torch.rand(n), torch.rand(n), torch.empty(n)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=1.5, out=a)
+        best = min(best, time.perf_counter() - t0)
+    return 3 * 4 * n / best / 1e9
+
+
+def step_bytes(model, batch, length):
+    """Bytes a decode step reads at least: every weight once (the output projection included,
+    tied or not) and the key/value cache of `length` positions in each layer."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    cfg = model.config
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "num_decoder_layers", None) or cfg.num_layers
+    heads = getattr(cfg, "num_key_value_heads", None) or getattr(cfg, "num_attention_heads", None) or cfg.num_heads
+    hidden = getattr(cfg, "hidden_size", None) or cfg.d_model
+    head_dim = getattr(cfg, "head_dim", None) or hidden // (getattr(cfg, "num_attention_heads", None) or cfg.num_heads)
+    elem = next(model.parameters()).element_size()
+    return total + 2 * layers * batch * length * heads * head_dim * elem
 
 
 def run_family(family, make_cfg, args):
-    model = _model(family, make_cfg())
+    dtype = getattr(torch, args.dtype)
+    model = _model(family, make_cfg(), dtype)
     ids = torch.randint(3, make_cfg().vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(1))
-    kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+    kw = dict(do_sample=False, pad_token_id=0)
 
-    def gen(m):
+    def gen(m, n):
         t0 = time.perf_counter()
-        out = m.generate(ids, **kw)
+        out = m.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
         return out, time.perf_counter() - t0
 
+    def timed(m):
+        """(tokens, ms of a whole generate(), ms of its prefill, ms per decode step): the best of
+        args.repeat; the prefill is generate() of one token, a decode step the rest over N - 1."""
+        out, whole = min((gen(m, args.new_tokens) for _ in range(args.repeat)), key=lambda r: r[1])
+        prefill = min(gen(m, 1)[1] for _ in range(args.repeat))
+        return out, whole * 1e3, prefill * 1e3, (whole - prefill) * 1e3 / max(args.new_tokens - 1, 1)
+
+    rows = {}
     with torch.no_grad():
-        gen(model)
-        want, t_eager = min((gen(model) for _ in range(args.repeat)), key=lambda r: r[1])
-        mine = copy.deepcopy(model)
-        mine.forward = dynamo.optimize(mine.forward)
-        got, t_first = gen(mine)
-        same = torch.equal(got, want)
-        gen(mine)
-        before = dynamo.counters()
-        got2, t_last = min((gen(mine) for _ in range(args.repeat)), key=lambda r: r[1])
-        after = dynamo.counters()
-        same = same and torch.equal(got2, want)
-    calls = (after["calls"] - before["calls"]) // args.repeat
-    native = (after["native_runs"] - before["native_runs"]) // args.repeat
-    report = dynamo.report()
-    why = next((ln.strip() for ln in report.splitlines() if "fell back" in ln or "not compiled" in ln), "")
-    dynamo.reset()
-    return dict(family=family, same=same, eager_ms=t_eager * 1e3, first_ms=t_first * 1e3, last_ms=t_last * 1e3,
-                native=f"{native}/{calls}", why=why)
+        gen(model, args.new_tokens)
+        want, *times = timed(model)
+        rows["eager"] = dict(same=True, first=None, times=times, native="")
+        for side in args.sides.split(","):
+            if side == "eager":
+                continue
+            mine = copy.deepcopy(model)
+            if side == "dynamo":
+                mine.forward = dynamo.optimize(mine.forward)
+            elif side == "compile":
+                mine.forward = torch.compile(mine.forward)
+            else:
+                sys.exit(f"decode: unknown side {side!r} (eager, compile, dynamo)")
+            before = dynamo.counters()
+            got, t_first = gen(mine, args.new_tokens)
+            after = dynamo.counters()
+            gen(mine, args.new_tokens)
+            before = dynamo.counters()
+            got2, *times = timed(mine)
+            after = dynamo.counters()
+            calls, native = after["calls"] - before["calls"], after["native_runs"] - before["native_runs"]
+            report = dynamo.report() if side == "dynamo" else ""
+            why = next((ln.strip() for ln in report.splitlines() if "fell back" in ln or "not compiled" in ln), "")
+            rows[side] = dict(same=torch.equal(got, want) and torch.equal(got2, want), first=t_first * 1e3,
+                              times=times, native=f"{native}/{calls}" if side == "dynamo" else "", why=why)
+            dynamo.reset()
+            torch._dynamo.reset()
+    length = args.prompt + args.new_tokens // 2
+    return rows, step_bytes(model, args.batch, length)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="llama,qwen2,mistral,gpt2,opt,gpt_neox,phi3,gemma,t5,bart")
+    ap.add_argument("--sides", default="eager,dynamo", help="eager, compile (torch.compile), dynamo")
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=12)
     ap.add_argument("--batch", type=int, default=1)
@@ -105,24 +160,34 @@ def main():
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=1000)
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (the model's weights)")
     ap.add_argument("--repeat", type=int, default=2, help="timed generate() calls per side (the best is kept)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfgs = _configs(args.layers, args.hidden, args.heads, args.vocab)
+    bw = triad_gbs()
     print(f"# generate(): {args.new_tokens} new tokens after {args.prompt}, batch {args.batch}, {args.layers} layers, "
-          f"hidden {args.hidden}, {args.heads} heads, vocabulary {args.vocab}, {args.threads} threads")
-    print(f"{'family':10} {'tokens':>7} {'eager ms':>9} {'1st ms':>9} {'last ms':>9} {'vs eager':>9} {'native':>8}  why")
+          f"hidden {args.hidden}, {args.heads} heads, vocabulary {args.vocab}, {args.dtype}, {args.threads} threads; "
+          f"triad bandwidth {bw:.1f} GB/s")
+    print(f"{'family':10} {'side':8} {'tokens':>7} {'1st ms':>8} {'gen ms':>8} {'prefill':>8} {'ms/token':>9} "
+          f"{'vs eager':>9} {'roofline':>9} {'native':>8}  why")
     for fam in args.families.split(","):
         if fam not in cfgs:
             sys.exit(f"decode: unknown family {fam!r}; known: {', '.join(cfgs)}")
         try:
-            r = run_family(fam, cfgs[fam], args)
+            rows, nbytes = run_family(fam, cfgs[fam], args)
         except Exception as e:  # noqa: BLE001 -- a family transformers cannot build here is reported, not fatal
             print(f"{fam:10} failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
             continue
-        print(f"{fam:10} {'same' if r['same'] else 'DIFFER':>7} {r['eager_ms']:9.1f} {r['first_ms']:9.1f} "
-              f"{r['last_ms']:9.1f} {r['eager_ms'] / r['last_ms']:8.2f}x {r['native']:>8}  {r['why'][:90]}", flush=True)
+        base = rows["eager"]["times"][2]
+        for side, r in rows.items():
+            whole, prefill, per_token = r["times"]
+            first = f"{r['first']:8.1f}" if r["first"] is not None else f"{'':8}"
+            roof = nbytes / (per_token / 1e3) / 1e9 / bw * 100 if per_token > 0 else 0.0
+            print(f"{fam:10} {side:8} {'same' if r['same'] else 'DIFFER':>7} {first} {whole:8.1f} {prefill:8.1f} "
+                  f"{per_token:9.2f} {base / per_token:8.2f}x {roof:8.0f}% {r['native']:>8}  {r.get('why', '')[:70]}",
+                  flush=True)
 
 
 if __name__ == "__main__":
