@@ -83,10 +83,13 @@ def triad_gbs():
 
 def step_bytes(model, batch, length):
     """Bytes a decode step reads at least: every weight once (the output projection included,
-    tied or not) and the key/value cache of `length` positions in each layer."""
+    tied or not) but the embedding tables it reads a row of, and the key/value cache of `length`
+    positions in each layer."""
+    out_w = model.get_output_embeddings().weight.data_ptr()
+    rows = {m.weight.data_ptr() for m in model.modules() if isinstance(m, torch.nn.Embedding)} - {out_w}
     seen, total = set(), 0
     for p in model.parameters():
-        if p.data_ptr() not in seen:
+        if p.data_ptr() not in seen and p.data_ptr() not in rows:
             seen.add(p.data_ptr())
             total += p.numel() * p.element_size()
     cfg = model.config
