@@ -60,7 +60,7 @@ def structural_dict(v):
     as read, so that a new one each call with the same keys is the same argument."""
     t = type(v)
     if not isinstance(v, dict) or type(t) not in (type, abc.ABCMeta) or t.__module__ == "builtins" or \
-            t.__module__.startswith("torch."):
+            t.__module__.startswith("torch.") or not t.__flags__ & (1 << 9):  # (a class statement's: not defaultdict)
         return False
     base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
     return (t.__getattribute__ in (object.__getattribute__, dict.__getattribute__) and
