@@ -138,30 +138,16 @@ def run(name, fn, args, kwargs, change, base_shapes, branches=()):
         rec._fakes = {}
 
 
-def _doubled(leaves, dims):
-    """{leaf index: shape} with each of dims ((leaf, dim) pairs) doubled; None when a leaf is not
-    laid out densely (its layout at other sizes is unknown)."""
+def _grown(leaves, dims, by=None):
+    """{leaf index: shape} with each of dims ((leaf, dim) pairs) grown by `by` (None: doubled);
+    None when a leaf is not laid out densely (its layout at other sizes is unknown)."""
     change = {}
     for i, d in dims:
         t = leaves[i]
         if dense_strides(t, tuple(t.shape)) is None:
             return None
         shape = list(change.get(i, t.shape))
-        shape[d] = 2 * t.shape[d]
-        change[i] = tuple(shape)
-    return change
-
-
-def _grown(leaves, dims, by):
-    """{leaf index: shape} with each of dims ((leaf, dim) pairs) grown by `by`; None when a leaf
-    is not laid out densely."""
-    change = {}
-    for i, d in dims:
-        t = leaves[i]
-        if dense_strides(t, tuple(t.shape)) is None:
-            return None
-        shape = list(change.get(i, t.shape))
-        shape[d] = t.shape[d] + by
+        shape[d] = t.shape[d] + (t.shape[d] if by is None else by)
         change[i] = tuple(shape)
     return change
 
@@ -357,7 +343,7 @@ class _Search:
         for k, dims in enumerate(groups):
             if k and self.runs >= MAX_RUNS:
                 return
-            change = _grown(leaves, dims, n) if grown[k] else _doubled(leaves, dims)
+            change = _grown(leaves, dims, n if grown[k] else None)
             if change is None:
                 return
             try:
