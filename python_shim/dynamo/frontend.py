@@ -1056,6 +1056,7 @@ class OptimizedFunction:
                          retimer=((RETIME_AFTER, self._entry_maker(text, fam, shape_key(args)))
                                   if defaulted is not None else None))
             c.python_effects = p.python_effects  # (write-backs and returned outside objects, as the proto's)
+            c.size_key = fam.key_of(inputs)
             fam.instances += 1
             bump("size_instances")
             bump("compile_seconds", c.stats.compile_ms / 1e3)

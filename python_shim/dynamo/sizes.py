@@ -254,6 +254,16 @@ class Family:
             out.append(f"s{k} = {' == '.join(names)} >= {self.low[k]}")
         return "; ".join(out)
 
+    def key_of(self, inputs):
+        """The variables' values read from inputs at the first dim of each (no checks): two
+        instances at other values cannot both take a call (their native guards check those
+        dims), so the dispatch skips the instances whose key is not the call's (None: inputs
+        without those dims)."""
+        try:
+            return tuple(inputs[dims[0][0]].shape[dims[0][1]] for dims in self.variables)
+        except (AttributeError, IndexError, TypeError):
+            return None
+
     def bind(self, inputs):
         """The variables' values for these trace inputs (tensors, in slot order), or a reason."""
         if self.unusable is not None:

@@ -98,6 +98,7 @@ class Compiled:
         self.side_count = 0       # roots: side traces compiled under this root (all depths)
         self.mutates = mutates    # the trace writes into its inputs (copy_)
         self.family = family      # roots compiled from a size family (sizes.py) without a recording
+        self.size_key = None      # ... and the family's key_of() at its sizes (Runner.run)
         self.size_read = size_read  # where its recording read a tensor's size in Python (None: nowhere)
         self.size_fixed = size_fixed if size_fixed is not None else {}  # (trace value, dim) -> where
         #                           Python used that size as a number (sizeflow.py)
@@ -495,10 +496,25 @@ class Runner:
             first = index[1].get(shape_key(args))
             if first:  # the others only if none of these takes the call
                 traces = itertools.chain(first, (c for c in traces if c not in first))
+        # The instances of a size family share their family's guard function (only their sizes,
+        # checked natively, differ): it is called once per call, and an instance at other
+        # sizes than the call's is not tried (each would cost a native guard miss).
+        last_check = last_inputs = keyed = keyed_inputs = key = None
         for c in traces:
-            inputs = c.check(args, kwargs, fn.__globals__, fn)
+            check = c.check
+            if check is last_check:
+                inputs = last_inputs
+            else:
+                inputs = last_inputs = check(args, kwargs, fn.__globals__, fn)
+                last_check = check
             if inputs is None:
                 continue
+            fam = c.family
+            if fam is not None and c.size_key is not None:
+                if keyed is not fam or keyed_inputs is not inputs:
+                    keyed, keyed_inputs, key = fam, inputs, fam.key_of(inputs)
+                if key is not None and key != c.size_key:
+                    continue
             result = self.run_one(c, inputs, fn, args, kwargs)
             if result is not NEXT:
                 return result

@@ -383,3 +383,35 @@ def test_a_slice_that_keeps_a_whole_dim_by_a_computed_bound_is_a_guard():
             q, k, mask = torch.randn(2, 8), torch.randn(n, 8), torch.randn(1, n + extra)
             torch.testing.assert_close(opt(q, k, mask), _masked_scores(q, k, mask))
     assert dynamo.counters()["size_instances"] - before >= 3
+
+
+def test_a_call_tries_only_the_instance_at_its_sizes(monkeypatch):
+    """With many instances of one family, a call checks the family's guards once and runs
+    natively only the instance at its own sizes (and the recorded traces): an instance at other
+    sizes would only cost a native guard miss (by keyword, as generate() calls a forward: the
+    positional shapes order nothing). Every call still matches eager."""
+    from dynamo import tracetree
+    tried = []
+    real_run = tracetree.Compiled.run
+
+    def counting_run(self, inputs):
+        tried.append(self)
+        return real_run(self, inputs)
+
+    def step(k, mask, q):
+        return (q @ k.T).masked_fill(~mask[: k.shape[0]], -1e9).softmax(-1) @ k
+
+    opt = dynamo.optimize(step)
+    torch.manual_seed(0)
+    lengths = [3, 4] + list(range(5, 25))
+    with torch.no_grad():
+        for n in lengths:  # recordings, then an instance per length
+            k, q, mask = torch.randn(n, 8), torch.randn(1, 8), torch.ones(n + 1, dtype=torch.bool)
+            torch.testing.assert_close(opt(k=k, mask=mask, q=q), step(k, mask, q))
+        monkeypatch.setattr(tracetree.Compiled, "run", counting_run)
+        for n in reversed(lengths):
+            k, q, mask = torch.randn(n, 8), torch.randn(1, 8), torch.ones(n + 1, dtype=torch.bool)
+            tried.clear()
+            torch.testing.assert_close(opt(k=k, mask=mask, q=q), step(k, mask, q))
+            assert 1 <= len(tried) <= 3, (n, len(tried))
+    assert dynamo.counters()["size_instances"] >= len(lengths) - 3
