@@ -253,10 +253,58 @@ void gemm_b_kept(const at::Tensor &a, const at::Tensor &b, float *c, bool accumu
   sgemm_prepacked(m, n, k, view_of(a), packed->data(), c, n, accumulate, parallel, accumulate ? nullptr : bias);
 }
 
+bool is_bf16(const c10::IValue &v, int64_t dim) {
+  return v.isTensor() && v.toTensor().scalar_type() == at::kBFloat16 && v.toTensor().dim() == dim;
+}
+
+Bf16View bf16_view_of(const at::Tensor &t) {
+  return {reinterpret_cast<const uint16_t *>(t.data_ptr<at::BFloat16>()), t.stride(-2), t.stride(-1)};
+}
+
+// aten::mm / addmm (alpha = beta = 1) of bfloat16 matrices with up to kFewRows rows: summed in
+// float32 by bf16_gemm_few_rows, the bias (addmm) added in float32, each result rounded to
+// bfloat16 once (as LibTorch's bf16 products do). false: not such a product, or the strides or
+// CPU do not fit (LibTorch's call does it).
+bool own_bf16_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out) {
+  const bool mm = callee == "aten::mm" && st.size() == 2;
+  const bool addmm = callee == "aten::addmm" && st.size() == 5;
+  if (!(mm || addmm) || !bf16_gemm_available()) return false;
+  const c10::IValue &va = st[addmm ? 1 : 0], &vb = st[addmm ? 2 : 1];
+  if (!is_bf16(va, 2) || !is_bf16(vb, 2)) return false;
+  at::Tensor bias;
+  if (addmm) {
+    if (!st[0].isTensor() || st[0].toTensor().scalar_type() != at::kBFloat16 || !is_one(st[3]) || !is_one(st[4]))
+      return false;
+    bias = st[0].toTensor();
+  }
+  at::Tensor a = va.toTensor();
+  const at::Tensor &b = vb.toTensor();
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (b.size(0) != k || m > kFewRows) return false;
+  if (bias.defined()) {
+    if (bias.dim() > 2) return false;
+    try {
+      bias = bias.expand({m, n}).to(at::kFloat).contiguous();
+    } catch (const std::exception &) {  // a bias that does not broadcast: LibTorch's error
+      return false;
+    }
+  }
+  if (a.stride(1) != 1 && k > 1) a = a.contiguous();
+  if (b.stride(0) != 1 && b.stride(1) != 1 && k > 1) return false;
+  std::unique_ptr<float[]> acc(new float[(size_t)std::max<int64_t>(m * n, 1)]);
+  if (!bf16_gemm_few_rows(m, n, k, bf16_view_of(a), bf16_view_of(b), acc.get(), n, parallel)) return false;
+  *out = at::empty({m, n}, a.options());
+  uint16_t *o = reinterpret_cast<uint16_t *>(out->data_ptr<at::BFloat16>());
+  const float *bi = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  for (int64_t i = 0; i < m * n; ++i) o[i] = bf16_round(bi ? acc[i] + bi[i] : acc[i]);
+  return true;
+}
+
 // Computes the op into *out when it is one we multiply ourselves; false: let LibTorch do it.
 // g, b_version: the step's kept packing of its B operand and B's version (or null).
 bool own_matmul(const std::string &callee, const torch::jit::Stack &st, at::Tensor *out, GemmStep *g,
                 const uint64_t *b_version) {
+  if (own_bf16_matmul(callee, st, out)) return true;
   if (callee == "aten::mm" && st.size() == 2 && is_f32(st[0], 2) && is_f32(st[1], 2)) {
     const at::Tensor &a = st[0].toTensor(), &b = st[1].toTensor();
     if (a.size(1) != b.size(0)) return false;

@@ -1,4 +1,4 @@
-// gemm.h -- float32 matrix multiply for the extern ops aten::mm / addmm / bmm (runtime/gemm.cpp).
+// gemm.h -- float32 (and few-row bfloat16) matrix multiply for the extern ops aten::mm / addmm / bmm (runtime/gemm.cpp).
 // The LibTorch we link may use a reference BLAS (Debian's does: BLAS_INFO=generic, ~4 GFLOP/s
 // here); this packed, register-blocked kernel is built for the host's vector ISA at load time.
 #pragma once
@@ -62,5 +62,25 @@ bool sgemm_small_m(int64_t M, int64_t N, int64_t K, MatView A, MatView B, float 
 // (no packing) on the caller's threads. B must have a unit stride (rs or cs == 1) and x be
 // contiguous; returns false otherwise (the caller uses another path).
 bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accumulate, const ParallelFor &par);
+
+// -- bfloat16 (runtime/gemm_bf16.cpp) -------------------------------------------------------
+// A strided bfloat16 matrix view (each value its 16-bit pattern).
+struct Bf16View {
+  const uint16_t *data;
+  int64_t rs, cs;
+};
+
+// Whether this CPU has AVX512-BF16 (the bf16 products below run only there).
+bool bf16_gemm_available();
+
+// C[M, N] (float32, row stride ldc) = A[M, K] * B[K, N] for bfloat16 A and B, summed in float32,
+// for a few rows M (a decode step's products): B streamed once from where it lies. A's rows must
+// be contiguous (A.cs == 1) and B's columns (B.rs == 1: a linear layer's weight transposed) or rows
+// (B.cs == 1); false otherwise or without AVX512-BF16 (the caller uses LibTorch).
+bool bf16_gemm_few_rows(int64_t M, int64_t N, int64_t K, Bf16View A, Bf16View B, float *C, int64_t ldc,
+                        const ParallelFor &par);
+
+// A float rounded to bfloat16, to nearest with ties to even (as LibTorch's conversion).
+uint16_t bf16_round(float f);
 
 }  // namespace dynamo::runtime
