@@ -13,7 +13,9 @@ and again sees it). One row per family and side:
       [--families llama,gpt2,...] [--sides eager,compile,dynamo] [--new-tokens 16] [--prompt 12] \\
       [--layers 2] [--hidden 128] [--batch 1] [--dtype bfloat16]
 
-Columns: tokens identical to eager's; the first generate() (ms); a whole generate() of N tokens;
+Columns: tokens identical to eager's (with --dtype bfloat16: `=n/N` or `~n/N`, the same tokens
+as eager's bf16 or others, and n: how many lead as the float32 model's do -- bf16 rounding parts
+bf16 from float32 after some tokens on random weights, eager's own bf16 as much); the first generate() (ms); a whole generate() of N tokens;
 its prefill (a generate() of one token); a decode step ((whole - prefill) / (N - 1)); the decode
 step's speed vs eager's; the decode step's bytes (every weight once and the key/value cache at the
 middle length) per its time, as a share of the measured triad bandwidth (the roofline); native
@@ -101,6 +103,15 @@ def step_bytes(model, batch, length):
     return total + 2 * layers * batch * length * heads * head_dim * elem
 
 
+def _agree(tokens, ref, n):
+    """How many of the n generated tokens lead alike in tokens and ref (every row); None
+    without ref."""
+    if ref is None:
+        return None
+    same = (tokens[:, -n:] == ref[:, -n:]).all(0)
+    return int(same.long().cumprod(0).sum()) if same.numel() else 0
+
+
 def run_family(family, make_cfg, args):
     dtype = getattr(torch, args.dtype)
     model = _model(family, make_cfg(), dtype)
@@ -123,7 +134,10 @@ def run_family(family, make_cfg, args):
     with torch.no_grad():
         gen(model, args.new_tokens)
         want, *times = timed(model)
-        rows["eager"] = dict(same=True, first=None, times=times, native="")
+        ref32 = None  # a bf16 model's tokens are held against its float32 twin's too
+        if dtype != torch.float32:
+            ref32 = gen(_model(family, make_cfg(), torch.float32), args.new_tokens)[0]
+        rows["eager"] = dict(same=True, first=None, times=times, native="", fp32=_agree(want, ref32, args.new_tokens))
         for side in args.sides.split(","):
             if side == "eager":
                 continue
@@ -145,7 +159,8 @@ def run_family(family, make_cfg, args):
             report = dynamo.report() if side == "dynamo" else ""
             why = next((ln.strip() for ln in report.splitlines() if "fell back" in ln or "not compiled" in ln), "")
             rows[side] = dict(same=torch.equal(got, want) and torch.equal(got2, want), first=t_first * 1e3,
-                              times=times, native=f"{native}/{calls}" if side == "dynamo" else "", why=why)
+                              times=times, native=f"{native}/{calls}" if side == "dynamo" else "", why=why,
+                              fp32=min(_agree(got, ref32, args.new_tokens), _agree(got2, ref32, args.new_tokens)))
             dynamo.reset()
             torch._dynamo.reset()
     length = args.prompt + args.new_tokens // 2
@@ -188,7 +203,10 @@ def main():
             whole, prefill, per_token = r["times"]
             first = f"{r['first']:8.1f}" if r["first"] is not None else f"{'':8}"
             roof = nbytes / (per_token / 1e3) / 1e9 / bw * 100 if per_token > 0 else 0.0
-            print(f"{fam:10} {side:8} {'same' if r['same'] else 'DIFFER':>7} {first} {whole:8.1f} {prefill:8.1f} "
+            same = "same" if r["same"] else "DIFFER"
+            if r["fp32"] is not None:  # (bf16: how many tokens lead as the float32 model's)
+                same = f"{'=' if r['same'] else '~'}{r['fp32']}/{args.new_tokens}"
+            print(f"{fam:10} {side:8} {same:>7} {first} {whole:8.1f} {prefill:8.1f} "
                   f"{per_token:9.2f} {base / per_token:8.2f}x {roof:8.0f}% {r['native']:>8}  {r.get('why', '')[:70]}",
                   flush=True)
 
