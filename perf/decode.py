@@ -18,11 +18,14 @@ as eager's bf16 or others, and n: how many lead as the float32 model's do -- bf1
 bf16 from float32 after some tokens on random weights, eager's own bf16 as much); the first generate() (ms); a whole generate() of N tokens;
 its prefill (a generate() of one token); a decode step ((whole - prefill) / (N - 1)); the decode
 step's speed vs eager's; the decode step's bytes (every weight once and the key/value cache at the
-middle length) per its time, as a share of the measured triad bandwidth (the roofline); native
+middle length) per its time, as a share of the measured triad bandwidth (the roofline); a decode
+step's forward call alone (the median one of a generate(): the step without generate()'s own
+Python, ~1.5 ms per token here) and its share of the roofline; native
 runs / forward calls of a timed generate(); the first fallback dynamo.report() gives, if any.
 """
 import argparse
 import copy
+import functools
 import sys
 import time
 
@@ -130,6 +133,30 @@ def run_family(family, make_cfg, args):
         prefill = min(gen(m, 1)[1] for _ in range(args.repeat))
         return out, whole * 1e3, prefill * 1e3, (whole - prefill) * 1e3 / max(args.new_tokens - 1, 1)
 
+    def forward_ms(m):
+        """ms of a decode step's forward call alone (the median over a generate() of N tokens, its
+        prefill call left out): the model's share of a step, without generate()'s own Python."""
+        inner, spent = m.forward, []
+
+        @functools.wraps(inner)
+        def timing(*a, **k):
+            t0 = time.perf_counter()
+            r = inner(*a, **k)
+            spent.append(time.perf_counter() - t0)
+            return r
+
+        had = "forward" in m.__dict__
+        m.forward = timing
+        try:
+            gen(m, args.new_tokens)
+        finally:
+            if had:
+                m.forward = inner
+            else:
+                del m.forward
+        decode = sorted(spent[1:])
+        return decode[len(decode) // 2] * 1e3 if decode else 0.0
+
     rows = {}
     with torch.no_grad():
         gen(model, args.new_tokens)
@@ -137,7 +164,8 @@ def run_family(family, make_cfg, args):
         ref32 = None  # a bf16 model's tokens are held against its float32 twin's too
         if dtype != torch.float32:
             ref32 = gen(_model(family, make_cfg(), torch.float32), args.new_tokens)[0]
-        rows["eager"] = dict(same=True, first=None, times=times, native="", fp32=_agree(want, ref32, args.new_tokens))
+        rows["eager"] = dict(same=True, first=None, times=times + [forward_ms(model)], native="",
+                             fp32=_agree(want, ref32, args.new_tokens))
         for side in args.sides.split(","):
             if side == "eager":
                 continue
@@ -155,12 +183,14 @@ def run_family(family, make_cfg, args):
             before = dynamo.counters()
             got2, *times = timed(mine)
             after = dynamo.counters()
+            times.append(forward_ms(mine))
             calls, native = after["calls"] - before["calls"], after["native_runs"] - before["native_runs"]
             report = dynamo.report() if side == "dynamo" else ""
             why = next((ln.strip() for ln in report.splitlines() if "fell back" in ln or "not compiled" in ln), "")
             rows[side] = dict(same=torch.equal(got, want) and torch.equal(got2, want), first=t_first * 1e3,
                               times=times, native=f"{native}/{calls}" if side == "dynamo" else "", why=why,
-                              fp32=min(_agree(got, ref32, args.new_tokens), _agree(got2, ref32, args.new_tokens)))
+                              fp32=None if ref32 is None else min(_agree(got, ref32, args.new_tokens),
+                                                                    _agree(got2, ref32, args.new_tokens)))
             dynamo.reset()
             torch._dynamo.reset()
     length = args.prompt + args.new_tokens // 2
@@ -189,7 +219,7 @@ def main():
           f"hidden {args.hidden}, {args.heads} heads, vocabulary {args.vocab}, {args.dtype}, {args.threads} threads; "
           f"triad bandwidth {bw:.1f} GB/s")
     print(f"{'family':10} {'side':8} {'tokens':>7} {'1st ms':>8} {'gen ms':>8} {'prefill':>8} {'ms/token':>9} "
-          f"{'vs eager':>9} {'roofline':>9} {'native':>8}  why")
+          f"{'vs eager':>9} {'roofline':>9} {'fwd ms':>7} {'fwd roof':>9} {'native':>8}  why")
     for fam in args.families.split(","):
         if fam not in cfgs:
             sys.exit(f"decode: unknown family {fam!r}; known: {', '.join(cfgs)}")
@@ -200,14 +230,16 @@ def main():
             continue
         base = rows["eager"]["times"][2]
         for side, r in rows.items():
-            whole, prefill, per_token = r["times"]
+            whole, prefill, per_token, fwd = r["times"]
             first = f"{r['first']:8.1f}" if r["first"] is not None else f"{'':8}"
             roof = nbytes / (per_token / 1e3) / 1e9 / bw * 100 if per_token > 0 else 0.0
+            roof_fwd = nbytes / (fwd / 1e3) / 1e9 / bw * 100 if fwd > 0 else 0.0
             same = "same" if r["same"] else "DIFFER"
             if r["fp32"] is not None:  # (bf16: how many tokens lead as the float32 model's)
                 same = f"{'=' if r['same'] else '~'}{r['fp32']}/{args.new_tokens}"
             print(f"{fam:10} {side:8} {same:>7} {first} {whole:8.1f} {prefill:8.1f} "
-                  f"{per_token:9.2f} {base / per_token:8.2f}x {roof:8.0f}% {r['native']:>8}  {r.get('why', '')[:70]}",
+                  f"{per_token:9.2f} {base / per_token:8.2f}x {roof:8.0f}% {fwd:7.2f} {roof_fwd:8.0f}% {r['native']:>8}  "
+                  f"{r.get('why', '')[:70]}",
                   flush=True)
 
 

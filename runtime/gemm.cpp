@@ -21,6 +21,7 @@ constexpr int MR = 6, NR = 32;
 constexpr int RR = 12;  // rows of the in-place kernel (micro_kernel_rows)
 constexpr int DR = 6, DC = 4;  // dot_tile: rows of A, columns of B
 constexpr int64_t KC = 256, MC = 96, NC = 256;
+constexpr int64_t kRowRuns = 8;  // sgemv over B's rows: runs of rows summed apart (as many on any machine)
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
 
@@ -250,12 +251,31 @@ bool sgemv(int64_t N, int64_t K, const float *x, MatView B, float *y, bool accum
     });
     return true;
   }
-  if (B.cs == 1) {  // rows contiguous: each thread accumulates its block of columns over all rows
-    par((N + 255) / 256, 1, [&](int64_t b0, int64_t b1) {
-      int64_t j0 = b0 * 256, j1 = std::min(N, b1 * 256);
-      if (!accumulate) std::fill(y + j0, y + j1, 0.0f);
-      for (int64_t k = 0; k < K; ++k) axpy(j1 - j0, x[k], B.data + k * B.rs + j0, y + j0);
+  if (B.cs == 1) {
+    // rows contiguous (x @ W, GPT-2's Conv1D): K cut into a fixed number of runs of rows, each
+    // summed over whole rows into a partial y of its own, the partials then added in run order
+    // (the same sums on any number of threads). A run of whole rows is one sequential stream
+    // where the rows lie back to back; cutting the columns instead would have each thread read
+    // pieces of every row, far apart, at a fraction of the bandwidth.
+    const int64_t runs = std::clamp<int64_t>(K / 64, 1, kRowRuns);
+    if (runs == 1 || (int64_t)runs * N > (int64_t)1 << 22) {
+      par((N + 255) / 256, 1, [&](int64_t b0, int64_t b1) {  // (each thread its block of columns)
+        int64_t j0 = b0 * 256, j1 = std::min(N, b1 * 256);
+        if (!accumulate) std::fill(y + j0, y + j1, 0.0f);
+        for (int64_t k = 0; k < K; ++k) axpy(j1 - j0, x[k], B.data + k * B.rs + j0, y + j0);
+      });
+      return true;
+    }
+    std::unique_ptr<float[]> part(new float[(size_t)(runs * N)]);
+    par(runs, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float *yr = part.get() + r * N;
+        std::fill(yr, yr + N, 0.0f);
+        for (int64_t k = K * r / runs; k < K * (r + 1) / runs; ++k) axpy(N, x[k], B.data + k * B.rs, yr);
+      }
     });
+    if (!accumulate) std::fill(y, y + N, 0.0f);
+    for (int64_t r = 0; r < runs; ++r) axpy(N, 1.0f, part.get() + r * N, y);
     return true;
   }
   return false;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace dynamo::runtime {
 
@@ -21,7 +22,8 @@ namespace {
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int DR = 4, DC = 4;  // dot tile: rows of A, columns of B
-constexpr int RR = 2, VC = 16;  // row tile: rows of A, vectors of 16 columns of B
+constexpr int64_t kRowRuns = 8;      // runs of B's rows summed apart (the row-contiguous B)
+constexpr int64_t kFewRowsBf16 = 32;  // the most rows of A taken
 
 // out[i][j] = sum over k of x_i[k] * w_j[k] (bf16 in, fp32 sums) for R rows and DC weight rows,
 // 32 elements of K per instruction, two sums per row of A (even and odd steps of 32) so that the
@@ -69,61 +71,39 @@ BF16_TARGET inline __m512 widen(const uint16_t *p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
-// c[i][0:nc] = sum over k of x_i[k] * b_k[0:nc] for R rows of A and up to VC * 16 columns of B's
-// rows (contiguous), each B row read once for all R rows: VC * 32 bytes of it at a time (fewer, down
-// many rows, would read B in many short pieces far apart, at a fraction of the bandwidth).
-template <int R>
-BF16_TARGET void row_tile(int64_t K, const uint16_t *const *x, const uint16_t *b, int64_t ldb, int64_t nc, float *c,
-                          int64_t ldc) {
-  __m512 acc[R][VC];
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < VC; ++v) acc[i][v] = _mm512_setzero_ps();
-  if (nc == VC * 16) {  // a whole block: plain loads
-    for (int64_t k = 0; k < K; ++k) {
-      const uint16_t *row = b + k * ldb;
-      __m512 xv[R];
-      for (int i = 0; i < R; ++i) {
-        uint32_t bits = (uint32_t)x[i][k] << 16;
-        float xf;
-        memcpy(&xf, &bits, 4);
-        xv[i] = _mm512_set1_ps(xf);
-      }
-#pragma GCC unroll 16
-      for (int v = 0; v < VC; ++v) {
-        const __m512 bv = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 16 * v))), 16));
-        for (int i = 0; i < R; ++i) acc[i][v] = _mm512_fmadd_ps(xv[i], bv, acc[i][v]);
-      }
-    }
-    for (int i = 0; i < R; ++i)
-      for (int v = 0; v < VC; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
-    return;
-  }
-  __mmask16 m[VC];
-  for (int v = 0; v < VC; ++v) {
-    const int64_t left = nc - 16 * v;
-    m[v] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    const uint16_t *row = b + k * ldb;
-    for (int i = 0; i < R; ++i) {
-      uint32_t bits = (uint32_t)x[i][k] << 16;
-      float xf;
-      memcpy(&xf, &bits, 4);
-      const __m512 xv = _mm512_set1_ps(xf);
-      for (int v = 0; v < VC; ++v) acc[i][v] = _mm512_fmadd_ps(xv, widen(row + 16 * v, m[v]), acc[i][v]);
+// y_i[0:n] += x_i * b[0:n] for m rows (x_i a float, y_i at y + i * ldy): one row of B widened
+// once for all m.
+BF16_TARGET void rows_axpy(int64_t n, int m, const float *xs, const uint16_t *b, float *y, int64_t ldy) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 bv = widen(b + j, (__mmask16)0xffff);
+    for (int i = 0; i < m; ++i) {
+      float *yi = y + i * ldy + j;
+      _mm512_storeu_ps(yi, _mm512_fmadd_ps(_mm512_set1_ps(xs[i]), bv, _mm512_loadu_ps(yi)));
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < VC; ++v) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+  if (j < n) {
+    const __mmask16 mk = (__mmask16)((1u << (n - j)) - 1);
+    const __m512 bv = widen(b + j, mk);
+    for (int i = 0; i < m; ++i) {
+      float *yi = y + i * ldy + j;
+      _mm512_mask_storeu_ps(yi, mk, _mm512_fmadd_ps(_mm512_set1_ps(xs[i]), bv, _mm512_maskz_loadu_ps(mk, yi)));
+    }
+  }
 }
 
-BF16_TARGET void row_tile_rows(int r, int64_t K, const uint16_t *const *x, const uint16_t *b, int64_t ldb, int64_t nc,
-                               float *c, int64_t ldc) {
-  if (r == 1)
-    row_tile<1>(K, x, b, ldb, nc, c, ldc);
-  else
-    row_tile<2>(K, x, b, ldb, nc, c, ldc);
+// y[0:n] += p[0:n].
+BF16_TARGET void add_into(int64_t n, const float *p, float *y) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, _mm512_add_ps(_mm512_loadu_ps(y + j), _mm512_loadu_ps(p + j)));
+  for (; j < n; ++j) y[j] += p[j];
+}
+
+float bf16_value(uint16_t h) {
+  const uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace
@@ -136,7 +116,7 @@ bool bf16_gemm_available() {
 
 bool bf16_gemm_few_rows(int64_t M, int64_t N, int64_t K, Bf16View A, Bf16View B, float *C, int64_t ldc,
                         const ParallelFor &par) {
-  if (!bf16_gemm_available() || M < 0 || N < 0 || K < 0) return false;
+  if (!bf16_gemm_available() || M < 0 || N < 0 || K < 0 || M > kFewRowsBf16) return false;
   if (K > 1 && A.cs != 1) return false;
   if (M == 0 || N == 0) return true;
   if (K == 0) {
@@ -166,19 +146,30 @@ bool bf16_gemm_few_rows(int64_t M, int64_t N, int64_t K, Bf16View A, Bf16View B,
     });
     return true;
   }
-  if (B.cs == 1) {  // B's rows contiguous: each block of VC * 16 columns accumulated down K
-    constexpr int64_t W = VC * 16;
-    par((N + W - 1) / W, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t j0 = b * W, nc = std::min<int64_t>(W, N - j0);
-        for (int64_t i0 = 0; i0 < M; i0 += RR) {
-          const int r = (int)std::min<int64_t>(RR, M - i0);
-          const uint16_t *x[RR];
-          for (int i = 0; i < RR; ++i) x[i] = A.data + (i0 + std::min(i, r - 1)) * A.rs;
-          row_tile_rows(r, K, x, B.data + j0, B.rs, nc, C + i0 * ldc + j0, ldc);
+  if (B.cs == 1) {
+    // B's rows contiguous (x @ W, GPT-2's Conv1D): K cut into a fixed number of runs of rows
+    // (as many on any machine: the same sums on any number of threads), each summed over whole
+    // rows, for all M rows of A, into partial results of its own; the partials then added in run
+    // order. A run of whole rows is one sequential stream where the rows lie back to back.
+    const int64_t runs = std::clamp<int64_t>(K / 64, 1, kRowRuns);
+    if (runs * M * N > (int64_t)1 << 22) return false;  // (LibTorch's call: a big product)
+    std::unique_ptr<float[]> part(new float[(size_t)(runs * M * N)]);
+    par(runs, 1, [&](int64_t r0, int64_t r1) {
+      float xs[kFewRowsBf16];
+      for (int64_t r = r0; r < r1; ++r) {
+        float *pr = part.get() + r * M * N;
+        std::fill(pr, pr + M * N, 0.0f);
+        for (int64_t k = K * r / runs; k < K * (r + 1) / runs; ++k) {
+          for (int64_t i = 0; i < M; ++i) xs[i] = bf16_value(A.data[i * A.rs + k * A.cs]);
+          rows_axpy(N, (int)M, xs, B.data + k * B.rs, pr, N);
         }
       }
     });
+    for (int64_t i = 0; i < M; ++i) {
+      float *ci = C + i * ldc;
+      std::fill(ci, ci + N, 0.0f);
+      for (int64_t r = 0; r < runs; ++r) add_into(N, part.get() + (r * M + i) * N, ci);
+    }
     return true;
   }
   return false;
