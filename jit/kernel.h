@@ -302,7 +302,9 @@ class KernelEmitter {
     Value *bits = B.CreateBitCast(f, i32);
     Value *lsb = B.CreateAnd(B.CreateLShr(bits, c32(16)), c32(1));
     Value *rounded = B.CreateLShr(B.CreateAdd(B.CreateAdd(bits, c32(0x7fff)), lsb), c32(16));
-    Value *nan = B.CreateFCmpUNO(f, f);
+    // (NaN tested on the bits: a float compare of a value widened from bfloat16 is folded by
+    // LLVM into a bfloat16 compare, which x86 has no vector form of -- 16 scalar compares)
+    Value *nan = B.CreateICmpUGT(B.CreateAnd(bits, c32(0x7fffffff)), c32(0x7f800000));
     return B.CreateSelect(nan, ConstantInt::get(i16, 0x7fc0), B.CreateTrunc(rounded, i16));
   }
   // bfloat16 bits back to float32 (exact).
