@@ -894,7 +894,7 @@ class OptimizedFunction:
                     fam = None
                     continue
                 self.families.append(fam)
-                log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p)}: "
+                log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p) + 1}: "
                                   f"{fam.describe()}; other sizes of it compile without a recording")
                 return
         if why is not None:

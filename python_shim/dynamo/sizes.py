@@ -36,6 +36,7 @@ Why an instance computes what the program would:
     variable is at least 2 there.
 """
 import collections
+import functools
 import re
 from fractions import Fraction
 from itertools import product
@@ -73,7 +74,17 @@ def tokens(text, owners=None):
     """(parts, values, kinds) of an IR text: text == parts[0] + str(values[0]) + parts[1] + ...;
     kinds[i] is (kind, input slot, dim) for an input's dims and strides, else (kind,). owners,
     when given (a dict), gets (trace value name, dim) -> i for every input dim and result type
-    size: where the sizes of a value are in the text."""
+    size: where the sizes of a value are in the text. (The same text is tokenized once: a family
+    asks for its proto's tokens at every widening and every check; the lists are the caller's.)"""
+    parts, values, kinds, own = _tokens(text)
+    if owners is not None:
+        owners.update(own)
+    return list(parts), list(values), list(kinds)
+
+
+@functools.lru_cache(maxsize=16)
+def _tokens(text):
+    owners = {}
     parts, values, kinds = [], [], []
     cur, slot = [], 0
     for line in text.splitlines(keepends=True):
@@ -127,7 +138,7 @@ def tokens(text, owners=None):
         if is_input:
             slot += 1
     parts.append("".join(cur))
-    return parts, values, kinds
+    return tuple(parts), tuple(values), tuple(kinds), owners
 
 
 # Polynomials over size symbols: a sorted tuple of (monomial, coefficient) pairs with no zero
@@ -364,10 +375,14 @@ class Family:
             seen.add(r)
         old = len(self.variables)
         at = [Fraction(v) for v in env]
+        # per step of the new variables: its ratio and the monomial that scales by it
+        olds = [Fraction(a) for a, _ in new]
+        scaled = [(_ratio(k, ratios), (tuple(sorted(s for i, x in enumerate(k) for s in [old + i] * x)),
+                                      1 / _ratio(k, olds))) for k in steps]
         exprs, other = [], []
         for j, (kind, expr) in enumerate(zip(kinds, self.exprs)):
-            e = p_eval(expr, at)
-            b = Fraction(values[j])
+            e = expr[0][1] if len(expr) == 1 and not expr[0][0] else p_eval(expr, at)  # (a constant: most)
+            b = values[j]
             if kind[0] not in _FREE and (p_syms(expr) or e != b):
                 other.append(j)  # (what gives it is found below)
                 exprs.append(None)
@@ -376,14 +391,13 @@ class Family:
             if e == 0:
                 fit = expr if b == 0 else None
             else:
-                for k in steps:
-                    if e * _ratio(k, ratios) == b:
-                        mono = tuple(sorted(s for i, x in enumerate(k) for s in [old + i] * x))
-                        fit = p_mul(expr, ((mono, 1 / _ratio(k, [Fraction(a) for a, _ in new])),))
+                for r, term in scaled:
+                    if e * r == b:
+                        fit = p_mul(expr, (term,))
                         break
             if fit is None and len(new) == 1:  # an offset of the new variable: expr + d * (s - a)
                 a_new, b_new = new[0]
-                d = (b - e) / (b_new - a_new)
+                d = Fraction(b - e) / (b_new - a_new)
                 if d.denominator == 1 and d:
                     fit = p_add(p_add(expr, poly(d, old)), poly(-d * a_new))
             if fit is None:
