@@ -35,7 +35,83 @@ def backend(gm, example_inputs, options=None):
     real_recompile = getattr(gm, "real_recompile", None)
     if real_recompile is not None:
         real_recompile()
-    return optimize(gm)
+    derived = _sizes_of_inputs(gm)
+    if not derived:
+        return optimize(gm)
+    _sums_as_adds(gm)
+    # The integers that are sizes of tensor inputs are left out of the optimized call and read
+    # from those tensors inside it: as arguments they would be guarded by value (and recorded
+    # again at each), as sizes a size family follows them from call to call.
+    skip = {k for k, _, _ in derived}
+    total = _num_inputs(gm)
+    kept = [k for k in range(total) if k not in skip]
+    where = {k: (kept.index(i), d) for k, i, d in derived}
+    # (made as source: each size goes straight into the call, where dynamo follows it; through a
+    # list it would be a number Python used)
+    params = ", ".join(f"r{j}" for j in range(len(kept)))
+    passed = ", ".join(f"r{where[k][0]}.shape[{where[k][1]}]" if k in where else f"r{kept.index(k)}"
+                       for k in range(total))
+    env = {"gm": gm}
+    exec(compile(f"def forward({params}):\n    return gm({passed})\n", "<dynamo backend>", "exec"), env)
+    inner = optimize(env["forward"])
+
+    def call(*args):
+        return inner(*[args[k] for k in kept])
+    return call
+
+
+def _sums_as_adds(gm):
+    """torch.sym_sum([a, b, ...]) of sizes in gm as a + b + ...: the same integer, where dynamo
+    follows each size through `+` but not through a list."""
+    import operator
+
+    import torch
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.sym_sum or len(node.args) != 1 or node.kwargs or \
+                not isinstance(node.args[0], (list, tuple)) or not node.args[0]:
+            continue
+        terms = list(node.args[0])
+        with gm.graph.inserting_before(node):
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = gm.graph.call_function(operator.add, (acc, t))
+        if acc is terms[0]:
+            continue
+        node.replace_all_uses_with(acc)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def _num_inputs(gm):
+    return sum(1 for node in gm.graph.nodes if node.op == "placeholder")
+
+
+def _sizes_of_inputs(gm):
+    """The integer inputs of gm that are a dim of one of its tensor inputs: (input k, tensor input
+    i, dim d) each. With dynamic shapes, TorchDynamo passes each size symbol of the inputs as an
+    integer argument of its own (the cache's length at each decode step): an integer argument
+    that changes on every call would be recorded again at every value, where as the size of a
+    tensor (which TorchDynamo's guards bind it to) it is one variable of a size family."""
+    try:
+        import torch
+        places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        vals = [n.meta.get("example_value", n.meta.get("val")) for n in places]
+        dims = {}
+        for i, v in enumerate(vals):
+            if isinstance(v, torch.Tensor):
+                for d, size in enumerate(v.shape):
+                    if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                        dims.setdefault(size.node.expr, (i, d))
+        out = []
+        for k, v in enumerate(vals):
+            if isinstance(v, torch.SymInt) and v.node.expr in dims:
+                out.append((k,) + dims[v.node.expr])
+        return out
+    except Exception:  # noqa: BLE001 -- graphs without these facts take their integers as given
+        return []
 
 
 _REGISTRY = "torch._dynamo.backends.registry"

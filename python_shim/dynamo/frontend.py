@@ -149,6 +149,8 @@ class OptimizedFunction:
         self.frames = {}          # device (None: CPU) -> native.Frame
         self.stored = {}          # call signature -> traces from the store not yet loaded
         self._misses = []         # the guard that rejected the calls of the last recordings (_churns)
+        self._unfitted = 0        # recordings in a row of one program at other sizes that made no
+        #                           size family (_join_family): at UNFITTED, new sizes run eagerly
         functools.update_wrapper(self, fn)
         registry.register(self)
 
@@ -303,6 +305,10 @@ class OptimizedFunction:
         (backoff.py: left to CPython, aborted in this call's state, backing off), the function
         is not hot yet, or its cache is full."""
         if self.policy.runs_eagerly(args):
+            return True
+        if self._unfitted >= UNFITTED:
+            self.policy.fallback(f"{UNFITTED} recordings in a row of the same program at other sizes made no size family "
+                                 "(DYNAMO_LOG=recompiles says why); further sizes run eagerly")
             return True
         if self.calls < config.hot_threshold or self._cache_full():
             if self._cache_full() and not getattr(self, "_warned", False):
@@ -878,6 +884,7 @@ class OptimizedFunction:
                     continue
                 wide.instances = fam.instances
                 self.families[k] = wide
+                self._unfitted = 0
                 log("recompiles", f"{self.name}: size family widened by this trace: {wide.describe()}")
                 return
         for p in self.compiled:
@@ -896,9 +903,11 @@ class OptimizedFunction:
                 self.families.append(fam)
                 log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p) + 1}: "
                                   f"{fam.describe()}; other sizes of it compile without a recording")
+                self._unfitted = 0
                 return
         if why is not None:
             self._family_refused(c, f"no size family with the earlier traces: {why}")
+            self._unfitted += 1
 
     def _probe_sizes(self, fn, args, kwargs):
         """A call that a recorded trace's Python guards accept but its sizes do not: once per
@@ -1091,6 +1100,7 @@ class OptimizedFunction:
         self.runner.native_runs = 0
         self.profiled = ()
         self._misses = []
+        self._unfitted = 0
         self.value_cuts = False
         self.stored = {}
         self.policy.reset()  # (a module's parts stay optimized: inside a new trace of this forward they are inlined)
@@ -1149,6 +1159,7 @@ class _InBackground:
         return self._value
 
 
+UNFITTED = 8  # recordings in a row of one program at other sizes without a family before new sizes run eagerly
 RETIME_AFTER = 4  # runs of an instance with default step choices before it times them (_inherit_choices)
 
 

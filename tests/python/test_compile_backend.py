@@ -116,3 +116,47 @@ def test_the_name_is_known_after_import_dynamo_in_a_source_checkout():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) >= 1
+
+
+def _grows(x, cache):
+    """A decode step in miniature: a cache one longer each call, sizes used as numbers."""
+    kv = torch.cat([cache, x], 0)
+    pos = torch.arange(kv.shape[0] + 1)[1:].float()
+    return (kv * pos.unsqueeze(-1)).sum(0) / kv.shape[0], kv
+
+
+def test_dynamic_sizes_passed_as_integers_are_one_size_family():
+    """With dynamic shapes TorchDynamo hands each size symbol to the backend as an integer
+    argument of its own (here the cache's length, new at every call): the backend reads it from
+    the tensor it is a dim of, so one size family serves every length (it was a value that
+    changed on every call: recorded 4 times, then left to CPython). Every call matches eager."""
+    compiled = torch.compile(_grows, backend="dynamo")
+    cache = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(30):
+            x = torch.randn(1, 8)
+            want = _grows(x, cache)
+            got = compiled(x, cache)
+            torch.testing.assert_close(got, want)
+            cache = want[1]
+    c = dynamo.counters()
+    assert c["size_instances"] >= 20 and c["traces_compiled"] <= 5, c
+    assert c["native_runs"] >= 20, c
+
+
+def test_a_program_whose_sizes_make_no_family_stops_recording_each_size():
+    """Sizes that no family can follow (each a number Python branches on) would be recorded once
+    per size: after a few such recordings in a row new sizes run eagerly, the traces made keep
+    serving their own sizes, and every call matches eager."""
+    def f(x):
+        n = x.shape[0]
+        return x * (n % 3) + x.sum() * n  # (n % 3 into an op: a number, not a size it follows)
+
+    opt = dynamo.optimize(f)
+    with torch.no_grad():
+        for n in list(range(2, 30)) + list(range(2, 6)):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(opt(x), f(x))
+    c = dynamo.counters()
+    assert c["traces_compiled"] <= 12, c
+    assert c["eager_runs"] >= 10, c
