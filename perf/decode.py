@@ -88,12 +88,15 @@ def triad_gbs():
 
 def step_bytes(model, batch, length):
     """Bytes a decode step reads at least: every weight once (the output projection included,
-    tied or not) but the embedding tables it reads a row of, and the key/value cache of `length`
-    positions in each layer."""
+    tied or not; the decoder's alone in an encoder-decoder model) but the embedding tables it
+    reads a row of, and the key/value cache of `length` positions in each layer."""
     out_w = model.get_output_embeddings().weight.data_ptr()
     rows = {m.weight.data_ptr() for m in model.modules() if isinstance(m, torch.nn.Embedding)} - {out_w}
     seen, total = set(), 0
-    for p in model.parameters():
+    # (an encoder-decoder model's decode step runs the decoder and the output projection only)
+    params = list(model.parameters()) if not model.config.is_encoder_decoder else \
+        list(model.get_decoder().parameters()) + [model.get_output_embeddings().weight]
+    for p in params:
         if p.data_ptr() not in seen and p.data_ptr() not in rows:
             seen.add(p.data_ptr())
             total += p.numel() * p.element_size()
