@@ -11,22 +11,11 @@ import copy
 import pytest
 import torch
 
-from dynamo import native
-
-
-def bty(t):
-    dims = ",".join(str(s) for s in t.shape)
-    strides = ",".join(str(s) for s in t.stride())
-    return f"bf16[{dims}]{{{strides}}}" if t.dim() > 1 and not t.is_contiguous() else f"bf16[{dims}]"
+from test_gemm import run as gemm_run
 
 
 def run(frame, body, *inputs):
-    lines = [f"  %{k} = input {bty(x)}" for k, x in enumerate(inputs)] + [f"  {body}"]
-    frame.compile(native.Trace("trace @bf16gemm {\n" + "\n".join(lines) + "\n  return %r\n}\n"))
-    for _ in range(2):
-        frame.run(*inputs)
-    (out,) = frame.run(*inputs)
-    return out
+    return gemm_run(frame, body, *inputs, calls=3)
 
 
 def close(got, a, b, bias=None):

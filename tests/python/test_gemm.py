@@ -8,16 +8,23 @@ import torch
 from dynamo import native
 
 
+_IR_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
 def ty(t):
     dims = ",".join(str(s) for s in t.shape)
     strides = ",".join(str(s) for s in t.stride())
-    return f"f32[{dims}]{{{strides}}}" if t.dim() > 1 and not t.is_contiguous() else f"f32[{dims}]"
+    d = _IR_DTYPE[t.dtype]
+    return f"{d}[{dims}]{{{strides}}}" if t.dim() > 1 and not t.is_contiguous() else f"{d}[{dims}]"
 
 
-def run(frame, body, *inputs):
+def run(frame, body, *inputs, calls=1):
+    """body (one IR instruction making %r) over inputs, compiled and run `calls` times: the last
+    run's result (the first calls of a product step time its sides)."""
     lines = [f"  %{k} = input {ty(x)}" for k, x in enumerate(inputs)] + [f"  {body}"]
     frame.compile(native.Trace("trace @gemm {\n" + "\n".join(lines) + "\n  return %r\n}\n"))
-    (out,) = frame.run(*inputs)
+    for _ in range(calls):
+        (out,) = frame.run(*inputs)
     return out
 
 
