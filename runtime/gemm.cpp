@@ -6,6 +6,7 @@
 // one (ifunc).
 // Accumulation order is plain k order per output, like a reference BLAS.
 #include "gemm.h"
+#include "isa.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,92 +25,138 @@ constexpr int64_t KC = 256, MC = 96, NC = 256;
 constexpr int64_t kRowRuns = 8;  // sgemv over B's rows: runs of rows summed apart (as many on any machine)
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+// VecOf<W>::type: W floats, loaded and stored at any 4-byte alignment. (Kernels take the lane
+// count as their template argument, not the vector type: a type's attributes do not survive being
+// a template argument, and a vector aligned to its size would be loaded with aligned moves.)
+template <int W>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  typedef v16 type;
+};
+template <>
+struct VecOf<8> {
+  typedef v8 type;
+};
 
-// c (mr x nr, row stride ldc) (+)= a (mr x kc) * pb (kc x NR, packed). Packed: a is a panel
-// (kc x MR, element (i, k) at a[k * MR + i]); else row i of a starts at a + i * lda (rows past
-// mr read row mr - 1's elements, never memory outside a).
-// NV: vectors of 16 columns computed (2: the whole panel; 1: its first 16, a tail of nr <= 16).
+// c (mr x nr, row stride ldc) (+)= a (mr x kc) * pb (kc x nr). Packed: a is a panel (kc x MR,
+// element (i, k) at a[k * MR + i]); else row i of a starts at a + i * lda (rows past mr read row
+// mr - 1's elements, never memory outside a). The tile is NV vectors V wide (nr <= its width):
+// a whole NR-column panel in one tile of 16-float vectors (AVX-512: 24 of its 32 registers), in
+// 16-column halves of 8-float ones (AVX2: 12 of 16). Each output sums over k in k order either way.
 // bias (or null): nr values added to every row when the tile is stored, not added to (!add).
 // ldb: floats from one k of pb to the next (NR: a packed panel; a row stride: B read in place).
-template <bool Packed, int R = MR, int NV = 2>
+template <int W, bool Packed, int R, int NV>
 __attribute__((always_inline)) inline void micro_body(int64_t kc, const float *a, int64_t lda, const float *pb, float *c,
-                                                      int64_t ldc, int mr, int nr, bool add,
-                                                      const float *bias = nullptr, int64_t ldb = NR) {
-  v16 acc[R][2];
+                                                      int64_t ldc, int mr, int nr, bool add, const float *bias,
+                                                      int64_t ldb) {
+  typedef typename VecOf<W>::type V;
+  constexpr int COLS = NV * W;
+  V acc[R][NV];
   const float *row[R];
 #pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
-    acc[i][0] = acc[i][1] = v16{};
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[i][v] = V{};
     row[i] = a + (Packed ? i : std::min(i, mr - 1) * lda);
   }
   for (int64_t k = 0; k < kc; ++k) {
-    v16 b0 = *reinterpret_cast<const v16 *>(pb + k * ldb);
-    v16 b1 = NV == 2 ? *reinterpret_cast<const v16 *>(pb + k * ldb + 16) : v16{};
+    V b[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const V *>(pb + k * ldb + v * W);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       float x = Packed ? row[0][k * MR + i] : row[i][k];
-      acc[i][0] += x * b0;
-      if (NV == 2) acc[i][1] += x * b1;
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] += x * b[v];
     }
   }
-  if (mr == R && nr == NR) {
+  if (mr == R && nr == COLS) {
     if (bias && !add) {
-      const v16 b0 = *reinterpret_cast<const v16 *>(bias), b1 = *reinterpret_cast<const v16 *>(bias + 16);
-      for (int i = 0; i < R; ++i) {
-        acc[i][0] += b0;
-        acc[i][1] += b1;
-      }
+      V bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const V *>(bias + v * W);
+      for (int i = 0; i < R; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
     }
     for (int i = 0; i < R; ++i) {
-      v16 *out = reinterpret_cast<v16 *>(c + i * ldc);
-      if (add) {
-        out[0] += acc[i][0];
-        out[1] += acc[i][1];
-      } else {
-        out[0] = acc[i][0];
-        out[1] = acc[i][1];
+      V *out = reinterpret_cast<V *>(c + i * ldc);
+      for (int v = 0; v < NV; ++v) {
+        if (add)
+          out[v] += acc[i][v];
+        else
+          out[v] = acc[i][v];
       }
     }
     return;
   }
-  if (!add) {  // (a row's acc[i][0], acc[i][1] are its 32 columns, in order)
+  if (!add) {  // (a row's vectors are its columns, in order)
     for (int i = 0; i < mr; ++i) memcpy(c + i * ldc, &acc[i][0], (size_t)nr * sizeof(float));
     if (bias)
       for (int i = 0; i < mr; ++i)
         for (int j = 0; j < nr; ++j) c[i * ldc + j] += bias[j];
     return;
   }
-  float tile[R][NR];
+  float tile[R][COLS];
   memcpy(tile, acc, sizeof tile);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) c[i * ldc + j] += tile[i][j];
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void micro_kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr, bool add) {
-  micro_body<true>(kc, pa, 0, pb, c, ldc, mr, nr, add);
+// The AVX2 form of a tile of R rows (a multiple of 6) x nr <= NR columns: 6-row x 16-column
+// pieces, each A row group read once per half.
+template <bool Packed, int R>
+__attribute__((always_inline)) inline void micro_avx2(int64_t kc, const float *a, int64_t lda, const float *pb,
+                                                      float *c, int64_t ldc, int mr, int nr, bool add,
+                                                      const float *bias, int64_t ldb) {
+  for (int r = 0; r < R && r < mr; r += 6)
+    for (int h = 0; h < nr; h += 16)
+      micro_body<8, Packed, 6, 2>(kc, Packed ? a + r : a + r * lda, lda, pb + h, c + r * ldc + h, ldc,
+                                   std::min(6, mr - r), std::min(16, nr - h), add, bias ? bias + h : nullptr, ldb);
 }
+
+// Each kernel below in its three forms, the host's picked per call (kernel_isa, isa.h).
+// (the bodies: expressions in parentheses, the 16-float one also the portable form)
+#define DYNAMO_KERNEL3(ret, name, params, args, avx512_body, avx2_body) \
+  DYNAMO_TARGET_AVX512 ret name##_avx512 params { return avx512_body; } \
+  DYNAMO_TARGET_AVX2 ret name##_avx2 params { return avx2_body; }       \
+  ret name##_base params { return avx512_body; }                        \
+  ret name params {                                                   \
+    switch (kernel_isa()) {                                           \
+      case Isa::Avx512: return name##_avx512 args;                    \
+      case Isa::Avx2: return name##_avx2 args;                        \
+      default: return name##_base args;                               \
+    }                                                                 \
+  }
+
+DYNAMO_KERNEL3(void, micro_kernel,
+               (int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr, bool add),
+               (kc, pa, pb, c, ldc, mr, nr, add),
+               (micro_body<16, true, MR, 2>(kc, pa, 0, pb, c, ldc, mr, nr, add, nullptr, NR)),
+               (micro_avx2<true, MR>(kc, pa, 0, pb, c, ldc, mr, nr, add, nullptr, NR)))
 
 // The packed-A kernel over 32 columns of B read in place (row k at b + k * ldb): B's full panels
 // in products too small to repay packing it.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void micro_kernel_b_rows(int64_t kc, const float *pa, const float *b, int64_t ldb, float *c, int64_t ldc, int mr,
-                         bool add) {
-  micro_body<true>(kc, pa, 0, b, c, ldc, mr, NR, add, nullptr, ldb);
-}
+DYNAMO_KERNEL3(void, micro_kernel_b_rows,
+               (int64_t kc, const float *pa, const float *b, int64_t ldb, float *c, int64_t ldc, int mr, bool add),
+               (kc, pa, b, ldb, c, ldc, mr, add),
+               (micro_body<16, true, MR, 2>(kc, pa, 0, b, c, ldc, mr, NR, add, nullptr, ldb)),
+               (micro_avx2<true, MR>(kc, pa, 0, b, c, ldc, mr, NR, add, nullptr, ldb)))
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void micro_kernel_rows(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                       bool add, const float *bias) {
-  micro_body<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add, bias);
-}
+DYNAMO_KERNEL3(void, micro_kernel_rows,
+               (int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                bool add, const float *bias),
+               (kc, a, lda, pb, c, ldc, mr, nr, add, bias),
+               (micro_body<16, false, RR, 2>(kc, a, lda, pb, c, ldc, mr, nr, add, bias, NR)),
+               (micro_avx2<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add, bias, NR)))
 
 // The same for a last panel of at most 16 columns (half the multiplications).
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void micro_kernel_rows16(int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr,
-                         int nr, bool add, const float *bias) {
-  micro_body<false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add, bias);
-}
+DYNAMO_KERNEL3(void, micro_kernel_rows16,
+               (int64_t kc, const float *a, int64_t lda, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                bool add, const float *bias),
+               (kc, a, lda, pb, c, ldc, mr, nr, add, bias),
+               (micro_body<16, false, RR, 1>(kc, a, lda, pb, c, ldc, mr, nr, add, bias, NR)),
+               (micro_avx2<false, RR>(kc, a, lda, pb, c, ldc, mr, nr, add, bias, NR)))
 
 // The C tile of the next micro-kernel call, rows x NR floats at stride ldc, asked for ahead (for
 // writing): a product whose C is not in cache (a weight's gradient, written fresh each step) would
@@ -168,21 +215,34 @@ void pack_a(const MatView &A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, fl
   }
 }
 
-// sum over k of a[k] * b[k], in 32 lanes.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-float dot(int64_t K, const float *a, const float *b) {
-  v16 acc0{}, acc1{};
+// sum over k of a[k] * b[k] in 32 lanes (lane l takes the k = l mod 32), lanes l and l + 16
+// then added and those 16 sums added in order: the same sum on every level.
+template <int W>
+__attribute__((always_inline)) inline float dot_body(int64_t K, const float *a, const float *b) {
+  typedef typename VecOf<W>::type V;
+  constexpr int NA = 32 / W;
+  V acc[NA];
+#pragma GCC unroll 4
+  for (int v = 0; v < NA; ++v) acc[v] = V{};
   int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    acc0 += *reinterpret_cast<const v16 *>(a + k) * *reinterpret_cast<const v16 *>(b + k);
-    acc1 += *reinterpret_cast<const v16 *>(a + k + 16) * *reinterpret_cast<const v16 *>(b + k + 16);
+  for (; k + 32 <= K; k += 32)
+#pragma GCC unroll 4
+    for (int v = 0; v < NA; ++v)
+      acc[v] += *reinterpret_cast<const V *>(a + k + v * W) * *reinterpret_cast<const V *>(b + k + v * W);
+  float half[16];
+#pragma GCC unroll 2
+  for (int v = 0; v < NA / 2; ++v) {
+    V t = acc[v] + acc[v + NA / 2];
+    memcpy(half + v * W, &t, sizeof t);
   }
-  acc0 += acc1;
   float s = 0;
-  for (int i = 0; i < 16; ++i) s += acc0[i];
+  for (int i = 0; i < 16; ++i) s += half[i];
   for (; k < K; ++k) s += a[k] * b[k];
   return s;
 }
+
+DYNAMO_KERNEL3(float, dot, (int64_t K, const float *a, const float *b), (K, a, b), (dot_body<16>(K, a, b)),
+               (dot_body<8>(K, a, b)))
 
 // y[0:n] += alpha * row[0:n].
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -195,8 +255,8 @@ void axpy(int64_t n, float alpha, const float *row, float *y) {
 // contiguous: 24 accumulator vectors along K (one load of each x_i and w_j per 16-deep step), summed
 // across lanes at the end. w is read straight from the weight, no packing; the next block's rows
 // (next, or null) are prefetched meanwhile, so memory and arithmetic overlap.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void dot_tile(int64_t K, const float *const *x, const float *const *w, const float *const *next, float out[DR][DC]) {
+__attribute__((always_inline)) inline void dot_tile_v16(int64_t K, const float *const *x, const float *const *w,
+                                                        const float *const *next, float out[DR][DC]) {
   v16 acc[DR][DC];
 #pragma GCC unroll 6
   for (int i = 0; i < DR; ++i)
@@ -237,6 +297,45 @@ void dot_tile(int64_t K, const float *const *x, const float *const *w, const flo
     }
   }
 }
+
+// The AVX2 form: the block's weight rows two at a time (12 accumulators of 8 lanes, x read from
+// memory by the FMAs: 14 of the 16 registers), each sum's 8 lanes added by halves.
+__attribute__((always_inline)) inline void dot_tile_v8(int64_t K, const float *const *x, const float *const *w,
+                                                       const float *const *next, float out[DR][DC]) {
+  for (int j0 = 0; j0 < DC; j0 += 2) {
+    v8 acc[DR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < DR; ++i) acc[i][0] = acc[i][1] = v8{};
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      if (next) {
+        __builtin_prefetch(next[j0] + k, 0, 3);
+        __builtin_prefetch(next[j0 + 1] + k, 0, 3);
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 16; h += 8) {
+        v8 w0 = *reinterpret_cast<const v8 *>(w[j0] + k + h), w1 = *reinterpret_cast<const v8 *>(w[j0 + 1] + k + h);
+#pragma GCC unroll 6
+        for (int i = 0; i < DR; ++i) {
+          v8 xi = *reinterpret_cast<const v8 *>(x[i] + k + h);
+          acc[i][0] += xi * w0;
+          acc[i][1] += xi * w1;
+        }
+      }
+    }
+    for (int i = 0; i < DR; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const v8 &a = acc[i][j];
+        float sum = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+        for (int64_t t = k; t < K; ++t) sum += x[i][t] * w[j0 + j][t];
+        out[i][j0 + j] = sum;
+      }
+  }
+}
+
+DYNAMO_KERNEL3(void, dot_tile,
+               (int64_t K, const float *const *x, const float *const *w, const float *const *next, float out[DR][DC]),
+               (K, x, w, next, out), (dot_tile_v16(K, x, w, next, out)), (dot_tile_v8(K, x, w, next, out)))
 
 }  // namespace
 

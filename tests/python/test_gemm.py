@@ -317,3 +317,28 @@ def _has_avx512_bf16():
             return "avx512_bf16" in f.read()
     except OSError:
         return False
+
+
+def _host_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
+
+@pytest.mark.parametrize("level", ["avx2", "base"])
+def test_every_kernel_level_gives_the_same_products(level):
+    """The GEMM's kernels are built per instruction set (runtime/isa.h): AVX-512 tiles, AVX2 tiles
+    of half the width in 16-column halves, the portable code. This file's tests again, in a
+    process whose kernels run at `level` (DYNAMO_KERNEL_ISA) with the own side forced, so a level
+    below the machine's is checked too (one the machine lacks runs at the machine's own)."""
+    import os
+    import subprocess
+    import sys
+    if level == "avx2" and not {"avx2", "fma"} <= _host_flags():
+        pytest.skip("this CPU has no AVX2")
+    env = dict(os.environ, DYNAMO_KERNEL_ISA=level, DYNAMO_GEMM="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__,
+                        "-k", "not every_kernel_level"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
