@@ -18,7 +18,10 @@ recording at those sizes gives, and nothing of the program's state is touched:
     path the base run took, whose effects are none (the base run is a probe too).
 
 When a call misses a trace only on tensor sizes (its Python guards pass), the front end probes
-once per trace: a base run at the call's sizes, then one run per dimension of the call's tensor
+once per trace: a base run at the call's sizes (on the call's own tensors where the trace writes
+into none of them: Recorder.probe is REAL_PROBE, its ops run for real but none may write into a
+tensor the probe did not make, and the random generator's state is put back -- FakeTensor
+dispatch costs 2-3x a recording), then one run per dimension of the call's tensor
 arguments with that dimension doubled (1 -> 2). Every dimension whose probe fits (sizes.py,
 Family.widened) becomes a variable: one miss makes the family for every size that can vary,
 however the later calls vary them. A variable whose base size is 1 may be 1 (the base run shows
@@ -90,11 +93,14 @@ def _fake_args(mode, args, kwargs, change):
     return swap(tuple(args)), swap(dict(kwargs))
 
 
-def run(name, fn, args, kwargs, change, base_shapes, branches=()):
+def run(name, fn, args, kwargs, change, base_shapes, branches=(), real=False):
     """One probe: fn recorded over fakes of args/kwargs, the tensors in change ({id(tensor):
     shape}: arguments, or trace inputs read from objects, such as a cache's tensors) at those sizes; base_shapes: the base run's value shapes ({} in the base run itself,
     which may decide on any size); branches: what the recorded trace's branches on tensors took,
-    in order (a probe takes the same, and records the same side exits). Returns (IR text, output
+    in order (a probe takes the same, and records the same side exits); real: the base run on the
+    call's own tensors (no change), its ops run for real -- each stopped before it writes into a
+    tensor the probe did not make, the random number generator's state put back after -- at the
+    cost of a recording, not FakeTensor dispatch's 2-3x. Returns (IR text, output
     spec, {value name: shape}, (sizes used as numbers, what else sizeflow saw)); raises when the
     probe ends early (ProbeStop) or fails."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -102,7 +108,8 @@ def run(name, fn, args, kwargs, change, base_shapes, branches=()):
     from . import recording
     from .interpreter import release
     from .tracetree import OutObjects, _flatten_result
-    mode = FakeTensorMode()
+    from .recorder import REAL_PROBE
+    mode = REAL_PROBE if real else FakeTensorMode()
     rec, gs, interp = recording.start(name, state_guard=False)  # (named as the recording is)
     rec.probe = mode
     rec.probe_shapes = change
@@ -113,8 +120,9 @@ def run(name, fn, args, kwargs, change, base_shapes, branches=()):
     # logs every meta kernel that raises as an error on stderr, which would look like a fault
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     quiet, fake_log.disabled = fake_log.disabled, True
+    rng = torch.get_rng_state() if real else None
     try:
-        fargs, fkwargs = _fake_args(mode, args, kwargs, change)
+        fargs, fkwargs = (args, kwargs) if real else _fake_args(mode, args, kwargs, change)
         with rec:
             result = interp.run(fn, fargs, fkwargs)
         if torch.is_grad_enabled() != grad:
@@ -132,6 +140,8 @@ def run(name, fn, args, kwargs, change, base_shapes, branches=()):
         return rec.text(names), spec, rec.value_shapes(), (dict(sf.size_fixed), (sf.size_guards, sf.size_passed,
                                                                                  sf.size_opaque))
     finally:
+        if rng is not None:
+            torch.set_rng_state(rng)
         fake_log.disabled = quiet
         torch._C._set_grad_enabled(grad)
         release(rec, interp)
@@ -229,10 +239,18 @@ def family(c, name, fn, args, kwargs, inputs):
     branches = [e.branch_truth for e in c.exits]
     if any(b is None for b in branches):
         return None, "the trace has side exits that are not branches on a tensor", 0
+    # (the base run at the call's own sizes on its own tensors where the trace writes into none
+    # and they are all on the CPU: a FakeTensor run costs 2-3x a recording, a decode step's ~0.35 s)
+    real = not c.mutates_any() and all(t.device.type == "cpu" for t in _leaves((args, kwargs), []))
     try:
-        base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {}, branches)
+        base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {}, branches, real=real)
     except Exception as e:  # noqa: BLE001 -- a probe that cannot run finds nothing
-        return None, f"the base probe ended: {type(e).__name__}: {e}", 1
+        if not real:
+            return None, f"the base probe ended: {type(e).__name__}: {e}", 1
+        try:  # (on fakes, which write nowhere)
+            base_text, spec, base_shapes, (fixed, flow) = run(name, fn, args, kwargs, {}, {}, branches)
+        except Exception as e2:  # noqa: BLE001
+            return None, f"the base probe ended: {type(e2).__name__}: {e2}", 2
     if spec != c.out_spec:
         return None, "the probe's result has another structure (a view or a number that follows the sizes)", 1
     if list(flow[0]) != list(c.size_guards):

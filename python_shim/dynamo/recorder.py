@@ -100,6 +100,11 @@ def _covering_bound(bounds):
     return None
 
 
+# Recorder.probe for a size probe run on the call's own tensors at their own sizes (probe.run):
+# its ops run for real (no FakeTensorMode), each checked to write only into tensors it made.
+REAL_PROBE = object()
+
+
 class Recorder(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls):
@@ -384,7 +389,9 @@ class Recorder(TorchDispatchMode):
             raise DataDependentStep(f"{_sig(func)}: the output size depends on the data (a step between traces)")
         # judged before the op runs: as_strided_ changes its argument's strides
         self._restride = func in _LAYOUT_DEPENDENT and _restrides_in_place(func, args, kwargs)
-        if self.probe is None:
+        if self.probe is None or self.probe is REAL_PROBE:
+            if self.probe is REAL_PROBE:
+                self._writes_own_tensors_only(func, args, kwargs)
             run = _RUN_AS.get(func)
             out = func(*args, **kwargs) if run is None else run(func, args, kwargs)
         else:
@@ -513,6 +520,23 @@ class Recorder(TorchDispatchMode):
             self._fakes[id(v)] = f
             self.keep.append(v)
         return f
+
+    def _writes_own_tensors_only(self, func, args, kwargs):
+        """In a size probe on real tensors (REAL_PROBE): ProbeStop before an op that writes into a
+        tensor the probe did not make (an input, a weight, a constant, or a view of one)."""
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is None or not a.alias_info.is_write:
+                continue
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                for x in (t, t._base):
+                    if x is None:
+                        continue
+                    n = self.vals.get(id(x))
+                    if n is None or n in self.input_names:
+                        raise ProbeStop(f"{_sig(func)} writes into a tensor from outside the call")
 
     def _probe_call(self, func, args, kwargs):
         """In a size probe: func run on fake tensors (shapes, dtypes and strides without data) --

@@ -443,3 +443,43 @@ def test_a_decode_step_with_a_cache_object_and_a_side_exit_records_once():
     c = dynamo.counters()
     assert c["traces_compiled"] - before["traces_compiled"] == 1, c
     assert c["size_instances"] - before["size_instances"] >= 8 and c["eager_runs"] == before["eager_runs"], c
+
+
+def _decode_in_place(q, cache):
+    cache.k[: q.shape[0]].add_(q)  # (writes into the cache's tensor: the trace mutates an input)
+    return (q @ cache.k.T).softmax(-1) @ cache.k
+
+
+@pytest.mark.parametrize("program", ["write-backs", "in place"])
+def test_the_base_probe_runs_on_the_call_s_own_tensors_where_the_trace_writes_into_none(monkeypatch, program):
+    """A decode step's probe at the call's own sizes runs its ops on the real tensors (a FakeTensor
+    run costs 2-3x a recording) -- unless the trace writes into an input, whose probe stays on
+    fakes. Either way the probe changes nothing (the caches, the random generator) and every call
+    matches eager."""
+    calls = []
+    real_run = probe.run
+
+    def spy(*a, **k):
+        calls.append(k.get("real", False))
+        return real_run(*a, **k)
+    monkeypatch.setattr(probe, "run", spy)
+    fn = _decode if program == "write-backs" else _decode_in_place
+    opt = dynamo.optimize(fn)
+    torch.manual_seed(0)
+    k0, v0 = torch.randn(3, 8), torch.randn(3, 8)
+    ce, cd = _KV(k0.clone(), v0.clone()), _KV(k0.clone(), v0.clone())
+    with torch.no_grad():
+        for step in range(6):
+            q = torch.randn(1 if program == "write-backs" else 2 + step, 8)
+            args = (torch.ones(ce.k.shape[0] + 1, dtype=torch.bool),) if program == "write-backs" else ()
+            if program == "in place":
+                ce.k, cd.k = torch.randn(4 + step, 8), None
+                cd.k = ce.k.clone()
+            state = torch.get_rng_state()
+            want = fn(q, *args, ce)
+            got = opt(q, *[a.clone() for a in args], cd)
+            assert torch.equal(torch.get_rng_state(), state)  # (nothing here draws a number)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(cd.k, ce.k)
+    assert calls and calls[0] == (program == "write-backs"), calls
+    assert dynamo.counters()["size_instances"] >= 3, dynamo.counters()
