@@ -1008,7 +1008,7 @@ void drop_unused_packings(runtime::GemmStep &g) {
 }
 
 // Whether the product on the stack is one row (aten::mm / addmm with A of one row) of a dtype the
-// own GEMV takes on this CPU: float32, or bfloat16 with AVX512-BF16.
+// own GEMV takes on this CPU: float32, or bfloat16 where bf16_gemm_available().
 bool one_row_product(const std::string &callee, const torch::jit::Stack &stack) {
   const bool addmm = callee == "aten::addmm";
   if (!(addmm || callee == "aten::mm") || stack.size() < (addmm ? 3u : 2u)) return false;

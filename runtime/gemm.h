@@ -70,13 +70,14 @@ struct Bf16View {
   int64_t rs, cs;
 };
 
-// Whether this CPU has AVX512-BF16 (the bf16 products below run only there).
+// Whether the bf16 products below run on this CPU: with AVX512-BF16's dot products, or with
+// AVX2 + FMA on bf16 widened to float32 (the weight still read as bf16).
 bool bf16_gemm_available();
 
 // C[M, N] (float32, row stride ldc) = A[M, K] * B[K, N] for bfloat16 A and B, summed in float32,
 // for a few rows M (a decode step's products): B streamed once from where it lies. A's rows must
 // be contiguous (A.cs == 1) and B's columns (B.rs == 1: a linear layer's weight transposed) or rows
-// (B.cs == 1); false otherwise or without AVX512-BF16 (the caller uses LibTorch).
+// (B.cs == 1); false otherwise or without bf16_gemm_available() (the caller uses LibTorch).
 bool bf16_gemm_few_rows(int64_t M, int64_t N, int64_t K, Bf16View A, Bf16View B, float *C, int64_t ldc,
                         const ParallelFor &par);
 

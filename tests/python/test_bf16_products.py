@@ -4,8 +4,9 @@ product of the same bf16 values rounded once to bf16. Each result must be within
 (2^-8 relative) of that, plus what float32 sums over K may lose where terms cancel. Weights as
 nn.Linear holds them (B = W^T: dot products) and as GPT-2's Conv1D does (x @ W: rows), odd
 sizes, sliced and transposed inputs, broadcast biases, zero-size and the first size past the
-few-row path. On a CPU without AVX512-BF16 the own side declines and LibTorch's call runs: the
-same checks hold."""
+few-row path. Without AVX512-BF16 the own side widens bf16 to float32 with AVX2 + FMA (also run
+at that level on a CPU that has more: DYNAMO_KERNEL_ISA); without AVX2 it declines and LibTorch's
+call runs: the same checks hold."""
 import copy
 
 import pytest
@@ -111,3 +112,20 @@ def test_bf16_linear_layers_through_optimize(side, rows):
             # as far from the float64 network as eager's bf16 is (with room for other roundings)
             ours, eagers = (got.double() - want).abs().max().item(), (theirs.double() - want).abs().max().item()
             assert ours <= 2 * eagers + 1e-2, (ours, eagers)
+
+
+def test_the_avx2_form_gives_the_same_products():
+    """These tests again in a process whose kernels run at the AVX2 level (DYNAMO_KERNEL_ISA), where
+    the own side widens bf16 to float32 instead of AVX512-BF16's dot products: checked on a CPU
+    that has AVX512-BF16 too."""
+    import os
+    import subprocess
+    import sys
+
+    from test_gemm import _host_flags
+    if not {"avx2", "fma"} <= _host_flags():
+        pytest.skip("this CPU has no AVX2")
+    env = dict(os.environ, DYNAMO_KERNEL_ISA="avx2")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__,
+                        "-k", "not avx2_form"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
