@@ -884,6 +884,8 @@ class OptimizedFunction:
                     continue
                 wide.instances = fam.instances
                 self.families[k] = wide
+                _key_member(wide, wide.proto)
+                _key_member(wide, c)
                 self._unfitted = 0
                 log("recompiles", f"{self.name}: size family widened by this trace: {wide.describe()}")
                 return
@@ -901,6 +903,8 @@ class OptimizedFunction:
                     fam = None
                     continue
                 self.families.append(fam)
+                _key_member(fam, p)
+                _key_member(fam, c)
                 log("recompiles", f"{self.name}: size family from this trace and trace {self.compiled.index(p) + 1}: "
                                   f"{fam.describe()}; other sizes of it compile without a recording")
                 self._unfitted = 0
@@ -946,6 +950,7 @@ class OptimizedFunction:
                 self._family_refused(c, why)
                 return False
             self.families.append(fam)
+            _key_member(fam, c)
             log("recompiles", f"{self.name}: size family from {runs} probes of trace {self.compiled.index(c) + 1}: "
                               f"{fam.describe()}; other sizes of it compile without a recording")
             return True
@@ -1171,6 +1176,20 @@ def _ones(key):
 def _leaf_shapes(args, kwargs):
     """The shapes of the tensors in a call's arguments (nested ones included), in order."""
     return tuple(tuple(t.shape) for t in probe._leaves((args, kwargs), []))
+
+
+def _key_member(fam, c):
+    """Recorded trace c, a member of family fam at its own sizes, is dispatched as the family's
+    instances are (Runner.run): a call at other sizes of the family does not try it (a native
+    guard miss on every decode step otherwise)."""
+    if c.family is not None:
+        return
+    shapes = probe.input_shapes(c)
+    try:
+        c.size_key = tuple(shapes[dims[0][0]][dims[0][1]] for dims in fam.variables)
+    except (IndexError, TypeError):
+        return
+    c.keyed_by = fam
 
 
 def _branch_exits_only(c):

@@ -99,6 +99,7 @@ class Compiled:
         self.mutates = mutates    # the trace writes into its inputs (copy_)
         self.family = family      # roots compiled from a size family (sizes.py) without a recording
         self.size_key = None      # ... and the family's key_of() at its sizes (Runner.run)
+        self.keyed_by = family    # the family whose key_of() size_key is (also a recorded member's)
         self.size_read = size_read  # where its recording read a tensor's size in Python (None: nowhere)
         self.size_fixed = size_fixed if size_fixed is not None else {}  # (trace value, dim) -> where
         #                           Python used that size as a number (sizeflow.py)
@@ -498,7 +499,8 @@ class Runner:
                 traces = itertools.chain(first, (c for c in traces if c not in first))
         # The instances of a size family share their family's guard function (only their sizes,
         # checked natively, differ): it is called once per call, and an instance at other
-        # sizes than the call's is not tried (each would cost a native guard miss).
+        # sizes than the call's is not tried (each would cost a native guard miss); nor is a
+        # recorded member of the family (its proto) at other sizes (frontend._key_member).
         last_check = last_inputs = keyed = keyed_inputs = key = None
         for c in traces:
             check = c.check
@@ -509,7 +511,7 @@ class Runner:
                 last_check = check
             if inputs is None:
                 continue
-            fam = c.family
+            fam = c.keyed_by
             if fam is not None and c.size_key is not None:
                 if keyed is not fam or keyed_inputs is not inputs:
                     keyed, keyed_inputs, key = fam, inputs, fam.key_of(inputs)
