@@ -314,34 +314,66 @@ class Family:
             return None, why
         return self.text_at(env, inputs)
 
+    def _text_plan(self):
+        """What text_at needs of the tokens, worked out once: each constant token's text (None
+        for the others), the tokens that follow variables (index, polynomial, kind, its
+        variables), and the input size and stride tokens (index, kind, polynomial)."""
+        plan = self.__dict__.get("_plan")
+        if plan is None or plan[0] is not self.exprs:
+            texts, varying, checked = [], [], []
+            for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
+                constant = not expr or (len(expr) == 1 and not expr[0][0])
+                texts.append((str(expr[0][1]) if expr else "0") if constant else None)
+                if not constant:
+                    varying.append((i, expr, kind, p_syms(expr)))
+                if kind[0] in (DIM, STRIDE):
+                    checked.append((i, kind, expr))
+            plan = self._plan = (self.exprs, texts, varying, checked)
+        return plan
+
     def text_at(self, env, inputs=None):
         """The IR text at variable values env, or (None, why not); with inputs (the call's
         tensors), each input size and stride of the text must be theirs."""
-        out = [self.parts[0]]
+        _, texts, varying, checked = self._text_plan()
+        vals = list(texts)
         at = [int(x) for x in env]
-        for i, (expr, kind) in enumerate(zip(self.exprs, self.kinds)):
-            if len(expr) == 1 and not expr[0][0] or not expr:  # (a constant)
-                if inputs is None or kind[0] not in (DIM, STRIDE):
-                    out.append(str(expr[0][1]) if expr else "0")
-                    out.append(self.parts[i + 1])
-                    continue
+        ints = {}
+        for i, expr, kind, syms in varying:
             v = p_eval(expr, at)
             if v.denominator != 1:
                 return None, f"a size of the trace would be {v} (not a whole number)"
             v = int(v)
-            syms = p_syms(expr)
             least = 2 if any(self.low[k] > 1 for k in syms) else 1
-            if kind[0] == DIM and syms and v < least:
+            if kind[0] == DIM and v < least:
                 return None, (f"input {kind[1]}'s size {kind[2]} would be {v} (sizes that follow a variable are "
                               f"at least {least})")
-            if inputs is not None and kind[0] in (DIM, STRIDE):
+            ints[i] = v
+            vals[i] = str(v)
+        if inputs is not None:
+            strides = {}
+            for i, kind, expr in checked:
+                v = ints.get(i)
+                if v is None:
+                    v = p_eval(expr, at) if expr else 0
+                    if v.denominator != 1:
+                        return None, f"a size of the trace would be {v} (not a whole number)"
+                    v = int(v)
                 t = inputs[kind[1]]
-                actual = t.shape[kind[2]] if kind[0] == DIM else t.stride()[kind[2]]
+                if kind[0] == DIM:
+                    actual = t.shape[kind[2]]
+                else:
+                    st = strides.get(kind[1])
+                    if st is None:
+                        st = strides[kind[1]] = t.stride()
+                    actual = st[kind[2]]
                 if actual != v and (kind[0] == DIM or t.shape[kind[2]] > 1):
                     what = "size" if kind[0] == DIM else "stride"
                     return None, f"input {kind[1]}'s {what} {kind[2]} is {actual}, the family has {v} there"
-            out.append(str(v))
-            out.append(self.parts[i + 1])
+        parts = self.parts
+        out = [parts[0]]
+        for i, v in enumerate(vals):
+            out.append(v)
+            out.append(parts[i + 1])
         return "".join(out), None
 
     def widened(self, c, least=2):
