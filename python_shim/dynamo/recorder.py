@@ -523,7 +523,11 @@ class Recorder(TorchDispatchMode):
 
     def _writes_own_tensors_only(self, func, args, kwargs):
         """In a size probe on real tensors (REAL_PROBE): ProbeStop before an op that writes into a
-        tensor the probe did not make (an input, a weight, a constant, or a view of one)."""
+        tensor the probe did not make (an input, a weight, a constant, or a view of one), and
+        before a random op (it could draw from a generator the probe cannot put back: the probe
+        goes on fakes instead)."""
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            raise ProbeStop(f"{_sig(func)} draws random numbers")
         for i, a in enumerate(func._schema.arguments):
             if a.alias_info is None or not a.alias_info.is_write:
                 continue
