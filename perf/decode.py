@@ -3,8 +3,9 @@ tokens compared, native runs counted, prefill and decode timed, decode held agai
 bandwidth.
 
 Each family's model is built from a small config with random weights (transformers, greedy
-decoding, `model.forward = dynamo.optimize(model.forward)` -- or `torch.compile(model.forward)`
--- on a deep copy), and generate() runs with the same prompt on every side: eager first (its
+decoding, `model.forward = dynamo.optimize(model.forward)` -- or `torch.compile(model.forward)`,
+the `static` side with `cache_implementation="static"` (transformers' StaticCache, the setting
+its docs give torch.compile) -- on a deep copy), and generate() runs with the same prompt on every side: eager first (its
 tokens are the reference), then each other side: a first generate() (recording and compiling
 included, the "1st ms" column), one more, then the timed ones (as a program that generates again
 and again sees it). One row per family and side:
@@ -123,10 +124,11 @@ def run_family(family, make_cfg, args):
     model = _model(family, make_cfg(), dtype)
     ids = torch.randint(3, make_cfg().vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(1))
     kw = dict(do_sample=False, pad_token_id=0)
+    extra = {}  # the side's own generate() arguments (static: cache_implementation="static")
 
     def gen(m, n):
         t0 = time.perf_counter()
-        out = m.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        out = m.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw, **extra)
         return out, time.perf_counter() - t0
 
     def timed(m):
@@ -173,14 +175,23 @@ def run_family(family, make_cfg, args):
             if side == "eager":
                 continue
             mine = copy.deepcopy(model)
+            extra.clear()
             if side == "dynamo":
                 mine.forward = dynamo.optimize(mine.forward)
-            elif side == "compile":
+            elif side in ("compile", "static"):
                 mine.forward = torch.compile(mine.forward)
+                if side == "static":  # (transformers' StaticCache: fixed-size cache tensors written in place)
+                    extra["cache_implementation"] = "static"
             else:
-                sys.exit(f"decode: unknown side {side!r} (eager, compile, dynamo)")
+                sys.exit(f"decode: unknown side {side!r} (eager, compile, static, dynamo)")
             before = dynamo.counters()
-            got, t_first = gen(mine, args.new_tokens)
+            try:
+                got, t_first = gen(mine, args.new_tokens)
+            except Exception as e:  # noqa: BLE001 -- a family without a StaticCache here is reported in its row
+                if side != "static":
+                    raise
+                rows[side] = dict(skipped=f"{type(e).__name__}: {str(e)[:60]}")
+                continue
             after = dynamo.counters()
             gen(mine, args.new_tokens)
             before = dynamo.counters()
@@ -196,6 +207,7 @@ def run_family(family, make_cfg, args):
                                                                     _agree(got2, ref32, args.new_tokens)))
             dynamo.reset()
             torch._dynamo.reset()
+        extra.clear()
     length = args.prompt + args.new_tokens // 2
     return rows, step_bytes(model, args.batch, length)
 
@@ -203,7 +215,8 @@ def run_family(family, make_cfg, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="llama,qwen2,mistral,gpt2,opt,gpt_neox,phi3,gemma,t5,bart")
-    ap.add_argument("--sides", default="eager,dynamo", help="eager, compile (torch.compile), dynamo")
+    ap.add_argument("--sides", default="eager,dynamo",
+                    help="eager, compile (torch.compile), static (torch.compile with transformers' StaticCache), dynamo")
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=12)
     ap.add_argument("--batch", type=int, default=1)
@@ -233,6 +246,9 @@ def main():
             continue
         base = rows["eager"]["times"][2]
         for side, r in rows.items():
+            if "skipped" in r:
+                print(f"{fam:10} {side:8} {'n/a':>7}  {r['skipped']}", flush=True)
+                continue
             whole, prefill, per_token, fwd = r["times"]
             first = f"{r['first']:8.1f}" if r["first"] is not None else f"{'':8}"
             roof = nbytes / (per_token / 1e3) / 1e9 / bw * 100 if per_token > 0 else 0.0
