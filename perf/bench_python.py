@@ -459,8 +459,8 @@ def main():
 
     print("\n13. language-model generate() with a KV cache (perf/decode.py): six decoder families at 6 layers, "
           "hidden 512, 8 heads, vocabulary 32000, 32 new tokens after 16, batch 1 in float32 and bfloat16, then batch "
-          "8 in float32; eager vs. torch.compile (and with a StaticCache at batch 1) vs. dynamo, prefill and decode step, the decode step against the "
-          "triad bandwidth", flush=True)
+          "8 in float32; eager vs. torch.compile (and with a StaticCache at batch 1) vs. dynamo, prefill and decode "
+          "step, the decode step against the triad bandwidth", flush=True)
     # (bf16: this CPU's AVX512-BF16 products where it has them, float32 FMAs on widened bf16 on AVX2)
     # (static: torch.compile with transformers' StaticCache, at batch 1)
     for dtype, batch in (("float32", 1), ("bfloat16", 1), ("float32", 8)):
