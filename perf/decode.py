@@ -3,11 +3,13 @@ tokens compared, native runs counted, prefill and decode timed, decode held agai
 bandwidth.
 
 Each family's model is built from a small config with random weights (transformers, greedy
-decoding, `model.forward = dynamo.optimize(model.forward)` -- or `torch.compile(model.forward)`,
-the `static` side with `cache_implementation="static"` (transformers' StaticCache, the setting
-its docs give torch.compile) -- on a deep copy), and generate() runs with the same prompt on every side: eager first (its
-tokens are the reference), then each other side: a first generate() (recording and compiling
-included, the "1st ms" column), one more, then the timed ones (as a program that generates again
+decoding, `model.forward = dynamo.optimize(model.forward)` -- or `torch.compile(model.forward)`;
+the `eager-static`, `static` and `dynamo-static` sides with `cache_implementation="static"`
+(transformers' StaticCache, the setting its docs give torch.compile: cache tensors of a fixed
+length written in place, so every decode step has the same shapes) -- on a deep copy), and
+generate() runs with the same prompt on every side: eager first (its tokens are the reference),
+then each other side: a first generate() (recording and compiling included, the "1st ms"
+column), one more, then the timed ones (as a program that generates again
 and again sees it). One row per family and side:
 
   PYTHONPATH=python_shim DYNAMO_LIBRARY=build/libdynamo.so.0 .venv/bin/python perf/decode.py \\
@@ -176,19 +178,23 @@ def run_family(family, make_cfg, args):
                 continue
             mine = copy.deepcopy(model)
             extra.clear()
-            if side == "dynamo":
+            if side in ("dynamo", "dynamo-static"):
                 mine.forward = dynamo.optimize(mine.forward)
+                if side == "dynamo-static":
+                    extra["cache_implementation"] = "static"
+            elif side == "eager-static":
+                extra["cache_implementation"] = "static"
             elif side in ("compile", "static"):
                 mine.forward = torch.compile(mine.forward)
                 if side == "static":  # (transformers' StaticCache: fixed-size cache tensors written in place)
                     extra["cache_implementation"] = "static"
             else:
-                sys.exit(f"decode: unknown side {side!r} (eager, compile, static, dynamo)")
+                sys.exit(f"decode: unknown side {side!r} (eager, eager-static, compile, static, dynamo, dynamo-static)")
             before = dynamo.counters()
             try:
                 got, t_first = gen(mine, args.new_tokens)
             except Exception as e:  # noqa: BLE001 -- a family without a StaticCache here is reported in its row
-                if side != "static":
+                if "cache_implementation" not in extra:
                     raise
                 rows[side] = dict(skipped=f"{type(e).__name__}: {str(e)[:60]}")
                 continue
@@ -199,10 +205,10 @@ def run_family(family, make_cfg, args):
             after = dynamo.counters()
             times.append(forward_ms(mine))
             calls, native = after["calls"] - before["calls"], after["native_runs"] - before["native_runs"]
-            report = dynamo.report() if side == "dynamo" else ""
+            report = dynamo.report() if side.startswith("dynamo") else ""
             why = next((ln.strip() for ln in report.splitlines() if "fell back" in ln or "not compiled" in ln), "")
             rows[side] = dict(same=torch.equal(got, want) and torch.equal(got2, want), first=t_first * 1e3,
-                              times=times, native=f"{native}/{calls}" if side == "dynamo" else "", why=why,
+                              times=times, native=f"{native}/{calls}" if side.startswith("dynamo") else "", why=why,
                               fp32=None if ref32 is None else min(_agree(got, ref32, args.new_tokens),
                                                                     _agree(got2, ref32, args.new_tokens)))
             dynamo.reset()
@@ -216,7 +222,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="llama,qwen2,mistral,gpt2,opt,gpt_neox,phi3,gemma,t5,bart")
     ap.add_argument("--sides", default="eager,dynamo",
-                    help="eager, compile (torch.compile), static (torch.compile with transformers' StaticCache), dynamo")
+                    help="eager, eager-static (eager with transformers' StaticCache), compile (torch.compile), static "
+                         "(torch.compile with the StaticCache), dynamo, dynamo-static (dynamo with the StaticCache)")
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=12)
     ap.add_argument("--batch", type=int, default=1)
@@ -234,7 +241,7 @@ def main():
     print(f"# generate(): {args.new_tokens} new tokens after {args.prompt}, batch {args.batch}, {args.layers} layers, "
           f"hidden {args.hidden}, {args.heads} heads, vocabulary {args.vocab}, {args.dtype}, {args.threads} threads; "
           f"triad bandwidth {bw:.1f} GB/s")
-    print(f"{'family':10} {'side':8} {'tokens':>7} {'1st ms':>8} {'gen ms':>8} {'prefill':>8} {'ms/token':>9} "
+    print(f"{'family':10} {'side':13} {'tokens':>7} {'1st ms':>8} {'gen ms':>8} {'prefill':>8} {'ms/token':>9} "
           f"{'vs eager':>9} {'roofline':>9} {'fwd ms':>7} {'fwd roof':>9} {'native':>8}  why")
     for fam in args.families.split(","):
         if fam not in cfgs:
@@ -247,7 +254,7 @@ def main():
         base = rows["eager"]["times"][2]
         for side, r in rows.items():
             if "skipped" in r:
-                print(f"{fam:10} {side:8} {'n/a':>7}  {r['skipped']}", flush=True)
+                print(f"{fam:10} {side:13} {'n/a':>7}  {r['skipped']}", flush=True)
                 continue
             whole, prefill, per_token, fwd = r["times"]
             first = f"{r['first']:8.1f}" if r["first"] is not None else f"{'':8}"
@@ -256,7 +263,7 @@ def main():
             same = "same" if r["same"] else "DIFFER"
             if r["fp32"] is not None:  # (bf16: how many tokens lead as the float32 model's)
                 same = f"{'=' if r['same'] else '~'}{r['fp32']}/{args.new_tokens}"
-            print(f"{fam:10} {side:8} {same:>7} {first} {whole:8.1f} {prefill:8.1f} "
+            print(f"{fam:10} {side:13} {same:>7} {first} {whole:8.1f} {prefill:8.1f} "
                   f"{per_token:9.2f} {base / per_token:8.2f}x {roof:8.0f}% {fwd:7.2f} {roof_fwd:8.0f}% {r['native']:>8}  "
                   f"{r.get('why', '')[:70]}",
                   flush=True)
