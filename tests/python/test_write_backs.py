@@ -208,6 +208,32 @@ def test_hugging_face_generate_with_a_kv_cache_runs_natively():
     assert dynamo.counters()["native_runs"] - before >= 6
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_generate_with_a_static_cache_is_two_traces_at_every_length(family):
+    """generate(cache_implementation="static"): transformers' StaticCache holds the keys and values
+    in tensors of a fixed length written in place (index_copy_), so every decode step has the same
+    shapes: one trace for the prompt and one for all decode steps (no size family instances),
+    every step after the first two native, the tokens eager's."""
+    transformers = pytest.importorskip("transformers")
+    if family == "llama":
+        cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2)
+    else:
+        cfg = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = torch.randint(0, 256, (1, 7))
+    kw = dict(max_new_tokens=9, min_new_tokens=9, do_sample=False, pad_token_id=0, cache_implementation="static")
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        model.forward = dynamo.optimize(model.forward)
+        for _ in range(3):
+            assert torch.equal(model.generate(ids, **kw), want)
+    c = dynamo.counters()
+    assert c["traces_compiled"] == 2 and c["size_instances"] == 0, c
+    assert c["native_runs"] >= 3 * 9 - 2 and c["eager_runs"] == 0, c
+
+
 def _make_mask(offset):
     def mask(q, k):
         return k <= q + offset
