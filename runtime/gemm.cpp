@@ -1,9 +1,9 @@
 // gemm.cpp -- packed float32 GEMM: B packed into panels of 32 columns per K block; A either
 // read in place by a 12x32 micro-kernel (24 accumulator vectors; A's rows contiguous, B packed
 // ahead: a kept weight, Winograd's transformed tiles) or packed into panels of 6 rows for a 6x32
-// one (12 accumulators; one broadcast of A and two loads of B per step). The micro-kernels are
-// compiled for three ISA levels (x86-64-v4: AVX-512, v3: AVX2+FMA, baseline) and the loader picks
-// one (ifunc).
+// one (12 accumulators; one broadcast of A and two loads of B per step). The kernels are built
+// for three levels (isa.h: x86-64-v4 with 16-float vectors, v3 with 8-float ones in tiles that fit
+// AVX2's 16 registers, the portable code) and kernel_isa() picks one per call.
 // Accumulation order is plain k order per output, like a reference BLAS.
 #include "gemm.h"
 #include "isa.h"
