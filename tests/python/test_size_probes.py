@@ -473,7 +473,7 @@ def test_the_base_probe_runs_on_the_call_s_own_tensors_where_the_trace_writes_in
             q = torch.randn(1 if program == "write-backs" else 2 + step, 8)
             args = (torch.ones(ce.k.shape[0] + 1, dtype=torch.bool),) if program == "write-backs" else ()
             if program == "in place":
-                ce.k, cd.k = torch.randn(4 + step, 8), None
+                ce.k = torch.randn(4 + step, 8)
                 cd.k = ce.k.clone()
             state = torch.get_rng_state()
             want = fn(q, *args, ce)
